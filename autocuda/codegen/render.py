@@ -1,0 +1,32 @@
+"""Jinja2 environment for the kernel skeletons in templates/ (StrictUndefined: a missing value is an error)."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jinja2
+
+from ..resources import resource_dir
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context: Any) -> str:
+    """The whole text of a template."""
+    return environment().get_template(template).render(**context)
+
+
+def render_block(template: str, block: str, **context: Any) -> str:
+    """The text of one named block of a template (used for CKernel's head/core/tail views)."""
+    tmpl = environment().get_template(template)
+    return "".join(tmpl.blocks[block](tmpl.new_context(context)))

@@ -1,0 +1,209 @@
+"""The dtype table: every fact about a CUDA number type lives here, once.
+
+The emitters (`cfunction`), the sympy printer and the kernel builder all read these records; none of them
+branches on a dtype name. A record describes the *word* a kernel thread handles: one float, one double,
+or a pair of halves / bfloat16s packed in `half2` / `__nv_bfloat162` (so packed kernels move two neurons
+per load and store).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import torch
+
+# Operation templates over C expressions. `{x}`, `{y}`, `{m}` are operand texts, already parenthesised
+# where needed by the caller (the templates wrap their own result in parentheses).
+_SCALAR_OPS = {
+    "add": "({x} + {y})",
+    "sub": "({x} - {y})",
+    "mul": "({x} * {y})",
+    "div": "({x} / {y})",
+    "neg": "(-{x})",
+    "greater_equal": "({x} >= {y} ? {one} : {zero})",
+    "greater_than": "({x} > {y} ? {one} : {zero})",
+    "less_equal": "({x} <= {y} ? {one} : {zero})",
+    "less_than": "({x} < {y} ? {one} : {zero})",
+    "if_else": "({m} != {zero} ? {x} : {y})",
+    "heaviside": "({x} >= {zero} ? {one} : {zero})",
+    "sigmoid": "({one} / ({one} + {exp}(-{x})))",
+    # Conditions for the printer's selections: C booleans here, 0/1 lane masks for packed types.
+    "cond_ge": "({x} >= {y})", "cond_gt": "({x} > {y})", "cond_le": "({x} <= {y})", "cond_lt": "({x} < {y})",
+    "cond_and": "({x} && {y})",
+    "select": "({m} ? {x} : {y})",
+}
+_FLOAT_FUNCS = {
+    "exp": "expf", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf", "sin": "sinf",
+    "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "atan": "atanf", "erf": "erff", "minimal": "fminf",
+    "maximum": "fmaxf",
+}
+_DOUBLE_FUNCS = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "fabs", "power": "pow", "sin": "sin", "cos": "cos",
+    "tan": "tan", "tanh": "tanh", "atan": "atan", "erf": "erf", "minimal": "fmin", "maximum": "fmax",
+}
+# Packed types: cuda_fp16.h / cuda_bf16.h overload these intrinsics for both half2 and __nv_bfloat162.
+# Functions without a packed intrinsic go through float lane by lane, via helpers in the prelude.
+_PACKED_OPS = {
+    "add": "__hadd2({x}, {y})",
+    "sub": "__hsub2({x}, {y})",
+    "mul": "__hmul2({x}, {y})",
+    "div": "__h2div({x}, {y})",
+    "neg": "__hneg2({x})",
+    "abs": "__habs2({x})",
+    "exp": "h2exp({x})",
+    "log": "h2log({x})",
+    "sqrt": "h2sqrt({x})",
+    "sin": "h2sin({x})",
+    "cos": "h2cos({x})",
+    "power": "{p}_pow({x}, {y})",
+    "tan": "{p}_tan({x})",
+    "tanh": "{p}_tanh({x})",
+    "atan": "{p}_atan({x})",
+    "erf": "{p}_erf({x})",
+    "minimal": "__hmin2({x}, {y})",
+    "maximum": "__hmax2({x}, {y})",
+    "greater_equal": "__hge2({x}, {y})",
+    "greater_than": "__hgt2({x}, {y})",
+    "less_equal": "__hle2({x}, {y})",
+    "less_than": "__hlt2({x}, {y})",
+    "if_else": "{p}_select({m}, {x}, {y})",
+    "heaviside": "__hge2({x}, {zero})",
+    "sigmoid": "h2rcp(__hadd2({one}, h2exp(__hneg2({x}))))",
+    "cond_ge": "__hge2({x}, {y})", "cond_gt": "__hgt2({x}, {y})", "cond_le": "__hle2({x}, {y})",
+    "cond_lt": "__hlt2({x}, {y})", "cond_and": "__hmul2({x}, {y})",
+    "select": "{p}_select({m}, {x}, {y})",
+}
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "atan", "erf", "heaviside", "sigmoid")
+BINARY = ("add", "sub", "mul", "div", "power", "minimal", "maximum",
+          "greater_equal", "greater_than", "less_equal", "less_than")
+
+# Lane-wise helpers for packed types: the functions CUDA has no packed intrinsic for, and a select that
+# never multiplies the branch not taken (so an Inf there cannot turn into NaN).
+_PACKED_PRELUDE = """\
+__device__ __forceinline__ {t} {p}_lanes(float a, float b) {{ return {pack}(a, b); }}
+__device__ __forceinline__ {t} {p}_select({t} m, {t} a, {t} b) {{
+    const float2 fm = {unpack}(m), fa = {unpack}(a), fb = {unpack}(b);
+    return {p}_lanes(fm.x != 0.0f ? fa.x : fb.x, fm.y != 0.0f ? fa.y : fb.y);
+}}
+__device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
+    const float2 fa = {unpack}(a), fb = {unpack}(b);
+    return {p}_lanes(powf(fa.x, fb.x), powf(fa.y, fb.y));
+}}
+#define {P}_LANEWISE(fn, cfn) __device__ __forceinline__ {t} {p}_##fn({t} a) {{ \\
+    const float2 fa = {unpack}(a); return {p}_lanes(cfn(fa.x), cfn(fa.y)); }}
+{P}_LANEWISE(tan, tanf)
+{P}_LANEWISE(tanh, tanhf)
+{P}_LANEWISE(atan, atanf)
+{P}_LANEWISE(erf, erff)
+#undef {P}_LANEWISE
+"""
+
+
+@dataclass(frozen=True)
+class DType:
+    """One CUDA number type as a kernel thread sees it."""
+
+    name: str                  # torch's name: float32, float64, float16, bfloat16
+    ctype: str                 # C type of the word a thread loads (half2 for float16)
+    element: str               # C type of one element
+    width: int                 # elements per word
+    torch_dtype: torch.dtype
+    literal_format: str        # how a number prints: {v} is a valid C double literal
+    headers: tuple[str, ...]   # includes needed where this type appears
+    to_float2: str | None      # packed word -> float2; None for scalar words
+    from_floats: str | None    # two floats -> packed word
+    ops: MappingProxyType = field(repr=False)
+    prelude: str = field(default="", repr=False)
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def packed(self) -> bool:
+        return self.width > 1
+
+    def literal(self, value: float) -> str:
+        """A C expression of this word type holding `value` (in every lane)."""
+        value = float(value)
+        if not np.isfinite(value):
+            raise ValueError(f"cannot print the non-finite constant {value} as a {self.name} literal")
+        text = repr(value)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return self.literal_format.format(v=text)
+
+    def pack_scalar(self, value: float) -> np.generic:
+        """`value` as the bytes of one word, for passing a scalar parameter of this type by value."""
+        if not self.packed:
+            return np.dtype(str(self.torch_dtype).removeprefix("torch.")).type(value)
+        pair = torch.tensor([value, value], dtype=self.torch_dtype)
+        return np.uint32(pair.view(torch.int32).item() & 0xFFFFFFFF)
+
+    def op(self, name: str, x: str = "", y: str = "", m: str = "") -> str:
+        """The C text of operation `name` on operand texts x, y (and mask m for if_else)."""
+        try:
+            template = self.ops[name]
+        except KeyError:
+            raise ValueError(f"operation {name!r} is not defined for dtype {self.name}") from None
+        return template.format(x=x, y=y, m=m)
+
+
+def _scalar_ops(funcs: dict[str, str], one: str, zero: str) -> MappingProxyType:
+    ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{exp}", funcs["exp"])
+           for k, v in _SCALAR_OPS.items()}
+    ops.update({k: f"{fn}({{x}})" for k, fn in funcs.items() if k in UNARY})
+    ops.update({k: f"{fn}({{x}}, {{y}})" for k, fn in funcs.items() if k in BINARY})
+    return MappingProxyType(ops)
+
+
+def _packed(name: str, ctype: str, element: str, torch_dtype: torch.dtype, prefix: str, header: str,
+            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...]) -> DType:
+    one, zero = f"{broadcast}(1.0f)", f"{broadcast}(0.0f)"
+    ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{p}", prefix)
+           for k, v in _PACKED_OPS.items()}
+    prelude = _PACKED_PRELUDE.format(t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
+    return DType(name, ctype, element, 2, torch_dtype, broadcast + "({v}f)", (header,), unpack, pack,
+                 MappingProxyType(ops), prelude, aliases)
+
+
+FLOAT32 = DType("float32", "float", "float", 1, torch.float32, "{v}f", (), None, None,
+                _scalar_ops(_FLOAT_FUNCS, "1.0f", "0.0f"), aliases=("float", "fp32", "f32"))
+FLOAT64 = DType("float64", "double", "double", 1, torch.float64, "{v}", (), None, None,
+                _scalar_ops(_DOUBLE_FUNCS, "1.0", "0.0"), aliases=("double", "fp64", "f64"))
+FLOAT16 = _packed("float16", "half2", "__half", torch.float16, "ac_h2", "#include <cuda_fp16.h>",
+                  "__half22float2", "__floats2half2_rn", "__float2half2_rn", ("half2", "half", "fp16", "f16"))
+BFLOAT16 = _packed("bfloat16", "__nv_bfloat162", "__nv_bfloat16", torch.bfloat16, "ac_bf2",
+                   "#include <cuda_bf16.h>", "__bfloat1622float2", "__floats2bfloat162_rn",
+                   "__float2bfloat162_rn", ("nv_bfloat162", "__nv_bfloat162", "bf16", "bfloat162"))
+
+# Integer pointer and scalar parameters of hand-written kernels (index arrays, counts, masks).
+INTEGER_CTYPES: MappingProxyType = MappingProxyType({
+    "int": (torch.int32, np.int32), "unsigned int": (torch.int32, np.uint32),
+    "long long": (torch.int64, np.int64), "int64_t": (torch.int64, np.int64),
+    "unsigned char": (torch.uint8, np.uint8), "bool": (torch.bool, np.bool_),
+})
+DTYPES: MappingProxyType = MappingProxyType({d.name: d for d in (FLOAT32, FLOAT64, FLOAT16, BFLOAT16)})
+_LOOKUP = {**{d.name: d for d in DTYPES.values()},
+           **{a: d for d in DTYPES.values() for a in d.aliases},
+           **{d.torch_dtype: d for d in DTYPES.values()}}
+
+
+def get_dtype(dtype: Any) -> DType:
+    """The record for a dtype given as a DType, a torch.dtype, or a name ('float32', 'half2', ...)."""
+    if isinstance(dtype, DType):
+        return dtype
+    key = dtype.lower() if isinstance(dtype, str) else dtype
+    try:
+        return _LOOKUP[key]
+    except (KeyError, TypeError):
+        names = ", ".join(sorted(k for k in _LOOKUP if isinstance(k, str)))
+        raise ValueError(f"unsupported dtype {dtype!r}; expected one of: {names}") from None
+
+
+def headers_for(dtypes: Any) -> list[str]:
+    """The include lines needed by kernels using these dtypes, each once, in a stable order."""
+    seen: dict[str, None] = {}
+    for d in dtypes:
+        for h in get_dtype(d).headers:
+            seen[h] = None
+    return list(seen)
