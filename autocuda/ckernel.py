@@ -183,19 +183,20 @@ class CKernel:
             raise KernelArgumentError(f"kernel {self.kernel_name}: missing arguments {missing}, "
                                       f"unexpected arguments {extra}; parameters are {list(self.cparams)}")
 
-    def get_device(self, py_dict: Mapping[str, Any]) -> torch.device:
+    def get_device(self, py_dict: Mapping[str, Any], backend: str = "cuda") -> torch.device:
+        expected = BACKEND_DEVICE_TYPES[backend]
         for name, param in self.cparams.items():
             value = py_dict[name]
             if param.pointer and isinstance(value, torch.Tensor):
-                if value.device.type != "cuda":
-                    raise KernelArgumentError(f"{name}: on {value.device}; kernel {self.kernel_name} "
-                                              "needs CUDA tensors")
+                if value.device.type != expected:
+                    raise KernelArgumentError(f"{name}: on {value.device}; kernel {self.kernel_name} on backend "
+                                              f"{backend!r} needs {expected} tensors")
                 return value.device
         raise KernelArgumentError(f"kernel {self.kernel_name}: no tensor argument to take the device from")
 
-    def check_args(self, py_dict: Mapping[str, Any]) -> torch.device:
+    def check_args(self, py_dict: Mapping[str, Any], backend: str = "cuda") -> torch.device:
         self.check_keys(py_dict)
-        device = self.get_device(py_dict)
+        device = self.get_device(py_dict, backend)
         for name, param in self.cparams.items():
             param.check(py_dict[name], device)
         return device
@@ -203,12 +204,30 @@ class CKernel:
     def pack_args(self, py_dict: Mapping[str, Any]) -> tuple[np.generic, ...]:
         return tuple(p.pack(py_dict[name]) for name, p in self.cparams.items())
 
-    def __call__(self, grid: tuple, block: tuple, py_dict: Mapping[str, Any]) -> None:
-        """Launch with explicit grid/block; `py_dict` maps every parameter name to its value."""
-        from .runtime.launch import launch
+    def __call__(self, grid: tuple, block: tuple, py_dict: Mapping[str, Any], *, backend: str = "cuda") -> None:
+        """Launch with explicit grid/block; `py_dict` maps every parameter name to its value.
 
-        device = self.check_args(py_dict)
-        launch(self.full_codes, self.kernel_name, grid, block, self.pack_args(py_dict), device)
+        backend "cuda" runs on the tensors' GPU (torch's current stream); "host" runs the same source on
+        the CPU through `autocuda.host` (CPU tensors), for testing without a GPU.
+        """
+        launcher = _launcher(backend)
+        device = self.check_args(py_dict, backend)
+        launcher(self.full_codes, self.kernel_name, tuple(self.cparams.values()), grid, block,
+                 self.pack_args(py_dict), device)
+
+
+BACKEND_DEVICE_TYPES = {"cuda": "cuda", "host": "cpu"}
+
+
+def _launcher(backend: str):
+    """The launch function of a backend: (source, name, params, grid, block, packed args, device) -> None."""
+    if backend == "cuda":
+        from .runtime.launch import launch
+    elif backend == "host":
+        from .host import launch
+    else:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {sorted(BACKEND_DEVICE_TYPES)}")
+    return launch
 
 
 def _tidy(code: str) -> str:
@@ -246,9 +265,9 @@ class CKernel1D(CKernel):
 
     template = "kernel1d.cu.j2"
     builtin_params = (("const long long", "numel"),)
-    reserved_cnames = ("index", "numel")
+    reserved_cnames = ("index", "numel", "backend")
 
-    def simple_call(self, **kwargs: Any) -> None:
+    def simple_call(self, backend: str = "cuda", **kwargs: Any) -> None:
         """Launch over all elements; `numel`, grid and block are computed from the tensors."""
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         if not tensors:
@@ -263,7 +282,7 @@ class CKernel1D(CKernel):
         numel = max(words) if words else 0
         padded.args["numel"] = numel
         if numel:
-            self(*launch_shape(numel), padded.args)
+            self(*launch_shape(numel), padded.args, backend=backend)
             padded.finish()
 
 
@@ -276,7 +295,7 @@ class CKernel2D(CKernel):
 
     template = "kernel2d.cu.j2"
     builtin_params = (("const long long", "numel"), ("const long long", "N"))
-    reserved_cnames = ("index", "numel", "N", "dt", "t")
+    reserved_cnames = ("index", "numel", "N", "dt", "t", "backend")
 
     def __init__(self, kernel_name: str, reverse: bool = False):
         super().__init__(kernel_name)
@@ -288,7 +307,7 @@ class CKernel2D(CKernel):
         return super()._context() | {"reverse": self.reverse, "pre_core": _tidy(self.pre_core),
                                      "post_core": _tidy(self.post_core)}
 
-    def simple_call(self, **kwargs: Any) -> None:
+    def simple_call(self, backend: str = "cuda", **kwargs: Any) -> None:
         """Launch over [T, N] tensors (1-D tensors are per-neuron [N]); N, numel, grid and block computed."""
         shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         rows = {s for s in shapes.values() if len(s) == 2}
@@ -302,7 +321,7 @@ class CKernel2D(CKernel):
         words = math.ceil(n / 2) if packed else n
         padded = _PaddedCall(self, dict(kwargs) | {"numel": T * words, "N": words}, row_dim=1)
         if T * words:
-            self(*launch_shape(words), padded.args)
+            self(*launch_shape(words), padded.args, backend=backend)
             padded.finish()
 
 

@@ -14,7 +14,8 @@ def _external_stream(stream_ptr: int, device_index: int):
     return import_cupy().cuda.ExternalStream(stream_ptr, device_index)
 
 
-def launch(source: str, name: str, grid: tuple, block: tuple, args: Sequence, device: torch.device) -> None:
+def launch(source: str, name: str, params: Sequence, grid: tuple, block: tuple, args: Sequence,
+           device: torch.device) -> None:
     """Run kernel `name` of `source` with packed `args` (numpy scalars) on `device`'s current torch stream."""
     function = cupy_function(source, name, device.index)
     stream = torch.cuda.current_stream(device)
