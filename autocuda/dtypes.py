@@ -117,6 +117,14 @@ class DType:
     ops: MappingProxyType = field(repr=False)
     prelude: str = field(default="", repr=False)
     aliases: tuple[str, ...] = ()
+    # Storage with arithmetic in another type (half and bfloat16 compute in float by default):
+    compute_name: str = ""             # dtype of the arithmetic; "" means this one
+    element_load: str = "{x}"          # one stored element -> compute type
+    element_store: str = "{x}"         # compute type -> one stored element
+
+    @property
+    def compute(self) -> DType:
+        return DTYPES[self.compute_name] if self.compute_name else self
 
     @property
     def packed(self) -> bool:
@@ -157,13 +165,13 @@ def _scalar_ops(funcs: dict[str, str], one: str, zero: str) -> MappingProxyType:
 
 
 def _packed(name: str, ctype: str, element: str, torch_dtype: torch.dtype, prefix: str, header: str,
-            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...]) -> DType:
+            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], load: str, store: str) -> DType:
     one, zero = f"{broadcast}(1.0f)", f"{broadcast}(0.0f)"
     ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{p}", prefix)
            for k, v in _PACKED_OPS.items()}
     prelude = _PACKED_PRELUDE.format(t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
     return DType(name, ctype, element, 2, torch_dtype, broadcast + "({v}f)", (header,), unpack, pack,
-                 MappingProxyType(ops), prelude, aliases)
+                 MappingProxyType(ops), prelude, aliases, "float32", load, store)
 
 
 FLOAT32 = DType("float32", "float", "float", 1, torch.float32, "{v}f", (), None, None,
@@ -171,10 +179,12 @@ FLOAT32 = DType("float32", "float", "float", 1, torch.float32, "{v}f", (), None,
 FLOAT64 = DType("float64", "double", "double", 1, torch.float64, "{v}", (), None, None,
                 _scalar_ops(_DOUBLE_FUNCS, "1.0", "0.0"), aliases=("double", "fp64", "f64"))
 FLOAT16 = _packed("float16", "half2", "__half", torch.float16, "ac_h2", "#include <cuda_fp16.h>",
-                  "__half22float2", "__floats2half2_rn", "__float2half2_rn", ("half2", "half", "fp16", "f16"))
+                  "__half22float2", "__floats2half2_rn", "__float2half2_rn", ("half2", "half", "fp16", "f16"),
+                  "__half2float({x})", "__float2half_rn({x})")
 BFLOAT16 = _packed("bfloat16", "__nv_bfloat162", "__nv_bfloat16", torch.bfloat16, "ac_bf2",
                    "#include <cuda_bf16.h>", "__bfloat1622float2", "__floats2bfloat162_rn",
-                   "__float2bfloat162_rn", ("nv_bfloat162", "__nv_bfloat162", "bf16", "bfloat162"))
+                   "__float2bfloat162_rn", ("nv_bfloat162", "__nv_bfloat162", "bf16", "bfloat162"),
+                   "__bfloat162float({x})", "__float2bfloat16_rn({x})")
 
 # Integer pointer and scalar parameters of hand-written kernels (index arrays, counts, masks).
 INTEGER_CTYPES: MappingProxyType = MappingProxyType({

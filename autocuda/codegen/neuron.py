@@ -1,0 +1,296 @@
+"""Neuron kernels from a derivation: FPTT, BPTT and their single-step forms, for any dtype.
+
+The kernel's parameter list is declared once here (`_Signature`); the template frames the printed body.
+Tensor parameter names are the interface to the op layer:
+    forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_final
+    backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, x_seq, <state>_init
+              -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
+Single-step kernels use the same names with T = 1 and no time loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy as sp
+
+from ..ckernel import CKernel, CParam
+from ..dtypes import DType, get_dtype, headers_for
+from ..spec.derive import (GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, H, Derivation, adjoint_symbol,
+                           previous_membrane)
+from .printer import CudaPrinter
+
+KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
+SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
+_H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """Everything besides the derivation that changes a kernel's text."""
+
+    kernel: str                                          # one of KERNELS
+    dtype: DType
+    tensor_params: tuple[tuple[sp.Symbol, bool], ...] = ()  # runtime tensors: (symbol, one value per neuron?)
+    store_state_seq: bool = False                        # forward writes every state's sequence
+    save_for_backward: bool = True                       # forward writes what backward reads
+    grad_state_seq: bool = False                         # backward receives gradients of the state sequences
+
+    def __post_init__(self) -> None:
+        if self.kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
+        object.__setattr__(self, "dtype", get_dtype(self.dtype))
+
+
+@dataclass(frozen=True)
+class Transfer:
+    comment: str
+    target: str
+    value: str
+    store: bool = False
+
+
+@dataclass(frozen=True)
+class Statement:
+    target: str
+    value: str
+    declare: bool = True
+    comment: str = ""
+
+
+@dataclass
+class _Plan:
+    """What the template needs, accumulated by the builders below."""
+
+    params: list[CParam] = field(default_factory=list)
+    registers: list[str] = field(default_factory=list)
+    setup: list[Transfer] = field(default_factory=list)
+    loads: list[Transfer] = field(default_factory=list)
+    body: list[Statement] = field(default_factory=list)
+    stores: list[Transfer] = field(default_factory=list)
+    finish: list[Transfer] = field(default_factory=list)
+
+
+class NeuronKernel(CKernel):
+    """A generated neuron kernel; launch arguments are named as in the module docstring."""
+
+    template = "neuron.cu.j2"
+
+    def __init__(self, kernel_name: str, plan: _Plan, options: KernelOptions):
+        super().__init__(kernel_name)
+        self.plan, self.options = plan, options
+        for param in plan.params:
+            self.cparams[param.name] = param
+
+    @property
+    def lanes(self) -> int:
+        return self.options.dtype.width
+
+    def _context(self) -> dict[str, Any]:
+        storage, compute = self.options.dtype, self.options.dtype.compute
+        loop = {"fptt": "forward", "bptt": "reverse"}.get(self.options.kernel, "none")
+        return {"name": self.kernel_name, "headers": headers_for([storage]), "prelude": "",
+                "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
+                "lanes": self.lanes, "loop": loop, "compute_t": compute.ctype, "zero": compute.literal(0.0),
+                **{k: getattr(self.plan, k) for k in ("registers", "setup", "loads", "body", "stores", "finish")}}
+
+
+class _Builder:
+    """Shared vocabulary of the forward and backward builders: names, loads, stores, printing."""
+
+    def __init__(self, derivation: Derivation, options: KernelOptions):
+        self.d, self.o, self.plan = derivation, options, _Plan()
+        self.storage, self.compute = options.dtype, options.dtype.compute
+        self.multi = options.kernel in ("fptt", "bptt")
+        system = derivation.system
+        self.tensor_params = dict(options.tensor_params)
+        names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", SURROGATE_GRAD: "ac_sg",
+                 GRAD_SPIKE: "ac_grad_s[lane]", _H_PREVIOUS: "ac_h_prev[lane]"}
+        names |= {s: f"{s.name}[lane]" for s in system.states}
+        names |= {adjoint_symbol(s): f"ac_grad_{s.name}[lane]" for s in system.states}
+        names |= {p: (f"ac_{p.name}[lane]" if p in self.tensor_params else p.name) for p in system.params}
+        self.printer = CudaPrinter(self.compute, names)
+        self.temp_count = 0
+        self.plan.params += [CParam("N", "long long", False, True)]
+        if self.multi:
+            self.plan.params += [CParam("T", "long long", False, True)]
+
+    # -- declarations ---------------------------------------------------------------------------------
+    def pointer(self, name: str, const: bool, compute_type: bool = False) -> None:
+        ctype = (self.compute if compute_type else self.storage).element
+        self.plan.params.append(CParam(name, ctype, True, const))
+
+    def register(self, *names: str) -> None:
+        self.plan.registers += [n for n in names if n not in self.plan.registers]
+
+    def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None) -> Transfer:
+        value = self.storage.element_load.format(x=f"{pointer}[{offset} + lane]")
+        if otherwise is not None:
+            value = self.compute.op("select", value, otherwise, "t > 0")
+        return Transfer(comment, f"{target}[lane]", value)
+
+    def store(self, pointer: str, offset: str, value: str, comment: str, compute_type: bool = False) -> Transfer:
+        converted = value if compute_type else self.storage.element_store.format(x=value)
+        return Transfer(comment, f"{pointer}[{offset} + lane]", converted, store=True)
+
+    def params_setup(self) -> None:
+        system = self.d.system
+        for p in system.params:
+            if p in self.tensor_params:
+                self.pointer(p.name, const=True, compute_type=True)
+                self.register(f"ac_{p.name}")
+                value = f"{p.name}[n0 + lane]" if self.tensor_params[p] else f"{p.name}[0]"
+                self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}[lane]", value))
+
+    def scalar_params(self) -> None:
+        for p in self.d.system.params:
+            if p not in self.tensor_params:
+                self.plan.params.append(CParam(p.name, self.compute.ctype, False, True))
+
+    # -- printing -------------------------------------------------------------------------------------
+    def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
+        """Common subexpressions of `exprs` as declared temporaries; returns the printed reduced exprs."""
+        def names():
+            while True:
+                self.temp_count += 1
+                yield sp.Symbol(f"ac_c{self.temp_count}", real=True)
+        replacements, reduced = sp.cse(exprs, symbols=names(), order="none")
+        for i, (symbol, value) in enumerate(replacements):
+            self.printer.names[symbol] = symbol.name
+            self.plan.body.append(Statement(symbol.name, self.printer(value), comment=comment if i == 0 else ""))
+        return [self.printer(e) for e in reduced]
+
+    def statement(self, target: str, expr: sp.Expr | str, comment: str = "", declare: bool = True) -> None:
+        value = expr if isinstance(expr, str) else self.printer(expr)
+        self.plan.body.append(Statement(target, value, declare, comment))
+
+
+def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
+    b = _Builder(derivation, options)
+    system, step = derivation.system, derivation.forward
+    saving = options.save_for_backward
+    b.pointer("x_seq", const=True)
+    b.register("x", *(s.name for s in system.states), "ac_out_spike")
+    b.plan.loads.append(b.load("x", "x_seq", "row", "input x[t]"))
+    for s in system.states:
+        b.pointer(f"{s.name}_init", const=True)
+        b.plan.setup.append(b.load(s.name, f"{s.name}_init", "n0", f"initial {s.name}"))
+    b.params_setup()
+    b.pointer("spike_seq", const=False)
+    if saving:
+        b.pointer("h_seq", const=False)
+        b.register("ac_out_h")
+    charge, threshold = b.emit([step.charge, step.threshold], comment="charge and threshold")
+    b.statement("ac_h", charge)
+    b.statement("ac_thr", threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1), comment="fire")
+    news = b.emit(list(step.new_states), comment="reset and state updates")
+    for s, value in zip(system.states, news):
+        b.statement(f"ac_{s.name}_next", value)
+    for s in system.states:
+        b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
+    b.statement("ac_out_spike[lane]", "ac_s", declare=False)
+    b.plan.stores.append(b.store("spike_seq", "row", "ac_out_spike[lane]", "spike s[t]"))
+    if saving:
+        b.statement("ac_out_h[lane]", "ac_h", declare=False)
+        b.plan.stores.append(b.store("h_seq", "row", "ac_out_h[lane]", "h[t], saved for backward"))
+    for s, saved in zip(system.states, derivation.saved_states):
+        if (saved and saving) or options.store_state_seq:
+            b.pointer(f"{s.name}_seq", const=False)
+            b.plan.stores.append(b.store(f"{s.name}_seq", "row", f"{s.name}[lane]", f"{s.name}[t] after reset"))
+    for s in system.states:
+        b.pointer(f"{s.name}_final", const=False)
+        b.plan.finish.append(b.store(f"{s.name}_final", "n0", f"{s.name}[lane]", f"final {s.name}"))
+    b.scalar_params()
+    return b.plan
+
+
+def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> _Plan:
+    b = _Builder(derivation, options)
+    system, step = derivation.system, derivation.backward
+    b.pointer("grad_spike_seq", const=True)
+    b.register("ac_grad_s", "ac_h_cur", "ac_out_grad_x")
+    b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "row", "gradient of s[t]"))
+    for s in system.states:
+        b.register(f"ac_grad_{s.name}")
+        b.pointer(f"grad_{s.name}_final", const=True)
+        b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "n0", f"gradient of final {s.name}"))
+        if options.grad_state_seq:
+            b.pointer(f"grad_{s.name}_seq", const=True)
+            value = b.storage.element_load.format(x=f"grad_{s.name}_seq[row + lane]")
+            b.plan.loads.append(Transfer(f"gradient of {s.name}[t]", f"ac_grad_{s.name}[lane]",
+                                         b.compute.op("add", f"ac_grad_{s.name}[lane]", value)))
+    b.pointer("h_seq", const=True)
+    carry_h = derivation.recompute_membrane and b.multi
+    if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
+        b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + n0", "h[T-1]"))
+    else:
+        b.plan.loads.append(b.load("ac_h_cur", "h_seq", "row", "h[t]"))
+    _previous_states(b, derivation)
+    if step.needs_x:
+        b.pointer("x_seq", const=True)
+        b.register("x")
+        b.plan.loads.append(b.load("x", "x_seq", "row", "input x[t]"))
+    b.params_setup()
+    b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
+    b.statement("ac_thr", system.threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
+    b.statement("ac_sg", surrogate_gradient.subs(SURROGATE_INPUT, H - THRESHOLD))
+    outputs = b.emit([step.grad_x, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    grad_x, grad_states, grad_params = outputs[0], outputs[1:1 + len(system.states)], outputs[1 + len(system.states):]
+    b.statement("ac_out_grad_x[lane]", grad_x, declare=False)
+    for s, value in zip(system.states, grad_states):
+        b.statement(f"ac_{s.name}_grad_prev", value)
+    for s in system.states:
+        b.statement(f"ac_grad_{s.name}[lane]", f"ac_{s.name}_grad_prev", declare=False)
+    for p, value in zip(system.learnable, grad_params):
+        b.register(f"ac_acc_{p.name}")
+        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", f"ac_acc_{p.name}[lane]", b.compute.literal(0)))
+        b.statement(f"ac_acc_{p.name}[lane]", b.compute.op("add", f"ac_acc_{p.name}[lane]", value), declare=False)
+    if carry_h:
+        b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
+    b.pointer("grad_x_seq", const=False)
+    b.plan.stores.append(b.store("grad_x_seq", "row", "ac_out_grad_x[lane]", "gradient of x[t]"))
+    for s in system.states:
+        b.pointer(f"grad_{s.name}_init", const=False)
+        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}[lane]", f"gradient of {s.name}[-1]"))
+    for p in system.learnable:
+        b.pointer(f"grad_{p.name}", const=False, compute_type=True)
+        b.plan.finish.append(b.store(f"grad_{p.name}", "n0", f"ac_acc_{p.name}[lane]",
+                                     f"per-neuron sum of d loss / d {p.name}", compute_type=True))
+    b.scalar_params()
+    return b.plan
+
+
+def _previous_states(b: _Builder, derivation: Derivation) -> None:
+    """Registers holding each needed state of step t-1: loaded, recomputed from h[t-1], or the initial value."""
+    system = derivation.system
+    for i, (s, needed) in enumerate(zip(system.states, derivation.backward.needs_states)):
+        if not needed:
+            continue
+        b.register(s.name, f"ac_init_{s.name}")
+        b.pointer(f"{s.name}_init", const=True)
+        b.plan.setup.append(b.load(f"ac_init_{s.name}", f"{s.name}_init", "n0", f"initial {s.name}"))
+        if not b.multi:
+            b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False, comment=f"{s.name} before the step")
+        elif i == 0 and derivation.recompute_membrane:
+            b.register("ac_h_prev")
+            b.plan.loads.append(b.load("ac_h_prev", "h_seq", "row - N", "h[t-1]", otherwise=b.compute.literal(0)))
+            value = b.compute.op("select", b.printer(previous_membrane(system, _H_PREVIOUS)),
+                                 f"ac_init_{s.name}[lane]", "t > 0")
+            b.statement(f"{s.name}[lane]", value, declare=False, comment=f"{s.name}[t-1] recomputed from h[t-1]")
+        else:
+            b.pointer(f"{s.name}_seq", const=True)
+            b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "row - N", f"saved {s.name}[t-1]",
+                                       otherwise=f"ac_init_{s.name}[lane]"))
+
+
+def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
+                 surrogate_gradient: sp.Expr) -> NeuronKernel:
+    """The kernel `options.kernel` of a derivation; `surrogate_gradient` is an expression of SURROGATE_INPUT."""
+    if options.kernel in ("fptt", "step-forward"):
+        plan = _forward(derivation, options)
+    else:
+        plan = _backward(derivation, options, surrogate_gradient)
+    name = f"{spec_name}_{options.kernel.replace('-', '_')}_{options.dtype.name}"
+    return NeuronKernel(name, plan, options)

@@ -1,0 +1,138 @@
+"""Derivation: one time step of a neuron as equations, its adjoint for backpropagation through time,
+and the choice of what the forward pass must save for the backward pass.
+
+Notation (per neuron, step t): inputs x = x[t] and the states S = (v, w, ...) of step t-1;
+    h  = charge(x, S)                   thr = threshold(S)
+    s  = Θ(h - thr)                     the spike (surrogate gradient σ'(h - thr) in backward)
+    v' = reset(h, s_r, thr)             s_r is the spike as the reset sees it (detached if detach_reset)
+    w' = update_w(x, h, s, S)           further states, after firing
+Backward receives λ = dL/dS' (the gradient reaching the new states) and g_s = dL/ds, and returns
+dL/dx, dL/dS (the next λ, one step earlier) and dL/dp for learnable parameters p:
+    g_sp = g_s + Σ λ_k ∂F_k/∂s + [not detach] Σ λ_k ∂F_k/∂s_r
+    g_h  = Σ λ_k ∂F_k/∂h + g_sp σ'
+    dL/du = g_h ∂h/∂u - g_sp σ' ∂thr/∂u + Σ λ_k ∂F_k/∂u          for u in x, S, p
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import sympy as sp
+
+Reset = Literal["hard", "soft", "none"]
+RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
+
+
+@dataclass(frozen=True)
+class StepSystem:
+    """One step's equations in sympy, with the reset rule chosen (the input of the derivation)."""
+
+    x: sp.Symbol
+    states: tuple[sp.Symbol, ...]          # values of step t-1; states[0] is the membrane
+    params: tuple[sp.Symbol, ...]          # every parameter symbol that may appear
+    learnable: tuple[sp.Symbol, ...]       # parameters that get gradients
+    charge: sp.Expr                        # h
+    threshold: sp.Expr
+    updates: tuple[sp.Expr, ...]           # new values of states[1:], in terms of h, s, x, states, params
+    reset: Reset
+    v_reset: sp.Expr | None                # the hard-reset value (a parameter symbol or a number) or None
+
+
+# Symbols the derivation introduces. Their names start with the generated prefix, so no spec name equals one.
+H = sp.Symbol("ac_h", real=True)
+SPIKE = sp.Symbol("ac_s", real=True)
+SPIKE_RESET = sp.Symbol("ac_s_reset", real=True)
+THRESHOLD = sp.Symbol("ac_thr", real=True)
+SURROGATE_GRAD = sp.Symbol("ac_sg", real=True)
+GRAD_SPIKE = sp.Symbol("ac_grad_s", real=True)
+
+
+def adjoint_symbol(state: sp.Symbol) -> sp.Symbol:
+    """λ for a state: the gradient of the loss w.r.t. that state after the current step."""
+    return sp.Symbol(f"ac_grad_{state.name}", real=True)
+
+
+@dataclass(frozen=True)
+class ForwardStep:
+    threshold: sp.Expr
+    charge: sp.Expr
+    new_states: tuple[sp.Expr, ...]     # in terms of H, SPIKE (SPIKE_RESET replaced by SPIKE), x, states, params
+
+
+@dataclass(frozen=True)
+class BackwardStep:
+    """Gradients through one step. Expressions use H, SPIKE, SURROGATE_GRAD, THRESHOLD, GRAD_SPIKE, λs."""
+
+    grad_x: sp.Expr
+    grad_states: tuple[sp.Expr, ...]    # the λ of the previous step, per state
+    grad_params: tuple[sp.Expr, ...]    # per learnable parameter
+    needs_x: bool                       # the backward reads x[t]
+    needs_states: tuple[bool, ...]      # the backward reads the previous value of each state
+
+
+@dataclass(frozen=True)
+class Derivation:
+    system: StepSystem
+    detach_reset: bool
+    forward: ForwardStep
+    backward: BackwardStep
+    saved_states: tuple[bool, ...]      # forward saves this state's sequence for backward
+    recompute_membrane: bool            # backward recomputes v[t-1] from h[t-1] (nothing saved for it)
+
+
+def membrane_update(system: StepSystem) -> sp.Expr:
+    """v' from h and the reset spike: the reset rule of design.md §4."""
+    if system.reset == "hard":
+        return H * (1 - SPIKE_RESET) + system.v_reset * SPIKE_RESET
+    if system.reset == "soft":
+        return H - SPIKE_RESET * THRESHOLD
+    return H
+
+
+def forward_step(system: StepSystem) -> ForwardStep:
+    membrane = membrane_update(system).subs(SPIKE_RESET, SPIKE)
+    return ForwardStep(system.threshold, system.charge, (membrane, *system.updates))
+
+
+def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
+    new_states = [membrane_update(system), *system.updates]
+    adjoints = [adjoint_symbol(s) for s in system.states]
+    weighted = sum((lam * f for lam, f in zip(adjoints, new_states)), sp.Integer(0))
+    grad_spike_total = GRAD_SPIKE + sp.diff(weighted, SPIKE)
+    if not detach_reset:
+        grad_spike_total += sp.diff(weighted, SPIKE_RESET)
+    grad_h = sp.diff(weighted, H) + grad_spike_total * SURROGATE_GRAD
+    grad_threshold = sp.diff(weighted, THRESHOLD) - grad_spike_total * SURROGATE_GRAD
+
+    def total(u: sp.Symbol) -> sp.Expr:
+        grad = grad_h * sp.diff(system.charge, u) + grad_threshold * sp.diff(system.threshold, u)
+        # In value, the reset's spike is the spike; only its derivative differed (detach_reset).
+        return (grad + sp.diff(weighted, u)).subs(SPIKE_RESET, SPIKE)
+
+    grads = (total(system.x), tuple(total(s) for s in system.states), tuple(total(p) for p in system.learnable))
+    used = set().union(*(e.free_symbols for e in (grads[0], *grads[1], *grads[2])))
+    if used & {SPIKE, SURROGATE_GRAD, THRESHOLD}:
+        used |= system.threshold.free_symbols
+    return BackwardStep(grads[0], grads[1], grads[2], system.x in used,
+                        tuple(s in used for s in system.states))
+
+
+def derive(system: StepSystem, detach_reset: bool = False) -> Derivation:
+    """The forward step, its adjoint, and what forward saves for backward.
+
+    Backward always reads h[t] (spike and surrogate gradient are recomputed from it). A previous state
+    it reads is either recomputed or saved: the membrane v[t-1] = reset(h[t-1]) is recomputed when the
+    threshold is a function of parameters only (then s[t-1] follows from h[t-1] alone); any other state,
+    and the membrane under a state-dependent threshold, is saved as a sequence.
+    """
+    backward = backward_step(system, detach_reset)
+    membrane_recomputable = not (system.threshold.free_symbols & set(system.states))
+    recompute = backward.needs_states[0] and membrane_recomputable
+    saved = tuple(needed and not (i == 0 and recompute) for i, needed in enumerate(backward.needs_states))
+    return Derivation(system, detach_reset, forward_step(system), backward, saved, recompute)
+
+
+def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:
+    """v[t-1] from h[t-1] when the threshold depends on parameters only (used by the backward kernel)."""
+    spike = sp.Heaviside(h_previous - system.threshold, 1)
+    return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})

@@ -1,0 +1,67 @@
+"""From a parsed spec to the step equations the derivation works on: reset chosen, constants folded."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from ..errors import SpecError
+from .derive import RESETS, SPIKE, H, Reset, StepSystem
+from .model import NeuronSpec
+
+
+def runtime_params(spec: NeuronSpec, reset: Reset) -> tuple[str, ...]:
+    """Parameters passed at run time (scalars and tensors); v_reset only matters under a hard reset."""
+    return tuple(p.name for p in spec.params
+                 if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
+
+
+def initial_value(spec: NeuronSpec, state: str, reset: Reset, values: Mapping[str, float]) -> float | str:
+    """A state's initial value: a number, or the name of the parameter holding it (v_reset is 0 unless hard)."""
+    init = next(s.init for s in spec.states if s.name == state)
+    if init == "v_reset" and reset != "hard":
+        return 0.0
+    if isinstance(init, str) and init in values:
+        return values[init]
+    return init
+
+
+def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping[str, float] | None = None
+                ) -> StepSystem:
+    """The spec's step with a reset rule (default: the spec's) and its constant parameters as numbers.
+
+    Under a soft reset or none, v_reset is taken as 0 wherever it appears (design.md §4).
+    """
+    reset = reset or spec.reset
+    if reset not in RESETS:
+        raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.source, field="reset",
+                        symbol=str(reset))
+    parsed = spec.parsed()
+    params = {p.name: p for p in spec.params}
+    if reset == "hard" and "v_reset" not in params:
+        raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.source, field="reset")
+    folded = {name: float(p.default) for name, p in params.items() if p.kind == "constant"}
+    folded |= {k: float(v) for k, v in (constants or {}).items() if k in params}
+    if reset != "hard" and "v_reset" in params:
+        folded["v_reset"] = 0.0
+    replace = {parsed.param_symbols[n]: sp.Float(v) for n, v in folded.items()}
+    replace |= {parsed.h: H, parsed.s: SPIKE}
+
+    def prepare(expr: sp.Expr) -> sp.Expr:
+        return parsed.expand(expr).xreplace(replace)
+
+    kept = runtime_params(spec, reset)
+    symbols = tuple(parsed.param_symbols[n] for n in kept if n not in folded)
+    states = tuple(parsed.state_symbols.values())
+    return StepSystem(
+        x=parsed.x,
+        states=states,
+        params=symbols,
+        learnable=tuple(parsed.param_symbols[p.name] for p in spec.params if p.learnable and p.name not in folded),
+        charge=prepare(parsed.charge),
+        threshold=prepare(parsed.threshold),
+        updates=tuple(prepare(parsed.updates[s.name]) for s in states[1:]),
+        reset=reset,
+        v_reset=parsed.param_symbols.get("v_reset") if reset == "hard" and "v_reset" not in folded else (
+            sp.Float(folded["v_reset"]) if reset == "hard" else None),
+    )
