@@ -16,8 +16,7 @@ import sympy as sp
 
 from ..ckernel import CKernel, CParam
 from ..dtypes import DType, get_dtype, headers_for
-from ..spec.derive import (GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, H, Derivation, adjoint_symbol,
-                           previous_membrane)
+from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol, previous_membrane
 from .printer import CudaPrinter
 
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
@@ -253,7 +252,8 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     b.plan.stores.append(b.store("grad_x_seq", "row", "ac_out_grad_x[lane]", "gradient of x[t]"))
     for s in system.states:
         b.pointer(f"grad_{s.name}_init", const=False)
-        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}[lane]", f"gradient of {s.name}[-1]"))
+        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}[lane]",
+                                     f"gradient of {s.name}[-1]"))
     for p in system.learnable:
         b.pointer(f"grad_{p.name}", const=False, compute_type=True)
         b.plan.finish.append(b.store(f"grad_{p.name}", "n0", f"ac_acc_{p.name}[lane]",
@@ -272,7 +272,8 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
         b.pointer(f"{s.name}_init", const=True)
         b.plan.setup.append(b.load(f"ac_init_{s.name}", f"{s.name}_init", "n0", f"initial {s.name}"))
         if not b.multi:
-            b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False, comment=f"{s.name} before the step")
+            b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False,
+                        comment=f"{s.name} before the step")
         elif i == 0 and derivation.recompute_membrane:
             b.register("ac_h_prev")
             b.plan.loads.append(b.load("ac_h_prev", "h_seq", "row - N", "h[t-1]", otherwise=b.compute.literal(0)))
