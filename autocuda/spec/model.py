@@ -1,0 +1,425 @@
+"""The neuron spec: a frozen, hashable description of one spiking neuron, from Python or from a TOML file.
+
+TOML format (one file per neuron; unknown keys anywhere are errors, so typos do not pass silently)::
+
+    name = "izhikevich"                   # optional, defaults to the file stem
+    doc = "Izhikevich neuron (quadratic membrane with a recovery current)"
+    charge = "v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau"     # h = f(x, states, params, derived)
+    threshold = "v_threshold"             # optional (this default); states, params, derived
+    reset = "hard"                        # hard (needs param v_reset) | soft | none; optional, default hard
+
+    [params]                              # in declaration order
+    tau = 2.0                             # a plain number: runtime scalar with this default
+    a0 = { default = 1.0, kind = "constant" }           # baked into the kernel source as a literal
+    w_scale = { default = 0.0, kind = "tensor", learnable = true, doc = "..." }
+
+    [states]                              # the FIRST state is the membrane potential (conventionally v)
+    v = "v_reset"                         # initial value: a number or a parameter name
+    w = 0.0
+
+    [updates]                             # every non-membrane state, after firing; may use x, h, s
+    w = "w + (a * (h - v_rest) - w) / tau_w + b * s"
+
+    [derived]                             # named quantities of params and earlier derived ones, in order
+    decay = "sigmoid(w)"
+
+    [options]                             # compile-time booleans, used only as `A if opt else B`
+    decay_input = true
+
+    [surrogate]                           # optional, default Sigmoid(alpha=4)
+    name = "Sigmoid"
+    alpha = 4.0                           # or: gradient = "1 / (1 + abs(x))**2" plus its own parameters
+
+Param kinds: 'constant' (a literal in the source), 'scalar' (runtime float, by value), 'tensor' (runtime tensor
+broadcast over neurons). `learnable = true` means a tensor: with no kind given it becomes 'tensor'; a
+learnable 'constant' or 'scalar' is an error. Reserved expression names: x (input), h (charge result) and
+s (spike); h and s exist only in updates. Reset is applied by the derivation stage, not here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import numbers
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import sympy
+
+from ..errors import SpecError
+from ..resources import resource_dir
+from ..surrogate import Sigmoid, Surrogate, get_surrogate
+from .parse import check_identifier, parse_expression
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "load_spec", "list_specs", "spec_from_toml"]
+
+Kind = Literal["constant", "scalar", "tensor"]
+KINDS = ("constant", "scalar", "tensor")
+RESETS = ("hard", "soft", "none")
+RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
+_SPEC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")  # may be a C keyword ('if'): kernels prefix it
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise SpecError(f"expected a finite number, got {value!r}", field=field)
+    return float(value)
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+        raise SpecError(f"expected {what}, got {type(value).__name__} {value!r}", field=field)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A parameter: a compile-time constant, a runtime scalar, or a (possibly learnable) tensor."""
+
+    name: str
+    default: float
+    kind: Kind | None = None  # None: 'tensor' when learnable, else 'scalar'
+    learnable: bool = False
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        field = f"params.{self.name}"
+        object.__setattr__(self, "default", _number(self.default, f"{field}.default"))
+        _expect(self.learnable, bool, f"{field}.learnable", "true or false")
+        _expect(self.doc, str, f"{field}.doc", "a string")
+        kind = self.kind if self.kind is not None else ("tensor" if self.learnable else "scalar")
+        if kind not in KINDS:
+            raise SpecError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", field=f"{field}.kind",
+                            symbol=str(kind))
+        if self.learnable and kind != "tensor":
+            raise SpecError(f"a learnable parameter must be a tensor, not {kind!r}", field=f"{field}.kind",
+                            symbol=kind)
+        object.__setattr__(self, "kind", kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """A state variable and its initial value: a number, or the name of a parameter."""
+
+    name: str
+    init: float | str = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.init, str):
+            object.__setattr__(self, "init", _number(self.init, f"states.{self.name}"))
+
+
+def _pairs(value: Any, field: str) -> tuple[tuple[str, Any], ...]:
+    """A mapping or a sequence of (name, value) pairs, as a tuple of pairs."""
+    if isinstance(value, Mapping):
+        return tuple(value.items())
+    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return tuple((p[0], p[1]) for p in value)
+    raise SpecError("expected a table of name = value entries", field=field)
+
+
+_PARAM_KEYS = tuple(f.name for f in dataclasses.fields(Param) if f.name != "name")
+
+
+def _make_param(name: str, value: Any) -> Param:
+    if isinstance(value, Param):
+        if value.name != name:
+            raise SpecError(f"Param named {value.name!r} listed as {name!r}", field=f"params.{name}", symbol=name)
+        return value
+    if not isinstance(value, Mapping):
+        return Param(name, value)
+    for key in value:
+        if key not in _PARAM_KEYS:
+            raise SpecError(f"unknown key {key!r} (allowed: {', '.join(_PARAM_KEYS)})",
+                            field=f"params.{name}.{key}", symbol=str(key))
+    if "default" not in value:
+        raise SpecError("missing 'default'", field=f"params.{name}.default")
+    return Param(name, **value)
+
+
+def _normalise_params(value: Any) -> tuple[Param, ...]:
+    if isinstance(value, (list, tuple)) and all(isinstance(p, Param) for p in value):
+        return tuple(value)
+    return tuple(_make_param(n, v) for n, v in _pairs(value, "params"))
+
+
+def _normalise_states(value: Any) -> tuple[State, ...]:
+    if isinstance(value, (list, tuple)) and all(isinstance(s, State) for s in value):
+        return tuple(value)
+    return tuple(State(n, v) for n, v in _pairs(value, "states"))
+
+
+def _text_pairs(value: Any, field: str) -> tuple[tuple[str, str], ...]:
+    return tuple((n, _expect(t, str, f"{field}.{n}", "an expression string")) for n, t in _pairs(value, field))
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuronSpec:
+    """A spiking neuron: params, states, charge, threshold, reset, updates, surrogate (see module doc)."""
+
+    name: str
+    doc: str = ""
+    params: tuple[Param, ...] = ()
+    states: tuple[State, ...] = ()
+    charge: str = ""
+    threshold: str = "v_threshold"
+    reset: Literal["hard", "soft", "none"] = "hard"
+    updates: tuple[tuple[str, str], ...] = ()
+    derived: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, bool], ...] = ()
+    surrogate: Surrogate = Sigmoid()
+    source: str = dataclasses.field(default="<python>", compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            self._normalise()
+            self._validate()
+            object.__setattr__(self, "_parsed", _parse_spec(self))
+        except SpecError as err:
+            raise (err.with_source(self.source) if err.source == "<python>" else err) from None
+
+    def _normalise(self) -> None:
+        set_ = functools.partial(object.__setattr__, self)
+        set_("params", _normalise_params(self.params))
+        set_("states", _normalise_states(self.states))
+        set_("updates", _text_pairs(self.updates, "updates"))
+        set_("derived", _text_pairs(self.derived, "derived"))
+        set_("options", tuple((n, _expect(v, bool, f"options.{n}", "true or false"))
+                              for n, v in _pairs(self.options, "options")))
+        set_("surrogate", get_surrogate(self.surrogate))
+
+    def _validate(self) -> None:
+        _expect(self.name, str, "name", "a string")
+        if not _SPEC_NAME.fullmatch(self.name):
+            raise SpecError("a spec name is a letter then letters, digits or '_' (32 at most)", field="name",
+                            symbol=self.name)
+        _expect(self.doc, str, "doc", "a string")
+        _expect(self.source, str, "source", "a string")
+        if self.reset not in RESETS:
+            raise SpecError(f"reset must be one of {', '.join(RESETS)}", field="reset", symbol=str(self.reset))
+        self._check_names()
+        self._check_structure()
+
+    def _check_names(self) -> None:
+        seen: dict[str, str] = {}
+        groups = {"params": [p.name for p in self.params], "states": [s.name for s in self.states],
+                  "derived": [n for n, _ in self.derived], "options": [n for n, _ in self.options]}
+        for group, names in groups.items():
+            for name in names:
+                field = f"{group}.{name}"
+                if name in RESERVED:
+                    raise SpecError(f"'{name}' is reserved for {RESERVED[name]}", field=field, symbol=name)
+                check_identifier(name, field=field)
+                if name in seen:
+                    raise SpecError(f"'{name}' is declared twice (also in {seen[name]})", field=field, symbol=name)
+                seen[name] = group
+
+    def _check_structure(self) -> None:
+        if not self.states:
+            raise SpecError("at least one state (the membrane potential) is required", field="states")
+        params = {p.name for p in self.params}
+        if self.reset == "hard" and "v_reset" not in params:
+            raise SpecError("hard reset needs a parameter 'v_reset'", field="reset", symbol="v_reset")
+        for state in self.states:
+            if isinstance(state.init, str) and state.init not in params:
+                raise SpecError(f"initial value {state.init!r} is not a parameter", field=f"states.{state.name}",
+                                symbol=state.init)
+        membrane, others = self.states[0].name, [s.name for s in self.states[1:]]
+        for name, _ in self.updates:
+            if name == membrane:
+                raise SpecError(f"the membrane '{name}' is set by charge and reset, not by an update",
+                                field=f"updates.{name}", symbol=name)
+            if name not in others:
+                raise SpecError(f"'{name}' is not a state", field=f"updates.{name}", symbol=name)
+        missing = [n for n in others if n not in dict(self.updates)]
+        if missing:
+            raise SpecError(f"state '{missing[0]}' needs an update", field=f"updates.{missing[0]}", symbol=missing[0])
+        if len(dict(self.updates)) != len(self.updates):
+            raise SpecError("a state is updated twice", field="updates")
+
+    def parsed(self) -> ParsedSpec:
+        """The spec's expressions as sympy (built once, at construction or after unpickling)."""
+        if "_parsed" not in self.__dict__:
+            object.__setattr__(self, "_parsed", _parse_spec(self))
+        return self.__dict__["_parsed"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_parsed"}  # cheap to rebuild, big to ship
+
+    @property
+    def membrane(self) -> str:
+        return self.states[0].name
+
+    def with_options(self, **options: bool) -> NeuronSpec:
+        """The same neuron with some compile-time options changed."""
+        unknown = set(options) - {n for n, _ in self.options}
+        if unknown:
+            raise SpecError(f"unknown option {sorted(unknown)[0]!r}", source=self.source, field="options")
+        merged = tuple((n, options.get(n, v)) for n, v in self.options)
+        return dataclasses.replace(self, options=merged)
+
+    def with_defaults(self, **defaults: float) -> NeuronSpec:
+        """The same neuron with some parameter defaults changed."""
+        unknown = set(defaults) - {p.name for p in self.params}
+        if unknown:
+            raise SpecError(f"unknown parameter {sorted(unknown)[0]!r}", source=self.source, field="params")
+        params = tuple(dataclasses.replace(p, default=defaults.get(p.name, p.default)) for p in self.params)
+        return dataclasses.replace(self, params=params)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParsedSpec:
+    """Sympy form of a spec. Expressions keep derived quantities as symbols; `expand` substitutes them."""
+
+    x: sympy.Symbol
+    h: sympy.Symbol
+    s: sympy.Symbol
+    param_symbols: Mapping[str, sympy.Symbol]
+    state_symbols: Mapping[str, sympy.Symbol]
+    derived_symbols: Mapping[str, sympy.Symbol]
+    derived: Mapping[str, sympy.Expr]  # as written: params and earlier derived symbols
+    derived_values: Mapping[str, sympy.Expr]  # fully substituted: params only
+    charge: sympy.Expr
+    threshold: sympy.Expr
+    updates: Mapping[str, sympy.Expr]
+
+    @property
+    def membrane(self) -> sympy.Symbol:
+        return next(iter(self.state_symbols.values()))
+
+    def __reduce__(self):
+        # MappingProxyType does not pickle: ship plain dicts, wrap them again on the way in.
+        values = (getattr(self, f.name) for f in dataclasses.fields(self))
+        return (_parsed_spec, tuple(dict(v) if isinstance(v, MappingProxyType) else v for v in values))
+
+    def expand(self, expr: sympy.Expr) -> sympy.Expr:
+        """`expr` with every derived symbol replaced by its value in terms of params."""
+        return expr.xreplace({self.derived_symbols[n]: v for n, v in self.derived_values.items()})
+
+    @property
+    def charge_expanded(self) -> sympy.Expr:
+        return self.expand(self.charge)
+
+    @property
+    def threshold_expanded(self) -> sympy.Expr:
+        return self.expand(self.threshold)
+
+    @property
+    def updates_expanded(self) -> Mapping[str, sympy.Expr]:
+        return MappingProxyType({n: self.expand(e) for n, e in self.updates.items()})
+
+
+def _parsed_spec(*values: Any) -> ParsedSpec:
+    return ParsedSpec(*(MappingProxyType(v) if isinstance(v, dict) else v for v in values))
+
+
+def _symbols(names: Any) -> dict[str, sympy.Symbol]:
+    return {n: sympy.Symbol(n, real=True) for n in names}
+
+
+def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
+    x, h, s = (sympy.Symbol(n, real=True) for n in ("x", "h", "s"))
+    params = _symbols(p.name for p in spec.params)
+    states = _symbols(st.name for st in spec.states)
+    options = dict(spec.options)
+
+    def parse(text: str, symbols: Mapping[str, sympy.Symbol], field: str) -> sympy.Expr:
+        try:
+            return parse_expression(text, symbols, source=spec.source, field=field, options=options)
+        except SpecError as err:
+            if err.symbol in ("h", "s") and field in ("charge", "threshold"):
+                raise SpecError(f"{err.message}; 'h' and 's' exist only in updates", source=err.source,
+                                field=err.field, symbol=err.symbol) from None
+            raise
+
+    derived_symbols: dict[str, sympy.Symbol] = {}
+    derived: dict[str, sympy.Expr] = {}
+    values: dict[str, sympy.Expr] = {}
+    for name, text in spec.derived:
+        derived[name] = parse(text, {**params, **derived_symbols}, f"derived.{name}")
+        values[name] = derived[name].xreplace({derived_symbols[n]: v for n, v in values.items()})
+        derived_symbols[name] = sympy.Symbol(name, real=True)
+    known = {**states, **params, **derived_symbols}
+    charge = parse(spec.charge, {"x": x, **known}, "charge")
+    threshold = parse(spec.threshold, known, "threshold")
+    updates = {n: parse(t, {"x": x, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    ro = MappingProxyType
+    return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
+                      threshold, ro(updates))
+
+
+# ---- TOML ----
+
+_TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
+              "surrogate")
+
+
+def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
+    """Parse TOML text into a NeuronSpec; every error is a SpecError naming `source` and the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"invalid TOML: {err}", source=source) from None
+    for key in data:
+        if key not in _TOML_KEYS:
+            close = difflib.get_close_matches(key, _TOML_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(_TOML_KEYS)})"
+            raise SpecError(f"unknown key '{key}'{hint}", source=source, field=key, symbol=key)
+    if "name" not in data and default_name is None:
+        raise SpecError("missing 'name'", source=source, field="name")
+    if "charge" not in data:
+        raise SpecError("missing 'charge'", source=source, field="charge")
+    fields = {"name": default_name, **data, "source": source}
+    return NeuronSpec(**fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: Path, source: str, stamp: tuple[int, int]) -> NeuronSpec:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"not UTF-8 text: {err}", source=source) from None
+    return spec_from_toml(text, source=source, default_name=path.stem)
+
+
+def _load_path(path: Path, source: str) -> NeuronSpec:
+    stat = path.stat()  # FileNotFoundError for a missing file, as open() would
+    return _load_file(path.resolve(), source, (stat.st_mtime_ns, stat.st_size))
+
+
+def _shipped() -> dict[str, Path]:
+    return {_key(p.stem): p for p in sorted(resource_dir("neuron_specs").glob("*.toml"))}
+
+
+def _key(name: str) -> str:
+    # 'ParametricLIF', 'parametric_lif' and 'parametric-lif' all find parametric_lif.toml
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
+    """Load a TOML spec file, or a shipped spec by (case-insensitive) name, e.g. 'lif' or 'Izhikevich'."""
+    text = os.fspath(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or "/" in text or os.sep in text:
+        return _load_path(Path(text), text)
+    shipped = _shipped()
+    path = shipped.get(_key(text))
+    if path is None:
+        known = ", ".join(p.stem for p in shipped.values())
+        raise SpecError(f"no shipped spec named {text!r} (shipped: {known})", source=text, field="name", symbol=text)
+    return _load_path(path, path.name)
+
+
+def list_specs() -> list[tuple[str, str]]:
+    """(name, doc) of every shipped spec, sorted by name."""
+    return sorted((spec.name, spec.doc) for spec in (_load_path(p, p.name) for p in _shipped().values()))

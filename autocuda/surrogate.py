@@ -1,0 +1,376 @@
+"""Surrogate gradients: the forward is always the Heaviside step Θ(z) = 1 if z >= 0 else 0; a surrogate
+object says which derivative backward uses instead of Θ's (zero almost everywhere).
+
+Names, parameters and formulas follow SpikingJelly's `surrogate` module (see design.md §4), except where its
+reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its
+primitive, not 1/w. `primitive()` is the smooth function the gradient is the derivative of, where SpikingJelly
+documents one (None for SuperSpike and FakeNumericalGradient). Objects are immutable and hashable; `key()` is
+a stable tuple for cache keys.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import sympy
+import torch
+
+from .errors import SpecError
+from .spec.parse import check_identifier, parse_expression
+from .spec.torch_eval import evaluate
+
+__all__ = [
+    "Surrogate", "Sigmoid", "ATan", "PiecewiseQuadratic", "PiecewiseExp", "SoftSign", "SuperSpike",
+    "NonzeroSignLogAbs", "Erf", "PiecewiseLeakyReLU", "S2NN", "QPseudoSpike", "LeakyKReLU",
+    "FakeNumericalGradient", "LogTailedReLU", "Custom", "SURROGATES", "surrogate_from_spec", "get_surrogate",
+]
+
+X = sympy.Symbol("x", real=True)  # the variable of Custom gradient expressions and of cached gradients
+
+# Parameter domains: rule name -> (test, what the message says). Parameters not listed take any finite value.
+_DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1")}
+
+
+def _number(value: float) -> sympy.Expr:
+    # Whole numbers stay exact so gradients read `4*x`, not `4.0*x`, and simplify cleanly.
+    return sympy.Integer(int(value)) if float(value).is_integer() else sympy.Float(value)
+
+
+def _sg(z: sympy.Expr) -> sympy.Expr:
+    return 1 / (1 + sympy.exp(-z))
+
+
+def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise SpecError(f"{cls_name} parameter '{name}' must be a finite number, got {value!r}",
+                        field=f"surrogate.{name}", symbol=name)
+    if domain is not None and not _DOMAINS[domain][0](float(value)):
+        raise SpecError(f"{cls_name} parameter '{name}' {_DOMAINS[domain][1]}, got {value!r}",
+                        field=f"surrogate.{name}", symbol=name)
+    return float(value)
+
+
+class Surrogate:
+    """Base class: subclasses list DEFAULTS (name, value) and DOMAIN, and define _gradient/_primitive."""
+
+    DEFAULTS: ClassVar[tuple[tuple[str, float], ...]] = ()
+    DOMAIN: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, *args: float, **kwargs: float):
+        names = [n for n, _ in self.DEFAULTS]
+        if len(args) > len(names):
+            raise TypeError(f"{self.name} takes at most {len(names)} positional parameters")
+        given = dict(zip(names, args, strict=False))  # fewer positionals than parameters is fine
+        for key, value in kwargs.items():
+            if key not in names:
+                raise SpecError(f"{self.name} has no parameter '{key}' (parameters: {', '.join(names)})",
+                                field=f"surrogate.{key}", symbol=key)
+            if key in given:
+                raise TypeError(f"{self.name} got parameter '{key}' twice")
+            given[key] = value
+        values = tuple((n, _check_value(self.name, n, given.get(n, d), self.DOMAIN.get(n)))
+                       for n, d in self.DEFAULTS)
+        object.__setattr__(self, "_values", values)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def params(self) -> dict[str, float]:
+        return dict(self._values)
+
+    def __getattr__(self, attr: str) -> float:
+        # SpikingJelly-style attribute access: Sigmoid().alpha. Private names must not recurse here.
+        if not attr.startswith("_"):
+            for name, value in self.__dict__.get("_values", ()):
+                if name == attr:
+                    return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError(f"{self.name} is immutable")
+
+    def key(self) -> tuple:
+        return (self.name, self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'{n}={v!r}' for n, v in self._values)})"
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self._init_kwargs()))
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return self.params
+
+    def _sympy_params(self) -> dict[str, sympy.Expr]:
+        return {n: _number(v) for n, v in self._values}
+
+    def gradient(self, z: sympy.Symbol) -> sympy.Expr:
+        """dΘ/dz as used in backward, with the parameters substituted as numbers."""
+        return self._gradient(z, **self._sympy_params())
+
+    def primitive(self, z: sympy.Symbol) -> sympy.Expr | None:
+        """The smooth surrogate function whose derivative is `gradient`, or None if none is documented."""
+        return self._primitive(z, **self._sympy_params())
+
+    def _gradient(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr:
+        raise NotImplementedError
+
+    def _primitive(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr | None:
+        return None
+
+    def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """The gradient evaluated with torch ops (same dtype and device as `x`)."""
+        cached = self.__dict__.get("_gradient_x")
+        if cached is None:
+            cached = self.gradient(X)
+            object.__setattr__(self, "_gradient_x", cached)
+        return evaluate(cached, {X: x})
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Θ(x) in forward, this surrogate's gradient in backward."""
+        return _SpikeFunction.apply(x, self)
+
+
+def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any]) -> Surrogate:
+    return cls(**kwargs)
+
+
+class _SpikeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.surrogate = surrogate
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (x,) = ctx.saved_tensors
+        return grad * ctx.surrogate.torch_gradient(x), None
+
+
+_ALPHA = {"alpha": "positive"}
+
+
+class Sigmoid(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 4.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha * _sg(alpha * x) * (1 - _sg(alpha * x))
+
+    def _primitive(self, x, alpha):
+        return _sg(alpha * x)
+
+
+class ATan(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return (alpha / 2) / (1 + (sympy.pi / 2 * alpha * x) ** 2)
+
+    def _primitive(self, x, alpha):
+        return sympy.atan(sympy.pi / 2 * alpha * x) / sympy.pi + sympy.Rational(1, 2)
+
+
+class PiecewiseQuadratic(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((0, sympy.Abs(x) > 1 / alpha), (alpha - alpha**2 * sympy.Abs(x), True))
+
+    def _primitive(self, x, alpha):
+        middle = -(alpha**2) / 2 * x * sympy.Abs(x) + alpha * x + sympy.Rational(1, 2)
+        return sympy.Piecewise((0, x < -1 / alpha), (1, x > 1 / alpha), (middle, True))
+
+
+class PiecewiseExp(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / 2 * sympy.exp(-alpha * sympy.Abs(x))
+
+    def _primitive(self, x, alpha):
+        return sympy.Piecewise((sympy.exp(alpha * x) / 2, x < 0), (1 - sympy.exp(-alpha * x) / 2, True))
+
+
+class SoftSign(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return 1 / (2 * alpha * (1 / alpha + sympy.Abs(x)) ** 2)
+
+    def _primitive(self, x, alpha):
+        return (x / (1 / alpha + sympy.Abs(x)) + 1) / 2
+
+
+class SuperSpike(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / (1 + sympy.Abs(x)) ** 2
+
+
+class NonzeroSignLogAbs(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return 1 / (1 / alpha + sympy.Abs(x))
+
+    def _primitive(self, x, alpha):  # sign(x)·log(|αx| + 1), with sign(0) taken as +1
+        return sympy.Piecewise((-sympy.log(1 - alpha * x), x < 0), (sympy.log(1 + alpha * x), True))
+
+
+class Erf(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / sympy.sqrt(sympy.pi) * sympy.exp(-(alpha**2) * x**2)
+
+    def _primitive(self, x, alpha):
+        return (1 + sympy.erf(alpha * x)) / 2
+
+
+class PiecewiseLeakyReLU(Surrogate):
+    DEFAULTS, DOMAIN = (("w", 1.0), ("c", 0.01)), {"w": "positive"}
+
+    def _gradient(self, x, w, c):
+        return sympy.Piecewise((1 / (2 * w), sympy.Abs(x) <= w), (c, True))
+
+    def _primitive(self, x, w, c):
+        return sympy.Piecewise((c * (x + w), x < -w), (c * (x - w) + 1, x > w),
+                               (x / (2 * w) + sympy.Rational(1, 2), True))
+
+
+class S2NN(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 4.0), ("beta", 1.0)), _ALPHA
+
+    def _gradient(self, x, alpha, beta):
+        sg = _sg(alpha * x)
+        return sympy.Piecewise((alpha * sg * (1 - sg), x < 0), (beta / (x + 1), True))
+
+    def _primitive(self, x, alpha, beta):
+        return sympy.Piecewise((_sg(alpha * x), x < 0), (beta * sympy.log(x + 1) + sympy.Rational(1, 2), True))
+
+
+class QPseudoSpike(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), {"alpha": "above_one"}
+
+    def _gradient(self, x, alpha):
+        return (1 + 2 * sympy.Abs(x) / (alpha - 1)) ** (-alpha)
+
+    def _primitive(self, x, alpha):
+        half = sympy.Rational(1, 2)
+        return sympy.Piecewise((half * (1 - 2 * x / (alpha - 1)) ** (1 - alpha), x < 0),
+                               (1 - half * (1 + 2 * x / (alpha - 1)) ** (1 - alpha), True))
+
+
+class LeakyKReLU(Surrogate):
+    DEFAULTS = (("leak", 0.0), ("k", 1.0))
+
+    def _gradient(self, x, leak, k):
+        return sympy.Piecewise((k, x >= 0), (leak, True))
+
+    def _primitive(self, x, leak, k):
+        return sympy.Piecewise((k * x, x >= 0), (leak * x, True))
+
+
+class FakeNumericalGradient(Surrogate):
+    """min((2Θ(x) - 1)/x, α) = min(1/|x|, α), written so that x = 0 gives α without dividing by zero."""
+
+    DEFAULTS, DOMAIN = (("alpha", 0.3),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, sympy.Abs(x) <= 1 / alpha), (1 / sympy.Abs(x), True))
+
+
+class LogTailedReLU(Surrogate):
+    DEFAULTS = (("alpha", 0.0),)
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, x <= 0), (1, x <= 1), (1 / x, True))
+
+    def _primitive(self, x, alpha):
+        return sympy.Piecewise((alpha * x, x <= 0), (x, x <= 1), (sympy.log(x) + 1, True))
+
+
+class Custom(Surrogate):
+    """A user gradient: an expression of `x` (parsed through the spec whitelist) and named parameters."""
+
+    def __init__(self, gradient: str, **params: float):
+        for name in params:
+            check_identifier(name, field=f"surrogate.{name}")
+            if name == "x":
+                raise SpecError("'x' is the surrogate's variable, not a parameter", field="surrogate.x",
+                                symbol="x")
+        values = tuple((n, _check_value("Custom", n, v, None)) for n, v in params.items())
+        symbols = {"x": X, **{n: sympy.Symbol(n, real=True) for n in params}}
+        expr = parse_expression(gradient, symbols, field="surrogate.gradient")
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_text", gradient)
+        object.__setattr__(self, "_expr", expr.xreplace({symbols[n]: _number(v) for n, v in values}))
+
+    @property
+    def gradient_text(self) -> str:
+        return self._text
+
+    def key(self) -> tuple:
+        return (self.name, sympy.srepr(self._expr), self._values)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {n}={v!r}" for n, v in self._values)
+        return f"Custom({self._text!r}{extra})"
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {"gradient": self._text, **self.params}
+
+    def gradient(self, z: sympy.Symbol) -> sympy.Expr:
+        return self._expr.xreplace({X: z})
+
+
+SURROGATES: Mapping[str, type[Surrogate]] = {cls.__name__: cls for cls in (
+    Sigmoid, ATan, PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike, NonzeroSignLogAbs, Erf,
+    PiecewiseLeakyReLU, S2NN, QPseudoSpike, LeakyKReLU, FakeNumericalGradient, LogTailedReLU, Custom)}
+_BY_LOWER = {name.lower(): cls for name, cls in SURROGATES.items()}
+
+
+def surrogate_from_spec(name: str, params: Mapping[str, Any] | None = None) -> Surrogate:
+    """Build a surrogate from its (case-insensitive) class name and parameters, e.g. a TOML table."""
+    cls = _BY_LOWER.get(name.lower()) if isinstance(name, str) else None
+    if cls is None:
+        raise SpecError(f"unknown surrogate {name!r} (known: {', '.join(SURROGATES)})", field="surrogate.name",
+                        symbol=str(name))
+    params = dict(params or {})
+    if cls is Custom and "gradient" not in params:
+        raise SpecError("a Custom surrogate needs a 'gradient' expression of x", field="surrogate.gradient")
+    return cls(**params)
+
+
+def get_surrogate(obj: Surrogate | str | Mapping[str, Any] | Any) -> Surrogate:
+    """A Surrogate from a Surrogate, a name, a {'name': ..., params} mapping or a SpikingJelly surrogate."""
+    if isinstance(obj, Surrogate):
+        return obj
+    if isinstance(obj, str):
+        return surrogate_from_spec(obj)
+    if isinstance(obj, Mapping):
+        params = dict(obj)
+        name = params.pop("name", "Custom" if "gradient" in params else None)
+        if name is None:
+            raise SpecError("a surrogate table needs a 'name' or a 'gradient'", field="surrogate.name")
+        return surrogate_from_spec(name, params)
+    cls = SURROGATES.get(type(obj).__name__)
+    if cls is None or cls is Custom:
+        raise SpecError(f"cannot use {type(obj).__name__} as a surrogate (known: {', '.join(SURROGATES)})",
+                        field="surrogate", symbol=type(obj).__name__)
+    if getattr(obj, "spiking", True) is False:
+        raise SpecError("non-spiking surrogate mode (spiking=False) is not supported; forward is always Θ",
+                        field="surrogate", symbol="spiking")
+    return cls(**{n: float(getattr(obj, n)) for n, _ in cls.DEFAULTS if hasattr(obj, n)})

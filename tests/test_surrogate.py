@@ -1,0 +1,286 @@
+"""Surrogates: gradients match design.md's formulas, primitives' derivatives match gradients, torch backward
+matches both; and the sympy -> torch evaluator they (and the reference) run on."""
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+import sympy
+import torch
+
+from autocuda import surrogate as sg
+from autocuda.errors import SpecError
+from autocuda.spec.torch_eval import evaluate
+
+Z = sympy.Symbol("z", real=True)
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+# design.md §4, written independently of the library with numpy.
+FORMULAS = {
+    "Sigmoid": lambda x, alpha: alpha * _sig(alpha * x) * (1 - _sig(alpha * x)),
+    "ATan": lambda x, alpha: (alpha / 2) / (1 + (np.pi / 2 * alpha * x) ** 2),
+    "PiecewiseQuadratic": lambda x, alpha: np.maximum(0, alpha - alpha**2 * np.abs(x)),
+    "PiecewiseExp": lambda x, alpha: alpha / 2 * np.exp(-alpha * np.abs(x)),
+    "SoftSign": lambda x, alpha: 1 / (2 * alpha * (1 / alpha + np.abs(x)) ** 2),
+    "SuperSpike": lambda x, alpha: alpha / (1 + np.abs(x)) ** 2,
+    "NonzeroSignLogAbs": lambda x, alpha: 1 / (1 / alpha + np.abs(x)),
+    "Erf": lambda x, alpha: alpha / np.sqrt(np.pi) * np.exp(-(alpha**2) * x**2),
+    "PiecewiseLeakyReLU": lambda x, w, c: np.where(np.abs(x) <= w, 1 / (2 * w), c),
+    "S2NN": lambda x, alpha, beta: np.where(x < 0, alpha * _sig(alpha * x) * (1 - _sig(alpha * x)),
+                                            beta / (np.maximum(x, 0) + 1)),
+    "QPseudoSpike": lambda x, alpha: (1 + 2 * np.abs(x) / (alpha - 1)) ** (-alpha),
+    "LeakyKReLU": lambda x, leak, k: np.where(x >= 0, k, leak),
+    "FakeNumericalGradient": lambda x, alpha: np.minimum(
+        np.divide(2 * (x >= 0) - 1.0, x, out=np.full_like(x, np.inf), where=x != 0), alpha),
+    "LogTailedReLU": lambda x, alpha: np.where(x <= 0, alpha, np.where(x <= 1, 1.0, 1 / np.maximum(x, 1))),
+}
+
+INSTANCES = [cls() for name, cls in sg.SURROGATES.items() if name != "Custom"] + [
+    sg.Sigmoid(alpha=2.5), sg.ATan(0.7), sg.PiecewiseQuadratic(alpha=2.0), sg.PiecewiseExp(alpha=3.0),
+    sg.SoftSign(alpha=0.5), sg.SuperSpike(alpha=2.0), sg.NonzeroSignLogAbs(alpha=3.0), sg.Erf(alpha=0.5),
+    sg.PiecewiseLeakyReLU(w=0.5, c=0.1), sg.S2NN(alpha=2.0, beta=0.5), sg.QPseudoSpike(alpha=3.5),
+    sg.LeakyKReLU(leak=0.1, k=2.0), sg.FakeNumericalGradient(alpha=0.5), sg.LogTailedReLU(alpha=0.1),
+]
+IDS = [repr(s) for s in INSTANCES]
+
+
+def breaks(s: sg.Surrogate) -> list[float]:
+    p = s.params
+    table = {"PiecewiseQuadratic": lambda: [1 / p["alpha"]], "PiecewiseLeakyReLU": lambda: [p["w"]],
+             "FakeNumericalGradient": lambda: [1 / p["alpha"]], "LogTailedReLU": lambda: [1.0]}
+    points = [0.0, *table.get(s.name, list)()]
+    return sorted({b * sign for b in points for sign in (1, -1)})
+
+
+def sample_points(s: sg.Surrogate) -> np.ndarray:
+    near = [b + d for b in breaks(s) for d in (-1e-3, 1e-3)]
+    return np.array(sorted({*np.linspace(-3.1, 3.1, 41).tolist(), *near, *breaks(s)}))
+
+
+def test_table_lists_every_design_surrogate():
+    assert set(FORMULAS) | {"Custom"} == set(sg.SURROGATES)
+
+
+@pytest.mark.parametrize("s", INSTANCES, ids=IDS)
+def test_gradient_matches_design_formula(s):
+    points = sample_points(s)
+    expected = FORMULAS[s.name](points, **s.params)
+    got = evaluate(s.gradient(Z), {Z: torch.tensor(points, dtype=torch.float64)}).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+    by_sympy = [float(s.gradient(Z).subs(Z, sympy.Float(p))) for p in points[::5]]
+    np.testing.assert_allclose(by_sympy, expected[::5], rtol=1e-10)
+
+
+@pytest.mark.parametrize("s", INSTANCES, ids=IDS)
+def test_primitive_derivative_is_gradient(s):
+    prim = s.primitive(Z)
+    if s.name in ("SuperSpike", "FakeNumericalGradient"):
+        assert prim is None  # SpikingJelly documents no primitive for these
+        return
+    assert prim is not None
+    derivative, gradient = sympy.diff(prim, Z), s.gradient(Z)
+    off_breaks = [p for p in sample_points(s) if min(abs(p - b) for b in breaks(s)) > 1e-6]
+    for point in off_breaks:
+        d = float(derivative.subs(Z, sympy.Float(point)))
+        g = float(gradient.subs(Z, sympy.Float(point)))
+        assert d == pytest.approx(g, rel=1e-9, abs=1e-12), point
+    for b in breaks(s):  # the primitive is continuous across every break
+        left, right = (float(prim.subs(Z, sympy.Float(b + d))) for d in (-1e-9, 1e-9))
+        assert left == pytest.approx(right, abs=1e-7), b
+
+
+@pytest.mark.parametrize("s", [sg.Sigmoid(), sg.ATan(), sg.Erf(), sg.SoftSign()], ids=repr)
+def test_smooth_primitives_symbolically(s):
+    assert sympy.simplify(sympy.diff(s.primitive(Z), Z) - s.gradient(Z)) == 0
+
+
+@pytest.mark.parametrize("s", INSTANCES, ids=IDS)
+def test_torch_forward_is_heaviside_and_backward_is_gradient(s):
+    points = sample_points(s)
+    x = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    y = s(x)
+    assert torch.equal(y, (x >= 0).to(torch.float64))
+    upstream = torch.linspace(0.5, 1.5, len(points), dtype=torch.float64)
+    y.backward(upstream)
+    np.testing.assert_allclose(x.grad.numpy(), upstream.numpy() * FORMULAS[s.name](points, **s.params),
+                               rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_torch_keeps_dtype(dtype):
+    for s in INSTANCES[:14]:
+        x = torch.linspace(-2, 2, 7, dtype=dtype).reshape(7, 1).expand(7, 3).clone().requires_grad_()
+        y = s(x)
+        y.sum().backward()
+        assert y.dtype == dtype and x.grad.dtype == dtype and x.grad.shape == x.shape
+
+
+def test_fake_numerical_gradient():
+    s = sg.FakeNumericalGradient(alpha=0.3)
+    x = torch.tensor([0.0, 1.0, 1 / 0.3, 4.0, -4.0, -10.0], dtype=torch.float64)
+    g = s.torch_gradient(x)
+    assert g.tolist() == pytest.approx([0.3, 0.3, 0.3, 0.25, 0.25, 0.1])
+
+
+def test_log_tailed_relu():
+    s = sg.LogTailedReLU(alpha=0.2)
+    g = s.torch_gradient(torch.tensor([-2.0, 0.0, 0.5, 1.0, 2.0, 4.0], dtype=torch.float64))
+    assert g.tolist() == pytest.approx([0.2, 0.2, 1.0, 1.0, 0.5, 0.25])
+    assert sg.LogTailedReLU().torch_gradient(torch.tensor([-1.0])).item() == 0.0
+
+
+def test_piecewise_leaky_relu_uses_half_over_w():
+    # Regression: the reference CUDA used 1/w; the primitive's slope in |x| <= w is 1/(2w).
+    s = sg.PiecewiseLeakyReLU(w=0.5, c=0.01)
+    assert float(s.gradient(Z).subs(Z, 0)) == 1.0
+    assert float(sympy.diff(s.primitive(Z), Z).subs(Z, 0.1)) == 1.0
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "param"), [
+    (sg.Sigmoid, {"alpha": 0.0}, "alpha"), (sg.ATan, {"alpha": -1.0}, "alpha"),
+    (sg.Sigmoid, {"alpha": float("nan")}, "alpha"), (sg.Sigmoid, {"alpha": float("inf")}, "alpha"),
+    (sg.Sigmoid, {"alpha": True}, "alpha"), (sg.Sigmoid, {"alpha": "4"}, "alpha"),
+    (sg.QPseudoSpike, {"alpha": 1.0}, "alpha"), (sg.PiecewiseLeakyReLU, {"w": 0.0}, "w"),
+    (sg.FakeNumericalGradient, {"alpha": 0.0}, "alpha"), (sg.Sigmoid, {"beta": 1.0}, "beta"),
+])
+def test_parameter_validation(cls, kwargs, param):
+    with pytest.raises(ValueError, match=param) as info:
+        cls(**kwargs)
+    assert isinstance(info.value, SpecError) and info.value.symbol == param
+
+
+def test_positional_parameters():
+    assert sg.PiecewiseLeakyReLU(0.5, 0.1).params == {"w": 0.5, "c": 0.1}
+    with pytest.raises(TypeError):
+        sg.Sigmoid(1.0, 2.0)
+
+
+def test_equality_hash_key_and_immutability():
+    a, b = sg.Sigmoid(), sg.Sigmoid(alpha=4)
+    assert a == b and hash(a) == hash(b) and a.key() == b.key() == ("Sigmoid", (("alpha", 4.0),))
+    assert a != sg.Sigmoid(alpha=3.0) and a != sg.ATan(alpha=4.0)
+    assert len({a, b, sg.ATan()}) == 2
+    assert a.alpha == 4.0 and a.name == "Sigmoid" and repr(a) == "Sigmoid(alpha=4.0)"
+    with pytest.raises(AttributeError):
+        a.alpha = 1.0
+    with pytest.raises(AttributeError):
+        _ = a.beta
+    a.params["alpha"] = 1.0  # a copy
+    assert a.alpha == 4.0
+
+
+def test_pickle_round_trip():
+    for s in [*INSTANCES, sg.Custom("alpha / (1 + abs(x))**2", alpha=2.0)]:
+        copy = pickle.loads(pickle.dumps(s))
+        assert copy == s and hash(copy) == hash(s)
+
+
+def test_from_spec_and_get_surrogate():
+    assert sg.surrogate_from_spec("atan", {"alpha": 3.0}) == sg.ATan(alpha=3.0)
+    assert sg.get_surrogate("Sigmoid") == sg.Sigmoid()
+    assert sg.get_surrogate({"name": "S2NN", "beta": 2.0}) == sg.S2NN(beta=2.0)
+    assert sg.get_surrogate({"gradient": "1 / (1 + abs(x))", "a": 1.0}).name == "Custom"
+    with pytest.raises(SpecError, match="unknown surrogate"):
+        sg.surrogate_from_spec("Nope", {})
+    with pytest.raises(SpecError, match="gradient"):
+        sg.surrogate_from_spec("Custom", {})
+    with pytest.raises(SpecError, match="needs a 'name'"):
+        sg.get_surrogate({"alpha": 1.0})
+
+
+def test_get_surrogate_duck_types_spikingjelly_objects():
+    fake = type("PiecewiseLeakyReLU", (), {"w": 0.5, "c": 0.2, "spiking": True})()
+    assert sg.get_surrogate(fake) == sg.PiecewiseLeakyReLU(w=0.5, c=0.2)
+    assert sg.get_surrogate(type("ATan", (), {"alpha": 3.0})()) == sg.ATan(alpha=3.0)
+    with pytest.raises(SpecError, match="non-spiking"):
+        sg.get_surrogate(type("Sigmoid", (), {"alpha": 4.0, "spiking": False})())
+    with pytest.raises(SpecError):
+        sg.get_surrogate(object())
+
+
+def test_custom_surrogate():
+    c = sg.Custom("alpha / (1 + abs(x))**2", alpha=2.0)
+    assert sympy.simplify(c.gradient(Z) - sg.SuperSpike(alpha=2.0).gradient(Z)) == 0
+    assert c.primitive(Z) is None and c.params == {"alpha": 2.0} and c.name == "Custom"
+    assert c == sg.Custom("alpha/(1+abs(x))**2", alpha=2.0) and c != sg.Custom("alpha / (1 + abs(x))**2", alpha=1.0)
+    x = torch.linspace(-2, 2, 9, dtype=torch.float64, requires_grad=True)
+    c(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), FORMULAS["SuperSpike"](x.detach().numpy(), 2.0))
+    assert "Custom('alpha / (1 + abs(x))**2', alpha=2.0)" == repr(c)
+
+
+@pytest.mark.parametrize(("text", "params"), [
+    ("y", {}), ("__import__('os')", {}), ("x.real", {}), ("1", {"x": 1.0}), ("1", {"int": 1.0}),
+    ("a", {"a": float("nan")}),
+])
+def test_custom_refuses_bad_input(text, params):
+    with pytest.raises(SpecError):
+        sg.Custom(text, **params)
+
+
+# ---- the sympy -> torch evaluator ----
+
+a, b = sympy.symbols("a b", real=True)
+
+
+def test_evaluate_broadcasts_and_keeps_dtype():
+    ta = torch.arange(3, dtype=torch.float16).reshape(3, 1)
+    tb = torch.ones(1, 4, dtype=torch.float16)
+    out = evaluate(a * b + 2 * a - sympy.Rational(1, 2), {a: ta, b: tb})
+    assert out.dtype == torch.float16 and out.shape == (3, 4)
+    assert torch.equal(out, ta * tb + 2 * ta - 0.5)
+
+
+def test_evaluate_scalars_and_mixed():
+    assert evaluate(a + 1, {a: 2.0}).item() == 3.0
+    assert evaluate(sympy.pi * a, {a: torch.tensor([1.0], dtype=torch.float64)}).item() == math.pi
+    assert evaluate(sympy.E, {}).item() == pytest.approx(math.e)
+    assert evaluate(sympy.exp(a), {a: 1000.0}).item() == math.inf
+
+
+@pytest.mark.parametrize(("expr", "fn"), [
+    (a**2, lambda x: x**2), (a**-1, lambda x: 1 / x), (a**-2, lambda x: x**-2.0),
+    (sympy.sqrt(a), np.sqrt), (a ** sympy.Rational(3, 2), lambda x: x**1.5), (a**0.25, lambda x: x**0.25),
+    (2**a, lambda x: 2.0**x), (a**a, lambda x: x**x), (sympy.exp(a), np.exp), (sympy.log(a), np.log),
+    (sympy.Abs(a - 2), lambda x: np.abs(x - 2)), (sympy.sin(a), np.sin), (sympy.cos(a), np.cos),
+    (sympy.tan(a), np.tan), (sympy.tanh(a), np.tanh), (sympy.atan(a), np.arctan),
+    (sympy.erf(a), lambda x: np.array([math.erf(v) for v in x])), (sympy.sign(a - 1), lambda x: np.sign(x - 1)),
+    (sympy.Min(a, 1, 2 * a), lambda x: np.minimum(np.minimum(x, 1), 2 * x)),
+    (sympy.Max(a, 1), lambda x: np.maximum(x, 1)),
+    (sympy.Heaviside(a - 1, 1), lambda x: (x >= 1).astype(float)),
+    (sympy.Heaviside(a - 1), lambda x: np.where(x == 1, 0.5, (x > 1).astype(float))),
+    (sympy.Piecewise((a, a < 1), (2 * a, a <= 2), (0, True)), lambda x: np.where(x < 1, x, np.where(x <= 2, 2 * x, 0))),
+    (sympy.Piecewise((1, sympy.And(a > 0.5, a < 2)), (0, True)), lambda x: ((x > 0.5) & (x < 2)).astype(float)),
+    (sympy.Piecewise((1, sympy.Or(a < 0.5, a >= 2)), (0, True)), lambda x: ((x < 0.5) | (x >= 2)).astype(float)),
+    (sympy.Piecewise((1, a > 5), (3, True)), lambda x: np.where(x > 5, 1.0, 3.0)),
+])
+def test_evaluate_functions(expr, fn):
+    points = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 3.0])
+    got = evaluate(expr, {a: torch.tensor(points, dtype=torch.float64)})
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), fn(points), rtol=1e-12)
+
+
+def test_evaluate_piecewise_of_scalars_keeps_dtype():
+    out = evaluate(sympy.Piecewise((1, a > 0), (2, True)), {a: torch.tensor([-1.0, 1.0], dtype=torch.float64)})
+    assert out.dtype == torch.float64 and out.tolist() == [2.0, 1.0]
+
+
+def test_evaluate_memoises_common_subexpressions():
+    big = sympy.exp(a + b)
+    assert evaluate(big * big + big, {a: torch.tensor(0.0), b: 0.0}).item() == 2.0
+
+
+def test_evaluate_refuses_unknown_nodes():
+    with pytest.raises(TypeError, match="DiracDelta"):
+        evaluate(sympy.DiracDelta(a), {a: torch.tensor(0.0)})
+    with pytest.raises(TypeError, match="no value"):
+        evaluate(a + b, {a: torch.tensor(0.0)})
+    with pytest.raises(TypeError):
+        evaluate(sympy.zoo * a, {a: torch.tensor(1.0)})
