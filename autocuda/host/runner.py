@@ -1,0 +1,140 @@
+"""Run emitted CUDA source on the CPU: shim + kernel + a generated wrapper, compiled by the system C++
+compiler into a shared library, loaded with ctypes, cached in memory and on disk.
+
+The wrapper runs every block and thread one after another, so only kernels whose threads are independent
+(every element-wise and per-neuron temporal kernel we emit) give the GPU's results.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import cache, toolchain
+
+if TYPE_CHECKING:
+    from ..ckernel import CParam
+
+SHIM = Path(__file__).with_name("shim.h").read_text()
+MAX_THREADS_PER_BLOCK = 1024  # the GPU's limit: a launch the GPU would refuse is refused here too
+
+# How compiled kernels were obtained in this process: "memory", "disk" (cache hit) or "compiled".
+stats: Counter[str] = Counter()
+
+# The translation unit: #line makes compiler messages cite lines of the kernel source as numbered in
+# CompileError. Wrapper names start with ac_host_ (user names may not start with ac_), so a parameter
+# called e.g. `args` cannot shadow them.
+_UNIT = """{shim}
+#line 1 "{name}.cu"
+{source}
+#line 1 "{name}__host_wrapper.cpp"
+extern "C" AC_HOST_EXPORT const unsigned {name}__host_arg_sizes[] = {{{sizes}0u}};
+
+extern "C" AC_HOST_EXPORT void {name}__host_launch(unsigned ac_host_gx, unsigned ac_host_gy, unsigned ac_host_gz,
+        unsigned ac_host_bx, unsigned ac_host_by, unsigned ac_host_bz, void** ac_host_args) {{
+{unpack}
+    gridDim = uint3{{ac_host_gx, ac_host_gy, ac_host_gz}};
+    blockDim = uint3{{ac_host_bx, ac_host_by, ac_host_bz}};
+    for (blockIdx.z = 0; blockIdx.z < ac_host_gz; ++blockIdx.z)
+    for (blockIdx.y = 0; blockIdx.y < ac_host_gy; ++blockIdx.y)
+    for (blockIdx.x = 0; blockIdx.x < ac_host_gx; ++blockIdx.x)
+    for (threadIdx.z = 0; threadIdx.z < ac_host_bz; ++threadIdx.z)
+    for (threadIdx.y = 0; threadIdx.y < ac_host_by; ++threadIdx.y)
+    for (threadIdx.x = 0; threadIdx.x < ac_host_bx; ++threadIdx.x)
+        {name}({names});
+}}
+"""
+
+
+def translation_unit(source: str, name: str, params: Sequence[CParam]) -> str:
+    """The C++ text compiled for one kernel; parameters are unpacked by their own declarations."""
+    unpack = "".join(f"    {p.declaration()} = ac_host_slot{{ac_host_args[{i}]}};\n" for i, p in enumerate(params))
+    sizes = "".join(f"sizeof({'void*' if p.pointer else p.ctype}), " for p in params)
+    return _UNIT.format(shim=SHIM, name=name, source=source, unpack=unpack.rstrip("\n"), sizes=sizes,
+                        names=", ".join(p.name for p in params))
+
+
+@dataclass(frozen=True)
+class HostKernel:
+    """A loaded host library: the launcher and the byte size of each argument it reads."""
+
+    library: ctypes.CDLL
+    function: Any
+    arg_sizes: tuple[int, ...]
+    path: Path
+
+
+_loaded: dict[tuple[str, str, tuple], HostKernel] = {}
+
+
+def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
+    """Kernel `name` of `source` compiled for the host (memory cache, then disk cache, then the compiler)."""
+    key = (source, name, tuple(params))
+    if key in _loaded:
+        stats["memory"] += 1
+        return _loaded[key]
+    unit = translation_unit(source, name, params)
+    digest = hashlib.sha256(f"{toolchain.identity()}\n{unit}".encode()).hexdigest()
+    path, cached = cache.load_or_build(digest, lambda out: _compile(unit, source, name, out))
+    stats["disk" if cached else "compiled"] += 1
+    library = ctypes.CDLL(str(path))
+    function = getattr(library, f"{name}__host_launch")
+    function.argtypes = [ctypes.c_uint] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
+    function.restype = None
+    sizes = (ctypes.c_uint * len(params)).in_dll(library, f"{name}__host_arg_sizes")
+    _loaded[key] = HostKernel(library, function, tuple(sizes), path)
+    return _loaded[key]
+
+
+def _compile(unit: str, source: str, name: str, output: Path) -> None:
+    from ..runtime.compile import CompileError
+
+    with tempfile.TemporaryDirectory(prefix="autocuda-host-") as folder:
+        path = Path(folder) / f"{name}.cpp"
+        path.write_text(unit)
+        command = toolchain.compile_command(path, output)
+        result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
+        raise CompileError(f"the host compiler rejected kernel {name} ({' '.join(command)}):\n"
+                           f"{result.stderr.strip()}\n--- {name}.cu ---\n{numbered}")
+
+
+def _dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
+    dims = tuple(int(d) for d in shape)
+    if not 1 <= len(dims) <= 3 or any(d < 1 or d >= 2**31 for d in dims):
+        raise ValueError(f"{what} must be 1 to 3 positive integers, got {tuple(shape)}")
+    return (dims + (1, 1))[:3]
+
+
+def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int], block: Sequence[int],
+           args: Sequence[np.generic], device: Any = None) -> None:
+    """Run kernel `name` of `source` on the CPU over `grid` x `block` threads, one after another.
+
+    `args` are packed like the GPU launch's (pointers as np.uint64 addresses of CPU memory, scalars as
+    NumPy scalars of the declared width); `device` (torch.device('cpu')) is accepted for the common
+    backend signature.
+    """
+    gx, gy, gz = _dims(grid, "grid")
+    bx, by, bz = _dims(block, "block")
+    if bx * by * bz > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"block {tuple(block)} has more than {MAX_THREADS_PER_BLOCK} threads")
+    if len(args) != len(params):
+        raise TypeError(f"kernel {name}: {len(args)} arguments for {len(params)} parameters")
+    kernel = load_kernel(source, name, params)
+    holders = [np.asarray(a) for a in args]  # owns each value's bytes until the call returns
+    for param, held, size in zip(params, holders, kernel.arg_sizes, strict=True):
+        if held.nbytes != size:
+            from ..ckernel import KernelArgumentError
+            raise KernelArgumentError(f"kernel {name}: argument {param.name} ({param.ctype}) packed in "
+                                      f"{held.nbytes} bytes, the kernel reads {size}")
+    pointers = (ctypes.c_void_p * max(1, len(holders)))(*(h.ctypes.data for h in holders))
+    kernel.function(gx, gy, gz, bx, by, bz, pointers)

@@ -1,0 +1,258 @@
+"""autocuda.host: the emitted CUDA source compiled for the CPU and checked against torch."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import autocuda.host as host
+from autocuda import cfunction
+from autocuda.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
+from autocuda.dtypes import get_dtype
+from autocuda.runtime.compile import CompileError
+
+REPO = Path(__file__).resolve().parents[1]
+# The seeds' hand-written cores: dtype -> (word type, heaviside expression, "x[t] + y[t - dt]" with a, b).
+SEEDS = {
+    torch.float32: ("float", "x[index] >= 0.0f ? 1.0f : 0.0f", "{a} + {b}"),
+    torch.float64: ("double", "x[index] >= 0.0 ? 1.0 : 0.0", "{a} + {b}"),
+    torch.float16: ("half2", "__hge2(x[index], __float2half2_rn(0.0f))", "__hadd2({a}, {b})"),
+    torch.bfloat16: ("__nv_bfloat162", "__hge2(x[index], __float2bfloat162_rn(0.0f))", "__hadd2({a}, {b})"),
+}
+DTYPES = list(SEEDS)
+DTYPE_IDS = [str(d).removeprefix("torch.") for d in DTYPES]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh disk cache for this module (kernels compiled once here are shared through the memory cache)."""
+    path = tmp_path_factory.mktemp("autocuda-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOCUDA_CACHE_DIR", str(path))
+        yield path
+
+
+def heaviside(dtype: torch.dtype) -> CKernel1D:
+    ctype, expression, _ = SEEDS[dtype]
+    kernel = CKernel1D(f"seed_heaviside_{get_dtype(dtype).name}")
+    kernel.add_param(f"const {ctype} *", "x")
+    kernel.add_param(f"{ctype} *", "y")
+    kernel.core = f"y[index] = {expression};"
+    return kernel
+
+
+def cumsum(dtype: torch.dtype, reverse: bool = False) -> CKernel2D:
+    ctype, _, add = SEEDS[dtype]
+    kernel = CKernel2D(f"seed_cumsum_{get_dtype(dtype).name}{'_rev' if reverse else ''}", reverse=reverse)
+    kernel.add_param(f"const {ctype} *", "x")
+    kernel.add_param(f"{ctype} *", "y")
+    first, previous = ("t + dt >= numel", "y[t + dt]") if reverse else ("t - dt < 0", "y[t - dt]")
+    kernel.core = f"if ({first}) {{ y[t] = x[t]; }} else {{ y[t] = {add.format(a='x[t]', b=previous)}; }}"
+    return kernel
+
+
+def scan(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """Cumulative sum over dim 0 step by step in x's dtype: the kernel's own order of rounding."""
+    steps = list(x.flip(0) if reverse else x)
+    out = [steps[0]]
+    for step in steps[1:]:
+        out.append(step + out[-1])
+    result = torch.stack(out)
+    return result.flip(0) if reverse else result
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_heaviside_matches_torch(dtype: torch.dtype) -> None:
+    x = torch.randn(1001).to(dtype)  # odd: packed kernels get a padded copy
+    x[:3] = torch.tensor([0.0, -0.0, float("inf")])
+    y = torch.full_like(x, 7.0)
+    heaviside(dtype).simple_call(backend="host", x=x, y=y)
+    assert torch.equal(y, (x >= 0).to(dtype))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cumsum_matches_torch(dtype: torch.dtype, reverse: bool) -> None:
+    x = torch.randn(9, 37).to(dtype)  # N odd: half2/bfloat162 kernels pad to whole words
+    y = torch.empty_like(x)
+    cumsum(dtype, reverse).simple_call(backend="host", x=x, y=y)
+    assert torch.equal(y, scan(x, reverse))
+    expected = (x.double().flip(0).cumsum(0).flip(0) if reverse else x.double().cumsum(0)).to(dtype)
+    torch.testing.assert_close(y, expected, atol=0.1, rtol=0.02)
+
+
+# Emitters from autocuda.cfunction inside a 1D core, with a scalar of the word type passed by value.
+def emitted(dtype: torch.dtype) -> CKernel1D:
+    d = get_dtype(dtype)
+    kernel = CKernel1D(f"emitted_{d.name}")
+    for name in ("x", "b"):
+        kernel.add_param(f"const {d.ctype} *", name)
+    kernel.add_param(f"const {d.ctype} &", "alpha")
+    for name in ("y_sigmoid", "y_exp", "y_select", "y_scaled"):
+        kernel.add_param(f"{d.ctype} *", name)
+    mask = cfunction.heaviside(None, "x[index]", dtype=d)
+    kernel.core = "\n".join([
+        cfunction.sigmoid("y_sigmoid[index]", "x[index]", 4.0, dtype=d),
+        cfunction.exp("y_exp[index]", "x[index]", dtype=d),
+        cfunction.if_else("y_select[index]", "x[index]", "b[index]", mask, dtype=d),
+        cfunction.mul("y_scaled[index]", "x[index]", "alpha", dtype=d),
+    ])
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cfunction_emitters_match_torch(dtype: torch.dtype) -> None:
+    x, b = (torch.linspace(-3, 3, 301) + 0.01).to(dtype), torch.randn(301).to(dtype)
+    out = {name: torch.empty_like(x) for name in ("y_sigmoid", "y_exp", "y_select", "y_scaled")}
+    emitted(dtype).simple_call(backend="host", x=x, b=b, alpha=0.75, **out)
+    tolerance = {torch.float16: 4e-3, torch.bfloat16: 3e-2}.get(dtype, 1e-6)
+    close = dict(atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(out["y_sigmoid"], torch.sigmoid(4.0 * x.double()).to(dtype), **close)
+    torch.testing.assert_close(out["y_exp"], torch.exp(x.double()).to(dtype), **close)
+    assert torch.equal(out["y_select"], torch.where(x >= 0, x, b))
+    assert torch.equal(out["y_scaled"], x * torch.tensor(0.75, dtype=dtype))
+
+
+def test_explicit_launch_and_memory_cache() -> None:
+    kernel, x = heaviside(torch.float32), torch.randn(300)
+    y = torch.empty_like(x)
+    before = host.stats["memory"]
+    kernel((3,), (128,), {"numel": x.numel(), "x": x, "y": y}, backend="host")
+    kernel(*launch_shape(x.numel()), {"numel": x.numel(), "x": x, "y": y}, backend="host")
+    assert torch.equal(y, (x >= 0).float())
+    assert host.stats["memory"] >= before + 1
+    with pytest.raises(ValueError, match="1024"):
+        kernel((1,), (2048,), {"numel": x.numel(), "x": x, "y": y}, backend="host")
+
+
+# Fast-math and packed math intrinsics (host definitions in shim.h), through launch() directly.
+INTRINSICS = """
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define PACKED(p, i) p[6 * i] = h2exp(p[6 * i]); p[6 * i + 1] = h2log(p[6 * i + 1]); \\
+    p[6 * i + 2] = h2sqrt(p[6 * i + 2]); p[6 * i + 3] = h2sin(p[6 * i + 3]); \\
+    p[6 * i + 4] = h2cos(p[6 * i + 4]); p[6 * i + 5] = h2rcp(p[6 * i + 5]);
+extern "C" __global__ void __launch_bounds__(256) host_intrinsics(const float* __restrict__ x, float* y, half2* h,
+                                                                  __nv_bfloat162* b) {
+    const unsigned i = threadIdx.x;
+    const float v = __ldg(x + i);
+    const float r[8] = {__expf(v), __logf(v), __powf(v, 1.5f), __fdividef(v, 3.0f), __frcp_rn(v),
+                        __saturatef(v - 1.0f), rsqrtf(v), __sinf(v)};
+    for (int k = 0; k < 8; ++k) y[8 * i + k] = r[k];
+    PACKED(h, i)
+    PACKED(b, i)
+}
+"""
+
+
+def test_intrinsics_have_host_meanings() -> None:
+    n = 16
+    x = torch.linspace(0.5, 2.0, n)
+    y = torch.empty(n, 8)
+    packed = {dtype: x[:, None, None].expand(n, 6, 2).to(dtype).contiguous() for dtype in DTYPES[2:]}
+    params = (CParam("x", "float", True, True), CParam("y", "float", True, False),
+              CParam("h", "half2", True, False), CParam("b", "__nv_bfloat162", True, False))
+    tensors = (x, y, *packed.values())
+    host.launch(INTRINSICS, "host_intrinsics", params, (1,), (n,), [np.uint64(t.data_ptr()) for t in tensors],
+                torch.device("cpu"))
+    expected = torch.stack([x.exp(), x.log(), x**1.5, x / 3, 1 / x, (x - 1).clamp(0, 1), x.rsqrt(), x.sin()], 1)
+    torch.testing.assert_close(y, expected)
+    functions = [torch.exp, torch.log, torch.sqrt, torch.sin, torch.cos, torch.reciprocal]
+    for dtype, got in packed.items():
+        want = torch.stack([f(x.to(dtype).float()).to(dtype) for f in functions], 1)[:, :, None].expand(n, 6, 2)
+        torch.testing.assert_close(got, want, atol=0, rtol=0)  # float math, rounded once: as torch rounds
+
+
+def test_three_dimensional_grid_and_block() -> None:
+    kernel = CKernel("host_grid_ids")
+    kernel.add_param("int *", "out")
+    kernel.core = """
+        const long long block = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+        const long long thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+        out[block * blockDim.x * blockDim.y * blockDim.z + thread] = (int)(1000 * block + thread);
+    """
+    out = torch.zeros(2 * 3 * 2, 4 * 1 * 3, dtype=torch.int32)
+    kernel((2, 3, 2), (4, 1, 3), {"out": out}, backend="host")
+    assert torch.equal(out, 1000 * torch.arange(12).unsqueeze(1) + torch.arange(12).int())
+
+
+def test_compile_error_names_the_problem() -> None:
+    kernel = CKernel1D("host_broken")
+    kernel.add_param("float *", "y")
+    kernel.core = "y[index] = not_declared_anywhere;"
+    with pytest.raises(CompileError, match="not_declared_anywhere") as error:
+        kernel.simple_call(backend="host", y=torch.zeros(4))
+    assert "   7          y[index] = not_declared_anywhere;" in str(error.value)  # the numbered source
+    assert "host_broken.cu:7" in str(error.value)  # compiler lines refer to that numbering
+
+
+def test_syncthreads_is_refused() -> None:
+    kernel = CKernel1D("host_barrier")
+    kernel.add_param("float *", "y")
+    kernel.core = "__syncthreads();"
+    with pytest.raises(CompileError, match="one after another"):
+        kernel.simple_call(backend="host", y=torch.zeros(4))
+
+
+def test_missing_toolchain_says_what_to_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    kernel = CKernel1D("host_toolchain_probe")
+    kernel.add_param("float *", "y")
+    kernel.core = "y[index] = 1.0f;"
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(RuntimeError, match="set CXX"):
+        kernel.simple_call(backend="host", y=torch.zeros(4))
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError, match="CUDA_HOME"):
+        kernel.simple_call(backend="host", y=torch.zeros(4))
+
+
+def test_unwritable_cache_dir_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(blocker))  # host/ cannot be created under a file
+    kernel = CKernel1D("host_fallback_probe")
+    kernel.add_param("float *", "y")
+    kernel.core = "y[index] = 2.0f;"
+    y = torch.zeros(3)
+    with pytest.warns(UserWarning, match="not writable"):
+        kernel.simple_call(backend="host", y=y)
+    assert torch.equal(y, torch.full((3,), 2.0))
+
+
+PROBE = textwrap.dedent("""
+    import torch
+    import autocuda.host as host
+    from autocuda.ckernel import CKernel1D
+    kernel = CKernel1D("host_disk_probe")
+    kernel.add_param("const double *", "x")
+    kernel.add_param("double *", "y")
+    kernel.core = "y[index] = 2.0 * x[index];"
+    x = torch.arange(5.0, dtype=torch.float64)
+    y = torch.empty_like(x)
+    kernel.simple_call(backend="host", x=x, y=y)
+    assert torch.equal(y, 2 * x)
+    print("disk" if host.stats["disk"] else "compiled")
+""")
+
+
+def test_disk_cache_is_shared_between_processes_and_rebuilt_when_corrupt(tmp_path: Path) -> None:
+    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run() == "compiled"
+    assert run() == "disk"
+    (library,) = (tmp_path / "host").glob("*.so")
+    library.write_bytes(library.read_bytes()[:100])  # truncated: must be detected, never loaded
+    assert run() == "compiled"
+    assert run() == "disk"
