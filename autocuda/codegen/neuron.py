@@ -9,6 +9,7 @@ Single-step kernels use the same names with T = 1 and no time loop.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -293,5 +294,8 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
         plan = _forward(derivation, options)
     else:
         plan = _backward(derivation, options, surrogate_gradient)
-    name = f"{spec_name}_{options.kernel.replace('-', '_')}_{options.dtype.name}"
+    # Readable parts first; the digest tells apart variants that differ in anything else.
+    digest = hashlib.sha1(repr((derivation, options, surrogate_gradient)).encode()).hexdigest()[:6]
+    detach = "_detach" if derivation.detach_reset else ""
+    name = f"{spec_name}_{options.kernel.replace('-', '_')}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
     return NeuronKernel(name, plan, options)

@@ -1,0 +1,79 @@
+"""Spec -> kernels: the pipeline stages in order (system, derivation, rendering), cached per process.
+
+Derivation is the slow step (sympy), so derivations are cached by everything they depend on; kernels are
+cached by the derivation and the rendering options.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel
+from .dtypes import get_dtype
+from .spec.derive import Derivation, Reset, derive
+from .spec.model import NeuronSpec
+from .spec.system import step_system
+from .surrogate import Surrogate, get_surrogate
+
+
+def _frozen(mapping: Mapping[str, Any] | None) -> tuple:
+    return tuple(sorted((mapping or {}).items()))
+
+
+@functools.lru_cache(maxsize=512)
+def _derivation(spec: NeuronSpec, reset: Reset | None, detach_reset: bool, constants: tuple) -> Derivation:
+    return derive(step_system(spec, reset, dict(constants)), detach_reset)
+
+
+def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool = False,
+               constants: Mapping[str, float] | None = None) -> Derivation:
+    """The derived step of `spec` under a reset rule (default: the spec's), cached."""
+    return _derivation(spec, reset, bool(detach_reset), _frozen(constants))
+
+
+def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
+    return tuple(p.name for p in spec.params if p.kind == "tensor")
+
+
+@functools.lru_cache(maxsize=1024)
+def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
+            surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
+            grad_state_seq: bool) -> NeuronKernel:
+    d = _derivation(spec, reset, detach_reset, constants)
+    symbols = {p.name: p for p in d.system.params}
+    unknown = [name for name, _ in tensors if name not in symbols]
+    if unknown:
+        raise ValueError(f"{spec.name}: {unknown[0]!r} is not a runtime parameter of this kernel "
+                         f"(runtime parameters: {sorted(symbols)})")
+    options = KernelOptions(kernel, get_dtype(dtype), tuple((symbols[n], per) for n, per in tensors),
+                            store_state_seq, save_for_backward, grad_state_seq)
+    return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT))
+
+
+def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,
+                  detach_reset: bool = False, constants: Mapping[str, float] | None = None,
+                  surrogate: Any = None, per_neuron: Iterable[str] = (), tensors: Iterable[str] | None = None,
+                  store_state_seq: bool = False, save_for_backward: bool = True,
+                  grad_state_seq: bool = False) -> NeuronKernel:
+    """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
+
+    `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
+    `per_neuron` hold one value per neuron, the others a single value. Other runtime parameters are scalars
+    passed by value; `constants` are folded into the source.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
+    names = tuple(tensor_param_names(spec) if tensors is None else tensors)
+    per_neuron = set(per_neuron)
+    stray = per_neuron - set(names)
+    if stray:
+        raise ValueError(f"{spec.name}: per_neuron names {sorted(stray)} are not tensor parameters {list(names)}")
+    chosen = get_surrogate(surrogate) if surrogate is not None else spec.surrogate
+    return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
+                   tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq)
+
+
+def source(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
+    """The CUDA source of one kernel of `spec` (see `neuron_kernel` for the options)."""
+    return neuron_kernel(spec, kernel, dtype, **options).full_codes

@@ -1,0 +1,111 @@
+"""The reference: the same step equations evaluated with torch ops, differentiable by autograd.
+
+It is the oracle of every test and the CPU execution path. It evaluates the sympy step of a `StepSystem`
+(never the printed C), with the spike through the surrogate's autograd function and, with detach_reset,
+a detached spike inside the membrane reset — exactly the semantics of design.md §4.
+
+`derived_backward` evaluates the *derived* adjoint (what the BPTT kernel computes, including the recomputed
+v[t-1]) with torch, so the derivation can be checked against autograd without any kernel.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import sympy as sp
+import torch
+
+from .spec.derive import (
+    GRAD_SPIKE,
+    SPIKE,
+    SPIKE_RESET,
+    SURROGATE_GRAD,
+    THRESHOLD,
+    Derivation,
+    H,
+    StepSystem,
+    adjoint_symbol,
+    membrane_update,
+    previous_membrane,
+)
+from .spec.torch_eval import evaluate
+from .surrogate import Surrogate
+
+Values = Mapping[sp.Symbol, "torch.Tensor | float"]
+
+
+def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], params: Values,
+         surrogate: Surrogate, detach_reset: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+    """One step: (spike, new states, h)."""
+    values = {**params, system.x: x, **dict(zip(system.states, states))}
+    h = evaluate(system.charge, values)
+    threshold = evaluate(system.threshold, values)
+    spike = surrogate(h - threshold)
+    reset_spike = spike.detach() if detach_reset else spike
+    values |= {H: h, SPIKE: spike, SPIKE_RESET: reset_spike, THRESHOLD: threshold}
+    new_states = (evaluate(membrane_update(system), values),
+                  *(evaluate(update, values) for update in system.updates))
+    return spike, tuple(_like(s, x) for s in new_states), h
+
+
+def multi_step(system: StepSystem, x_seq: torch.Tensor, initial: Sequence[torch.Tensor], params: Values,
+               surrogate: Surrogate, detach_reset: bool = False
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """Over x_seq [T, *]: (spike_seq, final states, state sequences [T, *] per state)."""
+    states = tuple(initial)
+    spikes, sequences = [], [[] for _ in states]
+    for x in x_seq:
+        spike, states, _ = step(system, x, states, params, surrogate, detach_reset)
+        spikes.append(spike)
+        for seq, s in zip(sequences, states):
+            seq.append(s)
+    stacked = tuple(torch.stack(seq) if seq else torch.empty_like(x_seq) for seq in sequences)
+    spike_seq = torch.stack(spikes) if spikes else torch.empty_like(x_seq)
+    return spike_seq, states, stacked
+
+
+def _like(value: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    return value.expand_as(reference) if value.shape != reference.shape else value
+
+
+def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.Tensor,
+                     initial: Sequence[torch.Tensor], params: Values, h_seq: torch.Tensor,
+                     saved: Mapping[int, torch.Tensor], grad_spike_seq: torch.Tensor,
+                     grad_finals: Sequence[torch.Tensor], grad_state_seqs: Sequence[torch.Tensor | None] = ()
+                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """The derived adjoint run backwards through time, reading only what forward saved (h, `saved` state
+    sequences by index) as the BPTT kernel does: (grad_x_seq, grads of initial states, grads of learnable
+    parameters summed over time, per neuron)."""
+    system, back = derivation.system, derivation.backward
+    z = sp.Symbol("z", real=True)
+    sg_expr = surrogate.gradient(z).subs(z, H - THRESHOLD)
+    lambdas = list(grad_finals)
+    grad_x = torch.zeros_like(x_seq)
+    grad_params = [torch.zeros_like(x_seq[0]) for _ in system.learnable]
+    for t in reversed(range(x_seq.shape[0])):
+        for i, seq in enumerate(grad_state_seqs):
+            if seq is not None:
+                lambdas[i] = lambdas[i] + seq[t]
+        previous = [_previous_state(derivation, i, t, initial, h_seq, saved, params) for i in range(len(initial))]
+        values = {**params, system.x: x_seq[t], H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
+                  **dict(zip(system.states, previous)),
+                  **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
+        values[THRESHOLD] = evaluate(system.threshold, values)
+        values[SPIKE] = (h_seq[t] >= values[THRESHOLD]).to(h_seq.dtype)
+        values[SURROGATE_GRAD] = evaluate(sg_expr, values)
+        grad_x[t] = evaluate(back.grad_x, values)
+        lambdas = [_like(evaluate(g, values), x_seq[t]) for g in back.grad_states]
+        for k, g in enumerate(back.grad_params):
+            grad_params[k] = grad_params[k] + evaluate(g, values)
+    return grad_x, tuple(lambdas), tuple(grad_params)
+
+
+def _previous_state(derivation: Derivation, i: int, t: int, initial: Sequence[torch.Tensor],
+                    h_seq: torch.Tensor, saved: Mapping[int, torch.Tensor], params: Values) -> torch.Tensor:
+    if t == 0:
+        return initial[i]
+    if i == 0 and derivation.recompute_membrane:
+        h_prev = sp.Symbol("ac_h_prev", real=True)
+        return evaluate(previous_membrane(derivation.system, h_prev), {**params, h_prev: h_seq[t - 1]})
+    if i in saved:
+        return saved[i][t - 1]
+    return torch.full_like(initial[i], float("nan"))  # not needed by backward: poison it so misuse shows
