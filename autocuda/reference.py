@@ -34,7 +34,8 @@ Values = Mapping[sp.Symbol, "torch.Tensor | float"]
 
 
 def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], params: Values,
-         surrogate: Surrogate, detach_reset: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+         surrogate: Surrogate, detach_reset: bool = False
+         ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
     """One step: (spike, new states, h)."""
     values = {**params, system.x: x, **dict(zip(system.states, states))}
     h = evaluate(system.charge, values)

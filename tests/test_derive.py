@@ -79,7 +79,8 @@ def test_derived_backward_equals_autograd(name, reset, detach_reset):
             h_seq.detach(), saved, grad_spike, grad_finals, grad_seqs)
     for got, want, what in zip([grad_x, *grad_init, *grad_params], expected,
                                ["x", *(s.name for s in d.system.states), *(p.name for p in d.system.learnable)]):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name} {reset} gradient of {what}: {m}")
+        label = f"{name} {reset} gradient of {what}"
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m, label=label: f"{label}: {m}")
 
 
 @pytest.mark.parametrize("name", ["lif", "qif", "eif", "izhikevich"])

@@ -297,5 +297,6 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     # Readable parts first; the digest tells apart variants that differ in anything else.
     digest = hashlib.sha1(repr((derivation, options, surrogate_gradient)).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset else ""
-    name = f"{spec_name}_{options.kernel.replace('-', '_')}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
+    kind = options.kernel.replace("-", "_")
+    name = f"{spec_name}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
     return NeuronKernel(name, plan, options)
