@@ -22,6 +22,8 @@ from .dtypes import DTYPES, INTEGER_CTYPES, DType, get_dtype, headers_for
 
 _CTYPE = re.compile(r"^\s*(const\s+)?([A-Za-z_][A-Za-z0-9_ ]*?)\s*([*&]?)\s*(__restrict__)?\s*$")
 _FLOAT_CTYPES = {d.ctype: d for d in DTYPES.values()} | {"nv_bfloat162": DTYPES["bfloat16"]}
+# Single half / bfloat16 elements: pointers only (generated kernels address neurons one by one).
+_ELEMENT_CTYPES = {d.element: d for d in DTYPES.values() if d.packed}
 INDEX_CTYPE = "long long"  # 64-bit: T*N past 2**31 elements must not overflow
 
 
@@ -42,15 +44,22 @@ class CParam:
     def parse(cls, ctype: str, name: str) -> CParam:
         match = _CTYPE.match(ctype)
         base = " ".join(match.group(2).split()) if match else ""
-        if not match or (base not in _FLOAT_CTYPES and base not in INTEGER_CTYPES):
-            known = ", ".join(sorted(set(_FLOAT_CTYPES) | set(INTEGER_CTYPES)))
+        pointer = bool(match) and match.group(3) == "*"
+        allowed = set(_FLOAT_CTYPES) | set(INTEGER_CTYPES) | (set(_ELEMENT_CTYPES) if pointer else set())
+        if not match or base not in allowed:
+            known = ", ".join(sorted(allowed))
             raise ValueError(f"parameter {name!r}: unsupported C type {ctype!r}; base types: {known}")
         # `const float &` (the seeds' spelling of a scalar) is taken as a scalar passed by value.
         return cls(name, base, match.group(3) == "*", bool(match.group(1)))
 
     @property
     def dtype(self) -> DType | None:
-        return _FLOAT_CTYPES.get(self.ctype)
+        return _FLOAT_CTYPES.get(self.ctype) or _ELEMENT_CTYPES.get(self.ctype)
+
+    @property
+    def packed(self) -> bool:
+        """Points to packed words (half2, bfloat162): element counts must be padded to whole words."""
+        return self.pointer and self.ctype in _FLOAT_CTYPES and _FLOAT_CTYPES[self.ctype].packed
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -235,8 +244,8 @@ def _tidy(code: str) -> str:
     return textwrap.dedent(code).strip("\n")
 
 
-def _packed_words(n: int, dtype: DType | None) -> int:
-    return math.ceil(n / dtype.width) if dtype is not None else n
+def _packed_words(n: int, param: CParam) -> int:
+    return math.ceil(n / 2) if param.packed else n
 
 
 class _PaddedCall:
@@ -247,8 +256,8 @@ class _PaddedCall:
         self.args = {k: self._pad(k, v) for k, v in py_dict.items()}
 
     def _pad(self, name: str, value: Any) -> Any:
-        param = self.kernel.cparams[name]
-        if not (param.pointer and param.dtype is not None and param.dtype.packed
+        param = self.kernel.cparams.get(name)  # an unknown name is reported by the launch's key check
+        if not (param is not None and param.packed
                 and isinstance(value, torch.Tensor) and value.shape and value.shape[-1] % 2):
             return value
         return torch.cat([value, value[..., -1:]], dim=-1)
@@ -278,7 +287,7 @@ class CKernel1D(CKernel):
         if len(set(sizes.values())) > 1:
             raise KernelArgumentError(f"kernel {self.kernel_name}: tensors differ in size: {sizes}")
         padded = _PaddedCall(self, flat | {"numel": 0}, row_dim=0)
-        words = [_packed_words(v.numel(), self.cparams[k].dtype) for k, v in tensors.items() if k in self.cparams]
+        words = [_packed_words(v.numel(), self.cparams[k]) for k, v in tensors.items() if k in self.cparams]
         numel = max(words) if words else 0
         padded.args["numel"] = numel
         if numel:
@@ -317,7 +326,7 @@ class CKernel2D(CKernel):
         (T, n), = rows
         if any(len(s) == 1 and s[0] != n for s in shapes.values()):
             raise KernelArgumentError(f"kernel {self.kernel_name}: 1-D tensors must have N={n} elements: {shapes}")
-        packed = any(p.dtype is not None and p.dtype.packed for p in self.cparams.values() if p.pointer)
+        packed = any(p.packed for p in self.cparams.values())
         words = math.ceil(n / 2) if packed else n
         padded = _PaddedCall(self, dict(kwargs) | {"numel": T * words, "N": words}, row_dim=1)
         if T * words:

@@ -41,7 +41,7 @@ def test_shipped_specs_are_listed_with_docs():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_spec_loads(name):
     spec = load_spec(name)
-    assert spec.name == name and spec.source == f"{name}.toml"
+    assert spec.name == name and spec.origin == f"{name}.toml"
     assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == "hard" and spec.membrane == "v"
     assert spec.parsed().membrane == v
     assert load_spec(name.upper()) is spec  # cached, case-insensitive
@@ -116,7 +116,7 @@ def izhikevich_in_python() -> NeuronSpec:
 
 def test_python_and_toml_agree():
     py, toml = izhikevich_in_python(), load_spec("izhikevich")
-    assert py == toml and hash(py) == hash(toml) and py.source == "<python>"
+    assert py == toml and hash(py) == hash(toml) and py.origin == "<python>"
     lif = NeuronSpec("lif", "Leaky integrate-and-fire (SpikingJelly LIFNode): h = v + (x - (v - v_reset)) / tau",
                      params=[Param("tau", 2.0, doc="membrane time constant, in steps"), Param("v_threshold", 1),
                              Param("v_reset", 0)],
@@ -155,7 +155,7 @@ def test_param_kinds():
 def test_load_by_path(tmp_path):
     path = write(tmp_path, (resource_dir("neuron_specs") / "qif.toml").read_text(), "my_qif.toml")
     assert load_spec(path) == load_spec("qif") == load_spec(str(path))
-    assert load_spec(path).source == str(path)
+    assert load_spec(path).origin == str(path)
     with pytest.raises(FileNotFoundError):
         load_spec(tmp_path / "missing.toml")
     with pytest.raises(SpecError, match="no shipped spec named 'nope'"):

@@ -179,7 +179,7 @@ class NeuronSpec:
     derived: tuple[tuple[str, str], ...] = ()
     options: tuple[tuple[str, bool], ...] = ()
     surrogate: Surrogate = Sigmoid()
-    source: str = dataclasses.field(default="<python>", compare=False)
+    origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
         try:
@@ -187,7 +187,7 @@ class NeuronSpec:
             self._validate()
             object.__setattr__(self, "_parsed", _parse_spec(self))
         except SpecError as err:
-            raise (err.with_source(self.source) if err.source == "<python>" else err) from None
+            raise (err.with_source(self.origin) if err.source == "<python>" else err) from None
 
     def _normalise(self) -> None:
         set_ = functools.partial(object.__setattr__, self)
@@ -205,7 +205,7 @@ class NeuronSpec:
             raise SpecError("a spec name is a letter then letters, digits or '_' (32 at most)", field="name",
                             symbol=self.name)
         _expect(self.doc, str, "doc", "a string")
-        _expect(self.source, str, "source", "a string")
+        _expect(self.origin, str, "origin", "a string")
         if self.reset not in RESETS:
             raise SpecError(f"reset must be one of {', '.join(RESETS)}", field="reset", symbol=str(self.reset))
         self._check_names()
@@ -265,15 +265,22 @@ class NeuronSpec:
         """The same neuron with some compile-time options changed."""
         unknown = set(options) - {n for n, _ in self.options}
         if unknown:
-            raise SpecError(f"unknown option {sorted(unknown)[0]!r}", source=self.source, field="options")
+            raise SpecError(f"unknown option {sorted(unknown)[0]!r}", source=self.origin, field="options")
         merged = tuple((n, options.get(n, v)) for n, v in self.options)
         return dataclasses.replace(self, options=merged)
+
+    def source(self, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
+        """Readable CUDA source of one generated kernel: 'fptt', 'bptt', 'step-forward' or 'step-backward',
+        dtype by its torch name; options as `autocuda.neuron_kernel` (reset, detach_reset, ...)."""
+        from ..kernels import source  # a later pipeline stage: imported on use, never at import time
+
+        return source(self, kernel, dtype, **options)
 
     def with_defaults(self, **defaults: float) -> NeuronSpec:
         """The same neuron with some parameter defaults changed."""
         unknown = set(defaults) - {p.name for p in self.params}
         if unknown:
-            raise SpecError(f"unknown parameter {sorted(unknown)[0]!r}", source=self.source, field="params")
+            raise SpecError(f"unknown parameter {sorted(unknown)[0]!r}", source=self.origin, field="params")
         params = tuple(dataclasses.replace(p, default=defaults.get(p.name, p.default)) for p in self.params)
         return dataclasses.replace(self, params=params)
 
@@ -336,7 +343,7 @@ def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
 
     def parse(text: str, symbols: Mapping[str, sympy.Symbol], field: str) -> sympy.Expr:
         try:
-            return parse_expression(text, symbols, source=spec.source, field=field, options=options)
+            return parse_expression(text, symbols, source=spec.origin, field=field, options=options)
         except SpecError as err:
             if err.symbol in ("h", "s") and field in ("charge", "threshold"):
                 raise SpecError(f"{err.message}; 'h' and 's' exist only in updates", source=err.source,
@@ -380,7 +387,7 @@ def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | Non
         raise SpecError("missing 'name'", source=source, field="name")
     if "charge" not in data:
         raise SpecError("missing 'charge'", source=source, field="charge")
-    fields = {"name": default_name, **data, "source": source}
+    fields = {"name": default_name, **data, "origin": source}
     return NeuronSpec(**fields)
 
 

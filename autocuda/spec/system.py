@@ -34,12 +34,12 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
     """
     reset = reset or spec.reset
     if reset not in RESETS:
-        raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.source, field="reset",
+        raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.origin, field="reset",
                         symbol=str(reset))
     parsed = spec.parsed()
     params = {p.name: p for p in spec.params}
     if reset == "hard" and "v_reset" not in params:
-        raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.source, field="reset")
+        raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.origin, field="reset")
     folded = {name: float(p.default) for name, p in params.items() if p.kind == "constant"}
     folded |= {k: float(v) for k, v in (constants or {}).items() if k in params}
     if reset != "hard" and "v_reset" in params:
