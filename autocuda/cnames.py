@@ -38,3 +38,12 @@ def identifier_problem(name: object) -> str | None:
     if name in GENERATED_NAMES:
         return "is a name the generated kernels use"
     return None
+
+
+_COMMENT_UNSAFE = re.compile(r"[^ -~]|\\|\?\?|\*/")
+
+
+def comment_text(text: str, limit: int = 200) -> str:
+    """`text` made safe inside a `//` comment: printable ASCII only, no backslash (a line continuation would
+    swallow the next line of code), no trigraphs, no `*/`; cut to `limit` characters."""
+    return _COMMENT_UNSAFE.sub(" ", str(text))[:limit]

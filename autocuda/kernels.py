@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel
+from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
 from .dtypes import get_dtype
 from .spec.derive import Derivation, Reset, derive
 from .spec.model import NeuronSpec
@@ -48,7 +48,8 @@ def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, deta
                          f"(runtime parameters: {sorted(symbols)})")
     options = KernelOptions(kernel, get_dtype(dtype), tuple((symbols[n], per) for n, per in tensors),
                             store_state_seq, save_for_backward, grad_state_seq)
-    return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT))
+    title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
+    return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
 
 
 def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,

@@ -16,6 +16,7 @@ from typing import Any
 import sympy as sp
 
 from ..ckernel import CKernel, CParam
+from ..cnames import comment_text
 from ..dtypes import DType, get_dtype, headers_for
 from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol, previous_membrane
 from .printer import CudaPrinter
@@ -76,9 +77,10 @@ class NeuronKernel(CKernel):
 
     template = "neuron.cu.j2"
 
-    def __init__(self, kernel_name: str, plan: _Plan, options: KernelOptions):
+    def __init__(self, kernel_name: str, plan: _Plan, options: KernelOptions, description: tuple[str, ...] = ()):
         super().__init__(kernel_name)
         self.plan, self.options = plan, options
+        self.description = tuple(comment_text(line) for line in description)
         for param in plan.params:
             self.cparams[param.name] = param
 
@@ -91,7 +93,7 @@ class NeuronKernel(CKernel):
         loop = {"fptt": "forward", "bptt": "reverse"}.get(self.options.kernel, "none")
         return {"name": self.kernel_name, "headers": headers_for([storage]), "prelude": "",
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
-                "lanes": self.lanes, "loop": loop, "compute_t": compute.ctype, "zero": compute.literal(0.0),
+                "description": self.description, "lanes": self.lanes, "loop": loop, "compute_t": compute.ctype, "zero": compute.literal(0.0),
                 **{k: getattr(self.plan, k) for k in ("registers", "setup", "loads", "body", "stores", "finish")}}
 
 
@@ -287,8 +289,21 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
                                        otherwise=f"ac_init_{s.name}[lane]"))
 
 
+def describe(spec_title: str, derivation: Derivation, options: KernelOptions) -> tuple[str, ...]:
+    """Comment lines heading a kernel: what it is and the step equations it implements."""
+    system, step = derivation.system, derivation.forward
+    role = {"fptt": "forward through T steps", "bptt": "backward through T steps (reverse time loop)",
+            "step-forward": "one forward step", "step-backward": "one backward step"}[options.kernel]
+    arithmetic = options.dtype.compute.name
+    lines = [spec_title, f"{options.kernel}: {role}; {options.dtype.name} storage, {arithmetic} arithmetic, "
+             f"{system.reset} reset{', detach_reset' if derivation.detach_reset else ''}",
+             f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}", "s = (h >= threshold)"]
+    lines += [f"{s.name}' = {sp.sstr(e)}" for s, e in zip(system.states, step.new_states)]
+    return tuple(line.replace("ac_h", "h").replace("ac_thr", "threshold").replace("ac_s", "s") for line in lines)
+
+
 def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
-                 surrogate_gradient: sp.Expr) -> NeuronKernel:
+                 surrogate_gradient: sp.Expr, description: tuple[str, ...] = ()) -> NeuronKernel:
     """The kernel `options.kernel` of a derivation; `surrogate_gradient` is an expression of SURROGATE_INPUT."""
     if options.kernel in ("fptt", "step-forward"):
         plan = _forward(derivation, options)
@@ -299,4 +314,4 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     detach = "_detach" if derivation.detach_reset else ""
     kind = options.kernel.replace("-", "_")
     name = f"{spec_name}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
-    return NeuronKernel(name, plan, options)
+    return NeuronKernel(name, plan, options, description)

@@ -1,0 +1,207 @@
+"""The `autocuda` command: list, show, check, new, tour."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import __version__
+from .codegen.neuron import KERNELS
+from .dtypes import DTYPES
+
+_SKELETON = '''# {name}: a neuron for autocuda. Every field is documented in docs/spec-format.md.
+name = "{name}"
+doc = "Leaky integrate-and-fire with a slow adaptation current (edit me)"
+# h: the membrane after charging, from the input x, the states and the parameters
+charge = "v + (x - (v - v_reset) - w) / tau"
+threshold = "v_threshold"      # may use states: adaptive thresholds are fine
+reset = "hard"                 # hard (to v_reset) | soft (subtract the threshold) | none
+
+[params]                       # a number: a runtime scalar with that default
+tau = 2.0
+tau_w = 10.0
+b = 0.1
+v_threshold = 1.0
+v_reset = 0.0
+
+[states]                       # the first state is the membrane; initial values: numbers or parameters
+v = "v_reset"
+w = 0.0
+
+[updates]                      # other states after firing; may use h and the spike s
+w = "w - w / tau_w + b * s"
+
+[surrogate]                    # the gradient used for the spike in backward
+name = "Sigmoid"
+alpha = 4.0
+'''
+
+
+def _spec(name_or_path: str):
+    from .spec.model import load_spec
+
+    return load_spec(name_or_path)
+
+
+def _highlight(code: str) -> str:
+    if not sys.stdout.isatty():
+        return code
+    try:
+        from pygments import highlight
+        from pygments.formatters import TerminalFormatter
+        from pygments.lexers import CudaLexer
+    except ImportError:
+        return code
+    return highlight(code, CudaLexer(), TerminalFormatter())
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .spec.model import list_specs
+
+    rows = list_specs()
+    width = max(len(n) for n, _ in rows)
+    for name, doc in rows:
+        print(f"{name:<{width}}  {doc}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    spec = _spec(args.spec)
+    code = spec.source(args.kernel, args.dtype, reset=args.reset, detach_reset=args.detach_reset,
+                       store_state_seq=args.store_state_seq)
+    print(_highlight(code), end="" if code.endswith("\n") else "\n")
+    return 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .cnames import identifier_problem
+
+    name = Path(args.name).stem
+    problem = identifier_problem(name)
+    if problem:
+        raise ValueError(f"spec name {name!r} {problem}")
+    path = Path(args.name if args.name.endswith(".toml") else f"{args.name}.toml")
+    if path.exists() and not args.force:
+        raise FileExistsError(f"{path} exists (use --force to overwrite)")
+    path.write_text(_SKELETON.format(name=name))
+    print(f"wrote {path}; try: autocuda show {path} && autocuda check {path}")
+    return 0
+
+
+def _best_backend() -> str:
+    try:
+        import cupy  # noqa: F401
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "host"
+    except ImportError:
+        return "host"
+
+
+def _check_rows(names: Sequence[str], backend: str, quick: bool,
+                progress: Callable[[str], None]) -> list[tuple[str, str, str, float]]:
+    from .testing import check_spec
+
+    rows = []
+    for name in names:
+        progress(name)
+        start = time.perf_counter()
+        report = check_spec(_spec(name), backend=backend, examples=1 if quick else 3, raise_on_failure=False)
+        result = "pass" if report.passed else f"FAIL ({report.summary()})"
+        rows.append((name, f"{len(report.cases)} cases", result, time.perf_counter() - start))
+    return rows
+
+
+def _print_table(rows: Sequence[tuple[str, str, str, float]], header: Sequence[str]) -> None:
+    cells = [list(header)] + [[r[0], r[1], r[2], f"{r[3]:.1f} s"] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    for i, row in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _progress(label: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r... {label:<30}", end="", file=sys.stderr, flush=True)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .spec.model import list_specs
+
+    names = [n for n, _ in list_specs()] if args.all else args.specs
+    if not names:
+        raise ValueError("name a spec (or a .toml file), or pass --all")
+    backend = args.backend or _best_backend()
+    rows = _check_rows(names, backend, args.quick, _progress)
+    _progress("")
+    print(f"backend: {backend}")
+    _print_table(rows, ("spec", "checked", "result", "time"))
+    return 0 if all(r[2] == "pass" for r in rows) else 1
+
+
+def cmd_tour(args: argparse.Namespace) -> int:
+    """Every shipped spec: derive and render all kernels in all dtypes, then check them on the best backend."""
+    from .kernels import neuron_kernel
+    from .spec.model import list_specs
+
+    backend = args.backend or _best_backend()
+    print(f"autocuda {__version__}: generating and checking every shipped neuron (backend: {backend})\n")
+    rows = []
+    for name, _ in list_specs():
+        _progress(name)
+        start = time.perf_counter()
+        spec = _spec(name)
+        count = sum(1 for k in KERNELS for d in DTYPES if neuron_kernel(spec, k, d).full_codes)
+        checked = _check_rows([name], backend, quick=True, progress=lambda _: None)[0]
+        rows.append((name, f"{count} kernels", checked[2], time.perf_counter() - start))
+    _progress("")
+    _print_table(rows, ("model", "kernels", "check vs reference", "time"))
+    return 0 if all(r[2] == "pass" for r in rows) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autocuda", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"autocuda {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="shipped neuron specs").set_defaults(run=cmd_list)
+    show = sub.add_parser("show", help="print the generated CUDA of a spec")
+    show.add_argument("spec", help="shipped spec name or .toml path")
+    show.add_argument("--kernel", choices=KERNELS, default="fptt")
+    show.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    show.add_argument("--reset", choices=("hard", "soft", "none"), default=None)
+    show.add_argument("--detach-reset", action="store_true")
+    show.add_argument("--store-state-seq", action="store_true")
+    show.set_defaults(run=cmd_show)
+    check = sub.add_parser("check", help="property-test the generated kernels against the reference")
+    check.add_argument("specs", nargs="*")
+    check.add_argument("--all", action="store_true")
+    check.add_argument("--backend", choices=("cuda", "host"), default=None)
+    check.add_argument("--quick", action="store_true", help="fewer examples")
+    check.set_defaults(run=cmd_check)
+    new = sub.add_parser("new", help="write a commented spec skeleton")
+    new.add_argument("name")
+    new.add_argument("--force", action="store_true")
+    new.set_defaults(run=cmd_new)
+    tour = sub.add_parser("tour", help="generate and check every shipped spec; print a table")
+    tour.add_argument("--backend", choices=("cuda", "host"), default=None)
+    tour.set_defaults(run=cmd_tour)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except Exception as error:  # one clear line for users; the traceback with --debug
+        if args.debug:
+            raise
+        print(f"autocuda: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
