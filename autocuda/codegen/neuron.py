@@ -93,7 +93,8 @@ class NeuronKernel(CKernel):
         loop = {"fptt": "forward", "bptt": "reverse"}.get(self.options.kernel, "none")
         return {"name": self.kernel_name, "headers": headers_for([storage]), "prelude": "",
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
-                "description": self.description, "lanes": self.lanes, "loop": loop, "compute_t": compute.ctype, "zero": compute.literal(0.0),
+                "description": self.description, "lanes": self.lanes, "loop": loop,
+                "compute_t": compute.ctype, "zero": compute.literal(0.0),
                 **{k: getattr(self.plan, k) for k in ("registers", "setup", "loads", "body", "stores", "finish")}}
 
 
