@@ -22,6 +22,7 @@ from .dtypes import DTYPES, INTEGER_CTYPES, DType, get_dtype, headers_for
 
 _CTYPE = re.compile(r"^\s*(const\s+)?([A-Za-z_][A-Za-z0-9_ ]*?)\s*([*&]?)\s*(__restrict__)?\s*$")
 _FLOAT_CTYPES = {d.ctype: d for d in DTYPES.values()} | {"nv_bfloat162": DTYPES["bfloat16"]}
+_SPELLINGS = {"int64_t": "long long"}  # NVRTC has no <cstdint>: declare with the built-in type
 # Single half / bfloat16 elements: pointers only (generated kernels address neurons one by one).
 _ELEMENT_CTYPES = {d.element: d for d in DTYPES.values() if d.packed}
 INDEX_CTYPE = "long long"  # 64-bit: T*N past 2**31 elements must not overflow
@@ -50,7 +51,7 @@ class CParam:
             known = ", ".join(sorted(allowed))
             raise ValueError(f"parameter {name!r}: unsupported C type {ctype!r}; base types: {known}")
         # `const float &` (the seeds' spelling of a scalar) is taken as a scalar passed by value.
-        return cls(name, base, match.group(3) == "*", bool(match.group(1)))
+        return cls(name, _SPELLINGS.get(base, base), match.group(3) == "*", bool(match.group(1)))
 
     @property
     def dtype(self) -> DType | None:

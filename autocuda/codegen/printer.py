@@ -129,7 +129,9 @@ class CudaPrinter:
         return self._op("heaviside", self.print(expr.args[0]))
 
     def _relational(self, expr: sp.core.relational.Relational) -> str:
-        name = next(v for k, v in _COMPARISONS.items() if isinstance(expr, k))
+        name = next((v for k, v in _COMPARISONS.items() if isinstance(expr, k)), None)
+        if name is None:
+            raise PrintError(f"cannot print the comparison {expr} (only <, <=, >, >= are supported)")
         return self._op(name, self.print(expr.lhs), self.print(expr.rhs))
 
     def _and(self, expr: sp.And) -> str:

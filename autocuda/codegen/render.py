@@ -29,4 +29,7 @@ def render(template: str, **context: Any) -> str:
 def render_block(template: str, block: str, **context: Any) -> str:
     """The text of one named block of a template (used for CKernel's head/core/tail views)."""
     tmpl = environment().get_template(template)
-    return "".join(tmpl.blocks[block](tmpl.new_context(context)))
+    ctx = tmpl.new_context(context)
+    for _ in tmpl.root_render_func(ctx):  # registers the blocks a child template inherits (`declaration`)
+        pass
+    return "".join(ctx.blocks[block][0](ctx))

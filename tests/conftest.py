@@ -1,0 +1,162 @@
+"""Shared test machinery: the `gpu` marker's skip rule, nvcc compile checks, a host C++ evaluator, and the
+seeds' two worked kernels (heaviside, cumsum) built for any dtype.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+
+from autocuda import cfunction
+from autocuda.ckernel import CKernel1D, CKernel2D
+from autocuda.dtypes import get_dtype
+from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
+
+
+# -- the gpu marker -----------------------------------------------------------------------------------
+def gpu_missing() -> str | None:
+    """Why GPU tests cannot run here, or None when they can."""
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU: torch.cuda.is_available() is False"
+    try:
+        import cupy  # noqa: F401
+    except ImportError as error:
+        return f"needs CuPy to launch kernels: import cupy failed ({error})"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = gpu_missing() if marked else None
+    if reason:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# -- nvcc -----------------------------------------------------------------------------------------------
+def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS) -> dict[str, str]:
+    """nvcc-check each labelled source (in parallel); the failures as label -> nvcc's message."""
+    def check(item: tuple[str, str]) -> tuple[str, str | None]:
+        try:
+            nvcc_check(item[1], archs)
+        except CompileError as error:
+            return item[0], str(error)
+        return item[0], None
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(check, sources.items()))
+    return {label: message for label, message in results if message is not None}
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> Callable[..., dict[str, str]]:
+    """`compile_batch`, or a skip (with the reason) where the CUDA toolkit is absent."""
+    try:
+        nvcc_path()
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    return compile_batch
+
+
+# -- host evaluation of C expressions ---------------------------------------------------------------------
+class HostCase(NamedTuple):
+    """A statement computing `r` (of C type `ctype`) from the variables `names`, evaluated at each point."""
+
+    ctype: str
+    statement: str
+    names: Sequence[str]
+    points: Sequence[Sequence[float]]
+
+
+def _c_double(value: float) -> str:
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return repr(float(value))
+
+
+def host_program(cases: Sequence[HostCase]) -> str:
+    cases = [HostCase(*case) for case in cases]
+    lines = ["#include <cmath>", "#include <math.h>", "#include <cstdio>"]
+    for i, case in enumerate(cases):
+        lines.append(f"static double case{i}(const double* v) {{")
+        lines += [f"    const {case.ctype} {n} = ({case.ctype})v[{j}];" for j, n in enumerate(case.names)]
+        lines += [f"    {case.ctype} r;", f"    {case.statement}", "    return (double)r;", "}"]
+    lines.append("int main() {")
+    for i, case in enumerate(cases):
+        for point in case.points:
+            values = ", ".join(_c_double(v) for v in point) or "0.0"
+            lines.append(f'    {{ const double v[] = {{{values}}}; std::printf("%.17g\\n", case{i}(v)); }}')
+    lines += ["    return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_host(cases: Sequence[HostCase]) -> list[np.ndarray]:
+    """Compile all cases (HostCase or plain tuples) into ONE C++ program with g++ and run it.
+
+    Returns each case's values at its points, in order.
+    """
+    cases = [HostCase(*case) for case in cases]
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("needs a host C++ compiler (g++) to evaluate emitted C")
+    source = host_program(cases)
+    with tempfile.TemporaryDirectory(prefix="autocuda-host-") as tmp:
+        src, exe = Path(tmp) / "eval.cpp", Path(tmp) / "eval"
+        src.write_text(source)
+        built = subprocess.run([compiler, "-std=c++17", "-O0", "-o", str(exe), str(src)],
+                               capture_output=True, text=True)
+        assert built.returncode == 0, f"g++ rejected the emitted C:\n{built.stderr}\n{source}"
+        ran = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    values = iter(float(v) for v in ran.stdout.split())
+    return [np.array([next(values) for _ in case.points]) for case in cases]
+
+
+@pytest.fixture(scope="session")
+def host_eval() -> Callable[[Sequence[HostCase]], list[np.ndarray]]:
+    return run_host
+
+
+# -- the seeds' worked examples -----------------------------------------------------------------------------
+def heaviside_kernel(dtype: str | torch.dtype) -> CKernel1D:
+    """y = Θ(x) element-wise (Θ(0) = 1), in the word type of `dtype`."""
+    d = get_dtype(dtype)
+    kernel = CKernel1D(kernel_name=f"heaviside_{d.name}")
+    kernel.add_param(f"const {d.ctype} *", "x")
+    kernel.add_param(f"{d.ctype} *", "y")
+    kernel.core = cfunction.heaviside("y[index]", "x[index]", dtype=d)
+    return kernel
+
+
+def cumsum_kernel(dtype: str | torch.dtype, reverse: bool = False) -> CKernel2D:
+    """y[t] = x[t] + y[t -/+ 1] over the time axis of [T, N]; `reverse` sums from the last step back."""
+    d = get_dtype(dtype)
+    kernel = CKernel2D(kernel_name=f"cumsum_{d.name}{'_rev' if reverse else ''}", reverse=reverse)
+    kernel.add_param(f"const {d.ctype} *", "x")
+    kernel.add_param(f"{d.ctype} *", "y")
+    first, previous = ("t + dt >= numel", "y[t + dt]") if reverse else ("t - dt < 0", "y[t - dt]")
+    kernel.core = f"""
+        if ({first}) {{
+            y[t] = x[t];
+        }} else {{
+            {cfunction.add("y[t]", "x[t]", previous, dtype=d)}
+        }}
+    """
+    return kernel
+
+
+@pytest.fixture(scope="session")
+def seed_kernels() -> Mapping[str, Callable[..., CKernel1D | CKernel2D]]:
+    """{'heaviside': dtype -> CKernel1D, 'cumsum': (dtype, reverse=False) -> CKernel2D}."""
+    return {"heaviside": heaviside_kernel, "cumsum": cumsum_kernel}
