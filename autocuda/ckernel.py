@@ -158,6 +158,13 @@ class CKernel:
         if problem:
             raise ValueError(f"parameter name {cname!r} {problem}")
         self.cparams[cname] = CParam.parse(ctype, cname)
+        self._source = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Any change to what the source is made of (core, reverse, ...) forgets the rendered text.
+        object.__setattr__(self, name, value)
+        if not name.startswith("_"):
+            object.__setattr__(self, "_source", None)
 
     # -- source ---------------------------------------------------------------------------------------
     def _context(self) -> dict[str, Any]:
@@ -176,10 +183,9 @@ class CKernel:
 
     @property
     def full_codes(self) -> str:
-        context = self._context()
-        key = repr(sorted(context.items()))
-        if getattr(self, "_source_key", None) != key:
-            self._source, self._source_key = render(self.template, **context), key
+        """The whole source, rendered once and kept until the kernel is changed."""
+        if self.__dict__.get("_source") is None:
+            self._source = render(self.template, **self._context())
         return self._source
 
     def check_attributes(self, **kwargs: Any) -> bool:
@@ -194,6 +200,8 @@ class CKernel:
                                       f"unexpected arguments {extra}; parameters are {list(self.cparams)}")
 
     def get_device(self, py_dict: Mapping[str, Any], backend: str = "cuda") -> torch.device:
+        if backend not in BACKEND_DEVICE_TYPES:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {sorted(BACKEND_DEVICE_TYPES)}")
         expected = BACKEND_DEVICE_TYPES[backend]
         for name, param in self.cparams.items():
             value = py_dict[name]
@@ -220,10 +228,13 @@ class CKernel:
         backend "cuda" runs on the tensors' GPU (torch's current stream); "host" runs the same source on
         the CPU through `autocuda.host` (CPU tensors), for testing without a GPU.
         """
-        launcher = _launcher(backend)
         device = self.check_args(py_dict, backend)
-        launcher(self.full_codes, self.kernel_name, tuple(self.cparams.values()), grid, block,
-                 self.pack_args(py_dict), device)
+        self.launch(grid, block, self.pack_args(py_dict), device, backend)
+
+    def launch(self, grid: tuple, block: tuple, packed: tuple, device: torch.device, backend: str = "cuda") -> None:
+        """Launch with arguments already checked and packed in parameter order (the generated ops' fast path)."""
+        _launcher(backend)(self.full_codes, self.kernel_name, tuple(self.cparams.values()), grid, block, packed,
+                           device)
 
 
 BACKEND_DEVICE_TYPES = {"cuda": "cuda", "host": "cpu"}
