@@ -24,6 +24,7 @@ from .printer import CudaPrinter
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
+VECTOR_CTYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # bytes of one aligned access -> C type
 
 
 @dataclass(frozen=True)
@@ -36,19 +37,49 @@ class KernelOptions:
     store_state_seq: bool = False                        # forward writes every state's sequence
     save_for_backward: bool = True                       # forward writes what backward reads
     grad_state_seq: bool = False                         # backward receives gradients of the state sequences
+    lanes: int = 0                                       # neurons per thread (0: the dtype's word width)
+    vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
+    unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
+        if not self.lanes:
+            object.__setattr__(self, "lanes", self.dtype.width)
+        if self.vector and self.lanes * self.dtype.torch_dtype.itemsize not in VECTOR_CTYPES:
+            raise ValueError(f"no vector access of {self.lanes} {self.dtype.name} elements; "
+                             f"vector sizes in bytes: {sorted(VECTOR_CTYPES)}")
 
 
 @dataclass(frozen=True)
 class Transfer:
+    """Moving one value per lane between memory and a register array.
+
+    Loads: `register[lane] = value(element)`; stores: `element = value(register)`. `value` holds `{x}` for
+    the other side. With vector transfers the template moves all lanes in one aligned access through a
+    staging array. `guard` (a C condition) selects `otherwise` for every lane when false.
+    """
+
     comment: str
-    target: str
-    value: str
+    register: str
+    pointer: str                 # "" for a value computed, not loaded (it then sits in `value`)
+    offset: str
+    value: str = "{x}"
+    element: str = ""            # C type of one element in memory
     store: bool = False
+    guard: str = ""
+    otherwise: str = ""
+    vectorizable: bool = True
+    per_lane: bool = True        # False: every lane reads element `offset` (a parameter shared by all)
+
+    @property
+    def element_ref(self) -> str:
+        return f"{self.pointer}[{self.offset} + lane]" if self.per_lane else f"{self.pointer}[{self.offset}]"
+
+    def lane_value(self, element: str) -> str:
+        """The C value moved for one lane, given the text of the element (or register) on the other side."""
+        return self.value.replace("{x}", element)
 
 
 @dataclass(frozen=True)
@@ -86,7 +117,7 @@ class NeuronKernel(CKernel):
 
     @property
     def lanes(self) -> int:
-        return self.options.dtype.width
+        return self.options.lanes
 
     def _context(self) -> dict[str, Any]:
         storage, compute = self.options.dtype, self.options.dtype.compute
@@ -94,7 +125,9 @@ class NeuronKernel(CKernel):
         return {"name": self.kernel_name, "headers": headers_for([storage]), "prelude": "",
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
                 "description": self.description, "lanes": self.lanes, "loop": loop,
-                "compute_t": compute.ctype, "zero": compute.literal(0.0),
+                "compute_t": compute.ctype, "zero": compute.literal(0.0), "vector": self.options.vector,
+                "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
+                "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 **{k: getattr(self.plan, k) for k in ("registers", "setup", "loads", "body", "stores", "finish")}}
 
 
@@ -126,15 +159,20 @@ class _Builder:
     def register(self, *names: str) -> None:
         self.plan.registers += [n for n in names if n not in self.plan.registers]
 
-    def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None) -> Transfer:
-        value = self.storage.element_load.format(x=f"{pointer}[{offset} + lane]")
-        if otherwise is not None:
-            value = self.compute.op("select", value, otherwise, "t > 0")
-        return Transfer(comment, f"{target}[lane]", value)
+    def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None,
+             accumulate: bool = False) -> Transfer:
+        """register[lane] = element (converted to the compute type); added to it when `accumulate`."""
+        value = self.storage.element_load
+        if accumulate:
+            value = self.compute.op("add", f"{target}[lane]", value)
+        return Transfer(comment, target, pointer, offset, value, self.storage.element, guard="t > 0" if otherwise
+                        else "", otherwise=otherwise or "")
 
-    def store(self, pointer: str, offset: str, value: str, comment: str, compute_type: bool = False) -> Transfer:
-        converted = value if compute_type else self.storage.element_store.format(x=value)
-        return Transfer(comment, f"{pointer}[{offset} + lane]", converted, store=True)
+    def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
+        value = "{x}" if compute_type else self.storage.element_store
+        element = (self.compute if compute_type else self.storage).element
+        return Transfer(comment, register, pointer, offset, value, element, store=True,
+                        vectorizable=not compute_type)
 
     def params_setup(self) -> None:
         system = self.d.system
@@ -142,8 +180,10 @@ class _Builder:
             if p in self.tensor_params:
                 self.pointer(p.name, const=True, compute_type=True)
                 self.register(f"ac_{p.name}")
-                value = f"{p.name}[n0 + lane]" if self.tensor_params[p] else f"{p.name}[0]"
-                self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}[lane]", value))
+                per_neuron = self.tensor_params[p]
+                self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}", p.name,
+                                                "n0" if per_neuron else "0", element=self.compute.element,
+                                                vectorizable=False, per_lane=per_neuron))
 
     def scalar_params(self) -> None:
         for p in self.d.system.params:
@@ -193,17 +233,17 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     for s in system.states:
         b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
     b.statement("ac_out_spike[lane]", "ac_s", declare=False)
-    b.plan.stores.append(b.store("spike_seq", "row", "ac_out_spike[lane]", "spike s[t]"))
+    b.plan.stores.append(b.store("spike_seq", "row", "ac_out_spike", "spike s[t]"))
     if saving:
         b.statement("ac_out_h[lane]", "ac_h", declare=False)
-        b.plan.stores.append(b.store("h_seq", "row", "ac_out_h[lane]", "h[t], saved for backward"))
+        b.plan.stores.append(b.store("h_seq", "row", "ac_out_h", "h[t], saved for backward"))
     for s, saved in zip(system.states, derivation.saved_states):
         if (saved and saving) or options.store_state_seq:
             b.pointer(f"{s.name}_seq", const=False)
-            b.plan.stores.append(b.store(f"{s.name}_seq", "row", f"{s.name}[lane]", f"{s.name}[t] after reset"))
+            b.plan.stores.append(b.store(f"{s.name}_seq", "row", f"{s.name}", f"{s.name}[t] after reset"))
     for s in system.states:
         b.pointer(f"{s.name}_final", const=False)
-        b.plan.finish.append(b.store(f"{s.name}_final", "n0", f"{s.name}[lane]", f"final {s.name}"))
+        b.plan.finish.append(b.store(f"{s.name}_final", "n0", f"{s.name}", f"final {s.name}"))
     b.scalar_params()
     return b.plan
 
@@ -220,9 +260,8 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
         b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "n0", f"gradient of final {s.name}"))
         if options.grad_state_seq:
             b.pointer(f"grad_{s.name}_seq", const=True)
-            value = b.storage.element_load.format(x=f"grad_{s.name}_seq[row + lane]")
-            b.plan.loads.append(Transfer(f"gradient of {s.name}[t]", f"ac_grad_{s.name}[lane]",
-                                         b.compute.op("add", f"ac_grad_{s.name}[lane]", value)))
+            b.plan.loads.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_seq", "row", f"gradient of {s.name}[t]",
+                                       accumulate=True))
     b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
     if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
@@ -248,19 +287,20 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
         b.statement(f"ac_grad_{s.name}[lane]", f"ac_{s.name}_grad_prev", declare=False)
     for p, value in zip(system.learnable, grad_params):
         b.register(f"ac_acc_{p.name}")
-        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", f"ac_acc_{p.name}[lane]", b.compute.literal(0)))
+        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", f"ac_acc_{p.name}", "", "",
+                                     b.compute.literal(0), vectorizable=False))
         b.statement(f"ac_acc_{p.name}[lane]", b.compute.op("add", f"ac_acc_{p.name}[lane]", value), declare=False)
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
     b.pointer("grad_x_seq", const=False)
-    b.plan.stores.append(b.store("grad_x_seq", "row", "ac_out_grad_x[lane]", "gradient of x[t]"))
+    b.plan.stores.append(b.store("grad_x_seq", "row", "ac_out_grad_x", "gradient of x[t]"))
     for s in system.states:
         b.pointer(f"grad_{s.name}_init", const=False)
-        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}[lane]",
+        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}",
                                      f"gradient of {s.name}[-1]"))
     for p in system.learnable:
         b.pointer(f"grad_{p.name}", const=False, compute_type=True)
-        b.plan.finish.append(b.store(f"grad_{p.name}", "n0", f"ac_acc_{p.name}[lane]",
+        b.plan.finish.append(b.store(f"grad_{p.name}", "n0", f"ac_acc_{p.name}",
                                      f"per-neuron sum of d loss / d {p.name}", compute_type=True))
     b.scalar_params()
     return b.plan

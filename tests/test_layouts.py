@@ -1,0 +1,54 @@
+"""Thread layouts (neurons per thread, vector accesses, loop unrolling) change speed, never results.
+
+Run on the host runner: every layout of a kernel must give bitwise the same outputs as one neuron per thread.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda.runtime.neuron import NeuronConfig, backward, choose_layout, forward
+from autocuda.spec.model import load_spec
+
+T, N = 3, 32
+LAYOUTS = {
+    torch.float32: [{"lanes": 4, "vector": True}, {"lanes": 2, "vector": True, "unroll": 2}, {"lanes": 3}],
+    torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}],
+    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}],
+}
+
+
+def _run_all(spec, dtype, layout):
+    config = NeuronConfig(spec, spec.surrogate, "hard", tensors=tuple((p.name, True) for p in spec.params
+                                                                      if p.kind == "tensor"))
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(T, N, generator=gen) * 2).to(dtype)
+    init = {s.name: (0.3 * torch.randn(N, generator=gen)).to(dtype) for s in spec.states}
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    params = {p.name: (torch.full((N,), p.default + 0.1, dtype=compute) if p.kind == "tensor" else p.default)
+              for p in spec.params}
+    out = forward(config, x, init, params, backend="host", store_state_seq=True, layout=layout)
+    grads = {"grad_spike_seq": torch.randn(T, N, generator=gen).to(dtype),
+             **{f"grad_{s.name}_final": torch.randn(N, generator=gen).to(dtype) for s in spec.states}}
+    saved = {**out, "x_seq": x, **{f"{k}_init": v for k, v in init.items()}}
+    return out | backward(config, grads, saved, params, backend="host", layout=layout)
+
+
+@pytest.mark.parametrize("dtype", list(LAYOUTS), ids=str)
+@pytest.mark.parametrize("name", ["izhikevich", "alif", "parametric_lif"])
+def test_every_layout_gives_identical_results(name, dtype):
+    spec = load_spec(name)
+    baseline = _run_all(spec, dtype, {"lanes": 1})
+    for layout in LAYOUTS[dtype]:
+        result = _run_all(spec, dtype, layout)
+        assert result.keys() == baseline.keys()
+        for key in baseline:
+            assert torch.equal(result[key], baseline[key]), f"{name} {dtype} {layout}: {key} differs"
+
+
+def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
+    big = torch.zeros(1 << 20)
+    assert choose_layout(1 << 20, torch.float32, [big]) == {"lanes": 4, "vector": True}
+    assert choose_layout((1 << 20) - 1, torch.float32, [big])["vector"] is False
+    assert choose_layout(1 << 20, torch.float32, [big[1:(1 << 20) - 3]])["vector"] is False
+    assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
