@@ -40,6 +40,7 @@ class KernelOptions:
     lanes: int = 0                                       # neurons per thread (0: the dtype's word width)
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
+    prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -71,6 +72,7 @@ class Transfer:
     guard: str = ""
     otherwise: str = ""
     vectorizable: bool = True
+    streamable: bool = True      # a per-step load that may be issued steps ahead (not an accumulation)
     per_lane: bool = True        # False: every lane reads element `offset` (a parameter shared by all)
 
     @property
@@ -96,6 +98,7 @@ class _Plan:
 
     params: list[CParam] = field(default_factory=list)
     registers: list[str] = field(default_factory=list)
+    streamed: list[Transfer] = field(default_factory=list)   # per-step loads issued `prefetch` steps early
     setup: list[Transfer] = field(default_factory=list)
     loads: list[Transfer] = field(default_factory=list)
     body: list[Statement] = field(default_factory=list)
@@ -128,7 +131,9 @@ class NeuronKernel(CKernel):
                 "compute_t": compute.ctype, "zero": compute.literal(0.0), "vector": self.options.vector,
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
-                **{k: getattr(self.plan, k) for k in ("registers", "setup", "loads", "body", "stores", "finish")}}
+                "depth": self.options.prefetch if loop != "none" else 0,
+                **{k: getattr(self.plan, k) for k in ("registers", "streamed", "setup", "loads", "body", "stores",
+                                                     "finish")}}
 
 
 class _Builder:
@@ -166,7 +171,7 @@ class _Builder:
         if accumulate:
             value = self.compute.op("add", f"{target}[lane]", value)
         return Transfer(comment, target, pointer, offset, value, self.storage.element, guard="t > 0" if otherwise
-                        else "", otherwise=otherwise or "")
+                        else "", otherwise=otherwise or "", streamable=not accumulate)
 
     def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
         value = "{x}" if compute_type else self.storage.element_store
@@ -350,6 +355,9 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
         plan = _forward(derivation, options)
     else:
         plan = _backward(derivation, options, surrogate_gradient)
+    if options.prefetch > 1 and options.kernel in ("fptt", "bptt"):
+        plan.streamed = [t for t in plan.loads if t.streamable]
+        plan.loads = [t for t in plan.loads if not t.streamable]
     # Readable parts first; the digest tells apart variants that differ in anything else.
     digest = hashlib.sha1(repr((derivation, options, surrogate_gradient)).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset else ""
