@@ -1,7 +1,8 @@
 """Compiling CUDA source: NVRTC through CuPy on a GPU machine, nvcc as a compile check without one.
 
 Compiled modules are kept in memory per (device, source, options); CuPy keeps the binaries in its own
-hashed, atomically written disk cache (see `configure_disk_cache`).
+hashed, atomically written disk cache (see `configure_disk_cache`): its key covers the source, the options,
+the architecture and the NVRTC version, and an entry whose checksum does not match is rebuilt.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -38,11 +41,48 @@ def import_cupy():
     return cupy
 
 
+# How this process obtained its kernels: "compiled" (NVRTC ran: a new entry in CuPy's disk cache, or no disk
+# cache) or "disk" (CuPy loaded the binary from its disk cache). A process with a warm cache compiles nothing.
+stats: Counter[str] = Counter()
+
+
+def cache_dir() -> Path | None:
+    """CuPy's kernel cache directory (CUPY_CACHE_DIR, or its default), None when it caches in memory only."""
+    if os.environ.get("CUPY_CACHE_IN_MEMORY", "") == "1":
+        return None
+    return Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
+@functools.cache
 def configure_disk_cache() -> None:
-    """Point CuPy's kernel cache at AUTOCUDA_CACHE_DIR when that is set."""
+    """Point CuPy's kernel cache at AUTOCUDA_CACHE_DIR/cupy when that is set (CUPY_CACHE_DIR, if set, wins);
+    an unwritable cache directory degrades to CuPy's in-memory cache, with one warning."""
     path = os.environ.get("AUTOCUDA_CACHE_DIR")
     if path:
         os.environ.setdefault("CUPY_CACHE_DIR", str(Path(path) / "cupy"))
+    directory = cache_dir()
+    if directory is not None and not _writable(directory):
+        warnings.warn(f"autocuda: kernel cache directory {directory} is not writable; compiled kernels are "
+                      "cached in memory only (set AUTOCUDA_CACHE_DIR to a writable directory)", RuntimeWarning,
+                      stacklevel=2)
+        os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+
+
+def _entries() -> set[str]:
+    directory = cache_dir()
+    try:
+        return set(os.listdir(directory)) if directory is not None else set()
+    except OSError:
+        return set()
 
 
 @functools.cache
@@ -50,12 +90,15 @@ def cupy_function(source: str, name: str, device_index: int):
     """The compiled kernel `name` of `source` on one device (compiled once per process and device)."""
     configure_disk_cache()
     cupy = import_cupy()
+    before = _entries()
     with cupy.cuda.Device(device_index):
         module = cupy.RawModule(code=source, options=NVRTC_OPTIONS)
         try:
-            return module.get_function(name)
+            function = module.get_function(name)
         except cupy.cuda.compiler.CompileException as error:
             raise CompileError(f"NVRTC rejected kernel {name}:\n{error}\n{_numbered(source)}") from None
+    stats["compiled" if cache_dir() is None or _entries() - before else "disk"] += 1
+    return function
 
 
 def nvcc_path() -> str:

@@ -1,0 +1,203 @@
+"""Functional API: run a neuron over a sequence (`multi_step`) or one step (`single_step`).
+
+Where it runs (`backend`): "cuda" launches the generated kernels through the `autocuda::neuron_*` ops;
+"host" runs the same ops on CPU tensors through the host runner (for tests); "reference" evaluates the step
+with torch ops (differentiable by autograd; any device). The default is "cuda" for CUDA tensors when CuPy is
+installed, else "reference".
+
+Everything that depends only on the layer's configuration (spec, reset, which parameters are tensors, ...) is
+resolved once per process into a `Plan` (see `autocuda.runtime.cache`), outside what torch.compile traces, so
+a compiled model sees shape checks, reshapes and one custom op per layer.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import ops  # noqa: F401  (registers the autocuda::neuron_* ops)
+from . import reference as ref
+from .runtime.cache import Plan, compute_dtype, default_backend, layout, plan_for, resolve_spec, spec_facts
+from .spec.model import NeuronSpec
+
+__all__ = ["multi_step", "single_step"]
+
+Tensor = torch.Tensor
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, surrogate: Any = None,
+               detach_reset: bool = False, reset: str | None = None, store_state_seq: bool = False,
+               backend: str | None = None, **params: Any
+               ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+    """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states, state sequences [T, *] or None).
+
+    Initial states follow the spec's order (the membrane first); missing ones start at the spec's initial
+    values. Parameters: floats (passed by value), tensors broadcastable to the neuron shape [*] (an
+    `nn.Parameter`, or any tensor requiring grad, is learnable), defaults from the spec; `v_reset=None` means
+    a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule.
+    """
+    _check_input(x_seq, "x_seq", 2)
+    call = _Call(spec, x_seq, x_seq.shape[1:], initial_states, surrogate, detach_reset, reset, backend, params)
+    steps = x_seq.shape[0]
+    if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
+        seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
+        return x_seq.new_empty(x_seq.shape), tuple(call.states), seqs
+    if call.backend == "reference":
+        return _reference_multi(call, x_seq, store_state_seq)
+    x_flat = x_seq.reshape(steps, call.numel).contiguous()
+    names, outputs = call.launch(x_flat, False, store_state_seq)
+    by_name = dict(zip(names, outputs))
+    shape = tuple(x_seq.shape)
+    spikes = by_name["spike_seq"].view(shape)
+    finals = tuple(by_name[f"{s}_final"].view(call.shape) for s in call.plan.states)
+    seqs = tuple(by_name[f"{s}_seq"].view(shape) for s in call.plan.states) if store_state_seq else None
+    return spikes, finals, seqs
+
+
+def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: Any = None,
+                detach_reset: bool = False, reset: str | None = None, backend: str | None = None, **params: Any
+                ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
+    (spike, new states). Arguments as in `multi_step`."""
+    _check_input(x, "x", 0)
+    call = _Call(spec, x, x.shape, states, surrogate, detach_reset, reset, backend, params)
+    if call.backend == "reference":
+        spike, new_states, _ = ref.step(call.plan.system, *call.reference_args(x))
+        return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
+    names, outputs = call.launch(x.reshape(call.numel).contiguous(), True, False)
+    by_name = dict(zip(names, outputs))
+    return by_name["spike_seq"].view(x.shape), tuple(by_name[f"{s}_final"].view(x.shape) for s in call.plan.states)
+
+
+def _check_input(x: Any, name: str, min_dim: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}: expected a floating dtype (float32, float64, float16, bfloat16), got {x.dtype}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name}: expected a tensor of shape [T, *] (at least {min_dim} dims), "
+                         f"got shape {tuple(x.shape)}")
+
+
+class _Call:
+    """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
+
+    def __init__(self, spec: Any, x: Tensor, shape: torch.Size, states: Sequence[Tensor], surrogate: Any,
+                 detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
+        spec = resolve_spec(spec)
+        facts = spec_facts(spec)
+        self.x, self.shape, self.numel = x, tuple(shape), math.prod(shape)
+        self.compute = compute_dtype(x.dtype)
+        self.backend = backend or default_backend(x.device.type)
+        if self.backend not in ("cuda", "host", "reference"):
+            raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
+        values, reset = self._values(facts, params, reset)
+        constants = tuple((n, float(values.pop(n))) for n in facts.constants if n in values)
+        signature = tuple((n, v.numel() != 1, bool(v.requires_grad) and torch.is_grad_enabled())
+                          for n, v in values.items() if isinstance(v, torch.Tensor))
+        self.plan: Plan = plan_for(spec, surrogate, reset, bool(detach_reset), constants, signature,
+                                   self.backend != "reference")
+        self.values = values
+        self.states = self._states(facts, states, reset)
+
+    def _values(self, facts, params: dict[str, Any], reset: str | None) -> tuple[dict[str, Any], str | None]:
+        unknown = [n for n in params if n not in facts.params]
+        if unknown:
+            raise TypeError(f"unknown parameter {unknown[0]!r} for neuron {facts.name!r} "
+                            f"(parameters: {', '.join(facts.params)})")
+        values: dict[str, Any] = dict(facts.defaults)
+        for name, value in params.items():
+            if name == "v_reset" and value is None:  # SpikingJelly's convention: no reset value = soft reset
+                reset = "soft" if reset is None else reset
+                continue
+            if name in facts.constants and isinstance(value, torch.Tensor):
+                raise TypeError(f"parameter {name!r} is a compile-time constant of {facts.name!r}: pass a number")
+            values[name] = self._param(name, value)
+        return values, reset
+
+    def _param(self, name: str, value: Any) -> float | Tensor:
+        if isinstance(value, torch.Tensor):
+            if not value.is_floating_point():
+                raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
+            if value.device != self.x.device:
+                raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {self.x.device}")
+            if torch.broadcast_shapes(value.shape, self.shape) != self.shape:
+                raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
+                                 f"neuron shape {self.shape}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"parameter {name!r}: expected a number or a tensor, got {type(value).__name__}")
+        return value
+
+    def _states(self, facts, states: Sequence[Tensor], reset: str | None) -> list[Tensor]:
+        names = self.plan.states
+        if len(states) > len(names):
+            raise TypeError(f"neuron {facts.name!r} has {len(names)} states ({', '.join(names)}), "
+                            f"got {len(states)} initial values")
+        out = []
+        for i, name in enumerate(names):
+            if i < len(states):
+                out.append(self._check_state(name, states[i]))
+            else:
+                out.append(self._initial(facts, name))
+        return out
+
+    def _check_state(self, name: str, state: Any) -> Tensor:
+        x = self.x
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state {name!r}: expected a torch.Tensor, got {type(state).__name__}")
+        if tuple(state.shape) != self.shape:
+            raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
+                             f"{tuple(state.shape)}")
+        if state.dtype != x.dtype:
+            raise TypeError(f"state {name!r}: expected dtype {x.dtype} (the input's), got {state.dtype}")
+        if state.device != x.device:
+            raise ValueError(f"state {name!r}: on {state.device}, but the input is on {x.device}")
+        return state
+
+    def _initial(self, facts, name: str) -> Tensor:
+        init = dict(facts.initial)[name]
+        if init == "v_reset" and self.plan.reset != "hard":
+            init = 0.0
+        value = self.values[init] if isinstance(init, str) else init
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(self.x.dtype).expand(self.shape).clone()
+        return self.x.new_full(self.shape, float(value))
+
+    # -- running --------------------------------------------------------------------------------------
+    def tensor_args(self) -> list[Tensor]:
+        out = []
+        for name, per_neuron in self.plan.tensors:
+            value = self.values[name]
+            if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
+                value = torch.full((1,), float(value), dtype=self.compute, device=self.x.device)
+            value = value.to(self.compute)
+            out.append(value.expand(self.shape).reshape(self.numel) if per_neuron else value.reshape(1))
+        return out
+
+    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[tuple[str, ...], list[Tensor]]:
+        states = [s.reshape(self.numel).contiguous() for s in self.states]
+        tensors = self.tensor_args()
+        scalars = [float(self.values[n]) for n in self.plan.scalars]
+        save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *states, *tensors))
+        outputs = torch.ops.autocuda.neuron_forward(self.plan.key, x, states, tensors, scalars, store_state_seq, save)
+        return layout(self.plan.key, single_step, store_state_seq, save), outputs
+
+    def reference_args(self, x: Tensor) -> tuple:
+        """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""
+        symbols = self.plan.symbols
+        params = {symbols[n]: (v.to(self.compute) if isinstance(v, torch.Tensor) else v)
+                  for n, v in self.values.items() if n in symbols}
+        states = [s.to(self.compute) for s in self.states]
+        return x.to(self.compute), states, params, self.plan.surrogate, self.plan.detach_reset
+
+
+def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool):
+    x, states, params, surrogate, detach = call.reference_args(x_seq)
+    spikes, finals, seqs = ref.multi_step(call.plan.system, x, states, params, surrogate, detach)
+    dtype = x_seq.dtype
+    finals = tuple(s.to(dtype) for s in finals)
+    return spikes.to(dtype), finals, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

@@ -1,0 +1,212 @@
+"""The generated neuron kernels as PyTorch operators: `torch.library.custom_op`s with fake (meta) kernels and
+autograd, so `opcheck`, `torch.compile(fullgraph=True)` and CUDA graphs see an ordinary operator.
+
+Schemas must be static, while neurons differ in states, parameters and saved tensors. So there is one small
+family of two operators, and a string `key` names the neuron layer they run (a registered `NeuronConfig`):
+
+    autocuda::neuron_forward(str key, Tensor x, Tensor[] states, Tensor[] tensor_params, float[] scalars,
+                             bool store_state_seq, bool save_for_backward) -> Tensor[]
+    autocuda::neuron_backward(str key, Tensor grad_spike, Tensor[] grad_finals, Tensor[] grad_seqs,
+                              Tensor[] saved, Tensor[] tensor_params, float[] scalars) -> Tensor[]
+
+x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); states are [N] in x's dtype; tensor
+parameters are [N] (one per neuron) or [1] (shared) in the compute dtype; scalars go to the kernel by value.
+Forward returns the kernel's outputs in its declaration order (`forward_outputs`): spike_seq, h_seq (when
+saving), state sequences (stored or saved), final states. Backward returns grad_x, the gradient of each
+initial state, then one per-neuron partial sum per learnable parameter (`Entry.learnable`).
+
+Keys are a readable spec name plus a digest of everything that selects the kernels, identical in every
+process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels through
+CuPy on torch's current stream; CPU tensors run the same generated source through the host runner.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Sequence
+
+import torch
+
+from .runtime import neuron as launch
+from .runtime.cache import compute_dtype
+from .runtime.neuron import NeuronConfig
+from .spec.system import runtime_params
+
+Tensor = torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A registered neuron layer and the order of its op arguments."""
+
+    config: NeuronConfig
+    tensors: tuple[str, ...]     # names of Tensor[] tensor_params, in order
+    scalars: tuple[str, ...]     # names of float[] scalars, in order
+    learnable: tuple[str, ...]   # parameters whose per-neuron gradient partials backward returns, in order
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return self.config.state_names
+
+
+_REGISTRY: dict[str, Entry] = {}
+
+
+def config_key(config: NeuronConfig) -> str:
+    """A key stable across processes: the spec's name and a digest of what selects the kernels."""
+    spec = config.spec
+    fields = tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin")
+    text = repr((fields, config.surrogate.key(), config.reset, config.detach_reset, config.constants,
+                 config.tensors))
+    return f"{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
+def register(config: NeuronConfig) -> str:
+    """Register a neuron layer (idempotent) and return the key its ops are called with."""
+    key = config_key(config)
+    entry = _REGISTRY.get(key)
+    if entry is None:
+        tensors = tuple(name for name, _ in config.tensors)
+        constants = dict(config.constants)
+        scalars = tuple(n for n in runtime_params(config.spec, config.reset) if n not in constants and n not in tensors)
+        learnable = tuple(p.name for p in config.spec.params if p.learnable and p.name not in constants)
+        _REGISTRY[key] = Entry(config, tensors, scalars, learnable)
+    elif entry.config != config:  # a digest collision: never run one neuron's kernels for another
+        raise RuntimeError(f"autocuda op key {key!r} already names a different neuron configuration")
+    return key
+
+
+def entry(key: str) -> Entry:
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.functional / autocuda.nn) "
+                       "in this process before calling its ops") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bool) -> tuple[str, ...]:
+    """Names of neuron_forward's outputs, in order."""
+    kind = "step-forward" if single_step else "fptt"
+    kernel = entry(key).config.kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save)
+    return tuple(n for n, p in kernel.cparams.items() if p.pointer and not p.const)
+
+
+@functools.lru_cache(maxsize=1024)
+def saved_names(key: str, single_step: bool) -> tuple[str, ...]:
+    """What the backward kernel reads besides gradients and parameters: h_seq, x_seq, <state>_init/_seq."""
+    e = entry(key)
+    kernel = e.config.kernel("step-backward" if single_step else "bptt", torch.float32)
+    skip = set(e.tensors) | set(e.scalars)
+    return tuple(n for n, p in kernel.cparams.items()
+                 if p.pointer and p.const and not n.startswith("grad_") and n not in skip)
+
+
+def _backend(t: Tensor) -> str:
+    return "cuda" if t.device.type == "cuda" else "host"
+
+
+def _params(e: Entry, tensor_params: Sequence[Tensor], scalars: Sequence[float]) -> dict:
+    return {**dict(zip(e.tensors, tensor_params)), **dict(zip(e.scalars, scalars))}
+
+
+# -- forward ----------------------------------------------------------------------------------------------
+@torch.library.custom_op("autocuda::neuron_forward", mutates_args=())
+def neuron_forward(key: str, x: Tensor, states: list[Tensor], tensor_params: list[Tensor], scalars: list[float],
+                   store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
+    e = entry(key)
+    single = x.dim() == 1
+    out = launch.forward(e.config, x, dict(zip(e.states, states)), _params(e, tensor_params, scalars),
+                         single_step=single, store_state_seq=store_state_seq, save_for_backward=save_for_backward,
+                         backend=_backend(x))
+    if not single and x.shape[0] == 0:  # no step ran: the final states are the initial ones
+        for name, state in zip(e.states, states):
+            out[f"{name}_final"].copy_(state)
+    return [out[n] for n in forward_outputs(key, single, store_state_seq, save_for_backward)]
+
+
+@neuron_forward.register_fake
+def _forward_fake(key, x, states, tensor_params, scalars, store_state_seq, save_for_backward):
+    names = forward_outputs(key, x.dim() == 1, store_state_seq, save_for_backward)
+    n = x.shape[-1]
+    return [x.new_empty((n,)) if name.endswith("_final") else x.new_empty(x.shape) for name in names]
+
+
+# -- backward ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("autocuda::neuron_backward", mutates_args=())
+def neuron_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
+                    saved: list[Tensor], tensor_params: list[Tensor], scalars: list[float]) -> list[Tensor]:
+    e = entry(key)
+    single = grad_spike.dim() == 1
+    grads = {"grad_spike_seq": grad_spike, **{f"grad_{s}_final": g for s, g in zip(e.states, grad_finals)},
+             **{f"grad_{s}_seq": g for s, g in zip(e.states, grad_seqs)}}
+    out = launch.backward(e.config, grads, dict(zip(saved_names(key, single), saved)),
+                          _params(e, tensor_params, scalars), single_step=single, grad_state_seq=bool(grad_seqs),
+                          backend=_backend(grad_spike))
+    inits = [out[f"grad_{s}_init"] for s in e.states]
+    partials = [out[f"grad_{p}"] for p in e.learnable]
+    if not single and grad_spike.shape[0] == 0:  # no step ran: gradients pass straight through
+        for init, final in zip(inits, grad_finals):
+            init.copy_(final)
+        for partial in partials:
+            partial.zero_()
+    return [out["grad_x_seq"], *inits, *partials]
+
+
+@neuron_backward.register_fake
+def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, tensor_params, scalars):
+    e = entry(key)
+    n = grad_spike.shape[-1]
+    compute = compute_dtype(grad_spike.dtype)
+    return [grad_spike.new_empty(grad_spike.shape), *[grad_spike.new_empty((n,)) for _ in e.states],
+            *[grad_spike.new_empty((n,), dtype=compute) for _ in e.learnable]]
+
+
+# -- autograd -------------------------------------------------------------------------------------------------
+def _setup_context(ctx, inputs, output) -> None:
+    key, x, states, tensor_params, scalars, store_state_seq, save = inputs
+    single = x.dim() == 1
+    ctx.key, ctx.scalars, ctx.single, ctx.saved_ok = key, list(scalars), single, save
+    ctx.outputs = forward_outputs(key, single, store_state_seq, save)
+    ctx.store_state_seq, ctx.meta = store_state_seq, (x.shape, x.dtype, x.device)
+    if not save:
+        return
+    e = entry(key)
+    available = {"x_seq": x, **{f"{s}_init": v for s, v in zip(e.states, states)}, **dict(zip(ctx.outputs, output))}
+    names = saved_names(key, single)
+    ctx.n_saved = len(names)
+    ctx.save_for_backward(*(available[n] for n in names), *tensor_params)
+
+
+def _backward(ctx, grads: list[Tensor]):
+    if not ctx.saved_ok:
+        raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
+    e = entry(ctx.key)
+    by_name = dict(zip(ctx.outputs, grads))
+    saved = list(ctx.saved_tensors)
+    saved, tensor_params = saved[:ctx.n_saved], saved[ctx.n_saved:]
+    shape, dtype, device = ctx.meta
+    finals = [_dense(by_name[f"{s}_final"], shape[-1:], dtype, device) for s in e.states]
+    seqs = [_dense(by_name[f"{s}_seq"], shape, dtype, device) for s in e.states] if ctx.store_state_seq else []
+    grad_spike = _dense(by_name["spike_seq"], shape, dtype, device)
+    out = neuron_backward(ctx.key, grad_spike, finals, seqs, saved, tensor_params, ctx.scalars)
+    grad_x, grad_states, partials = out[0], out[1:1 + len(e.states)], out[1 + len(e.states):]
+    partial = dict(zip(e.learnable, partials))
+    grad_params = []
+    for name, per_neuron in e.config.tensors:
+        if name not in partial:
+            grad_params.append(None)
+        else:  # a shared parameter ([1]) gets the sum over neurons; torch's sum is deterministic
+            grad_params.append(partial[name] if per_neuron else partial[name].sum(0, keepdim=True))
+    return None, grad_x, list(grad_states), grad_params, None, None, None
+
+
+def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Gradients reach backward as zeros, expanded views or None; the kernel reads contiguous ones."""
+    if grad is None:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return grad.contiguous()
+
+
+neuron_forward.register_autograd(_backward, setup_context=_setup_context)
