@@ -1,35 +1,60 @@
-"""Launching a compiled kernel on the tensors' device and on torch's current stream."""
+"""Launching a compiled kernel on the tensors' device and on torch's current stream.
+
+The hot path packs the arguments itself: one `struct.pack` of every value into 8-byte slots (the layout is
+derived from the kernel's parameter list), then one driver launch on torch's raw current stream. That keeps
+a launch at a few microseconds of host time, however many parameters a kernel has.
+"""
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .compile import cupy_function, import_cupy
 
+# struct code of one 8-byte argument slot, by C type of a scalar parameter (pointers are addresses: "Q")
+_SLOT_CODES = {"float": "f4x", "double": "d", "long long": "q", "int64_t": "q", "int": "i4x",
+               "unsigned int": "I4x", "unsigned char": "B7x", "bool": "?7x",
+               "half2": "I4x", "__nv_bfloat162": "I4x", "nv_bfloat162": "I4x"}
 
-@functools.lru_cache(maxsize=64)
-def _external_stream(stream_ptr: int, device_index: int):
-    return import_cupy().cuda.ExternalStream(stream_ptr, device_index)
+
+class PackedLaunch:
+    """A compiled kernel with its argument layout: call with plain Python values in parameter order
+    (tensor addresses as ints, scalars as numbers; packed half2/bfloat162 scalars as their 32-bit patterns)."""
+
+    def __init__(self, source: str, name: str, params: Sequence, device_index: int):
+        raw = cupy_function(source, name, device_index)
+        with import_cupy().cuda.Device(device_index):
+            self.function_ptr = raw.kernel.ptr
+        self.format = "<" + "".join("Q" if p.pointer else _SLOT_CODES[p.ctype] for p in params)
+        self.offsets = np.arange(len(params), dtype=np.uint64) * np.uint64(8)
+        self.driver = import_cupy().cuda.driver
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], values: Sequence, stream_ptr: int) -> None:
+        slots = np.frombuffer(struct.pack(self.format, *values), dtype=np.uint8)
+        pointers = self.offsets + np.uint64(slots.ctypes.data)  # the driver copies the values at launch
+        gx, gy, gz = (*grid, 1, 1)[:3]
+        bx, by, bz = (*block, 1, 1)[:3]
+        self.driver.launchKernel(self.function_ptr, gx, gy, gz, bx, by, bz, 0, stream_ptr,
+                                 pointers.ctypes.data, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def packed_launch(source: str, name: str, params: tuple, device_index: int) -> PackedLaunch:
+    return PackedLaunch(source, name, params, device_index)
+
+
+def current_stream_ptr(device_index: int) -> int:
+    """torch's current stream on a device, as a raw pointer (cheaper than building a Stream object)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
 
 
 def launch(source: str, name: str, params: Sequence, grid: tuple, block: tuple, args: Sequence,
            device: torch.device) -> None:
     """Run kernel `name` of `source` with packed `args` (numpy scalars) on `device`'s current torch stream."""
-    stream = _external_stream(torch.cuda.current_stream(device).cuda_stream, device.index)
-    _driver_function(source, name, device.index)(grid, block, args, stream=stream)
-
-
-@functools.cache
-def _driver_function(source: str, name: str, device_index: int):
-    """CuPy's driver-level function of a RawKernel: it takes the stream as an argument, so a launch needs no
-    stream context (the RawKernel itself launches on CuPy's current stream)."""
-    raw = cupy_function(source, name, device_index)
-    with import_cupy().cuda.Device(device_index):
-        function = getattr(raw, "kernel", None)
-    if function is None:  # an older CuPy: fall back to the stream context
-        def function(grid, block, args, stream):
-            with stream:
-                raw(grid, block, args)
-    return function
+    values = [a.item() for a in args]
+    packed_launch(source, name, tuple(params), device.index)(grid, block, values, current_stream_ptr(device.index))

@@ -19,6 +19,7 @@ from ..codegen.neuron import NeuronKernel
 from ..kernels import derivation, neuron_kernel
 from ..spec.model import NeuronSpec
 from ..surrogate import Surrogate
+from .launch import current_stream_ptr
 
 BLOCK = 256
 VECTOR_BYTES = (16, 8, 4)      # widest aligned access first
@@ -82,24 +83,31 @@ def _run(config: NeuronConfig, kind: str, options: dict[str, Any], given: Mappin
         layout = choose_layout(n, dtype, [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()])
     kernel = config.kernel(kind, dtype, **options, **layout)
     sizes = {"N": n, "T": steps}
-    packed, produced = [], {}
+    values, produced = [], {}
     for name, param in kernel.cparams.items():
         if name in sizes:
-            packed.append(np.int64(sizes[name]))
+            values.append(sizes[name])
         elif name in given:
             value = given[name]
-            if param.pointer and (value.dtype != param.torch_dtype or not value.is_contiguous()):
+            if not param.pointer:
+                values.append(float(value))
+                continue
+            if value.dtype != param.torch_dtype or not value.is_contiguous():
                 raise KernelArgumentError(f"{name}: expected a contiguous {param.torch_dtype} tensor, got "
                                           f"{value.dtype} (contiguous: {value.is_contiguous()})")
-            packed.append(np.uint64(value.data_ptr()) if param.pointer else param.pack(value))
+            values.append(value.data_ptr())
         elif name in shapes:
             out = produced[name] = torch.empty(shapes[name], dtype=_output_dtype(name, dtype), device=like.device)
-            packed.append(np.uint64(out.data_ptr()))
+            values.append(out.data_ptr())
         else:
             raise KeyError(f"kernel {kernel.kernel_name} needs argument {name!r}")
     if not empty:
-        threads = math.ceil(n / kernel.lanes)
-        kernel.launch((math.ceil(threads / BLOCK),), (BLOCK,), tuple(packed), like.device, backend)
+        grid = (math.ceil(math.ceil(n / kernel.lanes) / BLOCK),)
+        if backend == "cuda":
+            kernel.cuda_launcher(like.device.index)(grid, (BLOCK,), values, current_stream_ptr(like.device.index))
+        else:
+            packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
+            kernel.launch(grid, (BLOCK,), packed, like.device, backend)
     return produced
 
 
