@@ -124,7 +124,7 @@ class _Call:
                 raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
             if value.device != self.x.device:
                 raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {self.x.device}")
-            if torch.broadcast_shapes(value.shape, self.shape) != self.shape:
+            if not _broadcasts(tuple(value.shape), self.shape):
                 raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
                                  f"neuron shape {self.shape}")
             return value
@@ -193,6 +193,11 @@ class _Call:
                   for n, v in self.values.items() if n in symbols}
         states = [s.to(self.compute) for s in self.states]
         return x.to(self.compute), states, params, self.plan.surrogate, self.plan.detach_reset
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """`shape` expands to `target` (numpy rules, without growing `target`)."""
+    return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
 def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool):

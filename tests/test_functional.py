@@ -1,0 +1,187 @@
+"""autocuda.functional on the CPU (the torch reference path): shapes, dtypes, defaults, reset rules,
+detach_reset, multi-step == stepped single steps, learnable parameters, and argument errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from autocuda import functional as F
+from autocuda.spec.model import list_specs, load_spec
+
+SPECS = [name for name, _ in list_specs()]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def inputs(*shape: int, dtype=torch.float64, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(*shape, generator=g, dtype=torch.float64) * 1.6 - 0.3).to(dtype)
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_shapes_and_dtypes(name: str, dtype: torch.dtype):
+    x = inputs(4, 2, 3, dtype=dtype)
+    spikes, finals, seqs = F.multi_step(name, x, store_state_seq=True)
+    states = load_spec(name).states
+    assert spikes.shape == x.shape and spikes.dtype == dtype
+    assert len(finals) == len(seqs) == len(states)
+    for final, seq in zip(finals, seqs):
+        assert final.shape == (2, 3) and final.dtype == dtype
+        assert seq.shape == x.shape and seq.dtype == dtype
+        assert torch.equal(seq[-1], final)
+    assert set(spikes.unique().tolist()) <= {0.0, 1.0}
+    assert F.multi_step(name, x)[2] is None
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_multi_step_equals_stepped_single_steps(name: str):
+    x = inputs(5, 7, seed=1)
+    spikes, finals, _ = F.multi_step(name, x)
+    states: tuple = ()
+    stepped = []
+    for xt in x:
+        spike, states = F.single_step(name, xt, *states)
+        stepped.append(spike)
+    assert torch.equal(torch.stack(stepped), spikes)
+    for a, b in zip(states, finals):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def lif_by_hand(x: torch.Tensor, tau: float, v_th: float, v_reset: float | None) -> tuple[torch.Tensor, ...]:
+    v = torch.full_like(x[0], 0.0 if v_reset is None else v_reset)
+    spikes, vs = [], []
+    for xt in x:
+        h = v + (xt - (v - (v_reset or 0.0))) / tau
+        s = (h >= v_th).to(x.dtype)
+        v = h - s * v_th if v_reset is None else h * (1 - s) + v_reset * s
+        spikes.append(s)
+        vs.append(v)
+    return torch.stack(spikes), torch.stack(vs)
+
+
+@pytest.mark.parametrize("v_reset", [0.0, -0.2, None], ids=["hard0", "hard-0.2", "soft"])
+def test_lif_reset_rules_match_the_formulas(v_reset: float | None):
+    x = inputs(12, 9, seed=2) * 2
+    spikes, (v,), (v_seq,) = F.multi_step("lif", x, tau=3.0, v_threshold=0.8, v_reset=v_reset, store_state_seq=True)
+    want_spikes, want_v = lif_by_hand(x, 3.0, 0.8, v_reset)
+    assert spikes.sum() > 0
+    assert torch.equal(spikes, want_spikes)
+    torch.testing.assert_close(v_seq, want_v)
+    if v_reset is None:  # v_reset=None is the same as asking for the soft rule
+        assert torch.equal(F.multi_step("lif", x, tau=3.0, v_threshold=0.8, reset="soft")[1][0], v)
+
+
+def test_initial_state_defaults_follow_the_spec():
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    # QIF starts at v_reset (-0.1) under a hard reset, at 0 under a soft one; h = v + (x + (v - 0)(v - 0.8)) / 2
+    (_, (v_hard,), _), (_, (v_soft,), _) = F.multi_step("qif", x), F.multi_step("qif", x, v_reset=None)
+    torch.testing.assert_close(v_hard, torch.full((3,), -0.1 + (-0.1 * -0.9) / 2, dtype=torch.float64))
+    torch.testing.assert_close(v_soft, torch.zeros(3, dtype=torch.float64))
+
+
+def test_detach_reset_cuts_only_the_reset_path():
+    x = inputs(6, 5, seed=3).requires_grad_()
+    grads = {}
+    for detach in (False, True):
+        spikes, (v,), _ = F.multi_step("lif", x, detach_reset=detach)
+        grads[detach] = torch.autograd.grad(spikes.sum() + v.sum(), x)[0]
+    assert not torch.allclose(grads[False], grads[True])
+    # by hand: the spike inside v = h (1 - s) is a constant for backward
+    xh = x.detach().clone().requires_grad_()
+    v, total = torch.zeros(5, dtype=torch.float64), 0
+    from autocuda.surrogate import Sigmoid
+    for xt in xh:
+        h = v + (xt - v) / 2
+        s = Sigmoid()(h - 1.0)
+        v = h * (1 - s.detach())
+        total = total + s.sum()
+    torch.testing.assert_close(torch.autograd.grad(total + v.sum(), xh)[0], grads[True])
+
+
+def test_learnable_parameter_broadcast_per_channel():
+    x = inputs(5, 2, 3, 4, seed=4)
+    w = torch.nn.Parameter(torch.tensor([[0.5], [-0.2], [0.1]], dtype=torch.float32))  # [C, 1] over [B, C, W]
+    spikes, (v,), _ = F.multi_step("parametric_lif", x.float(), w=w)
+    (spikes.sum() + v.sum()).backward()
+    assert w.grad is not None and w.grad.shape == w.shape and w.grad.dtype == torch.float32
+    # the same with the channel values written out per neuron
+    w_full = w.detach().expand(2, 3, 4).clone().requires_grad_()
+    spikes2, (v2,), _ = F.multi_step("parametric_lif", x.float(), w=w_full)
+    (spikes2.sum() + v2.sum()).backward()
+    assert torch.equal(spikes, spikes2)
+    torch.testing.assert_close(w.grad, w_full.grad.sum(dim=(0, 2)).unsqueeze(-1))
+
+
+def test_any_parameter_tensor_requiring_grad_is_learnable():
+    x = inputs(6, 4, seed=5)
+    tau = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    spikes, (v,), _ = F.multi_step("lif", x, tau=tau)
+    (v.sum() + spikes.sum()).backward()
+    assert tau.grad is not None and torch.isfinite(tau.grad)
+    assert torch.equal(spikes, F.multi_step("lif", x, tau=2.5)[0])
+
+
+def test_given_states_are_used_and_not_modified():
+    x = inputs(3, 4, seed=6)
+    v0, w0 = torch.full((4,), 0.5, dtype=torch.float64), torch.full((4,), 0.2, dtype=torch.float64)
+    _, finals, _ = F.multi_step("izhikevich", x, v0, w0, a=0.1, b=0.2)
+    assert torch.equal(v0, torch.full((4,), 0.5, dtype=torch.float64))
+    assert not torch.equal(finals[0], F.multi_step("izhikevich", x, a=0.1, b=0.2)[1][0])
+
+
+def test_empty_sequence_returns_empty_results():
+    x = torch.zeros(0, 3, 2)
+    v0 = torch.ones(3, 2)
+    spikes, (v,), (v_seq,) = F.multi_step("lif", x, v0, store_state_seq=True)
+    assert spikes.shape == (0, 3, 2) and v_seq.shape == (0, 3, 2)
+    assert torch.equal(v, v0)
+    spikes, finals, _ = F.multi_step("izhikevich", x)
+    assert [f.shape for f in finals] == [(3, 2), (3, 2)]
+
+
+def test_single_step_accepts_any_shape():
+    spike, (v,) = F.single_step("if", torch.tensor(1.5))
+    assert spike.shape == () and spike.item() == 1.0 and v.item() == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.complex64], ids=str)
+def test_non_float_inputs_are_refused(dtype):
+    with pytest.raises(TypeError, match="x_seq: expected a floating dtype"):
+        F.multi_step("lif", torch.zeros(2, 3, dtype=dtype))
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: F.multi_step("lif", torch.zeros(3)), ValueError, r"x_seq: expected a tensor of shape \[T, \*\]"),
+    (lambda: F.multi_step("lif", [[0.0]]), TypeError, "x_seq: expected a torch.Tensor"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), torch.zeros(4)), ValueError, "state 'v': expected shape"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64)), TypeError,
+     "state 'v': expected dtype torch.float32"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), torch.zeros(3, device="meta")), ValueError,
+     "state 'v': on meta"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), torch.zeros(3), torch.zeros(3)), TypeError, "has 1 states"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), taux=2.0), TypeError, "unknown parameter 'taux'.*tau"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), tau="2"), TypeError, "parameter 'tau': expected a number"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), tau=torch.ones(4)), ValueError, "parameter 'tau': shape"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), tau=torch.ones(3, device="meta")), ValueError,
+     "parameter 'tau': on meta"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), tau=torch.ones(3, dtype=torch.int64)), TypeError,
+     "parameter 'tau': expected a floating tensor"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), backend="tpu"), ValueError, "backend: expected"),
+    (lambda: F.multi_step("no_such_neuron", torch.zeros(2, 3)), ValueError, "no shipped spec"),
+    (lambda: F.multi_step(42, torch.zeros(2, 3)), TypeError, "spec: expected a NeuronSpec"),
+])
+def test_argument_errors_name_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_reduced_precision_runs_in_float32():
+    # fp16 storage, fp32 arithmetic: the same spikes as float32 from the same (rounded) inputs
+    x = inputs(8, 16, seed=7, dtype=torch.float16)
+    spikes16, (v16,), _ = F.multi_step("eif", x)
+    spikes32, (v32,), _ = F.multi_step("eif", x.float())
+    assert torch.equal(spikes16.float(), spikes32)
+    assert torch.equal(v16, v32.half())
+    assert math.isfinite(v16.float().sum().item())

@@ -1,0 +1,191 @@
+"""autocuda.nn on the CPU: SpikingJelly-compatible constructors and defaults, state kept between calls and
+reset, step modes agree, soft reset, learnable parameters, dtypes, repr, errors, and torch.compile
+(fullgraph, through the host runner)."""
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from autocuda import nn as ann
+from autocuda.spec.model import load_spec
+from autocuda.surrogate import ATan, Sigmoid
+
+CLASSES = [ann.IFNode, ann.LIFNode, ann.ParametricLIFNode, ann.QIFNode, ann.EIFNode, ann.IzhikevichNode,
+           ann.AdExNode, ann.ALIFNode]
+
+# SpikingJelly's documented constructor defaults (model parameters), which ours must equal.
+SPIKINGJELLY_DEFAULTS = {
+    ann.IFNode: {"v_threshold": 1.0, "v_reset": 0.0},
+    ann.LIFNode: {"tau": 2.0, "decay_input": True, "v_threshold": 1.0, "v_reset": 0.0},
+    ann.ParametricLIFNode: {"init_tau": 2.0, "decay_input": True, "v_threshold": 1.0, "v_reset": 0.0},
+    ann.QIFNode: {"tau": 2.0, "v_c": 0.8, "a0": 1.0, "v_threshold": 1.0, "v_rest": 0.0, "v_reset": -0.1},
+    ann.EIFNode: {"tau": 2.0, "delta_T": 1.0, "theta_rh": 0.8, "v_threshold": 1.0, "v_rest": 0.0, "v_reset": -0.1},
+    ann.IzhikevichNode: {"tau": 2.0, "v_c": 0.8, "a0": 1.0, "v_threshold": 1.0, "v_reset": 0.0, "v_rest": -0.1,
+                         "w_rest": 0.0, "tau_w": 2.0, "a": 0.0, "b": 0.0},
+}
+COMMON = ("surrogate_function", "detach_reset", "step_mode", "backend", "store_v_seq")
+
+
+def x_seq(*shape: int, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(*shape, generator=g) * 1.8 - 0.3).to(dtype)
+
+
+@pytest.mark.parametrize("cls", list(SPIKINGJELLY_DEFAULTS))
+def test_constructor_defaults_match_spikingjelly(cls):
+    signature = inspect.signature(cls)
+    names = [n for n in signature.parameters if n not in COMMON]
+    assert names == list(SPIKINGJELLY_DEFAULTS[cls])  # same names in the same (positional) order
+    assert {n: signature.parameters[n].default for n in names} == SPIKINGJELLY_DEFAULTS[cls]
+    assert signature.parameters["surrogate_function"].default == Sigmoid(alpha=4.0)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_model_defaults_equal_the_spec_defaults(cls):
+    node = cls()
+    for p in node.spec.params:
+        value = getattr(node, p.name)
+        value = value.detach() if isinstance(value, torch.Tensor) else value
+        assert float(value) == pytest.approx(p.default), p.name
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_step_modes_agree_and_state_persists(cls):
+    x = x_seq(6, 2, 5)
+    node = cls(step_mode="m", store_v_seq=True)
+    spikes = torch.cat([node(x[:3]), node(x[3:])])  # the second call continues from the first's states
+    finals = [getattr(node, s) for s in node.state_names]
+    assert node.v_seq.shape == (3, 2, 5) and torch.equal(node.v_seq[-1], node.v)
+    node.reset()
+    assert all(isinstance(getattr(node, s), float) for s in node.state_names) and node.v_seq is None
+    node.step_mode = "s"
+    stepped = torch.stack([node(xt) for xt in x])
+    assert torch.equal(stepped, spikes)
+    for s, final in zip(node.state_names, finals):
+        torch.testing.assert_close(getattr(node, s), final)
+
+
+def test_reset_net_style_reset_restores_initial_values():
+    net = nn.Sequential(nn.Linear(4, 4), ann.IzhikevichNode(w_rest=0.3, v_reset=-0.2), ann.LIFNode(v_reset=None))
+    net(torch.ones(2, 4))
+    for module in net.modules():  # what spikingjelly.activation_based.functional.reset_net does
+        if hasattr(module, "reset"):
+            module.reset()
+    assert net[1].v == -0.2 and net[1].w == 0.3 and net[2].v == 0.0
+
+
+def test_soft_reset_when_v_reset_is_none():
+    x = x_seq(8, 6, seed=1) * 2
+    node = ann.LIFNode(v_reset=None, step_mode="m")
+    spikes = node(x)
+    v, want = torch.zeros(6), []
+    for xt in x:
+        h = v + (xt - v) / 2
+        s = (h >= 1.0).float()
+        v = h - s
+        want.append(s)
+    assert torch.equal(spikes, torch.stack(want)) and spikes.sum() > 0
+    torch.testing.assert_close(node.v, v)
+
+
+def test_decay_input_false():
+    x = x_seq(3, 4, seed=2)
+    node = ann.LIFNode(tau=4.0, decay_input=False, step_mode="m")
+    node(x)
+    v = torch.zeros(4)
+    for xt in x:
+        h = v - v / 4 + xt
+        v = h * (h < 1.0)
+    torch.testing.assert_close(node.v, v)
+
+
+def test_parametric_lif_learns_w():
+    node = ann.ParametricLIFNode(init_tau=3.0, step_mode="m")
+    assert isinstance(node.w, nn.Parameter) and node.w.item() == pytest.approx(-math.log(2.0))
+    assert [n for n, _ in node.named_parameters()] == ["w"]
+    node(x_seq(5, 8, seed=3)).sum().backward()
+    assert node.w.grad is not None and node.w.grad.shape == () and node.w.grad != 0
+
+
+def test_generic_neuron_with_per_channel_parameter():
+    w = nn.Parameter(torch.zeros(3, 1))
+    node = ann.Neuron("parametric_lif", w=w, step_mode="m", surrogate_function=ATan())
+    out = node(x_seq(4, 2, 3, 5))
+    (out.sum() + node.v.sum()).backward()
+    assert w.grad.shape == (3, 1)
+    assert "spec='parametric_lif'" in repr(node) and "w=Parameter[3, 1]" in repr(node) and "ATan" in repr(node)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
+def test_dtypes(dtype):
+    node = ann.ParametricLIFNode(step_mode="m")
+    x = x_seq(4, 3, dtype=dtype).requires_grad_()
+    out = node(x)
+    out.sum().backward()
+    assert out.dtype == dtype and node.v.dtype == dtype and x.grad.dtype == dtype
+    assert node.w.dtype == torch.float32 and node.w.grad.dtype == torch.float32
+
+
+def test_extra_repr_shows_spec_and_parameters():
+    text = repr(ann.EIFNode(delta_T=0.5, v_reset=None))
+    for part in ("spec='eif'", "delta_T=0.5", "theta_rh=0.8", "v_reset=None", "step_mode='s'", "Sigmoid"):
+        assert part in text
+
+
+@pytest.mark.parametrize(("make", "error", "match"), [
+    (lambda: ann.LIFNode(step_mode="x"), ValueError, "step_mode"),
+    (lambda: ann.Neuron("lif", taux=1.0), TypeError, "unknown parameter 'taux'"),
+    (lambda: ann.Neuron("lif", initial={"q": 1.0}), TypeError, "initial: 'q' is not a state"),
+    (lambda: ann.LIFNode(backend="tpu"), ValueError, "backend"),
+    (lambda: ann.ParametricLIFNode(init_tau=1.0), ValueError, "init_tau"),
+])
+def test_constructor_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_multi_step_mode_needs_a_time_dimension():
+    with pytest.raises(ValueError, match=r"\[T, \*\]"):
+        ann.LIFNode(step_mode="m")(torch.zeros(3))
+
+
+class TwoLayer(nn.Module):
+    def __init__(self, backend: str):
+        super().__init__()
+        self.fc1, self.lif = nn.Linear(6, 10), ann.LIFNode(step_mode="m", backend=backend)
+        self.fc2, self.izh = nn.Linear(10, 3), ann.IzhikevichNode(step_mode="m", a=0.1, b=0.2, backend=backend)
+        for fc in (self.fc1, self.fc2):  # enough drive for both layers to fire
+            nn.init.uniform_(fc.weight, -0.2, 0.8)
+
+    def forward(self, x):
+        return self.izh(self.fc2(self.lif(self.fc1(x))))
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch.manual_seed(0)
+    net = TwoLayer("host")
+    x = torch.rand(6, 2, 6) * 1.5
+
+    def run(model):
+        net.lif.reset(), net.izh.reset(), net.zero_grad()
+        first, second = model(x), model(x)  # the second call starts from the first's states
+        (first.sum() + 2 * second.sum() + net.izh.w.sum()).backward()
+        return [first, second, *(p.grad.clone() for p in net.parameters())]
+
+    eager = run(net)
+    torch._dynamo.reset()
+    compiled = run(torch.compile(net, fullgraph=True, backend="aot_eager"))
+    assert eager[0].sum() > 0 and eager[1].sum() > 0
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b)
+
+
+def test_spec_names_and_tables_agree():
+    for cls in CLASSES:
+        node = cls()
+        assert node.spec == load_spec(node.spec.name).with_options(**dict(node.spec.options))
+        assert node.state_names == tuple(s.name for s in node.spec.states)

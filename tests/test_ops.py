@@ -1,0 +1,149 @@
+"""The autocuda::neuron_* ops on the CPU: the generated kernels run through the host runner (backend "host")
+and must give the reference's spikes, states and gradients (autograd through the torch reference), for LIF,
+PLIF (learnable w, shared and per channel), Izhikevich and ALIF in float32 and float64; `opcheck` on every op
+form; what backward saves; the key registry."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda import functional as F
+from autocuda import ops
+from autocuda.runtime.cache import plan_for, resolve_spec
+
+# Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
+# order only; float32 adds one rounding per operation over a few steps.
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5}
+PARAMS = {"lif": {"tau": 2.5}, "parametric_lif": {}, "izhikevich": {"a": 0.3, "b": 0.2, "tau_w": 3.0},
+          "alif": {"beta": 0.3, "tau_a": 5.0}}
+CASES = [("lif", "hard", False), ("lif", "soft", True), ("parametric_lif", "hard", False),
+         ("izhikevich", "hard", False), ("izhikevich", "soft", True), ("alif", "hard", True)]
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
+    scale = expected.abs().max().item() if expected.numel() else 0.0
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0))
+
+
+def run(name: str, backend: str, dtype: torch.dtype, reset: str, detach: bool, seed: int = 0, steps: int = 7,
+        w: torch.Tensor | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Outputs (spikes, finals, sequences) and gradients (x, initial states, w) of one seeded run."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (steps, 3, 5)
+    x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 0.4).to(dtype).requires_grad_()
+    states = [(torch.rand(shape[1:], generator=g, dtype=torch.float64) * 0.6 - 0.2).to(dtype).requires_grad_()
+              for _ in resolve_spec(name).states]
+    params = dict(PARAMS[name])
+    if w is not None:
+        params["w"] = w = w.detach().clone().requires_grad_()
+    spikes, finals, seqs = F.multi_step(name, x, *states, reset=reset, detach_reset=detach, store_state_seq=True,
+                                        backend=backend, **params)
+    weights = [torch.rand(t.shape, generator=g, dtype=torch.float64).to(dtype) for t in (spikes, *finals, *seqs)]
+    loss = sum((t * u).sum() for t, u in zip((spikes, *finals, *seqs), weights))
+    leaves = [x, *states] + ([w] if w is not None else [])
+    return [spikes, *finals, *seqs], list(torch.autograd.grad(loss, leaves))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(("name", "reset", "detach"), CASES, ids=lambda v: str(v))
+def test_kernels_match_reference(name: str, reset: str, detach: bool, dtype: torch.dtype):
+    w = torch.linspace(-1, 1, 15, dtype=dtype).view(3, 5) if name == "parametric_lif" else None
+    got, got_grads = run(name, "host", dtype, reset, detach, w=w)
+    want, want_grads = run(name, "reference", dtype, reset, detach, w=w)
+    assert got[0].sum() > 0 and torch.equal(got[0], want[0])
+    for a, b in zip(got[1:] + got_grads, want[1:] + want_grads):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        close(a, b, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("w", [torch.tensor(0.4), torch.tensor([[0.3], [-0.5], [1.0]])], ids=["shared", "channel"])
+def test_plif_learnable_w_is_reduced_to_its_shape(w: torch.Tensor):
+    got, (*_, grad_w) = run("parametric_lif", "host", torch.float64, "hard", False, w=w.double())
+    want, (*_, want_w) = run("parametric_lif", "reference", torch.float64, "hard", False, w=w.double())
+    assert grad_w.shape == w.shape
+    close(grad_w, want_w, 1e-10)
+
+
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
+def test_single_step_matches_reference(name: str):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(4, 3, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    results = []
+    for backend in ("host", "reference"):
+        spike, states = F.single_step(name, x, backend=backend, **PARAMS[name])
+        grad = torch.autograd.grad((spike * torch.arange(12.0).view(4, 3)).sum() + sum(s.sum() for s in states), x)
+        results.append((spike, *states, *grad))
+    assert torch.equal(results[0][0], results[1][0])
+    for a, b in zip(results[0][1:], results[1][1:]):
+        close(a, b, 1e-10)
+
+
+def test_what_backward_saves():
+    """Only what the backward kernel reads: h for LIF; h and v_init (v[t-1] is recomputed from h[t-1]) for
+    Izhikevich; x too for PLIF (dh/dw needs it); the threshold state's sequence for ALIF."""
+    def saved(name: str, signature=()) -> set[str]:
+        return set(ops.saved_names(plan_for(resolve_spec(name), None, None, False, (), signature, True).key, False))
+
+    assert saved("lif") == {"h_seq"}
+    assert saved("izhikevich") == {"h_seq", "v_init"}
+    assert saved("parametric_lif", (("w", False, True),)) == {"h_seq", "v_init", "x_seq"}
+    assert saved("alif") == {"h_seq", "a_init", "a_seq"}
+
+
+def test_no_grad_forward_writes_no_saved_tensors():
+    plan = plan_for(resolve_spec("lif"), None, None, False, (), (), True)
+    assert "h_seq" in ops.forward_outputs(plan.key, False, False, True)
+    assert ops.forward_outputs(plan.key, False, False, False) == ("spike_seq", "v_final")
+
+
+def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64):
+    spec = resolve_spec(name)
+    signature = (("w", True, True),) if name == "parametric_lif" else ()
+    plan = plan_for(spec, None, None, False, (), signature, True)
+    g = torch.Generator().manual_seed(2)
+    shape = (5,) if single else (4, 5)
+    x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_()
+    states = [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.states]
+    tensors = [torch.full((5,), 0.3, dtype=dtype, requires_grad=True) for _ in plan.tensors]
+    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
+    return plan.key, x, states, tensors, scalars, store, save
+
+
+@pytest.mark.parametrize("name", ["lif", "parametric_lif", "alif"])
+@pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
+                         ids=["multi", "multi-store", "single"])
+def test_opcheck_forward(name: str, single: bool, store: bool):
+    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, _op_args(name, single, store, True))
+
+
+@pytest.mark.parametrize(("name", "store"), [("parametric_lif", False), ("alif", True)])
+def test_opcheck_backward(name: str, store: bool):
+    key, x, states, tensors, scalars, _, _ = _op_args(name, False, store, True)
+    outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states],
+                                                [t.detach() for t in tensors], scalars, store, True)
+    available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).states, states)},
+                 **dict(zip(ops.forward_outputs(key, False, store, True), outputs))}
+    saved = [available[n] for n in ops.saved_names(key, False)]
+    grad_finals = [torch.ones(5, dtype=x.dtype) for _ in states]
+    grad_seqs = [torch.ones_like(x) for _ in states] if store else []
+    args = (key, torch.ones_like(x), grad_finals, grad_seqs, saved, [t.detach() for t in tensors], scalars)
+    torch.library.opcheck(torch.ops.autocuda.neuron_backward.default, args)
+
+
+def test_op_with_no_steps_passes_states_through():
+    key, _, states, tensors, scalars, _, _ = _op_args("alif", False, True, True)
+    x = torch.zeros(0, 5, dtype=torch.float64)
+    init = [torch.full((5,), 0.25, dtype=torch.float64), torch.full((5,), 0.5, dtype=torch.float64)]
+    outputs = dict(zip(ops.forward_outputs(key, False, True, True),
+                       torch.ops.autocuda.neuron_forward(key, x, init, tensors, scalars, True, True)))
+    assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
+    assert outputs["v_final"].data_ptr() != init[0].data_ptr()  # outputs never alias inputs
+
+
+def test_keys_are_stable_and_checked():
+    spec = resolve_spec("lif")
+    a = plan_for(spec, None, None, False, (), (), True).key
+    assert a == plan_for(spec, "Sigmoid", "hard", False, (), (), True).key  # the same configuration
+    assert a.startswith("lif_") and a != plan_for(spec, None, "soft", False, (), (), True).key
+    with pytest.raises(KeyError, match="unknown autocuda neuron key"):
+        ops.entry("lif_0000")
