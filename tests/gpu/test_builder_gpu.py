@@ -12,6 +12,7 @@ from autocuda import cfunction as cf
 from autocuda.ckernel import CKernel1D, CKernel2D, KernelArgumentError, launch_shape
 from autocuda.dtypes import get_dtype
 from autocuda.runtime.compile import cupy_function
+from autocuda.runtime.launch import packed_launch
 
 pytestmark = pytest.mark.gpu
 
@@ -189,11 +190,12 @@ def test_compiled_kernel_is_reused(seed_kernels):
     kernel = seed_kernels["heaviside"](torch.float16)
     x = signed(10, dtype=torch.float16)
     kernel.simple_call(x=x, y=torch.empty_like(x))
-    before = cupy_function.cache_info()
+    before, compiled = packed_launch.cache_info(), cupy_function.cache_info()
     for _ in range(3):
         kernel.simple_call(x=x, y=torch.empty_like(x))
-    after = cupy_function.cache_info()
+    after = packed_launch.cache_info()
     assert after.misses == before.misses and after.hits >= before.hits + 3
+    assert cupy_function.cache_info().misses == compiled.misses, "nothing is compiled again"
 
 
 # -- packed emitters against float64 -----------------------------------------------------------------------------
