@@ -1,16 +1,17 @@
 """Launching a compiled kernel on the tensors' device and on torch's current stream.
 
-The hot path packs the arguments itself: one `struct.pack` of every value into 8-byte slots (the layout is
-derived from the kernel's parameter list), then one driver launch on torch's raw current stream. That keeps
+The hot path packs the arguments itself: one `struct.pack_into` of every value into 8-byte slots (the layout
+is derived from the kernel's parameter list), then one driver launch on torch's raw current stream. That keeps
 a launch at a few microseconds of host time, however many parameters a kernel has.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import struct
+import threading
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from .compile import cupy_function, import_cupy
@@ -23,23 +24,31 @@ _SLOT_CODES = {"float": "f4x", "double": "d", "long long": "q", "int64_t": "q", 
 
 class PackedLaunch:
     """A compiled kernel with its argument layout: call with plain Python values in parameter order
-    (tensor addresses as ints, scalars as numbers; packed half2/bfloat162 scalars as their 32-bit patterns)."""
+    (tensor addresses as ints, scalars as numbers; packed half2/bfloat162 scalars as their 32-bit patterns).
+
+    The slots and the array of pointers to them are allocated once; a call writes the values in place and
+    launches. The driver copies the values during the launch call, so a lock around the two suffices.
+    """
 
     def __init__(self, source: str, name: str, params: Sequence, device_index: int):
         raw = cupy_function(source, name, device_index)
         with import_cupy().cuda.Device(device_index):
             self.function_ptr = raw.kernel.ptr
         self.format = "<" + "".join("Q" if p.pointer else _SLOT_CODES[p.ctype] for p in params)
-        self.offsets = np.arange(len(params), dtype=np.uint64) * np.uint64(8)
-        self.driver = import_cupy().cuda.driver
+        count = max(1, len(params))
+        self.slots = (ctypes.c_uint64 * count)()
+        base = ctypes.addressof(self.slots)
+        self.pointers = (ctypes.c_void_p * count)(*(base + 8 * i for i in range(count)))
+        self.pointers_address = ctypes.addressof(self.pointers)
+        self.launch_kernel = import_cupy().cuda.driver.launchKernel
+        self.lock = threading.Lock()
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], values: Sequence, stream_ptr: int) -> None:
-        slots = np.frombuffer(struct.pack(self.format, *values), dtype=np.uint8)
-        pointers = self.offsets + np.uint64(slots.ctypes.data)  # the driver copies the values at launch
         gx, gy, gz = (*grid, 1, 1)[:3]
         bx, by, bz = (*block, 1, 1)[:3]
-        self.driver.launchKernel(self.function_ptr, gx, gy, gz, bx, by, bz, 0, stream_ptr,
-                                 pointers.ctypes.data, 0)
+        with self.lock:
+            struct.pack_into(self.format, self.slots, 0, *values)
+            self.launch_kernel(self.function_ptr, gx, gy, gz, bx, by, bz, 0, stream_ptr, self.pointers_address, 0)
 
 
 @functools.lru_cache(maxsize=4096)
