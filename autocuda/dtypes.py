@@ -133,8 +133,8 @@ class DType:
     def literal(self, value: float) -> str:
         """A C expression of this word type holding `value` (in every lane)."""
         value = float(value)
-        if not np.isfinite(value):
-            raise ValueError(f"cannot print the non-finite constant {value} as a {self.name} literal")
+        if not np.isfinite(value) or abs(value) > torch.finfo(self.torch_dtype).max:
+            raise ValueError(f"the constant {value} is non-finite or out of range for {self.name}")
         text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"

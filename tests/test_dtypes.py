@@ -68,6 +68,10 @@ def test_literals(dtype: DType, value: float, text: str):
 @pytest.mark.parametrize("value", [0.1, 1 / 3, -123456.789, 5e-7, 2.0**40])
 def test_literal_reads_back_as_the_value(dtype: DType, value: float):
     """The number inside the literal is a C double literal that Python parses to exactly `value`."""
+    if abs(value) > torch.finfo(dtype.torch_dtype).max:
+        with pytest.raises(ValueError, match="out of range"):
+            dtype.literal(value)
+        return
     text = dtype.literal(value)
     inner = text.split("(")[-1].rstrip(")").removesuffix("f")
     assert float(inner) == value
