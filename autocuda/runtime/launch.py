@@ -42,13 +42,18 @@ class PackedLaunch:
         self.pointers_address = ctypes.addressof(self.pointers)
         self.launch_kernel = import_cupy().cuda.driver.launchKernel
         self.lock = threading.Lock()
+        self.device_index = device_index
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], values: Sequence, stream_ptr: int) -> None:
         gx, gy, gz = (*grid, 1, 1)[:3]
         bx, by, bz = (*block, 1, 1)[:3]
+        if torch.cuda.current_device() != self.device_index:  # the driver launches in the current context
+            with torch.cuda.device(self.device_index):
+                return self(grid, block, values, stream_ptr)
         with self.lock:
             struct.pack_into(self.format, self.slots, 0, *values)
             self.launch_kernel(self.function_ptr, gx, gy, gz, bx, by, bz, 0, stream_ptr, self.pointers_address, 0)
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
