@@ -11,7 +11,6 @@ a compiled model sees shape checks, reshapes and one custom op per layer.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +18,17 @@ import torch
 
 from . import ops  # noqa: F401  (registers the autocuda::neuron_* ops)
 from . import reference as ref
-from .runtime.cache import Plan, compute_dtype, default_backend, layout, plan_for, resolve_spec, spec_facts
+from .runtime.cache import (
+    compute_dtype,
+    default_backend,
+    layout,
+    plan,
+    plan_for,
+    plan_info,
+    spec_facts,
+    spec_ref,
+    surrogate_ref,
+)
 from .spec.model import NeuronSpec
 
 __all__ = ["multi_step", "single_step"]
@@ -52,8 +61,8 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     by_name = dict(zip(names, outputs))
     shape = tuple(x_seq.shape)
     spikes = by_name["spike_seq"].view(shape)
-    finals = tuple(by_name[f"{s}_final"].view(call.shape) for s in call.plan.states)
-    seqs = tuple(by_name[f"{s}_seq"].view(shape) for s in call.plan.states) if store_state_seq else None
+    finals = tuple(by_name[f"{s}_final"].view(call.shape) for s in call.state_names)
+    seqs = tuple(by_name[f"{s}_seq"].view(shape) for s in call.state_names) if store_state_seq else None
     return spikes, finals, seqs
 
 
@@ -65,11 +74,11 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     _check_input(x, "x", 0)
     call = _Call(spec, x, x.shape, states, surrogate, detach_reset, reset, backend, params)
     if call.backend == "reference":
-        spike, new_states, _ = ref.step(call.plan.system, *call.reference_args(x))
+        spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(x))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     names, outputs = call.launch(x.reshape(call.numel).contiguous(), True, False)
     by_name = dict(zip(names, outputs))
-    return by_name["spike_seq"].view(x.shape), tuple(by_name[f"{s}_final"].view(x.shape) for s in call.plan.states)
+    return by_name["spike_seq"].view(x.shape), tuple(by_name[f"{s}_final"].view(x.shape) for s in call.state_names)
 
 
 def _check_input(x: Any, name: str, min_dim: int) -> None:
@@ -87,34 +96,35 @@ class _Call:
 
     def __init__(self, spec: Any, x: Tensor, shape: torch.Size, states: Sequence[Tensor], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
-        spec = resolve_spec(spec)
-        facts = spec_facts(spec)
-        self.x, self.shape, self.numel = x, tuple(shape), math.prod(shape)
+        ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
+        self.name, self.param_names, defaults, self.constant_names, self.initial = spec_facts(ref)
+        self.x, self.shape, self.numel = x, tuple(shape), _numel(shape)
         self.compute = compute_dtype(x.dtype)
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
-        values, reset = self._values(facts, params, reset)
-        constants = tuple((n, float(values.pop(n))) for n in facts.constants if n in values)
+        values, reset = self._values(dict(defaults), params, reset)
+        constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
         signature = tuple((n, v.numel() != 1, bool(v.requires_grad) and torch.is_grad_enabled())
                           for n, v in values.items() if isinstance(v, torch.Tensor))
-        self.plan: Plan = plan_for(spec, surrogate, reset, bool(detach_reset), constants, signature,
-                                   self.backend != "reference")
+        self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
+                            self.backend != "reference")
+        self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
         self.values = values
-        self.states = self._states(facts, states, reset)
+        self.states = self._states(states)
 
-    def _values(self, facts, params: dict[str, Any], reset: str | None) -> tuple[dict[str, Any], str | None]:
-        unknown = [n for n in params if n not in facts.params]
+    def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
+                ) -> tuple[dict[str, Any], str | None]:
+        unknown = [n for n in params if n not in self.param_names]
         if unknown:
-            raise TypeError(f"unknown parameter {unknown[0]!r} for neuron {facts.name!r} "
-                            f"(parameters: {', '.join(facts.params)})")
-        values: dict[str, Any] = dict(facts.defaults)
+            raise TypeError(f"unknown parameter {unknown[0]!r} for neuron {self.name!r} "
+                            f"(parameters: {', '.join(self.param_names)})")
         for name, value in params.items():
             if name == "v_reset" and value is None:  # SpikingJelly's convention: no reset value = soft reset
                 reset = "soft" if reset is None else reset
                 continue
-            if name in facts.constants and isinstance(value, torch.Tensor):
-                raise TypeError(f"parameter {name!r} is a compile-time constant of {facts.name!r}: pass a number")
+            if name in self.constant_names and isinstance(value, torch.Tensor):
+                raise TypeError(f"parameter {name!r} is a compile-time constant of {self.name!r}: pass a number")
             values[name] = self._param(name, value)
         return values, reset
 
@@ -132,18 +142,13 @@ class _Call:
             raise TypeError(f"parameter {name!r}: expected a number or a tensor, got {type(value).__name__}")
         return value
 
-    def _states(self, facts, states: Sequence[Tensor], reset: str | None) -> list[Tensor]:
-        names = self.plan.states
+    def _states(self, states: Sequence[Tensor]) -> list[Tensor]:
+        names = self.state_names
         if len(states) > len(names):
-            raise TypeError(f"neuron {facts.name!r} has {len(names)} states ({', '.join(names)}), "
+            raise TypeError(f"neuron {self.name!r} has {len(names)} states ({', '.join(names)}), "
                             f"got {len(states)} initial values")
-        out = []
-        for i, name in enumerate(names):
-            if i < len(states):
-                out.append(self._check_state(name, states[i]))
-            else:
-                out.append(self._initial(facts, name))
-        return out
+        return [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
+                for i, name in enumerate(names)]
 
     def _check_state(self, name: str, state: Any) -> Tensor:
         x = self.x
@@ -158,9 +163,9 @@ class _Call:
             raise ValueError(f"state {name!r}: on {state.device}, but the input is on {x.device}")
         return state
 
-    def _initial(self, facts, name: str) -> Tensor:
-        init = dict(facts.initial)[name]
-        if init == "v_reset" and self.plan.reset != "hard":
+    def _initial(self, name: str) -> Tensor:
+        init = dict(self.initial)[name]
+        if init == "v_reset" and self.reset != "hard":
             init = 0.0
         value = self.values[init] if isinstance(init, str) else init
         if isinstance(value, torch.Tensor):
@@ -170,7 +175,7 @@ class _Call:
     # -- running --------------------------------------------------------------------------------------
     def tensor_args(self) -> list[Tensor]:
         out = []
-        for name, per_neuron in self.plan.tensors:
+        for name, per_neuron in self.tensors:
             value = self.values[name]
             if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
                 value = torch.full((1,), float(value), dtype=self.compute, device=self.x.device)
@@ -181,18 +186,25 @@ class _Call:
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[tuple[str, ...], list[Tensor]]:
         states = [s.reshape(self.numel).contiguous() for s in self.states]
         tensors = self.tensor_args()
-        scalars = [float(self.values[n]) for n in self.plan.scalars]
+        scalars = [float(self.values[n]) for n in self.scalars]
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *states, *tensors))
-        outputs = torch.ops.autocuda.neuron_forward(self.plan.key, x, states, tensors, scalars, store_state_seq, save)
-        return layout(self.plan.key, single_step, store_state_seq, save), outputs
+        outputs = torch.ops.autocuda.neuron_forward(self.key, x, states, tensors, scalars, store_state_seq, save)
+        return layout(self.key, single_step, store_state_seq, save), outputs
 
     def reference_args(self, x: Tensor) -> tuple:
         """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""
-        symbols = self.plan.symbols
-        params = {symbols[n]: (v.to(self.compute) if isinstance(v, torch.Tensor) else v)
-                  for n, v in self.values.items() if n in symbols}
+        layer = plan(self.key)
+        params = {layer.symbols[n]: (v.to(self.compute) if isinstance(v, torch.Tensor) else v)
+                  for n, v in self.values.items() if n in layer.symbols}
         states = [s.to(self.compute) for s in self.states]
-        return x.to(self.compute), states, params, self.plan.surrogate, self.plan.detach_reset
+        return x.to(self.compute), states, params, layer.surrogate, layer.detach_reset
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for size in shape:  # not math.prod: torch.compile traces a plain loop over (symbolic) sizes
+        n = n * size
+    return n
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -202,7 +214,7 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool):
     x, states, params, surrogate, detach = call.reference_args(x_seq)
-    spikes, finals, seqs = ref.multi_step(call.plan.system, x, states, params, surrogate, detach)
+    spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
     dtype = x_seq.dtype
     finals = tuple(s.to(dtype) for s in finals)
     return spikes.to(dtype), finals, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

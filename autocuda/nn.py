@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from . import functional as F
-from .runtime.cache import resolve_spec
+from .runtime.cache import resolve_spec, spec_ref, surrogate_ref
 from .spec.model import NeuronSpec
 from .surrogate import Sigmoid, get_surrogate
 
@@ -64,6 +64,9 @@ class Neuron(nn.Module):
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
         self.surrogate_function = surrogate_function
         self._surrogate = get_surrogate(surrogate_function)
+        # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.cache)
+        self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
+        self._state_names = tuple(s.name for s in self.spec.states)
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
@@ -98,7 +101,7 @@ class Neuron(nn.Module):
     # -- state ----------------------------------------------------------------------------------------
     @property
     def state_names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.spec.states)
+        return self._state_names
 
     def reset(self) -> None:
         """Restore every state to its initial value (a number, or the value of the parameter it names)."""
@@ -131,7 +134,7 @@ class Neuron(nn.Module):
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         states = [self._state(n, x, x.shape) for n in self.state_names]
-        spike, new_states = F.single_step(self.spec, x, *states, surrogate=self._surrogate,
+        spike, new_states = F.single_step(self._spec_ref, x, *states, surrogate=self._surrogate_ref,
                                           detach_reset=self.detach_reset, backend=_BACKENDS[self.backend],
                                           **self._params())
         for name, value in zip(self.state_names, new_states):
@@ -143,7 +146,7 @@ class Neuron(nn.Module):
             shape = tuple(x_seq.shape) if isinstance(x_seq, torch.Tensor) else type(x_seq).__name__
             raise ValueError(f"x_seq: step_mode 'm' expects a tensor of shape [T, *], got {shape}")
         states = [self._state(n, x_seq, x_seq.shape[1:]) for n in self.state_names]
-        spikes, finals, seqs = F.multi_step(self.spec, x_seq, *states, surrogate=self._surrogate,
+        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *states, surrogate=self._surrogate_ref,
                                             detach_reset=self.detach_reset, store_state_seq=self.store_v_seq,
                                             backend=_BACKENDS[self.backend], **self._params())
         for name, value in zip(self.state_names, finals):

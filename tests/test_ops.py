@@ -9,7 +9,7 @@ import torch
 
 from autocuda import functional as F
 from autocuda import ops
-from autocuda.runtime.cache import plan_for, resolve_spec
+from autocuda.runtime.cache import get_plan, resolve_spec
 
 # Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
 # order only; float32 adds one rounding per operation over a few steps.
@@ -82,7 +82,7 @@ def test_what_backward_saves():
     """Only what the backward kernel reads: h for LIF; h and v_init (v[t-1] is recomputed from h[t-1]) for
     Izhikevich; x too for PLIF (dh/dw needs it); the threshold state's sequence for ALIF."""
     def saved(name: str, signature=()) -> set[str]:
-        return set(ops.saved_names(plan_for(resolve_spec(name), None, None, False, (), signature, True).key, False))
+        return set(ops.saved_names(get_plan(resolve_spec(name), None, None, False, (), signature, True).key, False))
 
     assert saved("lif") == {"h_seq"}
     assert saved("izhikevich") == {"h_seq", "v_init"}
@@ -91,7 +91,7 @@ def test_what_backward_saves():
 
 
 def test_no_grad_forward_writes_no_saved_tensors():
-    plan = plan_for(resolve_spec("lif"), None, None, False, (), (), True)
+    plan = get_plan(resolve_spec("lif"), None, None, False, (), (), True)
     assert "h_seq" in ops.forward_outputs(plan.key, False, False, True)
     assert ops.forward_outputs(plan.key, False, False, False) == ("spike_seq", "v_final")
 
@@ -99,7 +99,7 @@ def test_no_grad_forward_writes_no_saved_tensors():
 def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64):
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
-    plan = plan_for(spec, None, None, False, (), signature, True)
+    plan = get_plan(spec, None, None, False, (), signature, True)
     g = torch.Generator().manual_seed(2)
     shape = (5,) if single else (4, 5)
     x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_()
@@ -142,8 +142,8 @@ def test_op_with_no_steps_passes_states_through():
 
 def test_keys_are_stable_and_checked():
     spec = resolve_spec("lif")
-    a = plan_for(spec, None, None, False, (), (), True).key
-    assert a == plan_for(spec, "Sigmoid", "hard", False, (), (), True).key  # the same configuration
-    assert a.startswith("lif_") and a != plan_for(spec, None, "soft", False, (), (), True).key
+    a = get_plan(spec, None, None, False, (), (), True).key
+    assert a == get_plan(spec, "Sigmoid", "hard", False, (), (), True).key  # the same configuration
+    assert a.startswith("lif_") and a != get_plan(spec, None, "soft", False, (), (), True).key
     with pytest.raises(KeyError, match="unknown autocuda neuron key"):
         ops.entry("lif_0000")

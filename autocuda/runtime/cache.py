@@ -1,14 +1,17 @@
 """Per-process plans of neuron layers: what a call needs to know that depends only on the configuration.
 
 A `Plan` is built once per (spec, surrogate, reset, detach_reset, constants, tensor signature) and reused.
-The functions here that torch.compile must not trace into (they parse specs, derive, render kernels) are
-marked `torch.compiler.assume_constant_result`: Dynamo calls them while tracing and keeps their result as a
-constant, so a compiled model holds no graph break for them.
+Functions that torch.compile must not trace into (they parse specs, derive, render kernels) are marked
+`torch.compiler.assume_constant_result`: Dynamo calls them while tracing and keeps their result as a constant.
+Dynamo can hand such functions only plain constants, so they take and return strings, numbers, bools and
+tuples; specs and surrogates travel as *references*: a shipped spec's name, a surrogate's name, or the token
+of an object registered here (`spec_ref`, `surrogate_ref`; modules register theirs when they are built).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +27,9 @@ from ..surrogate import Surrogate, get_surrogate
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None  # found, not imported: import costs seconds
 
+_OBJECTS: dict[str, Any] = {}   # token -> registered NeuronSpec or Surrogate
+_PLANS: dict[str, Plan] = {}    # plan id -> Plan
+
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Arithmetic (and tensor parameter) dtype of a storage dtype: float32 for half and bfloat16."""
@@ -35,37 +41,62 @@ def default_backend(device_type: str) -> str:
     return "cuda" if device_type == "cuda" and HAS_CUPY else "reference"
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecFacts:
-    """What argument checking needs from a spec."""
-
-    name: str
-    params: tuple[str, ...]                         # in declaration order
-    defaults: tuple[tuple[str, float], ...]         # (name, default) of every parameter
-    constants: tuple[str, ...]                      # compile-time constant parameters
-    initial: tuple[tuple[str, float | str], ...]    # each state's initial value: a number or a parameter name
+def spec_text(spec: NeuronSpec) -> str:
+    """Everything that defines a spec (not where it was loaded from), as stable text."""
+    return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin"))
 
 
-@torch.compiler.assume_constant_result
-def resolve_spec(spec: NeuronSpec | str) -> NeuronSpec:
-    """A NeuronSpec, or the shipped spec (or TOML file) of that name."""
-    if isinstance(spec, NeuronSpec):
-        return spec
+def _register(kind: str, obj: Any, text: str) -> str:
+    token = f"<{kind} {getattr(obj, 'name', '')} {hashlib.sha1(text.encode()).hexdigest()[:16]}>"
+    _OBJECTS.setdefault(token, obj)
+    return token
+
+
+def spec_ref(spec: NeuronSpec | str) -> str:
+    """A string that names `spec` for the functions below: a name as given, or a registered spec's token."""
     if isinstance(spec, str):
-        return load_spec(spec)
-    raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(spec).__name__}")
+        return spec
+    if not isinstance(spec, NeuronSpec):
+        raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(spec).__name__}")
+    return _register("spec", spec, spec_text(spec))
+
+
+def surrogate_ref(surrogate: Any) -> str | None:
+    """None (the spec's surrogate), a surrogate's name as given, or the token of any surrogate object."""
+    if surrogate is None or isinstance(surrogate, str):
+        return surrogate
+    chosen = get_surrogate(surrogate)
+    return _register("surrogate", chosen, repr((chosen.name, chosen.key())))
+
+
+def resolve_spec(ref: NeuronSpec | str) -> NeuronSpec:
+    """The spec a reference names: a registered token, a shipped spec's name, or a TOML file."""
+    if isinstance(ref, NeuronSpec):
+        return ref
+    if not isinstance(ref, str):
+        raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(ref).__name__}")
+    found = _OBJECTS.get(ref)
+    return found if isinstance(found, NeuronSpec) else load_spec(ref)
+
+
+def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
+    if ref is None:
+        return spec.surrogate
+    found = _OBJECTS.get(ref)
+    return found if isinstance(found, Surrogate) else get_surrogate(ref)
 
 
 @torch.compiler.assume_constant_result
-def spec_facts(spec: NeuronSpec) -> SpecFacts:
-    return _facts(spec)
+def spec_facts(ref: str) -> tuple:
+    """(name, parameter names, (name, default) pairs, constant parameter names, (state, initial) pairs)."""
+    return _facts(ref)
 
 
 @functools.lru_cache(maxsize=256)
-def _facts(spec: NeuronSpec) -> SpecFacts:
-    return SpecFacts(spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
-                     tuple(p.name for p in spec.params if p.kind == "constant"),
-                     tuple((s.name, s.init) for s in spec.states))
+def _facts(ref: str) -> tuple:
+    spec = resolve_spec(ref)
+    return (spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
+            tuple(p.name for p in spec.params if p.kind == "constant"), tuple((s.name, s.init) for s in spec.states))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +111,7 @@ class Plan:
     tensors: tuple[tuple[str, bool], ...]    # tensor parameters: (name, one value per neuron?), op order
     scalars: tuple[str, ...]                 # scalar parameters, op order
     states: tuple[str, ...]
-    key: str | None                          # the ops' key; None for plans of the reference backend
+    key: str                                 # the ops' key (kernel plans) or a plan id (reference plans)
 
     @functools.cached_property
     def system(self) -> StepSystem:
@@ -90,15 +121,43 @@ class Plan:
     def symbols(self) -> Mapping[str, sp.Symbol]:
         return dict(self.spec.parsed().param_symbols)
 
+    @property
+    def info(self) -> tuple:
+        return self.states, self.tensors, self.scalars, self.reset
+
 
 @torch.compiler.assume_constant_result
-def plan_for(spec: NeuronSpec, surrogate: Any, reset: str | None, detach_reset: bool,
+def plan_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
              constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
-             kernels: bool) -> Plan:
-    """The plan of a layer. `signature` lists the parameters given as tensors: (name, per neuron?, needs
-    grad?); `kernels` registers the ops' configuration (not needed by the reference backend)."""
-    chosen = spec.surrogate if surrogate is None else get_surrogate(surrogate)
-    return _plan(spec, chosen, reset or spec.reset, detach_reset, constants, signature, kernels)
+             kernels: bool) -> str:
+    """The id of a layer's plan (for kernel plans, the ops' key). `signature` lists the parameters given as
+    tensors: (name, per neuron?, needs grad?); `kernels` registers the ops' configuration."""
+    return _plan_id(spec, surrogate, reset, detach_reset, constants, signature, kernels)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool, constants: tuple,
+             signature: tuple, kernels: bool) -> str:
+    resolved = resolve_spec(spec)
+    chosen = _resolve_surrogate(resolved, surrogate)
+    return _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels).key
+
+
+@torch.compiler.assume_constant_result
+def plan_info(plan_id: str) -> tuple:
+    """(state names, tensor parameters as (name, per neuron?), scalar parameter names, reset rule)."""
+    return _PLANS[plan_id].info
+
+
+def plan(plan_id: str) -> Plan:
+    return _PLANS[plan_id]
+
+
+def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
+             constants: tuple = (), signature: tuple = (), kernels: bool = True) -> Plan:
+    """The plan of a layer, from objects or names (for introspection and tests; calls use `plan_for`)."""
+    return _PLANS[plan_for(spec_ref(spec), surrogate_ref(surrogate), reset, detach_reset, constants, signature,
+                           kernels)]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -119,14 +178,16 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
     tensors = tuple((n, given.get(n, False)) for n in runtime if n in tensor_names)
     scalars = tuple(n for n in runtime if n not in tensor_names)
     states = tuple(s.name for s in spec.states)
-    key = None
     if kernels:
         from .. import ops
         from .neuron import NeuronConfig
 
-        config = NeuronConfig(spec, surrogate, reset, detach_reset, constants, tensors)
-        key = ops.register(config)
-    return Plan(spec, surrogate, reset, detach_reset, constants, tensors, scalars, states, key)
+        key = ops.register(NeuronConfig(spec, surrogate, reset, detach_reset, constants, tensors))
+    else:
+        text = repr((spec_text(spec), surrogate.key(), reset, detach_reset, constants, tensors))
+        key = f"reference_{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    result = _PLANS[key] = Plan(spec, surrogate, reset, detach_reset, constants, tensors, scalars, states, key)
+    return result
 
 
 @torch.compiler.assume_constant_result

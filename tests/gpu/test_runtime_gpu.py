@@ -1,0 +1,307 @@
+"""The runtime on a GPU, through the public API (autocuda.functional / autocuda.nn -> autocuda::neuron_* ops ->
+generated kernels on torch's current stream):
+
+- property tests (hypothesis) for every shipped spec: random shapes (odd N, T = 1), random parameters, hard and
+  soft reset, detach_reset on and off, all four dtypes; spikes, states and gradients against a float64 reference
+  computed from the same (rounded) inputs;
+- vectorised layouts (large N) against the reference;
+- torch.compile(fullgraph=True) of Linear -> LIFNode -> Linear -> IzhikevichNode against eager, forward and backward;
+- opcheck for every op form; a side stream and a CUDA graph replay against the default stream;
+- a second process with a warm disk cache compiles nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from autocuda import functional as F
+from autocuda import nn as ann
+from autocuda import ops, reference
+from autocuda.runtime.cache import get_plan, resolve_spec
+from autocuda.spec.model import list_specs
+from autocuda.spec.torch_eval import evaluate
+
+pytestmark = pytest.mark.gpu
+
+CUDA = torch.device("cuda")
+F64 = torch.float64
+SPECS = [name for name, _ in list_specs()]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+# (rtol, atol as a fraction of the tensor's largest magnitude, ambiguity margin of |h - threshold|).
+# float64: kernel (CSE'd derived adjoint) and reference (autograd) differ in operation order only.
+# float32: fp32 arithmetic from identical inputs: ~6e-8 per operation, over up to 8 steps of quadratic or
+#   exponential dynamics whose Jacobians may exceed 1.
+# float16 / bfloat16: arithmetic is fp32, but h, states and gradients are *stored* with 11 / 8 significant bits
+#   (unit roundoff 4.9e-4 / 3.9e-3). Backward recomputes the spike, the surrogate and v[t-1] from the stored h,
+#   and sigma' (Sigmoid, alpha=4) amplifies an error in h by up to 4, summed over T steps: hence ~20x / ~10x the
+#   unit roundoff relative to the largest gradient; the margins are ~4 units of storage rounding of h.
+TOLERANCES = {F64: (1e-12, 1e-12, 1e-12), torch.float32: (1e-5, 1e-5, 1e-5),
+              torch.float16: (1e-2, 1e-2, 2e-3), torch.bfloat16: (4e-2, 4e-2, 1.6e-2)}
+# Random parameter ranges (the spec default is used for any other parameter).
+RANGES = {"tau": (1.5, 4.0), "tau_w": (1.5, 4.0), "tau_a": (2.0, 30.0), "v_threshold": (0.6, 1.4),
+          "v_reset": (-0.3, 0.2), "v_rest": (-0.2, 0.1), "v_c": (0.5, 1.0), "a0": (0.5, 1.0), "delta_T": (0.5, 1.5),
+          "theta_rh": (0.5, 1.0), "a": (0.0, 0.5), "b": (0.0, 0.5), "beta": (0.0, 0.5), "R": (0.5, 1.5)}
+BOUND = 20.0  # inputs are halved until every reference state stays within this (quadratic models can diverge)
+KERNELS = None  # the backend of the kernel runs: None picks the CUDA kernels for CUDA tensors
+
+
+def uniform(g: torch.Generator, shape, low: float, high: float) -> torch.Tensor:
+    return torch.rand(shape, generator=g, dtype=F64) * (high - low) + low
+
+
+def rounded(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return value.to(dtype).to(F64)
+
+
+def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) -> dict:
+    """Floats rounded to the arithmetic dtype (the kernels take scalars in it); PLIF's w per neuron."""
+    params = {}
+    for p in resolve_spec(name).params:
+        if p.learnable:
+            params[p.name] = rounded(uniform(g, shape, -1.0, 1.0), compute)
+        elif p.name in RANGES:
+            params[p.name] = float(rounded(uniform(g, (), *RANGES[p.name]), compute))
+    return params
+
+
+def reference_run(name, x, states, params, reset, detach, grads):
+    """float64 reference: outputs, gradients, and h - threshold per step (for the ambiguity mask)."""
+    x = x.clone().requires_grad_()
+    states = [s.clone().requires_grad_() for s in states]
+    params = {k: (v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
+    spikes, finals, seqs = F.multi_step(name, x, *states, reset=reset, detach_reset=detach, store_state_seq=True,
+                                        backend="reference", **params)
+    outputs = [spikes, *finals, *seqs]
+    leaves = [x, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
+    gradients = torch.autograd.grad(sum((o * g).sum() for o, g in zip(outputs, grads)), leaves)
+    plan = get_plan(resolve_spec(name), None, reset, detach, (), (), False)
+    values = {plan.symbols[k]: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
+    margins, before = [], [s.detach() for s in states]
+    for t in range(x.shape[0]):
+        step_values = {**values, plan.system.x: x[t].detach(), **dict(zip(plan.system.states, before))}
+        threshold = evaluate(plan.system.threshold, step_values)
+        h = reference.step(plan.system, x[t].detach(), before, values, plan.surrogate, detach)[2]
+        margins.append(((h - threshold).abs(), h.abs() + threshold.abs()))
+        before = [s[t].detach() for s in seqs]
+    return [o.detach() for o in outputs], list(gradients), margins
+
+
+def kernel_run(name, x, states, params, reset, detach, grads, dtype):
+    x = x.to(dtype).clone().requires_grad_()
+    states = [s.to(dtype).clone().requires_grad_() for s in states]
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    params = {k: (v.to(compute).clone().requires_grad_() if isinstance(v, torch.Tensor) else v)
+              for k, v in params.items()}
+    spikes, finals, seqs = F.multi_step(name, x, *states, reset=reset, detach_reset=detach, store_state_seq=True,
+                                        backend=KERNELS, **params)
+    outputs = [spikes, *finals, *seqs]
+    assert all(o.dtype == dtype and o.device == x.device for o in outputs)
+    leaves = [x, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
+    loss = sum((o.to(F64) * g).sum() for o, g in zip(outputs, grads))
+    return [o.detach() for o in outputs], list(torch.autograd.grad(loss, leaves))
+
+
+def assert_close(what: str, actual: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor, rtol, atol) -> None:
+    actual, expected = actual.to(F64)[mask], expected[mask]
+    if expected.numel() == 0:
+        return
+    excess = (actual - expected).abs() - rtol * expected.abs() - atol * expected.abs().max()
+    worst = int(excess.argmax())
+    assert excess.max() <= 0, (f"{what}: {actual[worst].item()!r} vs reference {expected[worst].item()!r} "
+                               f"(rtol {rtol}, atol {atol} x max {expected.abs().max().item():.3g})")
+
+
+def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: int, shape: tuple, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    compute = torch.float32 if dtype != F64 else F64
+    spec = resolve_spec(name)
+    params = random_params(name, g, compute, shape)
+    states = [rounded(uniform(g, shape, -0.2, 0.4), dtype).to(CUDA) for _ in spec.states]
+    params = {k: (v.to(CUDA) if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
+    x = uniform(g, (steps, *shape), -0.5, 1.5)
+    for _ in range(8):  # scale inputs down until the dynamics stay bounded
+        x = rounded(x, dtype).to(CUDA)
+        seqs = F.multi_step(name, x, *states, reset=reset, store_state_seq=True, backend="reference", **params)[2]
+        if all(torch.isfinite(s).all() and s.abs().max() <= BOUND for s in seqs):
+            break
+        x = x / 2
+    grads = [rounded(uniform(g, (steps, *shape) if i == 0 or i > len(spec.states) else shape, -1, 1), dtype).to(CUDA)
+             for i in range(1 + 2 * len(spec.states))]
+    want, want_grads, margins = reference_run(name, x, states, params, reset, detach, grads)
+    got, got_grads = kernel_run(name, x, states, params, reset, detach, grads, dtype)
+    rtol, atol, margin = TOLERANCES[dtype]
+    ambiguous = torch.stack([d <= margin * s for d, s in margins]).expand(steps, *shape)
+    valid = ambiguous.cumsum(0) == 0            # steps before a neuron's first ambiguous step
+    clean = valid[-1]                           # neurons never ambiguous: final states and every gradient
+    n_states = len(spec.states)
+    assert torch.equal(got[0][valid].to(F64), want[0][valid]), f"{name} spikes differ away from the threshold"
+    for i in range(n_states):
+        assert_close(f"{name} final {spec.states[i].name}", got[1 + i], want[1 + i], clean, rtol, atol)
+        assert_close(f"{name} {spec.states[i].name}_seq", got[1 + n_states + i], want[1 + n_states + i], valid,
+                     rtol, atol)
+    assert_close(f"{name} grad x", got_grads[0], want_grads[0], clean.expand(steps, *shape), rtol, atol)
+    for i, (a, b) in enumerate(zip(got_grads[1:], want_grads[1:])):
+        assert_close(f"{name} grad of input {i + 1}", a, b, clean, rtol, atol)
+    return float(clean.double().mean())
+
+
+NEURON_SHAPES = st.one_of(st.tuples(st.integers(1, 70)), st.tuples(st.integers(1, 4), st.integers(1, 33)))
+
+
+@pytest.mark.parametrize("name", SPECS)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), reset=st.sampled_from(["hard", "soft"]), detach=st.booleans(),
+       steps=st.integers(1, 8), shape=NEURON_SHAPES, seed=st.integers(0, 2**31 - 1))
+def test_kernels_match_reference(name, dtype, reset, detach, steps, shape, seed):
+    check_case(name, dtype, reset, detach, steps, shape, seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif"])
+def test_vectorised_layouts_match_reference(name, dtype):
+    # N large enough for the launch layer to pick several neurons per thread with wide aligned accesses
+    clean = check_case(name, dtype, "hard", False, 3, (2, 2**18), seed=7)
+    assert clean > 0.8  # neurons whose h came within the margin of the threshold are not compared
+
+
+# -- torch.compile, opcheck, streams, CUDA graphs -------------------------------------------------------------
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.lif = nn.Linear(16, 32), ann.LIFNode(step_mode="m")
+        self.fc2, self.izh = nn.Linear(32, 8), ann.IzhikevichNode(step_mode="m", a=0.1, b=0.2)
+        for fc in (self.fc1, self.fc2):  # enough drive for both layers to fire
+            nn.init.uniform_(fc.weight, -0.1, 0.3)
+
+    def forward(self, x):
+        return self.izh(self.fc2(self.lif(self.fc1(x))))
+
+    def run(self, model, x):
+        """Two calls (the second from the first's states) and a backward: outputs and parameter gradients."""
+        self.lif.reset(), self.izh.reset()
+        self.zero_grad(set_to_none=True)
+        first, second = model(x), model(x)
+        (first.sum() + 2 * second.sum() + self.izh.w.sum()).backward()
+        return [first, second, *(p.grad for p in self.parameters())]
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch.manual_seed(0)
+    net = TwoLayer().to(CUDA)
+    x = torch.rand(8, 4, 16, device=CUDA) * 2
+    eager = [t.clone() for t in net.run(net, x)]
+    torch._dynamo.reset()
+    compiled = net.run(torch.compile(net, fullgraph=True), x)
+    assert eager[0].sum() > 0 and eager[1].sum() > 0
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool):
+    spec = resolve_spec(name)
+    signature = (("w", True, True),) if name == "parametric_lif" else ()
+    plan = get_plan(spec, None, None, False, (), signature, True)
+    compute = torch.float32 if dtype != F64 else F64
+    x = (torch.rand((37,) if single else (5, 37), device=CUDA) * 2).to(dtype).requires_grad_()
+    states = [torch.zeros(37, device=CUDA, dtype=dtype, requires_grad=True) for _ in plan.states]
+    tensors = [torch.full((37,), 0.3, device=CUDA, dtype=compute, requires_grad=True) for _ in plan.tensors]
+    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
+    return plan.key, x, states, tensors, scalars, store, True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich", "alif"])
+@pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
+                         ids=["multi", "multi-store", "single"])
+def test_opcheck(name, dtype, single, store):
+    args = _op_args(name, dtype, single, store)
+    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, args)
+    key, x, states, tensors, scalars, _, _ = args
+    detached = [x.detach(), [s.detach() for s in states], [t.detach() for t in tensors]]
+    outputs = torch.ops.autocuda.neuron_forward(key, *detached, scalars, store, True)
+    available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).states, detached[1])},
+                 **dict(zip(ops.forward_outputs(key, single, store, True), outputs))}
+    saved = [available[n] for n in ops.saved_names(key, single)]
+    finals = [torch.ones_like(s) for s in detached[1]]
+    seqs = [torch.ones_like(x) for _ in states] if store else []
+    torch.library.opcheck(torch.ops.autocuda.neuron_backward.default,
+                          (key, torch.ones_like(detached[0]), finals, seqs, saved, detached[2], scalars))
+
+
+def test_side_stream_and_cuda_graph_match_default_stream():
+    torch.manual_seed(1)
+    net = TwoLayer().to(CUDA)
+    a, b = torch.randn(2048, 2048, device=CUDA), torch.randn(2048, 2048, device=CUDA) / 45
+
+    def inputs():  # slow to produce: a kernel on the wrong stream would read it unfinished
+        y = a
+        for _ in range(8):
+            y = torch.tanh(y @ b)
+        return y[0, :512].reshape(8, 4, 16).abs() * 2
+
+    expected = [t.clone() for t in net.run(net, inputs())]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = [t.clone() for t in net.run(net, inputs())]
+    torch.cuda.current_stream().wait_stream(side)
+    assert expected[0].sum() > 0 and expected[1].sum() > 0
+    for u, v in zip(expected, on_side):
+        torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-6)
+
+    static_x = torch.zeros_like(inputs())
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compile, allocate) outside the capture
+        for _ in range(3):
+            net.run(net, static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    net.lif.reset(), net.izh.reset()
+    net.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        captured = net.run(net, static_x)
+    static_x.copy_(inputs())
+    graph.replay()
+    torch.cuda.synchronize()
+    for u, v in zip(expected, captured):
+        torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-6)
+
+
+WARM_CACHE_SCRIPT = textwrap.dedent("""
+    import json, torch
+    from autocuda import functional as F
+    from autocuda.runtime import compile
+    x = torch.rand(4, 3, 33, device="cuda", requires_grad=True)
+    s, (v, w), _ = F.multi_step("izhikevich", x, a=0.1, b=0.2)
+    (s.sum() + v.sum() + w.sum()).backward()
+    F.multi_step("lif", x.detach().half())
+    torch.cuda.synchronize()
+    print(json.dumps(dict(compile.stats)))
+""")
+
+
+def test_second_process_with_warm_disk_cache_compiles_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("CUPY_CACHE_DIR", "CUPY_CACHE_IN_MEMORY")}
+    env["AUTOCUDA_CACHE_DIR"] = str(tmp_path)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", WARM_CACHE_SCRIPT], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    print(f"first process: {first}; second process: {second}")
+    assert first.get("compiled", 0) >= 3               # izhikevich fptt + bptt, lif fptt (fp16)
+    assert second.get("compiled", 0) == 0 and second.get("disk", 0) == first["compiled"]
