@@ -82,6 +82,8 @@ BINARY = ("add", "sub", "mul", "div", "power", "minimal", "maximum",
 # Lane-wise helpers for packed types: the functions CUDA has no packed intrinsic for, and a select that
 # never multiplies the branch not taken (so an Inf there cannot turn into NaN).
 _PACKED_PRELUDE = """\
+#ifndef {P}_PRELUDE
+#define {P}_PRELUDE
 __device__ __forceinline__ {t} {p}_lanes(float a, float b) {{ return {pack}(a, b); }}
 __device__ __forceinline__ {t} {p}_select({t} m, {t} a, {t} b) {{
     const float2 fm = {unpack}(m), fa = {unpack}(a), fb = {unpack}(b);
@@ -98,6 +100,7 @@ __device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
 {P}_LANEWISE(atan, atanf)
 {P}_LANEWISE(erf, erff)
 #undef {P}_LANEWISE
+#endif
 """
 
 
@@ -121,6 +124,12 @@ class DType:
     compute_name: str = ""             # dtype of the arithmetic; "" means this one
     element_load: str = "{x}"          # one stored element -> compute type
     element_store: str = "{x}"         # compute type -> one stored element
+    # Native packed arithmetic (a word of two lanes): building words and taking them apart.
+    pair_elements: str = ""            # two stored elements {a}, {b} -> word
+    pair_floats: str = ""              # two floats -> word
+    halves: tuple[str, str] = ("", "")         # word -> its low / high stored element
+    float_halves: tuple[str, str] = ("", "")   # word -> its low / high lane as float
+    broadcast: str = ""                # one float {x} -> word with it in both lanes
 
     @property
     def compute(self) -> DType:
@@ -165,13 +174,17 @@ def _scalar_ops(funcs: dict[str, str], one: str, zero: str) -> MappingProxyType:
 
 
 def _packed(name: str, ctype: str, element: str, torch_dtype: torch.dtype, prefix: str, header: str,
-            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], load: str, store: str) -> DType:
+            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], load: str, store: str,
+            pair: str, halves: tuple[str, str]) -> DType:
     one, zero = f"{broadcast}(1.0f)", f"{broadcast}(0.0f)"
     ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{p}", prefix)
            for k, v in _PACKED_OPS.items()}
     prelude = _PACKED_PRELUDE.format(t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
     return DType(name, ctype, element, 2, torch_dtype, broadcast + "({v}f)", (header,), unpack, pack,
-                 MappingProxyType(ops), prelude, aliases, "float32", load, store)
+                 MappingProxyType(ops), prelude, aliases, "float32", load, store,
+                 pair_elements=pair + "({a}, {b})", pair_floats=pack + "({a}, {b})",
+                 halves=tuple(h + "({x})" for h in halves), float_halves=("__low2float({x})", "__high2float({x})"),
+                 broadcast=broadcast + "({x})")
 
 
 FLOAT32 = DType("float32", "float", "float", 1, torch.float32, "{v}f", (), None, None,
@@ -180,11 +193,12 @@ FLOAT64 = DType("float64", "double", "double", 1, torch.float64, "{v}", (), None
                 _scalar_ops(_DOUBLE_FUNCS, "1.0", "0.0"), aliases=("double", "fp64", "f64"))
 FLOAT16 = _packed("float16", "half2", "__half", torch.float16, "ac_h2", "#include <cuda_fp16.h>",
                   "__half22float2", "__floats2half2_rn", "__float2half2_rn", ("half2", "half", "fp16", "f16"),
-                  "__half2float({x})", "__float2half_rn({x})")
+                  "__half2float({x})", "__float2half_rn({x})", "__halves2half2", ("__low2half", "__high2half"))
 BFLOAT16 = _packed("bfloat16", "__nv_bfloat162", "__nv_bfloat16", torch.bfloat16, "ac_bf2",
                    "#include <cuda_bf16.h>", "__bfloat1622float2", "__floats2bfloat162_rn",
                    "__float2bfloat162_rn", ("nv_bfloat162", "__nv_bfloat162", "bf16", "bfloat162"),
-                   "__bfloat162float({x})", "__float2bfloat16_rn({x})")
+                   "__bfloat162float({x})", "__float2bfloat16_rn({x})", "__halves2bfloat162",
+                   ("__low2bfloat16", "__high2bfloat16"))
 
 # Integer pointer and scalar parameters of hand-written kernels (index arrays, counts, masks).
 INTEGER_CTYPES: MappingProxyType = MappingProxyType({

@@ -39,7 +39,7 @@ def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1024)
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
-            grad_state_seq: bool, layout: tuple[int, bool, int, int]) -> NeuronKernel:
+            grad_state_seq: bool, layout: tuple[int, bool, int, int, bool]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -57,14 +57,15 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   surrogate: Any = None, per_neuron: Iterable[str] = (), tensors: Iterable[str] | None = None,
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, lanes: int = 0, vector: bool = False, unroll: int = 1,
-                  prefetch: int = 0) -> NeuronKernel:
+                  prefetch: int = 0, native: bool = False) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
     `per_neuron` hold one value per neuron, the others a single value. Other runtime parameters are scalars
     passed by value; `constants` are folded into the source. `lanes` (neurons per thread), `vector` (one
     aligned access per transfer; the caller guarantees N % lanes == 0 and 16-byte aligned tensors) and
-    `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight) only change speed.
+    `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight) only change speed. `native`
+    computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     """
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
@@ -76,7 +77,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     chosen = get_surrogate(surrogate) if surrogate is not None else spec.surrogate
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   (lanes, vector, unroll, prefetch))
+                   (lanes, vector, unroll, prefetch, native))
 
 
 def source(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:

@@ -53,3 +53,22 @@ def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
     assert choose_layout((1 << 20) - 1, torch.float32, [big])["vector"] is False
     assert choose_layout(1 << 20, torch.float32, [big[1:(1 << 20) - 3]])["vector"] is False
     assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
+
+
+# Native packed arithmetic rounds every operation to 11 (float16) or 8 (bfloat16) significant bits instead of 24:
+# results agree with float arithmetic to a few units of the storage precision, relative to the values' size.
+NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}
+
+
+@pytest.mark.parametrize("dtype", list(NATIVE_TOLERANCE), ids=str)
+@pytest.mark.parametrize("name", ["izhikevich", "parametric_lif"])
+def test_native_packed_arithmetic_agrees_with_float(name, dtype):
+    spec = load_spec(name)
+    reference = _run_all(spec, dtype, {"lanes": 2})
+    for layout in ({"native": True}, {"native": True, "lanes": 4, "prefetch": 2}):
+        result = _run_all(spec, dtype, layout)
+        assert torch.equal(result["spike_seq"], reference["spike_seq"]), f"{name} {layout}: spikes differ"
+        for key in reference:
+            want, got = reference[key].double(), result[key].double()
+            scale = want.abs().max().clamp(min=1.0)
+            assert (got - want).abs().max() <= NATIVE_TOLERANCE[dtype] * scale, f"{name} {layout}: {key}"

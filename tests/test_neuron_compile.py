@@ -1,7 +1,7 @@
 """Every kernel variant of every shipped spec is valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
 
 Variants: 4 kernels x 4 dtypes x 3 resets x detach_reset, plus the speed layouts (vector accesses, several
-neurons per thread, prefetching) in one representative configuration per spec. One translation unit per
+neurons per thread, prefetching) and native half2/bfloat162 arithmetic in one configuration per spec. One translation unit per
 dtype keeps it to a few nvcc runs.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from autocuda.kernels import neuron_kernel
 from autocuda.spec.model import list_specs, load_spec
 
 LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2})
+NATIVE = ({"native": True}, {"native": True, "lanes": 8, "vector": True})
 
 
 def _variants(dtype: str) -> list[str]:
@@ -31,6 +32,9 @@ def _variants(dtype: str) -> list[str]:
             for kind in ("fptt", "bptt"):
                 sources.append(neuron_kernel(spec, kind, dtype, per_neuron=tensors, store_state_seq=True,
                                              **layout).full_codes)
+        for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
+            for kind in KERNELS:
+                sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)
     return list(dict.fromkeys(sources))
 
 

@@ -41,6 +41,7 @@ class KernelOptions:
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
+    native: bool = False                                 # half2/bfloat162 arithmetic instead of float
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -48,6 +49,9 @@ class KernelOptions:
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
         if not self.lanes:
             object.__setattr__(self, "lanes", self.dtype.width)
+        if self.native and not (self.dtype.packed and self.lanes % self.dtype.width == 0):
+            raise ValueError(f"native packed arithmetic needs float16 or bfloat16 and an even number of lanes "
+                             f"(got {self.dtype.name}, {self.lanes} lanes)")
         if self.vector and self.lanes * self.dtype.torch_dtype.itemsize not in VECTOR_CTYPES:
             raise ValueError(f"no vector access of {self.lanes} {self.dtype.name} elements; "
                              f"vector sizes in bytes: {sorted(VECTOR_CTYPES)}")
@@ -55,11 +59,12 @@ class KernelOptions:
 
 @dataclass(frozen=True)
 class Transfer:
-    """Moving one value per lane between memory and a register array.
+    """Moving values between memory and a register array, in two phases through a staging array of
+    elements: fetch (vector or element by element) then convert, or convert then write.
 
-    Loads: `register[lane] = value(element)`; stores: `element = value(register)`. `value` holds `{x}` for
-    the other side. With vector transfers the template moves all lanes in one aligned access through a
-    staging array. `guard` (a C condition) selects `otherwise` for every lane when false.
+    Conversions hold `{x}` (and `{a}`, `{b}`) for the other side: `value` converts one element to or from the
+    compute type; with native packed arithmetic `pair` builds a word from two elements and `halves` take one
+    apart. `guard` (a C condition) gives every register `otherwise` when false.
     """
 
     comment: str
@@ -74,6 +79,8 @@ class Transfer:
     vectorizable: bool = True
     streamable: bool = True      # a per-step load that may be issued steps ahead (not an accumulation)
     per_lane: bool = True        # False: every lane reads element `offset` (a parameter shared by all)
+    pair: str = ""
+    halves: tuple[str, str] = ("", "")
 
     @property
     def element_ref(self) -> str:
@@ -83,13 +90,23 @@ class Transfer:
         """The C value moved for one lane, given the text of the element (or register) on the other side."""
         return self.value.replace("{x}", element)
 
+    def pair_value(self, low: str, high: str) -> str:
+        return self.pair.replace("{a}", low).replace("{b}", high)
+
+    def half_value(self, which: int, word: str) -> str:
+        return self.halves[which].replace("{x}", word)
+
 
 @dataclass(frozen=True)
 class Statement:
+    """`target = value;` (declared const when `declare`); with a `guard`, `otherwise` where it is false."""
+
     target: str
     value: str
     declare: bool = True
     comment: str = ""
+    guard: str = ""
+    otherwise: str = ""
 
 
 @dataclass
@@ -133,12 +150,15 @@ class NeuronKernel(CKernel):
         return launchers[device_index]
 
     def _context(self) -> dict[str, Any]:
-        storage, compute = self.options.dtype, self.options.dtype.compute
+        storage, native = self.options.dtype, self.options.native
+        compute = storage if native else storage.compute
         loop = {"fptt": "forward", "bptt": "reverse"}.get(self.options.kernel, "none")
-        return {"name": self.kernel_name, "headers": headers_for([storage]), "prelude": "",
+        return {"name": self.kernel_name, "headers": headers_for([storage]),
+                "prelude": storage.prelude if native else "",
+                "native": native, "words": self.lanes // storage.width if native else self.lanes,
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
                 "description": self.description, "lanes": self.lanes, "loop": loop,
-                "compute_t": compute.ctype, "zero": compute.literal(0.0), "vector": self.options.vector,
+                "compute_t": compute.ctype, "vector": self.options.vector,
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 "depth": self.options.prefetch if loop != "none" else 0,
@@ -151,7 +171,10 @@ class _Builder:
 
     def __init__(self, derivation: Derivation, options: KernelOptions):
         self.d, self.o, self.plan = derivation, options, _Plan()
-        self.storage, self.compute = options.dtype, options.dtype.compute
+        self.storage, self.native = options.dtype, options.native
+        self.compute = self.storage if self.native else self.storage.compute
+        # Tensor parameters and their gradients live in float (double for float64), whatever the arithmetic.
+        self.param_dtype = self.storage.compute
         self.multi = options.kernel in ("fptt", "bptt")
         system = derivation.system
         self.tensor_params = dict(options.tensor_params)
@@ -159,7 +182,9 @@ class _Builder:
                  GRAD_SPIKE: "ac_grad_s[lane]", _H_PREVIOUS: "ac_h_prev[lane]"}
         names |= {s: f"{s.name}[lane]" for s in system.states}
         names |= {adjoint_symbol(s): f"ac_grad_{s.name}[lane]" for s in system.states}
-        names |= {p: (f"ac_{p.name}[lane]" if p in self.tensor_params else p.name) for p in system.params}
+        scalar = self.compute.broadcast or "{x}"  # scalars arrive as floats; native words need both lanes
+        names |= {p: (f"ac_{p.name}[lane]" if p in self.tensor_params else scalar.replace("{x}", p.name))
+                  for p in system.params}
         self.printer = CudaPrinter(self.compute, names)
         self.temp_count = 0
         self.plan.params += [CParam("N", "long long", False, True)]
@@ -168,7 +193,7 @@ class _Builder:
 
     # -- declarations ---------------------------------------------------------------------------------
     def pointer(self, name: str, const: bool, compute_type: bool = False) -> None:
-        ctype = (self.compute if compute_type else self.storage).element
+        ctype = (self.param_dtype if compute_type else self.storage).element
         self.plan.params.append(CParam(name, ctype, True, const))
 
     def register(self, *names: str) -> None:
@@ -177,17 +202,19 @@ class _Builder:
     def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None,
              accumulate: bool = False) -> Transfer:
         """register[lane] = element (converted to the compute type); added to it when `accumulate`."""
-        value = self.storage.element_load
+        value, pair = self.storage.element_load, self.storage.pair_elements
         if accumulate:
             value = self.compute.op("add", f"{target}[lane]", value)
+            pair = self.compute.op("add", f"{target}[lane]", pair)
         return Transfer(comment, target, pointer, offset, value, self.storage.element, guard="t > 0" if otherwise
-                        else "", otherwise=otherwise or "", streamable=not accumulate)
+                        else "", otherwise=otherwise or "", streamable=not accumulate, pair=pair)
 
     def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
         value = "{x}" if compute_type else self.storage.element_store
-        element = (self.compute if compute_type else self.storage).element
+        element = (self.param_dtype if compute_type else self.storage).element
+        halves = self.storage.float_halves if compute_type else self.storage.halves
         return Transfer(comment, register, pointer, offset, value, element, store=True,
-                        vectorizable=not compute_type)
+                        vectorizable=not compute_type, halves=halves)
 
     def params_setup(self) -> None:
         system = self.d.system
@@ -197,13 +224,14 @@ class _Builder:
                 self.register(f"ac_{p.name}")
                 per_neuron = self.tensor_params[p]
                 self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}", p.name,
-                                                "n0" if per_neuron else "0", element=self.compute.element,
-                                                vectorizable=False, per_lane=per_neuron))
+                                                "n0" if per_neuron else "0", element=self.param_dtype.element,
+                                                vectorizable=False, per_lane=per_neuron,
+                                                pair=self.storage.pair_floats))
 
     def scalar_params(self) -> None:
         for p in self.d.system.params:
             if p not in self.tensor_params:
-                self.plan.params.append(CParam(p.name, self.compute.ctype, False, True))
+                self.plan.params.append(CParam(p.name, self.param_dtype.ctype, False, True))
 
     # -- printing -------------------------------------------------------------------------------------
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
@@ -218,9 +246,10 @@ class _Builder:
             self.plan.body.append(Statement(symbol.name, self.printer(value), comment=comment if i == 0 else ""))
         return [self.printer(e) for e in reduced]
 
-    def statement(self, target: str, expr: sp.Expr | str, comment: str = "", declare: bool = True) -> None:
+    def statement(self, target: str, expr: sp.Expr | str, comment: str = "", declare: bool = True,
+                  guard: str = "", otherwise: str = "") -> None:
         value = expr if isinstance(expr, str) else self.printer(expr)
-        self.plan.body.append(Statement(target, value, declare, comment))
+        self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
 
 
 def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
@@ -336,9 +365,9 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
         elif i == 0 and derivation.recompute_membrane:
             b.register("ac_h_prev")
             b.plan.loads.append(b.load("ac_h_prev", "h_seq", "row - N", "h[t-1]", otherwise=b.compute.literal(0)))
-            value = b.compute.op("select", b.printer(previous_membrane(system, _H_PREVIOUS)),
-                                 f"ac_init_{s.name}[lane]", "t > 0")
-            b.statement(f"{s.name}[lane]", value, declare=False, comment=f"{s.name}[t-1] recomputed from h[t-1]")
+            b.statement(f"{s.name}[lane]", previous_membrane(system, _H_PREVIOUS), declare=False,
+                        comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0",
+                        otherwise=f"ac_init_{s.name}[lane]")
         else:
             b.pointer(f"{s.name}_seq", const=True)
             b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "row - N", f"saved {s.name}[t-1]",
