@@ -1,7 +1,8 @@
 """Every kernel variant of every shipped spec is valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
 
 Variants: 4 kernels x 4 dtypes x 3 resets x detach_reset, plus the speed layouts (vector accesses, several
-neurons per thread, prefetching) and native half2/bfloat162 arithmetic in one configuration per spec. One translation unit per
+neurons per thread, prefetching) and native half2/bfloat162 arithmetic in one configuration
+per spec. One translation unit per
 dtype keeps it to a few nvcc runs.
 """
 from __future__ import annotations
