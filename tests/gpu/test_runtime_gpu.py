@@ -193,14 +193,16 @@ class TwoLayer(nn.Module):
         self.zero_grad(set_to_none=True)
         first, second = model(x), model(x)
         (first.sum() + 2 * second.sum() + self.izh.w.sum()).backward()
-        return [first, second, *(p.grad for p in self.parameters())]
+        # detached copies: nothing may keep this autograd graph alive (a CUDA graph capture would find the
+        # parameters' gradient accumulators of an older graph, bound to another stream)
+        return [t.detach().clone() for t in (first, second, *(p.grad for p in self.parameters()))]
 
 
 def test_torch_compile_fullgraph_matches_eager():
     torch.manual_seed(0)
     net = TwoLayer().to(CUDA)
     x = torch.rand(8, 4, 16, device=CUDA) * 2
-    eager = [t.clone() for t in net.run(net, x)]
+    eager = net.run(net, x)
     torch._dynamo.reset()
     compiled = net.run(torch.compile(net, fullgraph=True), x)
     assert eager[0].sum() > 0 and eager[1].sum() > 0
@@ -251,11 +253,11 @@ def test_side_stream_and_cuda_graph_match_default_stream():
         y = y[0, :512].reshape(8, 4, 16)
         return (y - y.min()) / (y.max() - y.min()) * 2  # spread over [0, 2]: both layers fire
 
-    expected = [t.clone() for t in net.run(net, inputs())]
+    expected = net.run(net, inputs())
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        on_side = [t.clone() for t in net.run(net, inputs())]
+        on_side = net.run(net, inputs())
     torch.cuda.current_stream().wait_stream(side)
     assert expected[0].sum() > 0 and expected[1].sum() > 0
     for u, v in zip(expected, on_side):
