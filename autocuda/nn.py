@@ -82,6 +82,11 @@ class Neuron(nn.Module):
                 raise ValueError(f"state {name!r} of {self.spec.name!r} clashes with an attribute of {type(self)}")
         self.reset()
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # References name objects registered in the process that built the layer (unpickling: register here)
+        self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
+
     def _set_params(self, params: Mapping[str, Any]) -> None:
         unknown = [n for n in params if n not in self._param_names]
         if unknown:

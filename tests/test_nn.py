@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import pickle
 
 import pytest
 import torch
@@ -182,6 +183,16 @@ def test_torch_compile_fullgraph_matches_eager():
     assert eager[0].sum() > 0 and eager[1].sum() > 0
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b)
+
+
+def test_pickled_layer_works_where_its_spec_was_never_registered():
+    from autocuda.runtime import cache
+
+    node = ann.Neuron(load_spec("lif").with_defaults(tau=3.0), step_mode="m", surrogate_function=ATan(alpha=3.0))
+    data = pickle.dumps(node)
+    del cache._OBJECTS[node._spec_ref], cache._OBJECTS[node._surrogate_ref]  # as in a fresh process
+    x = x_seq(4, 5)
+    assert torch.equal(pickle.loads(data)(x), node(x))
 
 
 def test_spec_names_and_tables_agree():

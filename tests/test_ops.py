@@ -147,3 +147,15 @@ def test_keys_are_stable_and_checked():
     assert a.startswith("lif_") and a != get_plan(spec, None, "soft", False, (), (), True).key
     with pytest.raises(KeyError, match="unknown autocuda neuron key"):
         ops.entry("lif_0000")
+
+
+def test_unwritable_kernel_cache_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
+    from autocuda.runtime import compile as compile_stage
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(blocker / "cupy"))  # below a file: nothing can be created there
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "")
+    with pytest.warns(RuntimeWarning, match="not writable"):
+        compile_stage.configure_disk_cache.__wrapped__()
+    assert compile_stage.cache_dir() is None  # CuPy now caches in memory only
