@@ -1,0 +1,136 @@
+"""Broken kernels fail the check (issue 5): the host property tests would catch them.
+
+Each mutation is an exact text replacement in one generated kernel, asserted to occur exactly once (so a change
+in the code generator cannot make this file pass vacuously). The mutated source runs through autocuda.host with
+the original kernel's parameter list, in place of that kernel, under `autocuda.testing.check_case`; the same
+cases must pass with the unmutated kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import pytest
+
+from autocuda.codegen.neuron import NeuronKernel
+from autocuda.runtime.neuron import NeuronConfig
+from autocuda.spec.model import load_spec
+from autocuda.testing import Report, Setup, check_case, make_case
+
+SHAPES = ((6, 9), (4, 5))   # several steps (the reverse loop matters) and several neurons (per-neuron values)
+
+
+class Mutant(NeuronKernel):
+    """A generated kernel with one replacement in its source. Every launch path (host, CUDA, packed or not)
+    reads `full_codes`, so `uses` counts that the mutated text, not the original, was compiled and run."""
+
+    def __init__(self, kernel: NeuronKernel, old: str, new: str):  # a copy: super().__init__ would re-plan it
+        source = kernel.full_codes
+        assert source.count(old) == 1, f"{kernel.kernel_name}: {old!r} occurs {source.count(old)} times, expected once"
+        self.__dict__.update({k: v for k, v in kernel.__dict__.items() if k not in ("_launchers", "_source")})
+        self.mutated, self.uses = source.replace(old, new), 0
+
+    @property
+    def full_codes(self) -> str:
+        self.uses += 1
+        return self.mutated
+
+
+@dataclasses.dataclass(frozen=True)
+class MutatedConfig(NeuronConfig):
+    """A NeuronConfig whose `target` kernel is replaced by a Mutant; `made` keeps the mutants for inspection."""
+
+    target: str = ""
+    old: str = ""
+    new: str = ""
+    made: list = dataclasses.field(default_factory=list, compare=False, hash=False)
+
+    def kernel(self, kind: str, dtype: Any, **options: Any) -> Any:
+        kernel = super().kernel(kind, dtype, **options)
+        if kind != self.target:
+            return kernel
+        self.made.append(Mutant(kernel, self.old, self.new))
+        return self.made[-1]
+
+
+def negate_assignment(source: str, target: str) -> tuple[str, str]:
+    """(old, new) turning the unique statement `target = EXPR;` into `target = -(EXPR);`."""
+    lines = [line for line in source.splitlines() if line.strip().startswith(f"{target} = ")]
+    assert len(lines) == 1, f"{target} is assigned {len(lines)} times"
+    expression = lines[0].split(" = ", 1)[1].rstrip(";")
+    return lines[0], lines[0].replace(f"= {expression};", f"= -({expression});")
+
+
+class Mutation(NamedTuple):
+    spec: str
+    dtype: str
+    reset: str
+    kernel: str
+    old: str
+    new: str
+    fails: str          # a comparison that must fail, e.g. "bptt grad_x_seq"
+
+
+MUTATIONS = {
+    "grad_x sign flipped": Mutation("lif", "float32", "hard", "bptt", "ac_out_grad_x[lane]", "", "bptt grad_x_seq"),
+    "step grad_x sign flipped": Mutation("alif", "float32", "hard", "step-backward", "ac_out_grad_x[lane]", "",
+                                         "step-backward grad_x_seq"),
+    "reverse loop stops at t = 1": Mutation("qif", "float32", "hard", "bptt", "t = T - 1; t >= 0;",
+                                            "t = T - 1; t >= 1;", "bptt grad_v_init"),
+    "reverse loop stops at t = 1 (bfloat16)": Mutation("eif", "bfloat16", "soft", "bptt", "t = T - 1; t >= 0;",
+                                                       "t = T - 1; t >= 1;", "bptt grad_v_init"),
+    "h[t-1] read as h[t]": Mutation("qif", "float64", "soft", "bptt", "h_seq[row - N + lane]", "h_seq[row + lane]",
+                                    "bptt grad_x_seq"),
+    "h[t-1] read as h[t] (float16)": Mutation("izhikevich", "float16", "hard", "bptt", "h_seq[row - N + lane]",
+                                              "h_seq[row + lane]", "bptt grad_x_seq"),
+    "saved a[t-1] read as a[t]": Mutation("alif", "float32", "soft", "bptt", "a_seq[row - N + lane]",
+                                          "a_seq[row + lane]", "bptt grad_x_seq"),
+    "hard reset to v_reset + 0.25": Mutation("lif", "float32", "hard", "fptt", "(ac_s * v_reset)",
+                                             "(ac_s * (v_reset + 0.25f))", "fptt v_seq"),
+    "soft reset by half the threshold": Mutation("lif", "float64", "soft", "fptt", "(ac_h - (ac_s * ac_thr))",
+                                                 "(ac_h - (ac_s * (0.5 * ac_thr)))", "fptt v_seq"),
+    "surrogate alpha 3 instead of 4": Mutation("izhikevich", "float64", "hard", "bptt", "const double ac_sg = ((4.0 *",
+                                               "const double ac_sg = ((3.0 *", "bptt grad_x_seq"),
+    "learnable gradient subtracted": Mutation("parametric_lif", "float32", "hard", "bptt",
+                                              "ac_acc_w[lane] = (ac_acc_w[lane] + ",
+                                              "ac_acc_w[lane] = (ac_acc_w[lane] - ", "bptt grad_w"),
+    "per-neuron parameter read as shared": Mutation("parametric_lif", "float32", "soft", "fptt", "w[n0 + lane]",
+                                                    "w[0]", "fptt h_seq"),
+}
+
+
+def _setup(m: Mutation) -> Setup:
+    return Setup(load_spec(m.spec), m.dtype, m.reset)
+
+
+def _mutated(m: Mutation) -> MutatedConfig:
+    config = _setup(m).config()
+    old, new = m.old, m.new
+    if not new:  # a sign flip of the whole assignment to `old`
+        old, new = negate_assignment(config.kernel(m.kernel, m.dtype).full_codes, m.old)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(NeuronConfig)
+              if f.init and not f.name.startswith("_")}   # not the kernel cache: the mutant must not leak into it
+    return MutatedConfig(**fields, target=m.kernel, old=old, new=new)
+
+
+@pytest.mark.parametrize("label", MUTATIONS)
+def test_mutation_is_detected(label: str) -> None:
+    m = MUTATIONS[label]
+    setup, mutated = _setup(m), _mutated(m)
+    reports = []
+    for i, shape in enumerate(SHAPES):
+        case = make_case(setup, shape, seed=100 + i)
+        assert check_case(case).passed, f"unmutated kernels must pass: {check_case(case).describe()}"
+        reports.append(check_case(case, config=mutated))
+    assert mutated.made and all(mutant.uses for mutant in mutated.made), "the mutant was never launched"
+    failed = {c.name for r in reports for c in r.comparisons if not c.passed}
+    assert m.fails in failed, f"{label}: expected {m.fails} to fail; failed: {sorted(failed)}"
+    with pytest.raises(AssertionError, match=m.fails):
+        Report(reports).raise_on_failure()
+
+
+def test_mutations_are_exact() -> None:
+    """A replacement text that is not in the source is refused rather than ignored."""
+    m = MUTATIONS["reverse loop stops at t = 1"]
+    with pytest.raises(AssertionError, match="occurs 0 times"):
+        Mutant(_setup(m).config().kernel("bptt", "float32"), "t = T - 1; t >= 7;", "t = T - 1; t >= 1;")
