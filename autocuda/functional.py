@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import ops  # noqa: F401  (registers the autocuda::neuron_* ops)
+from . import ops
 from . import reference as ref
 from .runtime.cache import (
     compute_dtype,
@@ -188,7 +188,7 @@ class _Call:
         tensors = self.tensor_args()
         scalars = [float(self.values[n]) for n in self.scalars]
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *states, *tensors))
-        outputs = torch.ops.autocuda.neuron_forward(self.key, x, states, tensors, scalars, store_state_seq, save)
+        outputs = ops.forward(self.key, x, states, tensors, scalars, store_state_seq, save)
         return layout(self.key, single_step, store_state_seq, save), outputs
 
     def reference_args(self, x: Tensor) -> tuple:

@@ -115,6 +115,11 @@ def _params(e: Entry, tensor_params: Sequence[Tensor], scalars: Sequence[float])
 @torch.library.custom_op("autocuda::neuron_forward", mutates_args=())
 def neuron_forward(key: str, x: Tensor, states: list[Tensor], tensor_params: list[Tensor], scalars: list[float],
                    store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
+    return _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, save_for_backward)
+
+
+def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], tensor_params: Sequence[Tensor],
+                  scalars: Sequence[float], store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
     e = entry(key)
     single = x.dim() == 1
     out = launch.forward(e.config, x, dict(zip(e.states, states)), _params(e, tensor_params, scalars),
@@ -137,6 +142,12 @@ def _forward_fake(key, x, states, tensor_params, scalars, store_state_seq, save_
 @torch.library.custom_op("autocuda::neuron_backward", mutates_args=())
 def neuron_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
                     saved: list[Tensor], tensor_params: list[Tensor], scalars: list[float]) -> list[Tensor]:
+    return _backward_impl(key, grad_spike, grad_finals, grad_seqs, saved, tensor_params, scalars)
+
+
+def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
+                   saved: Sequence[Tensor], tensor_params: Sequence[Tensor], scalars: Sequence[float]
+                   ) -> list[Tensor]:
     e = entry(key)
     single = grad_spike.dim() == 1
     grads = {"grad_spike_seq": grad_spike, **{f"grad_{s}_final": g for s, g in zip(e.states, grad_finals)},
@@ -179,7 +190,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(*(available[n] for n in names), *tensor_params)
 
 
-def _backward(ctx, grads: list[Tensor]):
+def _backward(ctx, grads: list[Tensor], run_backward=None):
     if not ctx.saved_ok:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
     e = entry(ctx.key)
@@ -190,7 +201,7 @@ def _backward(ctx, grads: list[Tensor]):
     finals = [_dense(by_name[f"{s}_final"], shape[-1:], dtype, device) for s in e.states]
     seqs = [_dense(by_name[f"{s}_seq"], shape, dtype, device) for s in e.states] if ctx.store_state_seq else []
     grad_spike = _dense(by_name["spike_seq"], shape, dtype, device)
-    out = neuron_backward(ctx.key, grad_spike, finals, seqs, saved, tensor_params, ctx.scalars)
+    out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, saved, tensor_params, ctx.scalars)
     grad_x, grad_states, partials = out[0], out[1:1 + len(e.states)], out[1 + len(e.states):]
     partial = dict(zip(e.learnable, partials))
     grad_params = []
@@ -210,3 +221,34 @@ def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device)
 
 
 neuron_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -- eager ----------------------------------------------------------------------------------------------------
+class _Eager(torch.autograd.Function):
+    """The same forward, backward and autograd wiring as the ops, without the custom-op dispatcher: in eager
+    mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
+
+    @staticmethod
+    def forward(ctx, key, store_state_seq, save, scalars, n_states, x, *tensors):
+        states, tensor_params = list(tensors[:n_states]), list(tensors[n_states:])
+        outputs = _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, save)
+        _setup_context(ctx, (key, x, states, tensor_params, scalars, store_state_seq, save), outputs)
+        ctx.n_states = n_states
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _, grad_x, grad_states, grad_params, *_ = _backward(ctx, list(grads), run_backward=_backward_impl)
+        return None, None, None, None, None, grad_x, *grad_states, *grad_params
+
+
+def forward(key: str, x: Tensor, states: list[Tensor], tensor_params: list[Tensor], scalars: list[float],
+            store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
+    """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise."""
+    if torch.compiler.is_compiling():
+        return torch.ops.autocuda.neuron_forward(key, x, states, tensor_params, scalars, store_state_seq,
+                                                 save_for_backward)
+    if not save_for_backward:
+        with torch.no_grad():
+            return _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, False)
+    return list(_Eager.apply(key, store_state_seq, True, scalars, len(states), x, *states, *tensor_params))
