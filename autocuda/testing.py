@@ -76,7 +76,7 @@ class Tolerance:
 #   recomputes v[t-1] and the surrogate from the *stored* h, sigma' amplifies an error in h by up to alpha
 #   (4 for Sigmoid), and adjoints add such errors over T steps. [0.17 / 0.18]
 #   The margins are 8 half-units of storage rounding of h (and of a state-dependent threshold); they mask
-#   about 3% (float16) and 10% (bfloat16) of the neurons of an 8-step run, none in float32/float64.
+#   about 2% (float16) and 10% (bfloat16) of the neurons of an 8-step run, none in float32/float64.
 TOLERANCES: Mapping[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-12, atol=1e-12, margin=1e-12),
     "float32": Tolerance(rtol=1e-5, atol=1e-5, margin=1e-5),
