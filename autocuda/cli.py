@@ -1,4 +1,4 @@
-"""The `autocuda` command: list, show, check, new, tour."""
+"""The `autocuda` command: list, show, check, new, tour, bench."""
 from __future__ import annotations
 
 import argparse
@@ -162,7 +162,15 @@ def cmd_tour(args: argparse.Namespace) -> int:
     return 0 if all(r[2] == "pass" for r in rows) else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .benchmark import run
+
+    return run(args)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from .benchmark import add_arguments
+
     parser = argparse.ArgumentParser(prog="autocuda", description=__doc__)
     parser.add_argument("--version", action="version", version=f"autocuda {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -189,6 +197,10 @@ def _parser() -> argparse.ArgumentParser:
     tour = sub.add_parser("tour", help="generate and check every shipped spec; print a table")
     tour.add_argument("--backend", choices=("cuda", "host"), default=None)
     tour.set_defaults(run=cmd_tour)
+    bench = sub.add_parser("bench", help="benchmark against SpikingJelly 2.0, torch.compile and an eager loop "
+                           "(a GPU; --device cpu --quick tests the logic)")
+    add_arguments(bench)
+    bench.set_defaults(run=cmd_bench)
     return parser
 
 

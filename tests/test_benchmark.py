@@ -1,0 +1,143 @@
+"""The benchmark's logic on the CPU: tiny shapes, one repetition; the JSON's structure, the table, the plot.
+
+Timings here mean nothing (the CPU runs the torch reference); what is checked is that every part runs, the
+eager step functions are the shipped specs, the floor arithmetic, and that failures become notes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from autocuda import benchmark as bench
+from autocuda.functional import multi_step
+from autocuda.surrogate import Sigmoid
+
+SHAPE = (4, 32)
+DTYPES = ("float32", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    code = bench.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
+                       "--parts", "speed,memory,host", "--out", str(out)])
+    return code, out
+
+
+def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
+    code, out = quick_run
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert {"date", "environment", "copy_bandwidth_GBps", "method", "workloads", "speed", "memory", "host",
+            "elapsed_s"} <= results.keys()
+    env = results["environment"]
+    assert env["device"] == "cpu" and env["torch"] == torch.__version__ and env["autocuda"]
+    assert results["copy_bandwidth_GBps"] > 0
+    rows = results["speed"]
+    assert len(rows) == len(bench.WORKLOADS) * len(DTYPES) * len(bench.MODES)
+    assert [r["spec"] for r in rows[::len(DTYPES) * 2]] == list(bench.WORKLOADS)  # sorted by workload
+    for r in rows:
+        assert r["check"] == "ok", r
+        assert r["check_figures"]["spike_agreement"] == 1.0 and 0 < r["check_figures"]["spike_rate"] < 1
+        assert r["ours_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
+        assert r["notes"]["compile"] == "skipped: --quick"
+        element = torch.empty((), dtype=bench.DTYPES[r["dtype"]]).element_size()
+        nbytes = r["T"] * r["N"] * bench.ACCESSES[r["mode"]] * element
+        assert r["floor_ms"] == pytest.approx(nbytes / (results["copy_bandwidth_GBps"] * 1e9) * 1e3)
+        assert r["pct_floor"] == pytest.approx(100 * r["floor_ms"] / r["ours_ms"])
+        if r["mode"] == "training":
+            assert r["check_figures"]["grad_x_cosine"] > 0.999
+    adex = [r for r in rows if r["spec"] == "adex"]
+    assert all(r["sj_ms"] is None and "sj" in r["notes"] for r in adex)
+    assert results["memory"]["rows"] == [] and "needs a CUDA device" in results["memory"]["note"]
+    host = {(r["system"], r["mode"]): r for r in results["host"]["rows"]}
+    assert host["ours", "inference"]["us_per_call"] > 0 and host["ours", "training"]["us_per_call"] > 0
+
+
+def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
+    text = (quick_run[1] / "table.txt").read_text()
+    assert "ours ms" in text and "% floor" in text and "×compile" in text and "copy bandwidth" in text
+    assert "compile: skipped: --quick" in text and "ParametricLIF" in text
+
+
+def test_quick_run_plots(quick_run: tuple[int, Path]) -> None:
+    pytest.importorskip("matplotlib")
+    png = quick_run[1] / "plot.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_first_use_child_script(tmp_path: Path) -> None:
+    """The child that the first-use part starts, run once here (the CPU runs the reference path)."""
+    env = bench._child_env(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", bench._FIRST_USE, "cpu", "ours", "lif"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    times = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert times["first_use_s"] >= times["first_forward_s"] > 0 and times["torch_and_cuda_init_s"] > 0
+
+
+def test_first_use_runs_cold_then_warm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    child = ("import json, os; print(json.dumps({'first_use_s': 0.5, 'first_forward_s': 0.25, "
+             "'cache_dir': os.environ['AUTOCUDA_CACHE_DIR'], 'cupy_dir': os.environ['CUPY_CACHE_DIR']}))")
+    monkeypatch.setattr(bench, "_FIRST_USE", child)
+    assert bench.main(["--device", "cpu", "--quick", "--parts", "first-use", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = [r for r in results["first_use"]["rows"] if r["system"] == "ours"]
+    assert [r["cache"] for r in rows] == ["cold", "warm"] and rows[0]["cache_dir"] == rows[1]["cache_dir"]
+    assert all(r["first_use_s"] == 0.5 and r["process_wall_s"] > 0 for r in rows)
+    assert not Path(rows[0]["cache_dir"]).exists()  # a temporary folder, removed afterwards
+    assert "first use in a fresh process" in (tmp_path / "table.txt").read_text()
+
+
+def test_spike_function_is_our_sigmoid_surrogate() -> None:
+    z = torch.linspace(-3, 3, 101, dtype=torch.float64, requires_grad=True)
+    ours = Sigmoid(alpha=bench.ALPHA)
+    (grad,) = torch.autograd.grad(bench.spike(z).sum(), z)
+    (expected,) = torch.autograd.grad(ours(z).sum(), z)
+    torch.testing.assert_close(grad, expected)
+    assert torch.equal(bench.spike(z), ours(z))
+
+
+@pytest.mark.parametrize("key", list(bench.WORKLOADS))
+def test_step_functions_are_the_shipped_specs(key: str) -> None:
+    """The eager loop and our reference agree in float64: spikes, final states and gradients."""
+    w = bench.WORKLOADS[key]
+    torch.manual_seed(1)
+    case = bench.Case.draw(w, torch.float64, 6, 40, torch.device("cpu"))
+    case.tensors = {k: v.double() for k, v in case.tensors.items()}  # parameters in the compute dtype
+    case = case.mode(True)
+    spikes, finals, _ = multi_step(w.key, case.x, *case.states, surrogate=Sigmoid(alpha=bench.ALPHA),
+                                   backend="reference", **w.params, **case.tensors)
+    eager_spikes, eager_finals = bench.run_loop(w.step, case.x, case.states, {**w.params, **case.tensors})
+    assert torch.equal(spikes, eager_spikes) and spikes.float().mean() > 0
+    for a, b in zip(finals, eager_finals):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
+    eager_grads = torch.autograd.grad(eager_spikes, case.grad_inputs, case.g)
+    for a, b in zip(grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_spikingjelly_keyword_mismatch_is_a_note() -> None:
+    fake = types.SimpleNamespace(eif_multi_step=lambda x_seq, v, tau=2.0, surrogate_function=None: None)
+    sj = bench.SpikingJelly(functional=fake, surrogate=None, version="fake")
+    with pytest.raises(bench.Skip, match="takes no .*delta_t"):
+        sj.kwargs(bench.WORKLOADS["eif"])
+    with pytest.raises(bench.Skip, match="no SpikingJelly counterpart"):
+        sj.kwargs(bench.WORKLOADS["adex"])
+    assert bench._why(bench.Skip("why")) == "skipped: why"
+    assert bench._why(ValueError("bad\nmore")) == "error: ValueError: bad"
+
+
+def test_shapes_and_cli() -> None:
+    assert bench._shape("8x8M") == (8, 8 << 20) and bench._shape("4x4096") == (4, 4096)
+    assert bench._count(64 << 10) == "64K" and bench._count(4096) == "4096"
+    from autocuda.cli import _parser, cmd_bench
+
+    args = _parser().parse_args(["bench", "--quick", "--device", "cpu", "--workloads", "plif,lif"])
+    assert args.run is cmd_bench and args.workloads == ["parametric_lif", "lif"]
