@@ -100,6 +100,10 @@ def _best_backend() -> str:
         return "host"
 
 
+# The tour's quick check: the spec's own reset, float32 and float16 storage (every dtype is in `check --all`).
+QUICK = {"dtypes": ("float32", "float16"), "detach": (False,)}
+
+
 def _check_rows(names: Sequence[str], backend: str, quick: bool,
                 progress: Callable[[str], None]) -> list[tuple[str, str, str, float]]:
     from .testing import check_spec
@@ -108,7 +112,9 @@ def _check_rows(names: Sequence[str], backend: str, quick: bool,
     for name in names:
         progress(name)
         start = time.perf_counter()
-        report = check_spec(_spec(name), backend=backend, examples=1 if quick else 3, raise_on_failure=False)
+        spec = _spec(name)
+        options = {**QUICK, "resets": (spec.reset,), "examples": 2} if quick else {"examples": 3}
+        report = check_spec(spec, backend=backend, raise_on_failure=False, **options)
         result = "pass" if report.passed else f"FAIL ({report.summary()})"
         rows.append((name, f"{len(report.cases)} cases", result, time.perf_counter() - start))
     return rows

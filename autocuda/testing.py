@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -532,7 +534,7 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
     chosen = get_surrogate(surrogate) if surrogate is not None else None
     frozen = tuple(sorted((constants or {}).items()))
     multiple = (layout or {}).get("lanes", 1) if (layout or {}).get("vector") else 1   # vector access needs it
-    report = Report([])
+    jobs = []
     for dtype in dtypes:
         for reset in resets:
             for detach_reset in detach:
@@ -540,8 +542,11 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
                               store_state_seq, tuple(sorted((layout or {}).items())))
                 for i in range(examples):
                     case_seed = zlib.crc32(f"{seed} {setup.label} {i}".encode())
-                    shape = _shape(i, case_seed, max_steps, max_neurons, multiple)
-                    report.cases.append(check_case(make_case(setup, shape, case_seed), backend))
+                    jobs.append((setup, _shape(i, case_seed, max_steps, max_neurons, multiple), case_seed))
+    # Host kernels compile in compiler processes and run with the GIL released: threads overlap both.
+    workers = (os.cpu_count() or 2) if backend == "host" else 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        report = Report(list(pool.map(lambda job: check_case(make_case(*job), backend), jobs)))
     if raise_on_failure:
         report.raise_on_failure()
     return report

@@ -381,7 +381,7 @@ def describe(spec_title: str, derivation: Derivation, options: KernelOptions) ->
             "step-forward": "one forward step", "step-backward": "one backward step"}[options.kernel]
     arithmetic = options.dtype.compute.name
     lines = [spec_title, f"{options.kernel}: {role}; {options.dtype.name} storage, {arithmetic} arithmetic, "
-             f"{system.reset} reset{', detach_reset' if derivation.detach_reset else ''}",
+             f"{system.reset} reset{', detach_reset' if derivation.detach_reset and 'backward' in role else ''}",
              f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}", "s = (h >= threshold)"]
     lines += [f"{s.name}' = {sp.sstr(e)}" for s, e in zip(system.states, step.new_states)]
     return tuple(line.replace("ac_h", "h").replace("ac_thr", "threshold").replace("ac_s", "s") for line in lines)
@@ -398,8 +398,13 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
         plan.streamed = [t for t in plan.loads if t.streamable]
         plan.loads = [t for t in plan.loads if not t.streamable]
     # Readable parts first; the digest tells apart variants that differ in anything else.
-    digest = hashlib.sha1(repr((derivation, options, surrogate_gradient)).encode()).hexdigest()[:6]
-    detach = "_detach" if derivation.detach_reset else ""
+    # A forward kernel depends on detach_reset and the surrogate only through what it saves: leaving them out
+    # of its name lets identical forward kernels share one name, one source and one compiled binary.
+    forward = options.kernel in ("fptt", "step-forward")
+    identity = ((derivation.system, derivation.forward, derivation.saved_states, options) if forward
+                else (derivation, options, surrogate_gradient))
+    digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:6]
+    detach = "_detach" if derivation.detach_reset and not forward else ""
     kind = options.kernel.replace("-", "_")
     name = f"{spec_name}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
     return NeuronKernel(name, plan, options, description)
