@@ -30,6 +30,23 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     name = "Sigmoid"
     alpha = 4.0                           # or: gradient = "1 / (1 + abs(x))**2" plus its own parameters
 
+Continuous form (docs/ode.md): `[ode]` gives d(state)/dt instead of `charge` (for the membrane) or an update
+(for another state); x and the states without an ODE are constant over a step of length `time_step` (a
+parameter, added as a runtime scalar 1.0 when not declared; it must be positive). Example (sfa_lif)::
+
+    method = "exact"                      # optional: euler | exponential_euler | exact; default: the best one
+                                          # the system allows (exact, then exponential_euler, then euler)
+    [ode]
+    v = "(-(v - v_rest) + R * x - w) / tau"
+    w = "-w / tau_w"
+
+    [jumps]                               # after a spike (s = 1), an ODE state takes this value:
+    w = "w + b"                           # w' = w_int + s * (jump - w_int); names in it are values at the end of
+                                          # the integration (the membrane's is h, before reset)
+
+The step each method produces is in `autocuda.spec.ode`; the result is the same `charge` and `updates` a
+discrete spec has (`ParsedSpec.method` says which method was used).
+
 Param kinds: 'constant' (a literal in the source), 'scalar' (runtime float, by value), 'tensor' (runtime tensor
 broadcast over neurons). `learnable = true` means a tensor: with no kind given it becomes 'tensor'; a
 learnable 'constant' or 'scalar' is an error. Reserved expression names: x (input), h (charge result) and
@@ -55,6 +72,7 @@ import sympy
 from ..errors import SpecError
 from ..resources import resource_dir
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
+from .ode import TIME_STEP, check_structure, discretise, with_jump
 from .parse import check_identifier, parse_expression
 
 if sys.version_info >= (3, 11):
@@ -179,6 +197,9 @@ class NeuronSpec:
     derived: tuple[tuple[str, str], ...] = ()
     options: tuple[tuple[str, bool], ...] = ()
     surrogate: Surrogate = Sigmoid()
+    ode: tuple[tuple[str, str], ...] = ()  # state -> d(state)/dt (see docs/ode.md)
+    jumps: tuple[tuple[str, str], ...] = ()  # ODE state -> its value after a spike
+    method: str | None = None  # euler | exponential_euler | exact; None: chosen from the ODE's form
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -198,6 +219,12 @@ class NeuronSpec:
         set_("options", tuple((n, _expect(v, bool, f"options.{n}", "true or false"))
                               for n, v in _pairs(self.options, "options")))
         set_("surrogate", get_surrogate(self.surrogate))
+        set_("ode", _text_pairs(self.ode, "ode"))
+        set_("jumps", _text_pairs(self.jumps, "jumps"))
+        if self.method is not None:
+            _expect(self.method, str, "method", "a method name")
+        if self.ode and all(p.name != TIME_STEP for p in self.params):
+            set_("params", (*self.params, Param(TIME_STEP, 1.0, doc="integration time step dt of [ode]")))
 
     def _validate(self) -> None:
         _expect(self.name, str, "name", "a string")
@@ -220,6 +247,9 @@ class NeuronSpec:
                 field = f"{group}.{name}"
                 if name in RESERVED:
                     raise SpecError(f"'{name}' is reserved for {RESERVED[name]}", field=field, symbol=name)
+                if name == "dt":
+                    raise SpecError(f"'dt' is a name generated kernels use; the time step of [ode] is the "
+                                    f"parameter '{TIME_STEP}'", field=field, symbol=name)
                 check_identifier(name, field=field)
                 if name in seen:
                     raise SpecError(f"'{name}' is declared twice (also in {seen[name]})", field=field, symbol=name)
@@ -235,6 +265,7 @@ class NeuronSpec:
             if isinstance(state.init, str) and state.init not in params:
                 raise SpecError(f"initial value {state.init!r} is not a parameter", field=f"states.{state.name}",
                                 symbol=state.init)
+        check_structure(self)
         membrane, others = self.states[0].name, [s.name for s in self.states[1:]]
         for name, _ in self.updates:
             if name == membrane:
@@ -242,7 +273,7 @@ class NeuronSpec:
                                 field=f"updates.{name}", symbol=name)
             if name not in others:
                 raise SpecError(f"'{name}' is not a state", field=f"updates.{name}", symbol=name)
-        missing = [n for n in others if n not in dict(self.updates)]
+        missing = [n for n in others if n not in dict(self.updates) and n not in dict(self.ode)]
         if missing:
             raise SpecError(f"state '{missing[0]}' needs an update", field=f"updates.{missing[0]}", symbol=missing[0])
         if len(dict(self.updates)) != len(self.updates):
@@ -300,6 +331,8 @@ class ParsedSpec:
     charge: sympy.Expr
     threshold: sympy.Expr
     updates: Mapping[str, sympy.Expr]
+    method: str | None = None  # the integration method of [ode], None for a discrete spec
+    ode: Mapping[str, sympy.Expr] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def membrane(self) -> sympy.Symbol:
@@ -358,18 +391,38 @@ def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
         values[name] = derived[name].xreplace({derived_symbols[n]: v for n, v in values.items()})
         derived_symbols[name] = sympy.Symbol(name, real=True)
     known = {**states, **params, **derived_symbols}
-    charge = parse(spec.charge, {"x": x, **known}, "charge")
+    rhs = {n: parse(t, {"x": x, **known}, f"ode.{n}") for n, t in spec.ode}
+    charge = None if spec.membrane in rhs else parse(spec.charge, {"x": x, **known}, "charge")
     threshold = parse(spec.threshold, known, "threshold")
     updates = {n: parse(t, {"x": x, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    method = None
+    if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
+        jumps = {n: parse(t, {"x": x, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
+        method, integrated = _integrate(spec, rhs, jumps, states, params[TIME_STEP], h, s)
+        charge = integrated.pop(spec.membrane, charge)
+        updates |= integrated
     ro = MappingProxyType
     return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
-                      threshold, ro(updates))
+                      threshold, ro(updates), method, ro(rhs))
+
+
+def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[str, sympy.Expr],
+               states: Mapping[str, sympy.Symbol], dt: sympy.Symbol, h: sympy.Symbol, s: sympy.Symbol
+               ) -> tuple[str, dict[str, sympy.Expr]]:
+    """The ODE states' values after one step (docs/ode.md), after-spike jumps applied."""
+    step = discretise({states[n]: f for n, f in rhs.items()}, dt, spec.method)
+    values = {u.name: e for u, e in step.values.items()}
+    at_end = {states[n]: e for n, e in values.items()}
+    at_end[states[spec.membrane]] = h  # in a jump the membrane is h (before reset), whether ODE or charge
+    for name, jump in jumps.items():
+        values[name] = with_jump(values[name], jump.xreplace(at_end), s)
+    return step.method, values
 
 
 # ---- TOML ----
 
 _TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
-              "surrogate")
+              "surrogate", "ode", "jumps", "method")
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
@@ -385,8 +438,8 @@ def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | Non
             raise SpecError(f"unknown key '{key}'{hint}", source=source, field=key, symbol=key)
     if "name" not in data and default_name is None:
         raise SpecError("missing 'name'", source=source, field="name")
-    if "charge" not in data:
-        raise SpecError("missing 'charge'", source=source, field="charge")
+    if "charge" not in data and "ode" not in data:
+        raise SpecError("missing 'charge' (or [ode])", source=source, field="charge")
     fields = {"name": default_name, **data, "origin": source}
     return NeuronSpec(**fields)
 

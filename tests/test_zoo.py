@@ -1,0 +1,105 @@
+"""The neuron zoo (issue 9): each shipped spec says what it integrates, compiles with nvcc (one translation unit
+per dtype), and its kernels match the reference on the host runner. A new ODE neuron takes <= 10 lines of TOML.
+
+The oracle of tests/test_derive.py and the property tests of tests/test_host_neurons.py parametrize over every
+shipped spec, so they cover the zoo too; here the host check is a short one (two dtypes, one reset), the rest of
+the budget goes to compiling every kernel.
+"""
+from __future__ import annotations
+
+import os
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+from autocuda.codegen.neuron import KERNELS
+from autocuda.dtypes import DTYPES, get_dtype
+from autocuda.host import load_kernel
+from autocuda.kernels import neuron_kernel
+from autocuda.runtime.neuron import choose_layout
+from autocuda.spec import NeuronSpec, list_specs, load_spec
+from autocuda.testing import Setup, check_spec
+
+ZOO = {  # name: (integration method, states)
+    "cuba_lif": ("exact", ["v", "i"]),
+    "sfa_lif": ("exact", ["v", "w"]),
+    "resonate_fire": ("exact", ["v", "u"]),
+    "fitzhugh_nagumo": ("euler", ["v", "w"]),
+    "two_compartment": ("exact", ["v", "d"]),
+}
+HOST = {"dtypes": ("float64", "float32"), "resets": ("hard",), "detach": (False,), "examples": 2}
+
+# The <= 10-line tutorial of docs/ode.md: a conductance-based LIF (v's coefficient depends on g, so the
+# automatic method is exponential Euler).
+USER_TOML = """\
+doc = "Conductance-based LIF (COBA): x opens a conductance g that pulls v towards E"
+reset = "soft"
+params = { tau = 2.0, tau_g = 5.0, E = 3.0, v_threshold = 1.0 }
+states = { v = 0.0, g = 0.0 }
+[ode]
+v = "(-v - g * (v - E)) / tau"
+g = "-g / tau_g + x"
+"""
+
+
+def test_zoo_is_shipped_with_one_line_docs():
+    shipped = dict(list_specs())
+    for name, (method, states) in ZOO.items():
+        spec = load_spec(name)
+        assert shipped[name] and "\n" not in shipped[name] and spec.doc == shipped[name]
+        assert [s.name for s in spec.states] == states and dict(spec.ode).keys() == set(states)
+        assert spec.parsed().method == method, name
+        assert spec.with_defaults(time_step=0.25).params != spec.params
+
+
+def _sources(specs: list[NeuronSpec], dtype: str) -> str:
+    """Every kernel kind of every spec (hard reset; other variants differ only in their equations, and
+    tests/test_neuron_compile.py compiles all of them for every shipped spec), one definition per name."""
+    kernels = {k.kernel_name: k.full_codes for spec in specs for k in (neuron_kernel(spec, kind, dtype)
+                                                                         for kind in KERNELS)}
+    return "\n".join(kernels.values())
+
+
+def test_zoo_kernels_compile(nvcc):
+    specs = [load_spec(name) for name in ZOO]
+    failures = nvcc({dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
+    assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
+
+
+def _precompile(specs: list[NeuronSpec]) -> None:
+    """Compile the host kernels check_spec loads, on every core (it would compile them one by one); the options
+    are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
+    jobs = {}
+    for spec in specs:
+        for dtype in HOST["dtypes"]:
+            for reset in HOST["resets"]:
+                config = Setup(spec, dtype, reset).config()
+                layout = choose_layout(1, get_dtype(dtype).torch_dtype, [])
+                for k in (config.kernel("fptt", dtype, store_state_seq=True, save_for_backward=True, **layout),
+                          config.kernel("bptt", dtype, grad_state_seq=True, **layout),
+                          config.kernel("step-forward", dtype, store_state_seq=False, save_for_backward=True,
+                                        **layout),
+                          config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
+                    jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda job: load_kernel(*job), jobs.values()))
+
+
+def test_zoo_kernels_match_reference_on_host():
+    specs = [load_spec(name) for name in ZOO]
+    _precompile(specs)
+    for spec in specs:
+        report = check_spec(spec, backend="host", **HOST)
+        assert report.passed, report.describe()
+
+
+def test_new_ode_neuron_in_ten_lines(tmp_path, nvcc):
+    assert len(USER_TOML.splitlines()) <= 10
+    path = tmp_path / "coba_lif.toml"
+    path.write_text(textwrap.dedent(USER_TOML))
+    spec = load_spec(path)
+    assert spec.name == "coba_lif" and spec.parsed().method == "exponential_euler"
+    failures = nvcc({"float32": _sources([spec], "float32")}, archs=("sm_80",))
+    assert not failures, failures
+    report = check_spec(spec, backend="host", dtypes=("float64", "float32"), resets=("soft",), detach=(False,),
+                        examples=2)
+    assert report.passed, report.describe()
