@@ -7,7 +7,7 @@ probability intensity_i. The prediction is the output neuron that fires most; th
 error between output firing rates and the one-hot label.
 
 Stated result (full run, default options): 94.4% test accuracy on the 450 held-out images with seed 0
-(95.3% and 94.4% with seeds 1 and 2), in about a minute on a 2-core CPU with the torch reference backend.
+(95.3% and 94.4% with seeds 1 and 2), in 35-60 s on a 2-core CPU with the torch reference backend.
 On a GPU with CuPy the neuron layers run autocuda's generated CUDA kernels.
 
     python examples/train_digits.py                  # full run; writes examples/out/spike_raster.png
