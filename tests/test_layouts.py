@@ -73,3 +73,17 @@ def test_native_packed_arithmetic_agrees_with_float(name, dtype):
             want, got = reference[key].double(), result[key].double()
             scale = want.abs().max().clamp(min=1.0)
             assert (got - want).abs().max() <= NATIVE_TOLERANCE[dtype] * scale, f"{name} {layout}: {key}"
+
+
+def test_spec_names_cannot_collide_with_kernel_locals():
+    """Names a template could also use (d, row, n0, t0, stage) are fine in a spec: generated locals carry ac_."""
+    from autocuda.spec.model import NeuronSpec
+
+    spec = NeuronSpec(name="clash", params={"row": 2.0, "n0": 0.5, "v_threshold": 1.0, "v_reset": 0.0},
+                      states={"v": 0.0, "d": 0.0}, charge="v + (x - v) / row + n0 * d",
+                      updates={"d": "d * n0 + s"})
+    baseline = _run_all(spec, torch.float32, {"lanes": 1})
+    for layout in ({"lanes": 2, "prefetch": 3}, {"lanes": 4, "vector": True, "prefetch": 2}):
+        result = _run_all(spec, torch.float32, layout)
+        for key in baseline:
+            assert torch.equal(result[key], baseline[key]), f"{layout}: {key}"

@@ -224,7 +224,7 @@ class _Builder:
                 self.register(f"ac_{p.name}")
                 per_neuron = self.tensor_params[p]
                 self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}", p.name,
-                                                "n0" if per_neuron else "0", element=self.param_dtype.element,
+                                                "ac_n0" if per_neuron else "0", element=self.param_dtype.element,
                                                 vectorizable=False, per_lane=per_neuron,
                                                 pair=self.storage.pair_floats))
 
@@ -258,10 +258,10 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     saving = options.save_for_backward
     b.pointer("x_seq", const=True)
     b.register("x", *(s.name for s in system.states), "ac_out_spike")
-    b.plan.loads.append(b.load("x", "x_seq", "row", "input x[t]"))
+    b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
     for s in system.states:
         b.pointer(f"{s.name}_init", const=True)
-        b.plan.setup.append(b.load(s.name, f"{s.name}_init", "n0", f"initial {s.name}"))
+        b.plan.setup.append(b.load(s.name, f"{s.name}_init", "ac_n0", f"initial {s.name}"))
     b.params_setup()
     b.pointer("spike_seq", const=False)
     if saving:
@@ -277,17 +277,17 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     for s in system.states:
         b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
     b.statement("ac_out_spike[lane]", "ac_s", declare=False)
-    b.plan.stores.append(b.store("spike_seq", "row", "ac_out_spike", "spike s[t]"))
+    b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
     if saving:
         b.statement("ac_out_h[lane]", "ac_h", declare=False)
-        b.plan.stores.append(b.store("h_seq", "row", "ac_out_h", "h[t], saved for backward"))
+        b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
     for s, saved in zip(system.states, derivation.saved_states):
         if (saved and saving) or options.store_state_seq:
             b.pointer(f"{s.name}_seq", const=False)
-            b.plan.stores.append(b.store(f"{s.name}_seq", "row", f"{s.name}", f"{s.name}[t] after reset"))
+            b.plan.stores.append(b.store(f"{s.name}_seq", "ac_row", f"{s.name}", f"{s.name}[t] after reset"))
     for s in system.states:
         b.pointer(f"{s.name}_final", const=False)
-        b.plan.finish.append(b.store(f"{s.name}_final", "n0", f"{s.name}", f"final {s.name}"))
+        b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
     b.scalar_params()
     return b.plan
 
@@ -297,26 +297,27 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     system, step = derivation.system, derivation.backward
     b.pointer("grad_spike_seq", const=True)
     b.register("ac_grad_s", "ac_h_cur", "ac_out_grad_x")
-    b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "row", "gradient of s[t]"))
+    b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "ac_row", "gradient of s[t]"))
     for s in system.states:
         b.register(f"ac_grad_{s.name}")
         b.pointer(f"grad_{s.name}_final", const=True)
-        b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "n0", f"gradient of final {s.name}"))
+        b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "ac_n0",
+                                   f"gradient of final {s.name}"))
         if options.grad_state_seq:
             b.pointer(f"grad_{s.name}_seq", const=True)
-            b.plan.loads.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_seq", "row", f"gradient of {s.name}[t]",
+            b.plan.loads.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_seq", "ac_row", f"gradient of {s.name}[t]",
                                        accumulate=True))
     b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
     if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
-        b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + n0", "h[T-1]"))
+        b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + ac_n0", "h[T-1]"))
     else:
-        b.plan.loads.append(b.load("ac_h_cur", "h_seq", "row", "h[t]"))
+        b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
     _previous_states(b, derivation)
     if step.needs_x:
         b.pointer("x_seq", const=True)
         b.register("x")
-        b.plan.loads.append(b.load("x", "x_seq", "row", "input x[t]"))
+        b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
     b.params_setup()
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
@@ -337,14 +338,14 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
     b.pointer("grad_x_seq", const=False)
-    b.plan.stores.append(b.store("grad_x_seq", "row", "ac_out_grad_x", "gradient of x[t]"))
+    b.plan.stores.append(b.store("grad_x_seq", "ac_row", "ac_out_grad_x", "gradient of x[t]"))
     for s in system.states:
         b.pointer(f"grad_{s.name}_init", const=False)
-        b.plan.finish.append(b.store(f"grad_{s.name}_init", "n0", f"ac_grad_{s.name}",
+        b.plan.finish.append(b.store(f"grad_{s.name}_init", "ac_n0", f"ac_grad_{s.name}",
                                      f"gradient of {s.name}[-1]"))
     for p in system.learnable:
         b.pointer(f"grad_{p.name}", const=False, compute_type=True)
-        b.plan.finish.append(b.store(f"grad_{p.name}", "n0", f"ac_acc_{p.name}",
+        b.plan.finish.append(b.store(f"grad_{p.name}", "ac_n0", f"ac_acc_{p.name}",
                                      f"per-neuron sum of d loss / d {p.name}", compute_type=True))
     b.scalar_params()
     return b.plan
@@ -358,19 +359,19 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
             continue
         b.register(s.name, f"ac_init_{s.name}")
         b.pointer(f"{s.name}_init", const=True)
-        b.plan.setup.append(b.load(f"ac_init_{s.name}", f"{s.name}_init", "n0", f"initial {s.name}"))
+        b.plan.setup.append(b.load(f"ac_init_{s.name}", f"{s.name}_init", "ac_n0", f"initial {s.name}"))
         if not b.multi:
             b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False,
                         comment=f"{s.name} before the step")
         elif i == 0 and derivation.recompute_membrane:
             b.register("ac_h_prev")
-            b.plan.loads.append(b.load("ac_h_prev", "h_seq", "row - N", "h[t-1]", otherwise=b.compute.literal(0)))
+            b.plan.loads.append(b.load("ac_h_prev", "h_seq", "ac_row - N", "h[t-1]", otherwise=b.compute.literal(0)))
             b.statement(f"{s.name}[lane]", previous_membrane(system, _H_PREVIOUS), declare=False,
                         comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0",
                         otherwise=f"ac_init_{s.name}[lane]")
         else:
             b.pointer(f"{s.name}_seq", const=True)
-            b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "row - N", f"saved {s.name}[t-1]",
+            b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "ac_row - N", f"saved {s.name}[t-1]",
                                        otherwise=f"ac_init_{s.name}[lane]"))
 
 
