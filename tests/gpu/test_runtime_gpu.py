@@ -72,6 +72,8 @@ def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) ->
             params[p.name] = rounded(uniform(g, shape, -1.0, 1.0), compute)
         elif p.name in RANGES:
             params[p.name] = float(rounded(uniform(g, (), *RANGES[p.name]), compute))
+        else:  # parameters without a random range (e.g. an ODE spec's time_step) keep their defaults
+            params[p.name] = float(rounded(torch.tensor(p.default), compute))
     return params
 
 
