@@ -52,13 +52,21 @@ def _register(kind: str, obj: Any, text: str) -> str:
     return token
 
 
+_SPEC_REFS: dict[int, tuple[NeuronSpec, str]] = {}
+
+
 def spec_ref(spec: NeuronSpec | str) -> str:
     """A string that names `spec` for the functions below: a name as given, or a registered spec's token."""
     if isinstance(spec, str):
         return spec
     if not isinstance(spec, NeuronSpec):
         raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(spec).__name__}")
-    return _register("spec", spec, spec_text(spec))
+    known = _SPEC_REFS.get(id(spec))
+    if known is not None and known[0] is spec:  # the same object again: skip re-serialising it (a hot path)
+        return known[1]
+    ref = _register("spec", spec, spec_text(spec))
+    _SPEC_REFS[id(spec)] = (spec, ref)  # holding the spec keeps its id from being reused
+    return ref
 
 
 def surrogate_ref(surrogate: Any) -> str | None:
