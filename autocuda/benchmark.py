@@ -934,6 +934,8 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device: run on a GPU, or pass --device cpu to test the benchmark's logic")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)  # kernels launch on the current device's current stream
     shapes = args.shapes or list(QUICK_SHAPES.get(device.type, QUICK_SHAPES["cuda"]) if args.quick else FULL_SHAPES)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
