@@ -128,7 +128,7 @@ def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], tensor_params: 
     if not single and x.shape[0] == 0:  # no step ran: the final states are the initial ones
         for name, state in zip(e.states, states):
             out[f"{name}_final"].copy_(state)
-    return [out[n] for n in forward_outputs(key, single, store_state_seq, save_for_backward)]
+    return list(out.values())  # the kernel's outputs in parameter order: `forward_outputs`
 
 
 @neuron_forward.register_fake
@@ -183,11 +183,27 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.store_state_seq, ctx.meta = store_state_seq, (x.shape, x.dtype, x.device)
     if not save:
         return
-    e = entry(key)
-    available = {"x_seq": x, **{f"{s}_init": v for s, v in zip(e.states, states)}, **dict(zip(ctx.outputs, output))}
-    names = saved_names(key, single)
-    ctx.n_saved = len(names)
-    ctx.save_for_backward(*(available[n] for n in names), *tensor_params)
+    available = (x, *states, *output)
+    picks = _saved_picks(key, single, store_state_seq)
+    ctx.n_saved = len(picks)
+    ctx.save_for_backward(*(available[i] for i in picks), *tensor_params)
+
+
+@functools.lru_cache(maxsize=1024)
+def _saved_only(key: str, single: bool, store_state_seq: bool) -> frozenset[str]:
+    """Forward outputs that the caller never sees: what is written only for backward."""
+    visible = {"spike_seq", *(f"{s}_final" for s in entry(key).states)}
+    if store_state_seq:
+        visible |= {f"{s}_seq" for s in entry(key).states}
+    return frozenset(forward_outputs(key, single, store_state_seq, True)) - visible
+
+
+@functools.lru_cache(maxsize=1024)
+def _saved_picks(key: str, single: bool, store_state_seq: bool) -> tuple[int, ...]:
+    """Where each of `saved_names` stands among (x, *initial states, *forward outputs)."""
+    available = ("x_seq", *(f"{s}_init" for s in entry(key).states),
+                 *forward_outputs(key, single, store_state_seq, True))
+    return tuple(available.index(n) for n in saved_names(key, single))
 
 
 def _backward(ctx, grads: list[Tensor], run_backward=None):
@@ -199,7 +215,8 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     saved, tensor_params = saved[:ctx.n_saved], saved[ctx.n_saved:]
     shape, dtype, device = ctx.meta
     finals = [_dense(by_name[f"{s}_final"], shape[-1:], dtype, device) for s in e.states]
-    seqs = [_dense(by_name[f"{s}_seq"], shape, dtype, device) for s in e.states] if ctx.store_state_seq else []
+    seq_grads = [by_name[f"{s}_seq"] for s in e.states] if ctx.store_state_seq else []
+    seqs = [_dense(g, shape, dtype, device) for g in seq_grads] if any(g is not None for g in seq_grads) else []
     grad_spike = _dense(by_name["spike_seq"], shape, dtype, device)
     out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, saved, tensor_params, ctx.scalars)
     grad_x, grad_states, partials = out[0], out[1:1 + len(e.states)], out[1 + len(e.states):]
@@ -234,6 +251,11 @@ class _Eager(torch.autograd.Function):
         outputs = _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, save)
         _setup_context(ctx, (key, x, states, tensor_params, scalars, store_state_seq, save), outputs)
         ctx.n_states = n_states
+        # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
+        # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(*(o for name, o in zip(ctx.outputs, outputs) if name in _saved_only(
+            key, x.dim() == 1, store_state_seq)))
         return tuple(outputs)
 
     @staticmethod
@@ -248,7 +270,6 @@ def forward(key: str, x: Tensor, states: list[Tensor], tensor_params: list[Tenso
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, tensor_params, scalars, store_state_seq,
                                                  save_for_backward)
-    if not save_for_backward:
-        with torch.no_grad():
-            return _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, False)
+    if not save_for_backward:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
+        return _forward_impl(key, x, states, tensor_params, scalars, store_state_seq, False)
     return list(_Eager.apply(key, store_state_seq, True, scalars, len(states), x, *states, *tensor_params))

@@ -159,3 +159,51 @@ def test_unwritable_kernel_cache_degrades_to_memory_with_one_warning(tmp_path, m
     with pytest.warns(RuntimeWarning, match="not writable"):
         compile_stage.configure_disk_cache.__wrapped__()
     assert compile_stage.cache_dir() is None  # CuPy now caches in memory only
+
+
+def test_constant_result_marks_functions_as_torch_does():
+    """Our decorator stands in for torch.compiler.assume_constant_result (which imports Dynamo): both must leave
+    a function with the same attributes, or torch.compile would trace into our plan builders."""
+    from autocuda.runtime.cache import constant_result
+
+    def ours():
+        return 1
+
+    def torchs():
+        return 1
+
+    constant_result(ours)
+    torch.compiler.assume_constant_result(torchs)
+    extra = lambda f: {k: v for k, v in vars(f).items()}  # noqa: E731
+    assert extra(ours) == extra(torchs) == {"_dynamo_marked_constant": True}
+
+
+def test_importing_the_functional_api_does_not_import_dynamo():
+    import subprocess
+    import sys
+
+    code = "import autocuda.functional, autocuda.nn, sys; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False", "importing Dynamo costs seconds in every fresh process"
+
+
+def test_backward_gets_no_zero_gradients_for_unused_outputs(monkeypatch):
+    """Outputs kept only for backward (h_seq, state sequences nobody asked for) and unused final states reach
+    backward as None: torch must not fill [T, N] zero tensors for them on every training step."""
+    received = []
+    backward = ops._backward
+
+    def recording(ctx, grads, run_backward=None):
+        received.append({name: g is None for name, g in zip(ctx.outputs, grads)})
+        return backward(ctx, grads, run_backward)
+
+    monkeypatch.setattr(ops, "_backward", recording)
+    x = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    spikes, _, _ = F.multi_step("izhikevich", x, backend="host")
+    (gx,) = torch.autograd.grad(spikes.sum(), x)
+    (none,) = received
+    assert none.pop("spike_seq") is False
+    assert all(none.values()), f"materialised zero gradients: {[n for n, is_none in none.items() if not is_none]}"
+    ref_spikes, _, _ = F.multi_step("izhikevich", x, backend="reference")
+    (ref,) = torch.autograd.grad(ref_spikes.sum(), x)
+    torch.testing.assert_close(gx, ref)

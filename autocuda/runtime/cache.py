@@ -2,7 +2,8 @@
 
 A `Plan` is built once per (spec, surrogate, reset, detach_reset, constants, tensor signature) and reused.
 Functions that torch.compile must not trace into (they parse specs, derive, render kernels) are marked
-`torch.compiler.assume_constant_result`: Dynamo calls them while tracing and keeps their result as a constant.
+`constant_result` (torch.compiler.assume_constant_result): Dynamo calls them while tracing and keeps their
+result as a constant.
 Dynamo can hand such functions only plain constants, so they take and return strings, numbers, bools and
 tuples; specs and surrogates travel as *references*: a shipped spec's name, a surrogate's name, or the token
 of an object registered here (`spec_ref`, `surrogate_ref`; modules register theirs when they are built).
@@ -26,6 +27,14 @@ from ..spec.system import runtime_params, step_system
 from ..surrogate import Surrogate, get_surrogate
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None  # found, not imported: import costs seconds
+
+def constant_result(fn):
+    """`torch.compiler.assume_constant_result`, without its import of Dynamo (seconds in a fresh process, paid
+    by every user who never compiles): that decorator only sets this attribute, which Dynamo reads when it
+    traces a call (tests/test_ops.py checks the two agree)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
 
 _OBJECTS: dict[str, Any] = {}   # token -> registered NeuronSpec or Surrogate
 _PLANS: dict[str, Plan] = {}    # plan id -> Plan
@@ -94,7 +103,7 @@ def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
     return found if isinstance(found, Surrogate) else get_surrogate(ref)
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def spec_facts(ref: str) -> tuple:
     """(name, parameter names, (name, default) pairs, constant parameter names, (state, initial) pairs)."""
     return _facts(ref)
@@ -134,7 +143,7 @@ class Plan:
         return self.states, self.tensors, self.scalars, self.reset
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def plan_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
              constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
              kernels: bool) -> str:
@@ -151,7 +160,7 @@ def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: 
     return _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels).key
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def plan_info(plan_id: str) -> tuple:
     """(state names, tensor parameters as (name, per neuron?), scalar parameter names, reset rule)."""
     return _PLANS[plan_id].info
@@ -198,7 +207,7 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
     return result
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def layout(key: str, single_step: bool, store_state_seq: bool, save: bool) -> tuple[str, ...]:
     """Names of the forward op's outputs, in order (see `autocuda.ops.forward_outputs`)."""
     from .. import ops

@@ -6,7 +6,7 @@ Names follow `autocuda.codegen.neuron`'s docstring. Nothing here synchronises wi
 """
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,15 +27,76 @@ MIN_THREADS = 64 * 1024         # below this many threads, keep one word per thr
 
 
 def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor]) -> dict[str, Any]:
-    """Neurons per thread and vector access for N neurons: the widest aligned access that keeps enough threads.
+    """(neurons per thread, vector access) for N neurons: the widest aligned access that keeps enough threads.
     Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
     size = dtype.itemsize
     for width in VECTOR_BYTES:
         lanes = width // size
-        aligned = all(t.data_ptr() % width == 0 for t in tensors)
-        if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS and aligned:
+        if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS \
+                and all(t.data_ptr() % width == 0 for t in tensors):
             return {"lanes": lanes, "vector": True}
     return {"lanes": 0, "vector": False}
+
+
+def _output_dtype(name: str, storage: torch.dtype) -> torch.dtype:
+    """Sequences and states are stored in the input's dtype; parameter gradients in the compute dtype."""
+    if name.startswith("grad_") and not (name.endswith("_seq") or name.endswith("_init")):
+        return torch.float64 if storage == torch.float64 else torch.float32
+    return storage
+
+
+class Recipe:
+    """How to fill one kernel's arguments, worked out once from its parameter list: each parameter is a size
+    (N, T), a scalar or an input tensor taken from the caller's mapping, or an output allocated here (shaped
+    like the sequence, or one value per neuron, in `_output_dtype`). Outputs come back in parameter order."""
+
+    def __init__(self, kernel: NeuronKernel, storage: torch.dtype):
+        self.kernel = kernel
+        self.args: list[tuple[str, str, Any]] = []
+        for name, param in kernel.cparams.items():
+            if name in ("N", "T"):
+                self.args.append(("size", name, None))
+            elif not param.pointer:
+                self.args.append(("scalar", name, None))
+            elif param.const:
+                self.args.append(("input", name, param.torch_dtype))
+            else:
+                per_neuron = name.endswith(("_final", "_init")) or not name.endswith("_seq")
+                self.args.append(("vector" if per_neuron else "sequence", name, _output_dtype(name, storage)))
+
+    def run(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
+            backend: str) -> dict[str, torch.Tensor]:
+        sizes = {"N": n, "T": steps}
+        values, produced = [], {}
+        for source, name, dtype in self.args:
+            if source == "input":
+                value = given.get(name)
+                if value is None:
+                    raise KeyError(f"kernel {self.kernel.kernel_name} needs argument {name!r}")
+                if value.dtype != dtype or not value.is_contiguous():
+                    raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
+                                              f"(contiguous: {value.is_contiguous()})")
+                values.append(value.data_ptr())
+            elif source == "scalar":
+                values.append(float(given[name]))
+            elif source == "size":
+                values.append(sizes[name])
+            else:
+                shape = (n,) if source == "vector" else like.shape
+                out = produced[name] = torch.empty(shape, dtype=dtype, device=like.device)
+                values.append(out.data_ptr())
+        if n and steps != 0:
+            self._launch(values, n, like.device, backend)
+        return produced
+
+    def _launch(self, values: list, n: int, device: torch.device, backend: str) -> None:
+        kernel = self.kernel
+        grid = ((-(-n // kernel.lanes) + BLOCK - 1) // BLOCK,)
+        if backend == "cuda":
+            kernel.cuda_launcher(device.index)(grid, (BLOCK,), values, current_stream_ptr(device.index))
+        else:
+            packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
+            kernel.launch(grid, (BLOCK,), packed, device, backend)
 
 
 @dataclass(frozen=True)
@@ -54,7 +115,7 @@ class NeuronConfig:
         return derivation(self.spec, self.reset, self.detach_reset, dict(self.constants))
 
     def kernel(self, kind: str, dtype: Any, **options: Any) -> NeuronKernel:
-        """The kernel for these options, looked up without hashing the spec (this is on every call's path)."""
+        """The kernel for these options, looked up without hashing the spec."""
         key = (kind, dtype, *sorted(options.items()))
         found = self._kernels.get(key)
         if found is None:
@@ -64,73 +125,55 @@ class NeuronConfig:
                 per_neuron=[n for n, p in self.tensors if p], **options)
         return found
 
-    @property
+    def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: tuple[tuple[str, Any], ...]
+               ) -> Recipe:
+        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, `layout` the
+        speed options as sorted (name, value) pairs (every call's path: one dict lookup once built)."""
+        key = (kind, dtype, flags, layout)
+        found = self._kernels.get(key)
+        if found is None:
+            options = dict(zip(KIND_OPTIONS[kind], flags))
+            kernel = self.kernel(kind, dtype, **options, **dict(layout))
+            found = self._kernels[key] = Recipe(kernel, dtype)
+        return found
+
+    @functools.cached_property
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.spec.states)
 
-    @property
+    @functools.cached_property
     def learnable(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.derivation().system.learnable)
 
 
-def _run(config: NeuronConfig, kind: str, options: dict[str, Any], given: Mapping[str, Any],
-         shapes: Mapping[str, tuple[int, ...]], n: int, steps: int | None, backend: str,
-         layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
-    like = next(v for v in given.values() if isinstance(v, torch.Tensor))
-    dtype = like.dtype
-    empty = n == 0 or steps == 0
-    if layout is None:  # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
-        layout = choose_layout(n, dtype, [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()])
-    kernel = config.kernel(kind, dtype, **options, **layout)
-    sizes = {"N": n, "T": steps}
-    values, produced = [], {}
-    for name, param in kernel.cparams.items():
-        if name in sizes:
-            values.append(sizes[name])
-        elif name in given:
-            value = given[name]
-            if not param.pointer:
-                values.append(float(value))
-                continue
-            if value.dtype != param.torch_dtype or not value.is_contiguous():
-                raise KernelArgumentError(f"{name}: expected a contiguous {param.torch_dtype} tensor, got "
-                                          f"{value.dtype} (contiguous: {value.is_contiguous()})")
-            values.append(value.data_ptr())
-        elif name in shapes:
-            out = produced[name] = torch.empty(shapes[name], dtype=_output_dtype(name, dtype), device=like.device)
-            values.append(out.data_ptr())
-        else:
-            raise KeyError(f"kernel {kernel.kernel_name} needs argument {name!r}")
-    if not empty:
-        grid = (math.ceil(math.ceil(n / kernel.lanes) / BLOCK),)
-        if backend == "cuda":
-            kernel.cuda_launcher(like.device.index)(grid, (BLOCK,), values, current_stream_ptr(like.device.index))
-        else:
-            packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
-            kernel.launch(grid, (BLOCK,), packed, like.device, backend)
-    return produced
+# The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
+KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward"),
+                "step-forward": ("store_state_seq", "save_for_backward"),
+                "bptt": ("grad_state_seq",), "step-backward": ("grad_state_seq",)}
 
 
-def _output_dtype(name: str, storage: torch.dtype) -> torch.dtype:
-    """Sequences and states are stored in the input's dtype; parameter gradients in the compute dtype."""
-    if name.startswith("grad_") and not (name.endswith("_seq") or name.endswith("_init")):
-        return torch.float64 if storage == torch.float64 else torch.float32
-    return storage
+def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
+         n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
+    if layout is None and n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
+        chosen: tuple = ()
+    else:  # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
+        if layout is None:
+            tensors = [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
+            layout = choose_layout(n, like.dtype, tensors)
+        chosen = tuple(sorted(layout.items()))
+    return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
 
 def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor],
             params: Mapping[str, Any], *, single_step: bool = False, store_state_seq: bool = False,
             save_for_backward: bool = True, backend: str = "cuda", layout: Mapping[str, Any] | None = None
             ) -> dict[str, torch.Tensor]:
-    """Launch the forward kernel: returns spike_seq, <state>_final, and h_seq / <state>_seq as configured."""
-    kind = "step-forward" if single_step else "fptt"
-    options = {"store_state_seq": store_state_seq, "save_for_backward": save_for_backward}
-    n = x.shape[-1]
-    seq_shape = tuple(x.shape)
-    shapes = {"spike_seq": seq_shape, "h_seq": seq_shape}
-    shapes |= {f"{s}_seq": seq_shape for s in config.state_names} | {f"{s}_final": (n,) for s in config.state_names}
+    """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final, in
+    the kernel's parameter order. `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
     given = {"x_seq": x, **{f"{s}_init": v for s, v in initial.items()}, **params}
-    return _run(config, kind, options, given, shapes, n, None if single_step else x.shape[0], backend, layout)
+    kind = "step-forward" if single_step else "fptt"
+    return _run(config, kind, (store_state_seq, save_for_backward), given, x, x.shape[-1],
+                None if single_step else x.shape[0], backend, layout)
 
 
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
@@ -139,11 +182,7 @@ def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Map
     """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (and grad_<state>_seq);
     `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init).
     Returns grad_x_seq, grad_<state>_init and grad_<param> (per-neuron partial sums; reduce them)."""
-    kind = "step-backward" if single_step else "bptt"
     grad_spike = grads["grad_spike_seq"]
-    n = grad_spike.shape[-1]
-    shapes = {"grad_x_seq": tuple(grad_spike.shape)}
-    shapes |= {f"grad_{s}_init": (n,) for s in config.state_names} | {f"grad_{p}": (n,) for p in config.learnable}
-    given = {**grads, **saved, **params}
-    return _run(config, kind, {"grad_state_seq": grad_state_seq}, given, shapes, n,
-                 None if single_step else grad_spike.shape[0], backend, layout)
+    kind = "step-backward" if single_step else "bptt"
+    return _run(config, kind, (grad_state_seq,), {**grads, **saved, **params}, grad_spike, grad_spike.shape[-1],
+                None if single_step else grad_spike.shape[0], backend, layout)
