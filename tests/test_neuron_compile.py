@@ -7,6 +7,8 @@ dtype keeps it to a few nvcc runs.
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from autocuda.codegen.neuron import KERNELS
@@ -18,7 +20,8 @@ LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector":
 NATIVE = ({"native": True}, {"native": True, "lanes": 8, "vector": True})
 
 
-def _variants(dtype: str) -> list[str]:
+@functools.cache  # rendering ~450 kernels a dtype is slow: both tests share it
+def _variants(dtype: str) -> tuple[str, ...]:
     sources = []
     for name, _ in list_specs():
         spec = load_spec(name)
@@ -36,7 +39,7 @@ def _variants(dtype: str) -> list[str]:
         for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
             for kind in KERNELS:
                 sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)
-    return list(dict.fromkeys(sources))
+    return tuple(dict.fromkeys(sources))
 
 
 def test_every_variant_of_every_shipped_spec_compiles(nvcc):
