@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -55,7 +56,7 @@ class Skip(Exception):
     """A measurement not taken, with the reason (printed in the table's notes)."""
 
 
-# -- the eager loop: one hand-written step function per model --------------------------------------------
+# -- the eager loop: a step function per model (hand-written, or the zoo's spec through the reference) -----
 class SigmoidSpike(torch.autograd.Function):
     """Θ(z) forward, α·sg(αz)(1 - sg(αz)) backward: `autocuda.surrogate.Sigmoid(alpha)` in plain torch ops.
 
@@ -137,6 +138,41 @@ def adex_step(x: Tensor, state: States, p: Mapping[str, Any]) -> tuple[Tensor, S
 Step = Callable[[Tensor, States, Mapping[str, Any]], tuple[Tensor, States]]
 
 
+class SpecStep:
+    """A shipped spec's step as autocuda's torch reference evaluates it: `autocuda.reference.step` on the
+    `StepSystem` of the spec's reference plan (what `functional`'s backend="reference" runs), parameters by
+    name, the spec's own reset, and `spike` (SigmoidSpike) as the spike function, so that the gradient is
+    the one every system uses. The zoo's eager loop, so its models are not written twice.
+
+    The reference walks the spec's sympy expressions on every step: each step costs host time the
+    hand-written steps do not pay (hundreds of µs), and torch.compile cannot trace it (see SPEC_NO_COMPILE).
+    The plan is built on first use, not when this module is imported."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    @functools.cached_property
+    def _reference(self) -> tuple[Any, Mapping[str, Any], Callable[..., Any]]:
+        from .reference import step
+        from .runtime.cache import get_plan
+
+        plan = get_plan(self.key, kernels=False)  # the spec's reset; parameters as runtime values
+        return plan.system, plan.symbols, step
+
+    def __call__(self, x: Tensor, state: States, p: Mapping[str, Any]) -> tuple[Tensor, States]:
+        system, symbols, step = self._reference
+        params = {symbols[name]: value for name, value in p.items() if name in symbols}
+        s, states, _ = step(system, x, state, params, spike)  # the reference only calls its surrogate on h - θ
+        return s, states
+
+    def __repr__(self) -> str:
+        return f"SpecStep({self.key!r})"
+
+
+SPEC_NO_COMPILE = ("the eager step evaluates the spec's sympy expressions (autocuda.reference): torch.compile "
+                   "cannot trace it (graph breaks in sympy and at Tensor.item())")
+
+
 def run_loop(step: Step, x_seq: Tensor, states: States, params: Mapping[str, Any]) -> tuple[Tensor, States]:
     """The eager loop over time: (spike_seq, final states)."""
     spikes = []
@@ -161,6 +197,7 @@ class Workload:
     sj: str | None = None                     # SpikingJelly 2.0 function (activation_based.functional)
     sj_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # autocuda name -> SJ keyword
     sj_extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # further SJ keywords
+    no_compile: str | None = None             # why the torch.compile peer cannot run this workload's loop
 
     def initial_value(self, i: int) -> float:
         init = self.initial[i]
@@ -185,7 +222,35 @@ WORKLOADS: dict[str, Workload] = {w.key: w for w in (
              {"tau": 2.0, "delta_T": 1.0, "theta_rh": 0.8, "v_rest": 0.0, "R": 1.0, "tau_w": 2.0, "a": 0.1,
               "b": 0.1, **_HARD, "v_reset": -0.1}, ("v_reset", 0.0)),
 )}
+CORE = tuple(WORKLOADS)  # the default selection
+
+
+def _zoo(key: str, label: str, params: Mapping[str, float], initial: tuple[str | float, ...],
+         input: tuple[float, float] = (2.0, 0.5)) -> Workload:
+    """A model of the zoo: no SpikingJelly counterpart, the eager loop runs the spec through our reference."""
+    return Workload(key, label, SpecStep(key), params, initial, input=input, no_compile=SPEC_NO_COMPILE)
+
+
+# The zoo: parameters are the specs' defaults, initial states the specs'; the input makes 5-40% of
+# neuron-steps spike at every T from 4 to 1024 (the JSON's spike_rate has each case's).
+WORKLOADS |= {w.key: w for w in (
+    _zoo("alif", "ALIF", {"tau": 2.0, "tau_a": 20.0, "beta": 0.2, **_HARD, "v_reset": 0.0}, ("v_reset", 0.0)),
+    _zoo("cuba_lif", "CUBA-LIF", {"tau": 2.0, "tau_syn": 5.0, "R": 1.0, "v_rest": 0.0, **_HARD, "v_reset": 0.0,
+                                  "time_step": 1.0},
+         ("v_reset", 0.0), input=(2.0, 0.0)),  # the synaptic current integrates x: a bias would drive it up
+    _zoo("sfa_lif", "SFA-LIF", {"tau": 2.0, "tau_w": 10.0, "b": 0.2, "R": 1.0, "v_rest": 0.0, **_HARD,
+                                "v_reset": 0.0, "time_step": 1.0}, ("v_reset", 0.0)),
+    _zoo("resonate_fire", "ResonateFire", {"b": -0.1, "omega": 1.0, **_HARD, "v_reset": 0.0, "time_step": 1.0},
+         ("v_reset", 0.0), input=(1.0, 0.5)),
+    _zoo("fitzhugh_nagumo", "FitzHughNagumo", {"tau": 1.0, "tau_w": 12.5, "a": 0.7, "b": 0.8, "R": 1.0,
+                                               "time_step": 0.5, **_HARD, "v_reset": -1.2}, ("v_reset", -0.6)),
+    _zoo("two_compartment", "TwoCompartment", {"tau": 2.0, "tau_d": 4.0, "g_c": 1.0, "R": 1.0, "v_rest": 0.0,
+                                               **_HARD, "v_reset": 0.0, "time_step": 1.0},
+         ("v_reset", 0.0), input=(4.0, 4.0)),  # the soma settles at x / 3 (g_c = 1): it needs x near 3
+)}
+ZOO = tuple(k for k in WORKLOADS if k not in CORE)
 ALIASES = {"plif": "parametric_lif", "izh": "izhikevich"}
+GROUPS = {"core": CORE, "zoo": ZOO, "all": tuple(WORKLOADS)}  # --workloads names that select several
 
 
 # -- one case: inputs of a (workload, dtype, T, N), in one mode ---------------------------------------------
@@ -517,10 +582,12 @@ class Runner:
             if self.clock.cuda:
                 torch.cuda.empty_cache()
 
-    def compile_skip(self, steps: int) -> str | None:
+    def compile_skip(self, w: Workload, steps: int) -> str | None:
         cfg = self.cfg
         if not cfg.peers:
             return "--no-peers"
+        if w.no_compile:
+            return w.no_compile
         if cfg.quick:
             return "--quick"
         if steps > cfg.compile_max_t:
@@ -530,7 +597,7 @@ class Runner:
         return None
 
     def compile_call(self, case: Case, row: Row) -> Callable[[], Any]:
-        reason = self.compile_skip(case.x.shape[0])
+        reason = self.compile_skip(case.workload, case.x.shape[0])
         if reason:
             raise Skip(reason)
         fn = call(case, compiled(case))
@@ -844,7 +911,7 @@ def plot(results: Mapping[str, Any], path: Path) -> str | None:
     shapes = list(dict.fromkeys((r["T"], r["N"]) for r in rows))
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     main = "float32" if "float32" in dtypes else dtypes[0]
-    colors = plt.get_cmap("tab10")
+    colors = plt.get_cmap("tab10" if len(workloads) <= 10 else "tab20")
     fig, axes = plt.subplots(len(metrics), len(MODES), figsize=(15, 11), squeeze=False)
     width = 0.8 / len(workloads)
     for (key, title, ref_line, log), ax_row in zip(metrics, axes):
@@ -890,20 +957,34 @@ def _shape(text: str) -> tuple[int, int]:
     return int(match[1]), int(match[2]) * unit
 
 
-def _choices(text: str, known: Sequence[str], what: str, aliases: Mapping[str, str] | None = None) -> list[str]:
-    names = [(aliases or {}).get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
+def _choices(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown)} (known: {', '.join(known)})")
     return names
 
 
+def _workloads(text: str) -> list[str]:
+    """Workload names, aliases and groups (core, zoo, all), in the order given, each once."""
+    names: list[str] = []
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        names += GROUPS.get(name, [ALIASES.get(name, name)])
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)}; "
+                                         f"groups: {', '.join(GROUPS)})")
+    return list(dict.fromkeys(names))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared by `autocuda bench` and bench/run.py)."""
     parser.add_argument("--quick", action="store_true", help="few shapes and repetitions, no torch.compile (a smoke "
                         "test; with --device cpu: tiny shapes)")
-    parser.add_argument("--workloads", type=lambda s: _choices(s, list(WORKLOADS), "workload", ALIASES),
-                        default=list(WORKLOADS), help=f"comma-separated, of {','.join(WORKLOADS)} (default all)")
+    parser.add_argument("--workloads", type=_workloads, default=list(CORE),
+                        help=f"comma-separated workloads or groups of them: core (the default: {', '.join(CORE)}), "
+                             f"zoo (the model zoo: {', '.join(ZOO)}), all (both); e.g. core,alif or lif,qif "
+                             f"(aliases: {', '.join(f'{k} = {v}' for k, v in ALIASES.items())})")
     parser.add_argument("--dtypes", type=lambda s: _choices(s, list(DTYPES), "dtype"), default=list(DTYPES),
                         help="comma-separated, of float32,float16,bfloat16 (default all)")
     parser.add_argument("--shapes", type=lambda s: [_shape(p) for p in s.split(",")], default=None,
@@ -977,6 +1058,8 @@ def _method(cfg: Config, clock: Clock) -> dict[str, Any]:
                    if clock.cuda else "wall time, median after warm-up"),
         "training": "forward + autograd.grad(spike_seq, [x, learnable params], g) with g ~ randn: the gradients "
                     "of (spike_seq * g).sum()",
+        "eager": "a Python loop over T of a torch step with SigmoidSpike: hand-written per model (core), the "
+                 "spec through autocuda.reference.step (zoo: SpecStep); torch.compile compiles the same loop",
         "floor_accesses_per_neuron_step": ACCESSES, "quick": cfg.quick, "seed": cfg.seed,
         "checks": f"against the eager loop in float32 on the same inputs: spikes >= {SPIKE_AGREEMENT:.1%} equal, "
                   f"final states >= {STATE_AGREEMENT:.1%} close (rtol = atol = {tolerances}) or FAIL; grad_x "
@@ -986,7 +1069,8 @@ def _method(cfg: Config, clock: Clock) -> dict[str, Any]:
 
 def _describe(w: Workload, sj: SpikingJelly, device: torch.device) -> dict[str, Any]:
     return {"label": w.label, "params": dict(w.params), "tensors": dict(w.tensors), "initial": list(w.initial),
-            "input_scale_shift": list(w.input), "sj_function": w.sj, "sj_keywords": dict(w.sj_names),
+            "input_scale_shift": list(w.input), "eager_step": getattr(w.step, "__name__", repr(w.step)),
+            "no_compile": w.no_compile, "sj_function": w.sj, "sj_keywords": dict(w.sj_names),
             "sj_implementation": sj.implementation(w, device) if w.sj and sj.functional is not None else None}
 
 

@@ -1,9 +1,11 @@
 """The benchmark's logic on the CPU: tiny shapes, one repetition; the JSON's structure, the table, the plot.
 
 Timings here mean nothing (the CPU runs the torch reference); what is checked is that every part runs, the
-eager step functions are the shipped specs, the floor arithmetic, and that failures become notes."""
+eager step functions are the shipped specs, the floor arithmetic, and that failures become notes. The quick run
+takes every workload: the default ones and the zoo (whose eager step is the spec through the reference)."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -15,17 +17,19 @@ import torch
 
 from autocuda import benchmark as bench
 from autocuda.functional import multi_step
+from autocuda.spec.model import load_spec
 from autocuda.surrogate import Sigmoid
 
 SHAPE = (4, 32)
 DTYPES = ("float32", "bfloat16")
+RUN = (*bench.CORE, *bench.ZOO)  # --workloads all
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("bench")
     code = bench.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
-                       "--parts", "speed,memory,host", "--out", str(out)])
+                       "--workloads", "all", "--parts", "speed,memory,host", "--out", str(out)])
     return code, out
 
 
@@ -39,13 +43,17 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
     assert env["device"] == "cpu" and env["torch"] == torch.__version__ and env["autocuda"]
     assert results["copy_bandwidth_GBps"] > 0
     rows = results["speed"]
-    assert len(rows) == len(bench.WORKLOADS) * len(DTYPES) * len(bench.MODES)
-    assert [r["spec"] for r in rows[::len(DTYPES) * 2]] == list(bench.WORKLOADS)  # sorted by workload
+    assert len(rows) == len(RUN) * len(DTYPES) * len(bench.MODES)
+    assert [r["spec"] for r in rows[::len(DTYPES) * 2]] == list(RUN)  # sorted by workload
     for r in rows:
         assert r["check"] == "ok", r
         assert r["check_figures"]["spike_agreement"] == 1.0 and 0 < r["check_figures"]["spike_rate"] < 1
         assert r["ours_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
-        assert r["notes"]["compile"] == "skipped: --quick"
+        zoo = r["spec"] in bench.ZOO
+        assert r["notes"]["compile"] == f"skipped: {bench.SPEC_NO_COMPILE if zoo else '--quick'}"
+        if zoo:
+            assert 0.05 <= r["check_figures"]["spike_rate"] <= 0.4, r  # the input keeps the zoo firing
+            assert r["sj_ms"] is None and "sj" in r["notes"]
         element = torch.empty((), dtype=bench.DTYPES[r["dtype"]]).element_size()
         nbytes = r["T"] * r["N"] * bench.ACCESSES[r["mode"]] * element
         assert r["floor_ms"] == pytest.approx(nbytes / (results["copy_bandwidth_GBps"] * 1e9) * 1e3)
@@ -54,6 +62,10 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
             assert r["check_figures"]["grad_x_cosine"] > 0.999
     adex = [r for r in rows if r["spec"] == "adex"]
     assert all(r["sj_ms"] is None and "sj" in r["notes"] for r in adex)
+    described = results["workloads"]
+    assert list(described) == list(RUN) and described["cuba_lif"]["sj_function"] is None
+    assert described["cuba_lif"]["eager_step"] == "SpecStep('cuba_lif')"
+    assert described["lif"]["eager_step"] == "lif_step"
     assert results["memory"]["rows"] == [] and "needs a CUDA device" in results["memory"]["note"]
     host = {(r["system"], r["mode"]): r for r in results["host"]["rows"]}
     assert host["ours", "inference"]["us_per_call"] > 0 and host["ours", "training"]["us_per_call"] > 0
@@ -63,6 +75,7 @@ def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
     text = (quick_run[1] / "table.txt").read_text()
     assert "ours ms" in text and "% floor" in text and "×compile" in text and "copy bandwidth" in text
     assert "compile: skipped: --quick" in text and "ParametricLIF" in text
+    assert "TwoCompartment" in text and f"compile: skipped: {bench.SPEC_NO_COMPILE}" in text
 
 
 def test_quick_run_plots(quick_run: tuple[int, Path]) -> None:
@@ -123,6 +136,15 @@ def test_step_functions_are_the_shipped_specs(key: str) -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("key", bench.ZOO)
+def test_zoo_workloads_take_the_spec_defaults(key: str) -> None:
+    """Every parameter passed explicitly, at the spec's default; initial states as the spec's."""
+    w, spec = bench.WORKLOADS[key], load_spec(key)
+    assert w.params == {p.name: p.default for p in spec.params}
+    assert w.initial == tuple(s.init for s in spec.states)
+    assert w.sj is None and w.no_compile == bench.SPEC_NO_COMPILE and isinstance(w.step, bench.SpecStep)
+
+
 def test_spikingjelly_keyword_mismatch_is_a_note() -> None:
     fake = types.SimpleNamespace(eif_multi_step=lambda x_seq, v, tau=2.0, surrogate_function=None: None)
     sj = bench.SpikingJelly(functional=fake, surrogate=None, version="fake")
@@ -141,3 +163,10 @@ def test_shapes_and_cli() -> None:
 
     args = _parser().parse_args(["bench", "--quick", "--device", "cpu", "--workloads", "plif,lif"])
     assert args.run is cmd_bench and args.workloads == ["parametric_lif", "lif"]
+    assert _parser().parse_args(["bench"]).workloads == list(bench.CORE)
+    assert bench.CORE == ("lif", "parametric_lif", "qif", "eif", "izhikevich", "adex")
+    assert bench.ZOO == ("alif", "cuba_lif", "sfa_lif", "resonate_fire", "fitzhugh_nagumo", "two_compartment")
+    assert bench._workloads("zoo") == list(bench.ZOO) and bench._workloads("all") == list(bench.WORKLOADS)
+    assert bench._workloads("alif,core,lif") == ["alif", *bench.CORE]  # in order given, each once
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown workload nope .*groups: core, zoo, all"):
+        bench._workloads("lif,nope")
