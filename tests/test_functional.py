@@ -185,3 +185,24 @@ def test_reduced_precision_runs_in_float32():
     assert torch.equal(spikes16.float(), spikes32)
     assert torch.equal(v16, v32.half())
     assert math.isfinite(v16.float().sum().item())
+
+
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
+def test_long_sequences_take_the_prefetching_kernels_and_match_the_reference(name: str):
+    """T >= 64 with few neurons selects kernels that load inputs ahead (runtime.neuron.LONG_LOOP)."""
+    from autocuda.runtime import neuron
+
+    assert neuron.LONG_LOOP_STEPS <= 80
+    x = (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
+    got, got_finals, _ = F.multi_step(name, x, backend="host")
+    want, want_finals, _ = F.multi_step(name, x, backend="reference")
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_finals, want_finals)
+    g = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
+    from autocuda import ops
+    from autocuda.runtime.cache import get_plan
+
+    recipes = ops.entry(get_plan(name).key).config._kernels.values()
+    used = {r.kernel.options.kernel for r in recipes if isinstance(r, neuron.Recipe) and r.kernel.options.prefetch}
+    assert used >= {"fptt", "bptt"}

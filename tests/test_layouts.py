@@ -50,7 +50,9 @@ def test_every_layout_gives_identical_results(name, dtype):
 
 def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
     big = torch.zeros(1 << 20)
-    assert choose_layout(1 << 20, torch.float32, [big]) == {"lanes": 4, "vector": True}
+    assert choose_layout(1 << 20, torch.float32, [big]) == {"lanes": 2, "vector": True}
+    assert choose_layout((1 << 20) - 4, torch.float32, [big[2:(1 << 20) - 2]]) == {"lanes": 2, "vector": True}
+    assert choose_layout(1 << 20, torch.float64, [big.double()]) == {"lanes": 2, "vector": True}, "16-byte next"
     assert choose_layout((1 << 20) - 1, torch.float32, [big])["vector"] is False
     assert choose_layout(1 << 20, torch.float32, [big[1:(1 << 20) - 3]])["vector"] is False
     assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
