@@ -105,18 +105,19 @@ QUICK = {"dtypes": ("float32", "float16"), "detach": (False,)}
 
 
 def _check_rows(names: Sequence[str], backend: str, quick: bool,
-                progress: Callable[[str], None]) -> list[tuple[str, str, str, float]]:
+                progress: Callable[[int, int, str], None]) -> list[tuple[str, str, str, float]]:
     from .testing import check_spec
 
     rows = []
-    for name in names:
-        progress(name)
+    for i, name in enumerate(names):
+        progress(i, len(names), name)
         start = time.perf_counter()
         spec = _spec(name)
         options = {**QUICK, "resets": (spec.reset,), "examples": 2} if quick else {"examples": 3}
         report = check_spec(spec, backend=backend, raise_on_failure=False, **options)
         result = "pass" if report.passed else f"FAIL ({report.summary()})"
         rows.append((name, f"{len(report.cases)} cases", result, time.perf_counter() - start))
+    progress(len(names), len(names), "")
     return rows
 
 
@@ -129,9 +130,16 @@ def _print_table(rows: Sequence[tuple[str, str, str, float]], header: Sequence[s
             print("  ".join("-" * w for w in widths))
 
 
-def _progress(label: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r... {label:<30}", end="", file=sys.stderr, flush=True)
+def _progress(done: int, total: int, label: str = "") -> None:
+    """A progress bar on a terminal's stderr (nothing when piped); done == total clears it."""
+    if not sys.stderr.isatty():
+        return
+    if done >= total:
+        print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
+        return
+    filled = 30 * done // max(total, 1)
+    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label:<30.30}", end="", file=sys.stderr,
+          flush=True)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -142,7 +150,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ValueError("name a spec (or a .toml file), or pass --all")
     backend = args.backend or _best_backend()
     rows = _check_rows(names, backend, args.quick, _progress)
-    _progress("")
     print(f"backend: {backend}")
     _print_table(rows, ("spec", "checked", "result", "time"))
     return 0 if all(r[2] == "pass" for r in rows) else 1
@@ -156,14 +163,15 @@ def cmd_tour(args: argparse.Namespace) -> int:
     backend = args.backend or _best_backend()
     print(f"autocuda {__version__}: generating and checking every shipped neuron (backend: {backend})\n")
     rows = []
-    for name, _ in list_specs():
-        _progress(name)
+    names = [name for name, _ in list_specs()]
+    for i, name in enumerate(names):
+        _progress(i, len(names), name)
         start = time.perf_counter()
         spec = _spec(name)
         count = sum(1 for k in KERNELS for d in DTYPES if neuron_kernel(spec, k, d).full_codes)
-        checked = _check_rows([name], backend, quick=True, progress=lambda _: None)[0]
+        checked = _check_rows([name], backend, quick=True, progress=lambda *_: None)[0]
         rows.append((name, f"{count} kernels", checked[2], time.perf_counter() - start))
-    _progress("")
+    _progress(len(names), len(names))
     _print_table(rows, ("model", "kernels", "check vs reference", "time"))
     return 0 if all(r[2] == "pass" for r in rows) else 1
 
