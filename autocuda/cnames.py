@@ -15,10 +15,17 @@ CUDA_NAMES = frozenset("""
 threadIdx blockIdx blockDim gridDim warpSize half half2 nv_bfloat16 nv_bfloat162 float2 float4 double2
 int2 int4 printf malloc free memcpy memset assert exp expf log logf sqrt sqrtf pow powf fabs fabsf fmin
 fminf fmax fmaxf sin sinf cos cosf tan tanf tanh tanhf atan atanf erf erff min max abs INFINITY NAN
+char1 char2 char3 char4 uchar1 uchar2 uchar3 uchar4 short1 short2 short3 short4 ushort1 ushort2 ushort3 ushort4
+int1 int3 uint1 uint2 uint3 uint4 long1 long2 long3 long4 ulong1 ulong2 ulong3 ulong4 longlong1 longlong2
+ulonglong1 ulonglong2 float1 float3 double1 double3 double4 dim3 uint ushort uchar ulong
 """.split())
 # Names the templates declare inside kernels.
 GENERATED_NAMES = frozenset({"index", "numel", "N", "T", "t", "dt", "lane", "word"})
 GENERATED_PREFIX = "ac_"
+# Kernel parameters are named after states and parameters (<state>_init, <state>_seq, <state>_final,
+# grad_<name>, x_seq, spike_seq, h_seq): a user name of these shapes could collide with one of them.
+GENERATED_SUFFIXES = ("_init", "_seq", "_final")
+GENERATED_PARAM_PREFIX = "grad_"
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 
@@ -37,6 +44,9 @@ def identifier_problem(name: object) -> str | None:
         return "is a CUDA built-in or library name"
     if name in GENERATED_NAMES:
         return "is a name the generated kernels use"
+    if name.endswith(GENERATED_SUFFIXES) or name.startswith(GENERATED_PARAM_PREFIX):
+        return (f"must not start with {GENERATED_PARAM_PREFIX!r} or end with "
+                f"{', '.join(map(repr, GENERATED_SUFFIXES))} (the generated kernels' parameters are named so)")
     return None
 
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
-from .dtypes import get_dtype
+from .dtypes import DType, get_dtype
+from .errors import SpecError
 from .spec.derive import Derivation, Reset, derive
 from .spec.model import NeuronSpec
 from .spec.system import step_system
@@ -75,9 +76,25 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     if stray:
         raise ValueError(f"{spec.name}: per_neuron names {sorted(stray)} are not tensor parameters {list(names)}")
     chosen = get_surrogate(surrogate) if surrogate is not None else spec.surrogate
+    _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
                    (lanes, vector, unroll, prefetch, native))
+
+
+def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:
+    """Numbers printed into the source must fit the arithmetic type: refuse one that does not by its field
+    (a float64 spec may hold constants that a float32 kernel of it cannot)."""
+    compute = dtype.compute
+    values = [(f"params.{p.name}", p.name, constants.get(p.name, p.default)) for p in spec.params
+              if p.kind == "constant"]
+    values += [(f"surrogate.{name}", name, value) for name, value in surrogate.params.items()]
+    for field, name, value in values:
+        try:
+            compute.literal(float(value))
+        except (TypeError, ValueError) as error:
+            raise SpecError(f"{name} = {value!r} cannot be a {compute.name} constant of a {dtype.name} kernel "
+                            f"({error})", source=spec.origin or "<python>", field=field, symbol=name) from None
 
 
 def source(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:

@@ -241,6 +241,31 @@ neuron_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 # -- eager ----------------------------------------------------------------------------------------------------
+def _differentiable_once(backward):
+    """Like torch's `once_differentiable`, which guards only when the incoming gradients require grad: with
+    `create_graph=True` the gradients these kernels return depend on inputs that require grad (x, learnable
+    parameters) even when the incoming ones do not, and a second derivative taken through them must raise
+    rather than silently miss its terms."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        if not (torch.is_grad_enabled() and any(ctx.needs_input_grad)):  # create_graph=True, inputs need grad
+            return outputs
+        fail = torch._C._functions.DelayedError(
+            b"autocuda kernels are differentiable once: a second derivative (double backward) through them is not "
+            b"available; use backend='reference' for higher-order gradients", len(outputs))
+
+        def aliased(value):
+            if value is None:
+                return None
+            value = value.detach()
+            value.requires_grad = True
+            return value
+        return fail(*(aliased(o) for o in outputs))
+    return wrapper
+
+
 class _Eager(torch.autograd.Function):
     """The same forward, backward and autograd wiring as the ops, without the custom-op dispatcher: in eager
     mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
@@ -259,6 +284,7 @@ class _Eager(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
+    @_differentiable_once
     def backward(ctx, *grads):
         _, grad_x, grad_states, grad_params, *_ = _backward(ctx, list(grads), run_backward=_backward_impl)
         return None, None, None, None, None, grad_x, *grad_states, *grad_params

@@ -57,7 +57,27 @@ def _forward_with_saves(d, spec, x_seq, initial, params):
 @pytest.mark.parametrize("reset", ["hard", "soft", "none"])
 @pytest.mark.parametrize("name", SPECS)
 def test_derived_backward_equals_autograd(name, reset, detach_reset):
-    spec = load_spec(name)
+    _check_against_autograd(load_spec(name), reset, detach_reset)
+
+
+# abs, min, max and heaviside in an update: their derivatives (sign, steps with H(0) = 1/2, DiracDelta) reach
+# the printers as steps with H(0) = 1 (autocuda.spec.derive._steps_and_kinks).
+KINKED = ("0.5 * w + 0.2 * abs(v) + min(v, 0.5) - max(w, -0.2) + 0.3 * heaviside(v - 0.2) + 0.1 * s",)
+
+
+@pytest.mark.parametrize("update", KINKED)
+@pytest.mark.parametrize("reset", ["hard", "soft"])
+def test_derived_backward_of_kinks_equals_autograd(update, reset, nvcc):
+    import dataclasses
+
+    spec = dataclasses.replace(load_spec("izhikevich"), name="kinked", updates=(("w", update),))
+    _check_against_autograd(spec, reset, False)
+    sources = [spec.source(k, d, reset=reset) for k in ("bptt", "step-backward") for d in ("float32", "float64")]
+    assert nvcc({f"kinked {reset}": "\n".join(sources + [spec.source("bptt", "float16", native=True)])}) == {}
+
+
+def _check_against_autograd(spec, reset, detach_reset):
+    name = spec.name
     d = derivation(spec, reset, detach_reset)
     generator = torch.Generator().manual_seed(zlib.crc32(f"{name}-{reset}-{detach_reset}".encode()))
     x_seq, initial, params = _inputs(spec, d.system, reset, generator)

@@ -196,6 +196,7 @@ def test_identifiers_accepted(name):
     "int", "float", "half2", "if", "return", "threadIdx", "blockDim", "warpSize", "exp", "expf", "sqrt",
     "fabs", "pow", "min", "max", "abs", "sigmoid", "where", "heaviside", "pi", "e", "ac_v", "ac_", "index", "t",
     "T", "N", "numel", "dt", "_v", "__v", "v__w", "1v", "v-w", "v w", "", "ß", "vé", "w" * 33, 3, None,
+    "x_seq", "spike_seq", "h_seq", "v_init", "w_final", "grad_tau", "uint4", "uint2", "float4", "dim3",
 ])
 def test_identifiers_refused(name):
     with pytest.raises(SpecError) as info:

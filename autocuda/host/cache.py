@@ -46,8 +46,8 @@ def _sidecar(library: Path) -> Path:
 
 def _verified(library: Path) -> bool:
     try:
-        return _sidecar(library).read_text().strip() == _digest(library.read_bytes())
-    except OSError:
+        return _sidecar(library).read_bytes().strip() == _digest(library.read_bytes()).encode()
+    except OSError:  # missing or unreadable: rebuilt (a damaged checksum, even one not valid text, just mismatches)
         return False
 
 

@@ -107,7 +107,7 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
     def total(u: sp.Symbol) -> sp.Expr:
         grad = grad_h * sp.diff(system.charge, u) + grad_threshold * sp.diff(system.threshold, u)
         # In value, the reset's spike is the spike; only its derivative differed (detach_reset).
-        return (grad + sp.diff(weighted, u)).subs(SPIKE_RESET, SPIKE)
+        return _steps_and_kinks((grad + sp.diff(weighted, u)).subs(SPIKE_RESET, SPIKE))
 
     grads = (total(system.x), tuple(total(s) for s in system.states), tuple(total(p) for p in system.learnable))
     used = set().union(*(e.free_symbols for e in (grads[0], *grads[1], *grads[2])))
@@ -115,6 +115,24 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
         used |= system.threshold.free_symbols
     return BackwardStep(grads[0], grads[1], grads[2], system.x in used,
                         tuple(s in used for s in system.states))
+
+
+def _step(z: sp.Expr) -> sp.Expr:
+    return sp.Heaviside(z, 1)
+
+
+def _steps_and_kinks(expr: sp.Expr) -> sp.Expr:
+    """Derivatives of heaviside, abs, min and max in the one step function the printers know, H(z) with
+    H(0) = 1: a step's derivative (DiracDelta) is 0 wherever it is defined, as autograd through the
+    reference takes it; sign(z) = H(z) - H(-z); sympy's H(z, h0) (min and max, h0 = 1/2 splits the gradient
+    at a tie) = h0 H(z) + (1 - h0)(1 - H(-z))."""
+    def half_step(e: sp.Heaviside) -> sp.Expr:
+        z, h0 = e.args[0], (e.args[1] if len(e.args) > 1 else sp.S.Half)
+        return h0 * _step(z) + (1 - h0) * (1 - _step(-z))
+
+    expr = expr.replace(sp.DiracDelta, lambda *_: sp.S.Zero)
+    expr = expr.replace(sp.sign, lambda z: _step(z) - _step(-z))
+    return expr.replace(lambda e: isinstance(e, sp.Heaviside) and (len(e.args) < 2 or e.args[1] != 1), half_step)
 
 
 def derive(system: StepSystem, detach_reset: bool = False) -> Derivation:

@@ -143,6 +143,8 @@ def _pairs(value: Any, field: str) -> tuple[tuple[str, Any], ...]:
     if isinstance(value, Mapping):
         return tuple(value.items())
     if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        for name, _ in value:
+            _expect(name, str, field, "a table whose names are strings")
         return tuple((p[0], p[1]) for p in value)
     raise SpecError("expected a table of name = value entries", field=field)
 

@@ -144,8 +144,8 @@ def _heaviside(w: _Walker, e: sympy.Heaviside) -> Value:
     at_zero = float(e.args[1]) if len(e.args) > 1 else 0.5
     if not isinstance(z, torch.Tensor):
         return 1.0 if z > 0 else (at_zero if z == 0 else 0.0)
-    zero = torch.zeros((), dtype=z.dtype, device=z.device)
-    return torch.heaviside(z, torch.full_like(zero, at_zero))
+    # torch.where, not torch.heaviside (which autograd cannot differentiate): a step's gradient is 0
+    return torch.where(z > 0, w.tensor(1.0), torch.where(z == 0, w.tensor(at_zero), w.tensor(0.0)))
 
 
 def _piecewise(w: _Walker, e: sympy.Piecewise) -> Value:
