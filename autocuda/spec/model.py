@@ -86,7 +86,9 @@ Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
 RESETS = ("hard", "soft", "none")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
-_SPEC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")  # may be a C keyword ('if'): kernels prefix it
+# Kernel names are the spec's name and up to 42 more characters ('_step_backward_bfloat16_hard_detach_<digest>'),
+# and must be C identifiers of at most 63 without '__'. The name may be a C keyword ('if'): kernels extend it.
+_SPEC_NAME = re.compile(r"(?!ac_)[A-Za-z](?:[A-Za-z0-9]|_(?![_]|$)){0,20}")
 
 
 def _number(value: Any, field: str) -> float:
@@ -231,7 +233,8 @@ class NeuronSpec:
     def _validate(self) -> None:
         _expect(self.name, str, "name", "a string")
         if not _SPEC_NAME.fullmatch(self.name):
-            raise SpecError("a spec name is a letter then letters, digits or '_' (32 at most)", field="name",
+            raise SpecError("a spec name is a letter then letters, digits or single '_' (not last, no 'ac_' "
+                            "prefix), 21 characters at most: kernel names are made from it", field="name",
                             symbol=self.name)
         _expect(self.doc, str, "doc", "a string")
         _expect(self.origin, str, "origin", "a string")

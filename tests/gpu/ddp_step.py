@@ -1,0 +1,90 @@
+"""One DistributedDataParallel training step of a small spiking network, for tests and docs/distributed.md.
+
+    torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE
+
+Every process takes one GPU (its LOCAL_RANK) and its share of a fixed, seeded batch (split along the batch
+dimension, dim 1 of [T, B, features]); DDP averages the parameter gradients over the processes through NCCL.
+Rank 0 saves them, with the gathered outputs of the whole batch, to OUTFILE (torch.save of a dict).
+`single_process_step` computes the same on one GPU from the whole batch: the gradients must agree.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+from autocuda import nn as ann
+
+STEPS, BATCH, FEATURES, HIDDEN, OUTPUTS = 6, 8, 16, 32, 8
+
+
+def build_model() -> nn.Module:
+    """Linear -> LIF -> Linear -> ParametricLIF (a learnable decay), the same initial weights in every process."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), ann.LIFNode(step_mode="m"),
+                          nn.Linear(HIDDEN, OUTPUTS), ann.ParametricLIFNode(init_tau=3.0, step_mode="m"))
+    for layer in (model[0], model[2]):  # enough drive for both neuron layers to fire
+        nn.init.uniform_(layer.weight, -0.1, 0.3)
+    return model
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole batch on the CPU: inputs [T, B, FEATURES] and targets [T, B, OUTPUTS]."""
+    g = torch.Generator().manual_seed(1)
+    return torch.rand(STEPS, BATCH, FEATURES, generator=g) * 2, torch.rand(STEPS, BATCH, OUTPUTS, generator=g)
+
+
+def reset_states(model: nn.Module) -> None:
+    """What spikingjelly's functional.reset_net does: every neuron layer back to its initial state. Needed before
+    each new sequence (and whenever the batch size changes), in every process."""
+    for module in model.modules():
+        if isinstance(module, ann.Neuron):
+            module.reset()
+
+
+def step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """One step: fresh states, forward over the sequence, mean squared error, backward. Returns the output."""
+    reset_states(model)
+    out = model(x)
+    nn.functional.mse_loss(out, target).backward()  # a mean: the average of the processes' means is the whole's
+    return out.detach()
+
+
+def single_process_step(device: torch.device) -> dict:
+    """The same step on one GPU from the whole batch: {'grads': {name: grad}, 'output': [T, B, OUTPUTS]}."""
+    model = build_model().to(device)
+    x, target = batch()
+    out = step(model, x.to(device), target.to(device))
+    return {"grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()}, "output": out.cpu()}
+
+
+def main(outfile: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)  # before anything touches CUDA: NCCL and the kernels use this GPU
+    device = torch.device("cuda", local_rank)
+    dist.init_process_group("nccl", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert BATCH % world == 0, f"the batch of {BATCH} does not split over {world} processes"
+    model = DistributedDataParallel(build_model().to(device), device_ids=[local_rank])
+    x, target = batch()
+    share = BATCH // world
+    mine = slice(rank * share, (rank + 1) * share)
+    out = step(model, x[:, mine].contiguous().to(device), target[:, mine].contiguous().to(device))
+    outputs = [torch.empty_like(out) for _ in range(world)]
+    dist.all_gather(outputs, out)
+    if rank == 0:
+        grads = {n: p.grad.detach().cpu() for n, p in model.module.named_parameters()}
+        torch.save({"grads": grads, "output": torch.cat(outputs, dim=1).cpu(), "world_size": world}, outfile)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE")
+    main(sys.argv[1])
