@@ -248,9 +248,11 @@ def _differentiable_once(backward):
     rather than silently miss its terms."""
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
+        if not torch.is_grad_enabled():  # the usual backward: no graph of the backward is recorded anyway
+            return backward(ctx, *grads)
         with torch.no_grad():
             outputs = backward(ctx, *grads)
-        if not (torch.is_grad_enabled() and any(ctx.needs_input_grad)):  # create_graph=True, inputs need grad
+        if not any(ctx.needs_input_grad):  # create_graph=True, but nothing to differentiate again
             return outputs
         fail = torch._C._functions.DelayedError(
             b"autocuda kernels are differentiable once: a second derivative (double backward) through them is not "

@@ -78,12 +78,20 @@ def spec_ref(spec: NeuronSpec | str) -> str:
     return ref
 
 
+_SURROGATE_REFS: dict[int, tuple[Any, str]] = {}
+
+
 def surrogate_ref(surrogate: Any) -> str | None:
     """None (the spec's surrogate), a surrogate's name as given, or the token of any surrogate object."""
     if surrogate is None or isinstance(surrogate, str):
         return surrogate
+    known = _SURROGATE_REFS.get(id(surrogate))
+    if known is not None and known[0] is surrogate and isinstance(surrogate, Surrogate):  # immutable: reuse
+        return known[1]
     chosen = get_surrogate(surrogate)
-    return _register("surrogate", chosen, repr((chosen.name, chosen.key())))
+    ref = _register("surrogate", chosen, repr((chosen.name, chosen.key())))
+    _SURROGATE_REFS[id(surrogate)] = (surrogate, ref)  # holding it keeps its id from being reused
+    return ref
 
 
 def resolve_spec(ref: NeuronSpec | str) -> NeuronSpec:
