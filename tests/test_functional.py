@@ -203,6 +203,6 @@ def test_long_sequences_take_the_prefetching_kernels_and_match_the_reference(nam
     from autocuda import ops
     from autocuda.runtime.cache import get_plan
 
-    recipes = ops.entry(get_plan(name).key).config._kernels.values()
-    used = {r.kernel.options.kernel for r in recipes if isinstance(r, neuron.Recipe) and r.kernel.options.prefetch}
+    recipes = ops.entry(get_plan(name).key).config._recipes.values()
+    used = {r.kernel.options.kernel for r in recipes if r.kernel.options.prefetch}
     assert used >= {"fptt", "bptt"}

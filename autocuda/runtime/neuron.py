@@ -34,7 +34,7 @@ LONG_LOOP, LONG_LOOP_STEPS = (("prefetch", 2),), 64
 
 
 def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor]) -> dict[str, Any]:
-    """(neurons per thread, vector access) for N neurons: the widest aligned access that keeps enough threads.
+    """Neurons per thread and vector access for N neurons: the preferred aligned access that keeps enough threads.
     Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
     size = dtype.itemsize
     for width in VECTOR_BYTES:
@@ -117,6 +117,7 @@ class NeuronConfig:
     constants: tuple[tuple[str, float], ...] = ()
     tensors: tuple[tuple[str, bool], ...] = ()   # runtime tensor parameters: (name, one value per neuron?)
     _kernels: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def derivation(self):
         return derivation(self.spec, self.reset, self.detach_reset, dict(self.constants))
@@ -137,11 +138,11 @@ class NeuronConfig:
         """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, `layout` the
         speed options as sorted (name, value) pairs (every call's path: one dict lookup once built)."""
         key = (kind, dtype, flags, layout)
-        found = self._kernels.get(key)
+        found = self._recipes.get(key)
         if found is None:
             options = dict(zip(KIND_OPTIONS[kind], flags))
             kernel = self.kernel(kind, dtype, **options, **dict(layout))
-            found = self._kernels[key] = Recipe(kernel, dtype)
+            found = self._recipes[key] = Recipe(kernel, dtype)
         return found
 
     @functools.cached_property
