@@ -12,8 +12,10 @@ family of two operators, and a string `key` names the neuron layer they run (a r
 x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); states are [N] in x's dtype; tensor
 parameters are [N] (one per neuron) or [1] (shared) in the compute dtype; scalars go to the kernel by value.
 Forward returns the kernel's outputs in its declaration order (`forward_outputs`): spike_seq, h_seq (when
-saving), state sequences (stored or saved), final states. Backward returns grad_x, the gradient of each
-initial state, then one per-neuron partial sum per learnable parameter (`Entry.learnable`).
+saving), state sequences (stored or saved), final states. Backward takes either a gradient for every final
+state or none (grad_finals = []: a kernel that starts from zero, no zero tensors to fill), gradients of the
+state sequences or none, and returns grad_x, the gradient of each initial state, then one per-neuron partial
+sum per learnable parameter (`Entry.learnable`).
 
 Keys are a readable spec name plus a digest of everything that selects the kernels, identical in every
 process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels through
@@ -154,12 +156,15 @@ def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], 
              **{f"grad_{s}_seq": g for s, g in zip(e.states, grad_seqs)}}
     out = launch.backward(e.config, grads, dict(zip(saved_names(key, single), saved)),
                           _params(e, tensor_params, scalars), single_step=single, grad_state_seq=bool(grad_seqs),
-                          backend=_backend(grad_spike))
+                          grad_finals=bool(grad_finals), backend=_backend(grad_spike))
     inits = [out[f"grad_{s}_init"] for s in e.states]
     partials = [out[f"grad_{p}"] for p in e.learnable]
     if not single and grad_spike.shape[0] == 0:  # no step ran: gradients pass straight through
-        for init, final in zip(inits, grad_finals):
-            init.copy_(final)
+        for i, init in enumerate(inits):
+            if grad_finals:
+                init.copy_(grad_finals[i])
+            else:
+                init.zero_()
         for partial in partials:
             partial.zero_()
     return [out["grad_x_seq"], *inits, *partials]
@@ -214,7 +219,9 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     saved = list(ctx.saved_tensors)
     saved, tensor_params = saved[:ctx.n_saved], saved[ctx.n_saved:]
     shape, dtype, device = ctx.meta
-    finals = [_dense(by_name[f"{s}_final"], shape[-1:], dtype, device) for s in e.states]
+    final_grads = [by_name[f"{s}_final"] for s in e.states]  # none given: a kernel that takes them as zero
+    finals = [_dense(g, shape[-1:], dtype, device) for g in final_grads] if any(
+        g is not None for g in final_grads) else []
     seq_grads = [by_name[f"{s}_seq"] for s in e.states] if ctx.store_state_seq else []
     seqs = [_dense(g, shape, dtype, device) for g in seq_grads] if any(g is not None for g in seq_grads) else []
     grad_spike = _dense(by_name["spike_seq"], shape, dtype, device)

@@ -207,3 +207,20 @@ def test_backward_gets_no_zero_gradients_for_unused_outputs(monkeypatch):
     ref_spikes, _, _ = F.multi_step("izhikevich", x, backend="reference")
     (ref,) = torch.autograd.grad(ref_spikes.sum(), x)
     torch.testing.assert_close(gx, ref)
+
+
+@pytest.mark.parametrize("name", ["lif", "izhikevich"])
+def test_no_final_state_gradient_takes_a_kernel_that_starts_from_zero(name):
+    """A loss on the spikes alone gives the final states no gradient: backward runs a kernel without those
+    inputs (no zero tensors filled) and gets bitwise what explicit zero gradients give."""
+    x = torch.randn(6, 5, dtype=torch.float32, generator=torch.Generator().manual_seed(3)) * 2 + 0.5
+    g = torch.randn(6, 5, generator=torch.Generator().manual_seed(4))
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    spikes, finals, _ = F.multi_step(name, xa, backend="host")
+    (without,) = torch.autograd.grad(spikes, xa, g)
+    spikes, finals, _ = F.multi_step(name, xb, backend="host")
+    (with_zeros,) = torch.autograd.grad([spikes, *finals], xb, [g, *(torch.zeros_like(f) for f in finals)])
+    assert torch.equal(without, with_zeros)
+    recipes = ops.entry(get_plan(name).key).config._recipes
+    flags = {flags for kind, _, flags, _ in recipes if kind == "bptt"}
+    assert (False, False) in flags and (False, True) in flags, flags

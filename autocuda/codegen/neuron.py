@@ -37,6 +37,7 @@ class KernelOptions:
     store_state_seq: bool = False                        # forward writes every state's sequence
     save_for_backward: bool = True                       # forward writes what backward reads
     grad_state_seq: bool = False                         # backward receives gradients of the state sequences
+    grad_finals: bool = True                             # backward receives gradients of the final states (else 0)
     lanes: int = 0                                       # neurons per thread (0: the dtype's word width)
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
@@ -300,9 +301,13 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "ac_row", "gradient of s[t]"))
     for s in system.states:
         b.register(f"ac_grad_{s.name}")
-        b.pointer(f"grad_{s.name}_final", const=True)
-        b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "ac_n0",
-                                   f"gradient of final {s.name}"))
+        if options.grad_finals:
+            b.pointer(f"grad_{s.name}_final", const=True)
+            b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "ac_n0",
+                                       f"gradient of final {s.name}"))
+        else:  # no loss term on the final states: the caller passes no zero tensors
+            b.plan.setup.append(Transfer(f"gradient of final {s.name}: none", f"ac_grad_{s.name}", "", "",
+                                         b.compute.literal(0), vectorizable=False))
         if options.grad_state_seq:
             b.pointer(f"grad_{s.name}_seq", const=True)
             b.plan.loads.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_seq", "ac_row", f"gradient of {s.name}[t]",

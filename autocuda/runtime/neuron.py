@@ -157,7 +157,7 @@ class NeuronConfig:
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
 KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward"),
                 "step-forward": ("store_state_seq", "save_for_backward"),
-                "bptt": ("grad_state_seq",), "step-backward": ("grad_state_seq",)}
+                "bptt": ("grad_state_seq", "grad_finals"), "step-backward": ("grad_state_seq", "grad_finals")}
 
 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
@@ -186,11 +186,13 @@ def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.T
 
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
              params: Mapping[str, Any], *, single_step: bool = False, grad_state_seq: bool = False,
-             backend: str = "cuda", layout: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
-    """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (and grad_<state>_seq);
+             grad_finals: bool = True, backend: str = "cuda", layout: Mapping[str, Any] | None = None
+             ) -> dict[str, torch.Tensor]:
+    """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (unless `grad_finals` is False:
+    they are zero) and grad_<state>_seq (when `grad_state_seq`);
     `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init).
     Returns grad_x_seq, grad_<state>_init and grad_<param> (per-neuron partial sums; reduce them)."""
     grad_spike = grads["grad_spike_seq"]
     kind = "step-backward" if single_step else "bptt"
-    return _run(config, kind, (grad_state_seq,), {**grads, **saved, **params}, grad_spike, grad_spike.shape[-1],
-                None if single_step else grad_spike.shape[0], backend, layout)
+    return _run(config, kind, (grad_state_seq, grad_finals), {**grads, **saved, **params}, grad_spike,
+                grad_spike.shape[-1], None if single_step else grad_spike.shape[0], backend, layout)
