@@ -114,11 +114,14 @@ def kernel_run(name, x, states, params, reset, detach, grads, dtype):
     return [o.detach() for o in outputs], list(torch.autograd.grad(loss, leaves))
 
 
-def assert_close(what: str, actual: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor, rtol, atol) -> None:
+def assert_close(what: str, actual: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor, rtol, atol,
+                 scale: float | None = None) -> None:
+    """|actual - expected| <= rtol |expected| + atol * scale, scale defaulting to the largest |expected|."""
     actual, expected = actual.to(F64)[mask], expected[mask]
     if expected.numel() == 0:
         return
-    excess = (actual - expected).abs() - rtol * expected.abs() - atol * expected.abs().max()
+    scale = float(expected.abs().max()) if scale is None else scale
+    excess = (actual - expected).abs() - rtol * expected.abs() - atol * scale
     worst = int(excess.argmax())
     assert excess.max() <= 0, (f"{what}: {actual[worst].item()!r} vs reference {expected[worst].item()!r} "
                                f"(rtol {rtol}, atol {atol} x max {expected.abs().max().item():.3g})")
@@ -152,9 +155,14 @@ def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: i
         assert_close(f"{name} final {spec.states[i].name}", got[1 + i], want[1 + i], clean, rtol, atol)
         assert_close(f"{name} {spec.states[i].name}_seq", got[1 + n_states + i], want[1 + n_states + i], valid,
                      rtol, atol)
-    assert_close(f"{name} grad x", got_grads[0], want_grads[0], clean.expand(steps, *shape), rtol, atol)
+    # Gradients are sums of products of upstream gradients and Jacobians computed from stored (rounded) values:
+    # their error scales with the largest gradient of the step, not with each tensor's own size, which can be
+    # a near-cancellation (one neuron, w_init of FitzHugh-Nagumo in float16: 1e-5 out of terms near 1).
+    masks = [clean.expand(steps, *shape)] + [clean] * (len(want_grads) - 1)
+    scale = max((float(w[m].abs().max()) for w, m in zip(want_grads, masks) if m.any()), default=0.0)
+    assert_close(f"{name} grad x", got_grads[0], want_grads[0], masks[0], rtol, atol, scale)
     for i, (a, b) in enumerate(zip(got_grads[1:], want_grads[1:])):
-        assert_close(f"{name} grad of input {i + 1}", a, b, clean, rtol, atol)
+        assert_close(f"{name} grad of input {i + 1}", a, b, clean, rtol, atol, scale)
     return float(clean.double().mean())
 
 
