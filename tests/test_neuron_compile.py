@@ -36,8 +36,8 @@ def _variants(dtype: str) -> tuple[str, ...]:
             for kind in ("fptt", "bptt"):
                 sources.append(neuron_kernel(spec, kind, dtype, per_neuron=tensors, store_state_seq=True,
                                              **layout).full_codes)
-        for kind in ("bptt", "step-backward"):  # no final-state gradients: they start from zero
-            sources.append(neuron_kernel(spec, kind, dtype, grad_finals=False).full_codes)
+        for kind in ("bptt", "step-backward") if dtype in ("float32", "float16") else ():
+            sources.append(neuron_kernel(spec, kind, dtype, grad_finals=False).full_codes)  # finals start at 0
         for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
             for kind in KERNELS:
                 sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)
