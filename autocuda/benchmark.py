@@ -303,16 +303,19 @@ def call(case: Case, forward: Forward) -> Callable[[], Any]:
 
 # -- the systems -------------------------------------------------------------------------------------------
 def ours(case: Case, by_name: bool = False) -> Forward:
-    """`autocuda.functional.multi_step` with the spec loaded once, as a layer holds it (or by name each call)."""
+    """`autocuda.functional.multi_step` with the spec loaded once, as a layer holds it (or by name each call).
+    The initial states are the same values the peers get as tensors, given as numbers: what a layer passes at
+    the start of a sequence, after `reset()` (the kernels then start from them and read no state tensor)."""
     from .functional import multi_step
     from .spec.model import load_spec
     from .surrogate import Sigmoid
 
     w, surrogate = case.workload, Sigmoid(alpha=ALPHA)
     spec = w.key if by_name else load_spec(w.key)
+    initial = [w.initial_value(i) for i in range(len(w.initial))]
 
     def run() -> tuple[Tensor, States]:
-        spikes, finals, _ = multi_step(spec, case.x, *case.states, surrogate=surrogate, **w.params, **case.tensors)
+        spikes, finals, _ = multi_step(spec, case.x, *initial, surrogate=surrogate, **w.params, **case.tensors)
         return spikes, finals
     return run
 

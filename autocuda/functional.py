@@ -43,8 +43,10 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
                ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...] | None]:
     """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states, state sequences [T, *] or None).
 
-    Initial states follow the spec's order (the membrane first); missing ones start at the spec's initial
-    values. Parameters: floats (passed by value), tensors broadcastable to the neuron shape [*] (an
+    Initial states follow the spec's order (the membrane first), each a tensor of the neuron shape or one
+    number for every neuron; missing ones start at the spec's initial values. When every initial state is a
+    number the kernels start from it directly (no state tensor is filled or read; it gets no gradient).
+    Parameters: floats (passed by value), tensors broadcastable to the neuron shape [*] (an
     `nn.Parameter`, or any tensor requiring grad, is learnable), defaults from the spec; `v_reset=None` means
     a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule.
     """
@@ -53,7 +55,7 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     steps = x_seq.shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
-        return x_seq.new_empty(x_seq.shape), tuple(call.states), seqs
+        return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()), seqs
     if call.backend == "reference":
         return _reference_multi(call, x_seq, store_state_seq)
     x_flat = x_seq.reshape(steps, call.numel).contiguous()
@@ -97,7 +99,7 @@ class _Call:
     def __init__(self, spec: Any, x: Tensor, shape: torch.Size, states: Sequence[Tensor], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
-        self.name, self.param_names, defaults, self.constant_names, self.initial = spec_facts(ref)
+        self.name, self.param_names, defaults, self.constant_names, self.init_rules = spec_facts(ref)
         self.x, self.shape, self.numel = x, tuple(shape), _numel(shape)
         self.compute = compute_dtype(x.dtype)
         self.backend = backend or default_backend(x.device.type)
@@ -150,10 +152,12 @@ class _Call:
         return [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
                 for i, name in enumerate(names)]
 
-    def _check_state(self, name: str, state: Any) -> Tensor:
+    def _check_state(self, name: str, state: Any) -> Tensor | float:
         x = self.x
+        if isinstance(state, (int, float)) and not isinstance(state, bool):
+            return float(state)
         if not isinstance(state, torch.Tensor):
-            raise TypeError(f"state {name!r}: expected a torch.Tensor, got {type(state).__name__}")
+            raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
         if tuple(state.shape) != self.shape:
             raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
                              f"{tuple(state.shape)}")
@@ -163,14 +167,18 @@ class _Call:
             raise ValueError(f"state {name!r}: on {state.device}, but the input is on {x.device}")
         return state
 
-    def _initial(self, name: str) -> Tensor:
-        init = dict(self.initial)[name]
+    def _initial(self, name: str) -> Tensor | float:
+        init = dict(self.init_rules)[name]
         if init == "v_reset" and self.reset != "hard":
             init = 0.0
         value = self.values[init] if isinstance(init, str) else init
         if isinstance(value, torch.Tensor):
             return value.detach().to(self.x.dtype).expand(self.shape).clone()
-        return self.x.new_full(self.shape, float(value))
+        return float(value)
+
+    def state_tensors(self) -> list[Tensor]:
+        """The initial states as tensors of the neuron shape (numbers filled in)."""
+        return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
 
     # -- running --------------------------------------------------------------------------------------
     def tensor_args(self) -> list[Tensor]:
@@ -184,11 +192,14 @@ class _Call:
         return out
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[tuple[str, ...], list[Tensor]]:
-        states = [s.reshape(self.numel).contiguous() for s in self.states]
+        if any(isinstance(s, torch.Tensor) for s in self.states):
+            states, initial = [s.reshape(self.numel).contiguous() for s in self.state_tensors()], []
+        else:  # numbers only: the kernels start from them (nothing to fill, read or differentiate)
+            states, initial = [], list(self.states)
         tensors = self.tensor_args()
         scalars = [float(self.values[n]) for n in self.scalars]
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *states, *tensors))
-        outputs = ops.forward(self.key, x, states, tensors, scalars, store_state_seq, save)
+        outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
         return layout(self.key, single_step, store_state_seq, save), outputs
 
     def reference_args(self, x: Tensor) -> tuple:
@@ -196,7 +207,7 @@ class _Call:
         layer = plan(self.key)
         params = {layer.symbols[n]: (v.to(self.compute) if isinstance(v, torch.Tensor) else v)
                   for n, v in self.values.items() if n in layer.symbols}
-        states = [s.to(self.compute) for s in self.states]
+        states = [s.to(self.compute) for s in self.state_tensors()]
         return x.to(self.compute), states, params, layer.surrogate, layer.detach_reset
 
 

@@ -118,10 +118,10 @@ class Neuron(nn.Module):
             setattr(self, name, init.detach() if isinstance(init, torch.Tensor) else float(init))
         self.v_seq = None
 
-    def _state(self, name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def _state(self, name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor | float:
         value = getattr(self, name)
-        if not isinstance(value, torch.Tensor):
-            return x.new_full(shape, float(value))
+        if not isinstance(value, torch.Tensor):  # a number after reset: the kernels start from it directly
+            return float(value)
         if value.shape != shape:  # an initial value held by a broadcast parameter
             value = value.expand(shape).clone()
         return value.to(x.dtype)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from autocuda import functional as F
+from autocuda import ops
 from autocuda.spec.model import list_specs, load_spec
 
 SPECS = [name for name, _ in list_specs()]
@@ -206,3 +207,41 @@ def test_long_sequences_take_the_prefetching_kernels_and_match_the_reference(nam
     recipes = ops.entry(get_plan(name).key).config._recipes.values()
     used = {r.kernel.options.kernel for r in recipes if r.kernel.options.prefetch}
     assert used >= {"fptt", "bptt"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
+def test_number_initial_states_equal_filled_tensors(name, dtype):
+    """Initial states given as numbers start the kernels from them (no tensor filled or read); the results are
+    bitwise those of tensors filled with the numbers (rounded through the storage dtype alike), and backward
+    gives the same input gradient without computing one for the numbers."""
+    from autocuda.runtime.cache import get_plan
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(7, 9, generator=g) * 2 + 0.5).to(dtype)
+    upstream = torch.randn(7, 9, generator=g).to(dtype)
+    numbers = [0.1 * (i + 1) for i in range(len(get_plan(name).states))]
+    runs = []
+    for states in (numbers, [torch.full((9,), v, dtype=dtype) for v in numbers]):
+        xg = x.clone().requires_grad_(True)
+        spikes, finals, _ = F.multi_step(name, xg, *states, backend="host")
+        (grad,) = torch.autograd.grad([spikes, *finals], xg, [upstream, *(torch.ones_like(f) for f in finals)])
+        runs.append((spikes, *finals, grad))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    recipes = ops.entry(get_plan(name).key).config._recipes
+    assert {flags[-1] for kind, _, flags, _ in recipes if kind in ("fptt", "bptt")} == {False, True}
+
+
+def test_number_initial_states_single_step_and_modules():
+    x = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * 2
+    spike, (v,) = F.single_step("lif", x, 0.25, backend="host")
+    want_spike, (want_v,) = F.single_step("lif", x, torch.full((3, 4), 0.25, dtype=torch.float64), backend="host")
+    assert torch.equal(spike, want_spike) and torch.equal(v, want_v)
+    spikes, (v_final, _), _ = F.multi_step("izhikevich", x[None], 0.25, torch.zeros(3, 4, dtype=torch.float64),
+                                         backend="host")  # a number beside a tensor: filled
+    want, (want_final, _), _ = F.multi_step("izhikevich", x[None], torch.full((3, 4), 0.25, dtype=torch.float64),
+                                          torch.zeros(3, 4, dtype=torch.float64), backend="host")
+    assert torch.equal(spikes, want) and torch.equal(v_final, want_final)
+    with pytest.raises(TypeError, match="state 'v': expected a torch.Tensor or a number, got str"):
+        F.multi_step("lif", x[None], "0", backend="host")

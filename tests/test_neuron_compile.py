@@ -1,8 +1,8 @@
 """Every kernel variant of every shipped spec is valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
 
 Variants: 4 kernels x 4 dtypes x 3 resets x detach_reset, plus the speed layouts (vector accesses, several
-neurons per thread, prefetching) and native half2/bfloat162 arithmetic in one configuration
-per spec. One translation unit per
+neurons per thread, prefetching), initial states passed as numbers, and native half2/bfloat162 arithmetic in
+one configuration per spec. One translation unit per
 dtype keeps it to a few nvcc runs.
 """
 from __future__ import annotations
@@ -38,9 +38,14 @@ def _variants(dtype: str) -> tuple[str, ...]:
                                              **layout).full_codes)
         for kind in ("bptt", "step-backward") if dtype in ("float32", "float16") else ():
             sources.append(neuron_kernel(spec, kind, dtype, grad_finals=False).full_codes)  # finals start at 0
+        for kind in KERNELS:  # initial states as numbers (dtype-specific: rounded through the storage type)
+            finals = {"grad_finals": False} if kind in ("bptt", "step-backward") else {}
+            sources.append(neuron_kernel(spec, kind, dtype, given_inits=False, **finals).full_codes)
         for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
             for kind in KERNELS:
                 sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)
+            for kind in ("fptt", "bptt"):
+                sources.append(neuron_kernel(spec, kind, dtype, given_inits=False, **layout).full_codes)
     return tuple(dict.fromkeys(sources))
 
 

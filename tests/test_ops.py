@@ -96,48 +96,64 @@ def test_no_grad_forward_writes_no_saved_tensors():
     assert ops.forward_outputs(plan.key, False, False, False) == ("spike_seq", "v_final")
 
 
-def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64):
+def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64, numbers: bool = False):
+    """The forward op's arguments; `numbers`: the initial states as one number each instead of tensors."""
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
     plan = get_plan(spec, None, None, False, (), signature, True)
     g = torch.Generator().manual_seed(2)
     shape = (5,) if single else (4, 5)
     x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_()
-    states = [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.states]
+    states = [] if numbers else [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.states]
+    initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
     tensors = [torch.full((5,), 0.3, dtype=dtype, requires_grad=True) for _ in plan.tensors]
     scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
-    return plan.key, x, states, tensors, scalars, store, save
+    return plan.key, x, states, initial, tensors, scalars, store, save
 
 
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "alif"])
 @pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
                          ids=["multi", "multi-store", "single"])
-def test_opcheck_forward(name: str, single: bool, store: bool):
-    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, _op_args(name, single, store, True))
+@pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
+def test_opcheck_forward(name: str, single: bool, store: bool, numbers: bool):
+    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default,
+                          _op_args(name, single, store, True, numbers=numbers))
 
 
 @pytest.mark.parametrize(("name", "store"), [("parametric_lif", False), ("alif", True)])
-def test_opcheck_backward(name: str, store: bool):
-    key, x, states, tensors, scalars, _, _ = _op_args(name, False, store, True)
-    outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states],
+@pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
+def test_opcheck_backward(name: str, store: bool, numbers: bool):
+    key, x, states, initial, tensors, scalars, _, _ = _op_args(name, False, store, True, numbers=numbers)
+    outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
                                                 [t.detach() for t in tensors], scalars, store, True)
     available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).states, states)},
                  **dict(zip(ops.forward_outputs(key, False, store, True), outputs))}
-    saved = [available[n] for n in ops.saved_names(key, False)]
-    grad_finals = [torch.ones(5, dtype=x.dtype) for _ in states]
-    grad_seqs = [torch.ones_like(x) for _ in states] if store else []
-    args = (key, torch.ones_like(x), grad_finals, grad_seqs, saved, [t.detach() for t in tensors], scalars)
+    saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
+    grad_finals = [torch.ones(5, dtype=x.dtype) for _ in ops.entry(key).states]
+    grad_seqs = [torch.ones_like(x) for _ in ops.entry(key).states] if store else []
+    args = (key, torch.ones_like(x), grad_finals, grad_seqs, saved, initial, [t.detach() for t in tensors], scalars)
     torch.library.opcheck(torch.ops.autocuda.neuron_backward.default, args)
 
 
 def test_op_with_no_steps_passes_states_through():
-    key, _, states, tensors, scalars, _, _ = _op_args("alif", False, True, True)
+    key, _, _, _, tensors, scalars, _, _ = _op_args("alif", False, True, True)
     x = torch.zeros(0, 5, dtype=torch.float64)
     init = [torch.full((5,), 0.25, dtype=torch.float64), torch.full((5,), 0.5, dtype=torch.float64)]
     outputs = dict(zip(ops.forward_outputs(key, False, True, True),
-                       torch.ops.autocuda.neuron_forward(key, x, init, tensors, scalars, True, True)))
+                       torch.ops.autocuda.neuron_forward(key, x, init, [], tensors, scalars, True, True)))
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
     assert outputs["v_final"].data_ptr() != init[0].data_ptr()  # outputs never alias inputs
+    outputs = dict(zip(ops.forward_outputs(key, False, True, True),
+                       torch.ops.autocuda.neuron_forward(key, x, [], [0.25, 0.5], tensors, scalars, True, True)))
+    assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
+
+
+def test_op_refuses_initial_states_given_twice_or_missing():
+    key, x, states, _, tensors, scalars, _, _ = _op_args("alif", False, False, False)
+    with pytest.raises(ValueError, match="as tensors or as numbers, not both"):
+        torch.ops.autocuda.neuron_forward(key, x, states, [0.0, 0.0], tensors, scalars, False, False)
+    with pytest.raises(ValueError, match="has 2 states .* got 1 initial values"):
+        torch.ops.autocuda.neuron_forward(key, x, [], [0.0], tensors, scalars, False, False)
 
 
 def test_keys_are_stable_and_checked():
@@ -223,4 +239,4 @@ def test_no_final_state_gradient_takes_a_kernel_that_starts_from_zero(name):
     assert torch.equal(without, with_zeros)
     recipes = ops.entry(get_plan(name).key).config._recipes
     flags = {flags for kind, _, flags, _ in recipes if kind == "bptt"}
-    assert (False, False) in flags and (False, True) in flags, flags
+    assert (False, False, False) in flags and (False, True, False) in flags, flags  # numbers as initial states

@@ -106,7 +106,7 @@ BAD_STATES = [  # (what, make the state for x [2, 3], error, message)
     ("float64", lambda: torch.zeros(3, dtype=F64), TypeError,
      r"^state 'v': expected dtype torch.float32 \(the input's\), got torch.float64$"),
     ("float16", lambda: torch.zeros(3, dtype=torch.float16), TypeError, r"got torch.float16$"),
-    ("a float", lambda: 0.0, TypeError, r"^state 'v': expected a torch.Tensor, got float$"),
+    ("a bool", lambda: True, TypeError, r"^state 'v': expected a torch.Tensor or a number, got bool$"),
     ("a NumPy array", lambda: np.zeros(3, dtype=np.float32), TypeError, r"got ndarray$"),
 ]
 

@@ -5,7 +5,8 @@ Tensor parameter names are the interface to the op layer:
     forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_final
     backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, x_seq, <state>_init
               -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
-Single-step kernels use the same names with T = 1 and no time loop.
+Single-step kernels use the same names with T = 1 and no time loop. With `given_inits=False` every
+<state>_init is one number for all neurons, passed by value, and backward returns no grad_<state>_init.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class KernelOptions:
     save_for_backward: bool = True                       # forward writes what backward reads
     grad_state_seq: bool = False                         # backward receives gradients of the state sequences
     grad_finals: bool = True                             # backward receives gradients of the final states (else 0)
+    given_inits: bool = True                             # initial states as tensors (else one value each, by value)
     lanes: int = 0                                       # neurons per thread (0: the dtype's word width)
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
@@ -210,6 +212,20 @@ class _Builder:
         return Transfer(comment, target, pointer, offset, value, self.storage.element, guard="t > 0" if otherwise
                         else "", otherwise=otherwise or "", streamable=not accumulate, pair=pair)
 
+    def initial(self, target: str, state: str) -> Transfer:
+        """register[lane] = the initial value of `state`: its element of <state>_init, or the one number
+        passed by value for every neuron (`given_inits=False`: nothing to read, no tensor to fill)."""
+        name = f"{state}_init"
+        if self.o.given_inits:
+            self.pointer(name, const=True)
+            return self.load(target, name, "ac_n0", f"initial {state}")
+        self.plan.params.append(CParam(name, self.param_dtype.ctype, False, True))
+        if self.native:
+            value = self.compute.broadcast.replace("{x}", name)
+        else:  # rounded through the storage type, as an element of a tensor holding it would be
+            value = self.storage.element_load.replace("{x}", self.storage.element_store.replace("{x}", name))
+        return Transfer(f"initial {state}: one value for every neuron", target, "", "", value, vectorizable=False)
+
     def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
         value = "{x}" if compute_type else self.storage.element_store
         element = (self.param_dtype if compute_type else self.storage).element
@@ -261,8 +277,7 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     b.register("x", *(s.name for s in system.states), "ac_out_spike")
     b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
     for s in system.states:
-        b.pointer(f"{s.name}_init", const=True)
-        b.plan.setup.append(b.load(s.name, f"{s.name}_init", "ac_n0", f"initial {s.name}"))
+        b.plan.setup.append(b.initial(s.name, s.name))
     b.params_setup()
     b.pointer("spike_seq", const=False)
     if saving:
@@ -344,7 +359,7 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
     b.pointer("grad_x_seq", const=False)
     b.plan.stores.append(b.store("grad_x_seq", "ac_row", "ac_out_grad_x", "gradient of x[t]"))
-    for s in system.states:
+    for s in system.states if options.given_inits else ():  # a number given for all neurons has no gradient
         b.pointer(f"grad_{s.name}_init", const=False)
         b.plan.finish.append(b.store(f"grad_{s.name}_init", "ac_n0", f"ac_grad_{s.name}",
                                      f"gradient of {s.name}[-1]"))
@@ -363,8 +378,7 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
         if not needed:
             continue
         b.register(s.name, f"ac_init_{s.name}")
-        b.pointer(f"{s.name}_init", const=True)
-        b.plan.setup.append(b.load(f"ac_init_{s.name}", f"{s.name}_init", "ac_n0", f"initial {s.name}"))
+        b.plan.setup.append(b.initial(f"ac_init_{s.name}", s.name))
         if not b.multi:
             b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False,
                         comment=f"{s.name} before the step")

@@ -155,9 +155,10 @@ class NeuronConfig:
 
 
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
-KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward"),
-                "step-forward": ("store_state_seq", "save_for_backward"),
-                "bptt": ("grad_state_seq", "grad_finals"), "step-backward": ("grad_state_seq", "grad_finals")}
+KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
+                "step-forward": ("store_state_seq", "save_for_backward", "given_inits"),
+                "bptt": ("grad_state_seq", "grad_finals", "given_inits"),
+                "step-backward": ("grad_state_seq", "grad_finals", "given_inits")}
 
 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
@@ -172,27 +173,37 @@ def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mappin
     return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
 
-def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor],
+def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:
+    """True for initial states given as tensors ([N] each), False for one number each (for all neurons)."""
+    numbers = [not isinstance(v, torch.Tensor) for v in initial.values()]
+    if any(numbers) and not all(numbers):
+        raise TypeError("initial states: give every state as a tensor or every state as a number, not a mix")
+    return not numbers or not numbers[0]
+
+
+def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor | float],
             params: Mapping[str, Any], *, single_step: bool = False, store_state_seq: bool = False,
             save_for_backward: bool = True, backend: str = "cuda", layout: Mapping[str, Any] | None = None
             ) -> dict[str, torch.Tensor]:
     """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final, in
-    the kernel's parameter order. `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
+    the kernel's parameter order. `initial`: every state's [N] tensor, or every state's one number.
+    `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
     given = {"x_seq": x, **{f"{s}_init": v for s, v in initial.items()}, **params}
     kind = "step-forward" if single_step else "fptt"
-    return _run(config, kind, (store_state_seq, save_for_backward), given, x, x.shape[-1],
+    return _run(config, kind, (store_state_seq, save_for_backward, given_inits(initial)), given, x, x.shape[-1],
                 None if single_step else x.shape[0], backend, layout)
 
 
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
              params: Mapping[str, Any], *, single_step: bool = False, grad_state_seq: bool = False,
-             grad_finals: bool = True, backend: str = "cuda", layout: Mapping[str, Any] | None = None
-             ) -> dict[str, torch.Tensor]:
+             grad_finals: bool = True, given_inits: bool = True, backend: str = "cuda",
+             layout: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (unless `grad_finals` is False:
     they are zero) and grad_<state>_seq (when `grad_state_seq`);
-    `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init).
-    Returns grad_x_seq, grad_<state>_init and grad_<param> (per-neuron partial sums; reduce them)."""
+    `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init: tensors, or numbers
+    when `given_inits` is False). Returns grad_x_seq, grad_<state>_init (for tensors given) and grad_<param>
+    (per-neuron partial sums; reduce them)."""
     grad_spike = grads["grad_spike_seq"]
     kind = "step-backward" if single_step else "bptt"
-    return _run(config, kind, (grad_state_seq, grad_finals), {**grads, **saved, **params}, grad_spike,
-                grad_spike.shape[-1], None if single_step else grad_spike.shape[0], backend, layout)
+    return _run(config, kind, (grad_state_seq, grad_finals, given_inits), {**grads, **saved, **params},
+                grad_spike, grad_spike.shape[-1], None if single_step else grad_spike.shape[0], backend, layout)

@@ -220,35 +220,39 @@ def test_torch_compile_fullgraph_matches_eager():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool):
+def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: bool = False):
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
     plan = get_plan(spec, None, None, False, (), signature, True)
     compute = torch.float32 if dtype != F64 else F64
     x = (torch.rand((37,) if single else (5, 37), device=CUDA) * 2).to(dtype).requires_grad_()
-    states = [torch.zeros(37, device=CUDA, dtype=dtype, requires_grad=True) for _ in plan.states]
+    states = [] if numbers else [torch.zeros(37, device=CUDA, dtype=dtype, requires_grad=True) for _ in plan.states]
+    initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
     tensors = [torch.full((37,), 0.3, device=CUDA, dtype=compute, requires_grad=True) for _ in plan.tensors]
     scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
-    return plan.key, x, states, tensors, scalars, store, True
+    return plan.key, x, states, initial, tensors, scalars, store, True
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich", "alif"])
 @pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
                          ids=["multi", "multi-store", "single"])
-def test_opcheck(name, dtype, single, store):
-    args = _op_args(name, dtype, single, store)
+@pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
+def test_opcheck(name, dtype, single, store, numbers):
+    args = _op_args(name, dtype, single, store, numbers)
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, args)
-    key, x, states, tensors, scalars, _, _ = args
+    key, x, states, initial, tensors, scalars, _, _ = args
     detached = [x.detach(), [s.detach() for s in states], [t.detach() for t in tensors]]
-    outputs = torch.ops.autocuda.neuron_forward(key, *detached, scalars, store, True)
+    outputs = torch.ops.autocuda.neuron_forward(key, detached[0], detached[1], initial, detached[2], scalars, store,
+                                                True)
     available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).states, detached[1])},
                  **dict(zip(ops.forward_outputs(key, single, store, True), outputs))}
-    saved = [available[n] for n in ops.saved_names(key, single)]
-    finals = [torch.ones_like(s) for s in detached[1]]
-    seqs = [torch.ones_like(x) for _ in states] if store else []
+    saved = [available[n] for n in ops.saved_names(key, single, not numbers)]
+    n = x.shape[-1]
+    finals = [torch.ones(n, device=CUDA, dtype=dtype) for _ in ops.entry(key).states]
+    seqs = [torch.ones_like(x) for _ in ops.entry(key).states] if store else []
     torch.library.opcheck(torch.ops.autocuda.neuron_backward.default,
-                          (key, torch.ones_like(detached[0]), finals, seqs, saved, detached[2], scalars))
+                          (key, torch.ones_like(detached[0]), finals, seqs, saved, initial, detached[2], scalars))
 
 
 def test_side_stream_and_cuda_graph_match_default_stream():
