@@ -190,6 +190,9 @@ class _Builder:
                   for p in system.params}
         self.printer = CudaPrinter(self.compute, names)
         self.temp_count = 0
+        self.invariant_symbols = frozenset(system.params)
+        self.invariants: dict[sp.Expr, sp.Symbol] = {}
+        self.invariant_setup: list[Transfer] = []
         self.plan.params += [CParam("N", "long long", False, True)]
         if self.multi:
             self.plan.params += [CParam("T", "long long", False, True)]
@@ -251,8 +254,46 @@ class _Builder:
                 self.plan.params.append(CParam(p.name, self.param_dtype.ctype, False, True))
 
     # -- printing -------------------------------------------------------------------------------------
+    def hoist(self, expr: sp.Expr) -> sp.Expr:
+        """`expr` with its subexpressions of parameters alone (1/tau, exp(-1/tau_w), ...) replaced by registers
+        computed once before the time loop. A division by a runtime value inside the loop stops the compiler
+        from issuing later steps' loads early: at (T, N) = (1024, 16K) LIF's forward took 0.44 ms with
+        `/ tau` in the loop and 0.16 ms with the reciprocal hoisted (H200, float32)."""
+        found: dict[sp.Expr, sp.Symbol] = {}
+
+        def visit(e: sp.Expr) -> None:
+            if not e.args or not isinstance(e, sp.Expr):
+                for arg in e.args:
+                    visit(arg)
+                return
+            if e.free_symbols and e.free_symbols <= self.invariant_symbols:
+                if not (-e).is_Symbol:  # a negated parameter costs nothing in the loop
+                    found[e] = self._invariant(e)
+                return
+            for arg in e.args:
+                visit(arg)
+        visit(expr)
+        return expr.xreplace(found) if found else expr
+
+    def _invariant(self, expr: sp.Expr) -> sp.Symbol:
+        symbol = self.invariants.get(expr)
+        if symbol is None:
+            symbol = self.invariants[expr] = sp.Symbol(f"ac_k{len(self.invariants) + 1}", real=True)
+            self.register(symbol.name)
+            self.invariant_setup.append(Transfer(f"{sp.sstr(expr)}, once", symbol.name, "", "", self.printer(expr),
+                                                 vectorizable=False))
+            self.printer.names[symbol] = f"{symbol.name}[lane]"
+        return symbol
+
+    def done(self) -> _Plan:
+        """The plan, with the hoisted invariants computed after everything else set up (parameters loaded)."""
+        self.plan.setup += self.invariant_setup
+        return self.plan
+
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
         """Common subexpressions of `exprs` as declared temporaries; returns the printed reduced exprs."""
+        exprs = [self.hoist(e) for e in exprs]
+
         def names():
             while True:
                 self.temp_count += 1
@@ -265,7 +306,7 @@ class _Builder:
 
     def statement(self, target: str, expr: sp.Expr | str, comment: str = "", declare: bool = True,
                   guard: str = "", otherwise: str = "") -> None:
-        value = expr if isinstance(expr, str) else self.printer(expr)
+        value = expr if isinstance(expr, str) else self.printer(self.hoist(expr))
         self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
 
 
@@ -305,7 +346,7 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
         b.pointer(f"{s.name}_final", const=False)
         b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
     b.scalar_params()
-    return b.plan
+    return b.done()
 
 
 def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> _Plan:
@@ -368,7 +409,7 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
         b.plan.finish.append(b.store(f"grad_{p.name}", "ac_n0", f"ac_acc_{p.name}",
                                      f"per-neuron sum of d loss / d {p.name}", compute_type=True))
     b.scalar_params()
-    return b.plan
+    return b.done()
 
 
 def _previous_states(b: _Builder, derivation: Derivation) -> None:
