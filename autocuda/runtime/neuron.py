@@ -22,15 +22,13 @@ from ..surrogate import Surrogate
 from .launch import current_stream_ptr
 
 BLOCK = 256
-# Preferred aligned access widths, in order. Measured on an H200 (LIF, kernels alone, 2026-11-22): 8-byte
-# accesses beat 16-byte ones at (T, N) = (64, 1M) float32 by 8% (inference) and 11% (training), and are within
-# 2% of them at (8, 8M) and in bfloat16, where more threads in flight hide latency better than wider loads.
+# Preferred aligned access widths, in order. Measured on an H200 (LIF and Izhikevich, kernels alone,
+# 2026-11-22): 8-byte accesses are within a few percent of 16-byte ones at (8, 8M) and (64, 1M), and beat one
+# word per thread at the long shapes: LIF float32 at (1024, 16K) trains in 0.48 ms with them, 0.70 without.
+# Loading inputs steps ahead (the `prefetch` option) no longer pays once loop-invariant divisions are hoisted:
+# it slowed most of those shapes down, so no layout uses it.
 VECTOR_BYTES = (8, 16, 4)
-MIN_THREADS = 64 * 1024         # below this many threads, keep one word per thread: latency needs parallelism
-# Few neurons, many steps: each thread's loop waits on memory every step. Loading inputs two steps ahead cut
-# LIF's forward-with-save from 0.43 to 0.27 ms and its backward from 0.62 to 0.49 ms at (T, N) = (1024, 16K) on
-# an H200 (float32; inference unchanged).
-LONG_LOOP, LONG_LOOP_STEPS = (("prefetch", 2),), 64
+MIN_THREADS = 4096              # below this many threads, keep one word per thread: latency needs parallelism
 
 
 def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor]) -> dict[str, Any]:
@@ -164,7 +162,7 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
     if layout is None and n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
-        chosen: tuple = LONG_LOOP if steps and steps >= LONG_LOOP_STEPS else ()
+        chosen: tuple = ()
     else:  # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
         if layout is None:
             tensors = [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
