@@ -189,7 +189,12 @@ def test_reduced_precision_runs_in_float32():
 
 
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
-def test_long_sequences_match_the_reference(name: str):
+def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: str):
+    """T >= 64 with few neurons selects kernels whose time loop is unrolled (runtime.neuron.LONG_LOOP)."""
+    from autocuda.runtime import neuron
+    from autocuda.runtime.cache import get_plan
+
+    assert neuron.LONG_LOOP_STEPS <= 80
     x = (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
     got, got_finals, _ = F.multi_step(name, x, backend="host")
     want, want_finals, _ = F.multi_step(name, x, backend="reference")
@@ -197,6 +202,9 @@ def test_long_sequences_match_the_reference(name: str):
     torch.testing.assert_close(got_finals, want_finals)
     g = torch.randn_like(got)
     torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
+    recipes = ops.entry(get_plan(name).key).config._recipes.values()
+    used = {r.kernel.options.kernel for r in recipes if r.kernel.options.unroll > 1}
+    assert used >= {"fptt", "bptt"}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
