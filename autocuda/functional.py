@@ -58,13 +58,12 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
         return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()), seqs
     if call.backend == "reference":
         return _reference_multi(call, x_seq, store_state_seq)
-    x_flat = x_seq.reshape(steps, call.numel).contiguous()
-    names, outputs = call.launch(x_flat, False, store_state_seq)
+    names, outputs = call.launch(_flat(x_seq, (steps, call.numel)), False, store_state_seq)
     by_name = dict(zip(names, outputs))
     shape = tuple(x_seq.shape)
-    spikes = by_name["spike_seq"].view(shape)
-    finals = tuple(by_name[f"{s}_final"].view(call.shape) for s in call.state_names)
-    seqs = tuple(by_name[f"{s}_seq"].view(shape) for s in call.state_names) if store_state_seq else None
+    spikes = _shaped(by_name["spike_seq"], shape)
+    finals = tuple(_shaped(by_name[f"{s}_final"], call.shape) for s in call.state_names)
+    seqs = tuple(_shaped(by_name[f"{s}_seq"], shape) for s in call.state_names) if store_state_seq else None
     return spikes, finals, seqs
 
 
@@ -78,9 +77,10 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     if call.backend == "reference":
         spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(x))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
-    names, outputs = call.launch(x.reshape(call.numel).contiguous(), True, False)
+    names, outputs = call.launch(_flat(x, (call.numel,)), True, False)
     by_name = dict(zip(names, outputs))
-    return by_name["spike_seq"].view(x.shape), tuple(by_name[f"{s}_final"].view(x.shape) for s in call.state_names)
+    shape = tuple(x.shape)
+    return _shaped(by_name["spike_seq"], shape), tuple(_shaped(by_name[f"{s}_final"], shape) for s in call.state_names)
 
 
 def _check_input(x: Any, name: str, min_dim: int) -> None:
@@ -193,7 +193,7 @@ class _Call:
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[tuple[str, ...], list[Tensor]]:
         if any(isinstance(s, torch.Tensor) for s in self.states):
-            states, initial = [s.reshape(self.numel).contiguous() for s in self.state_tensors()], []
+            states, initial = [_flat(s, (self.numel,)) for s in self.state_tensors()], []
         else:  # numbers only: the kernels start from them (nothing to fill, read or differentiate)
             states, initial = [], list(self.states)
         tensors = self.tensor_args()
@@ -209,6 +209,19 @@ class _Call:
                   for n, v in self.values.items() if n in layer.symbols}
         states = [s.to(self.compute) for s in self.state_tensors()]
         return x.to(self.compute), states, params, layer.surrogate, layer.detach_reset
+
+
+def _flat(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`t` as a contiguous tensor of `shape` (the kernels' [T, N] or [N]): itself when it already is one, since
+    a reshape would add a view, and an autograd node, to every call."""
+    if tuple(t.shape) == shape and t.is_contiguous():
+        return t
+    return t.reshape(shape).contiguous()
+
+
+def _shaped(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """A kernel output viewed in the caller's shape (no view when it already has it)."""
+    return t if tuple(t.shape) == shape else t.view(shape)
 
 
 def _numel(shape: Sequence[int]) -> int:

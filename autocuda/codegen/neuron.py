@@ -10,7 +10,9 @@ Single-step kernels use the same names with T = 1 and no time loop. With `given_
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,7 +194,6 @@ class _Builder:
         self.temp_count = 0
         self.invariant_symbols = frozenset(system.params)
         self.invariants: dict[sp.Expr, sp.Symbol] = {}
-        self.invariant_setup: list[Transfer] = []
         self.plan.params += [CParam("N", "long long", False, True)]
         if self.multi:
             self.plan.params += [CParam("T", "long long", False, True)]
@@ -280,14 +281,25 @@ class _Builder:
         if symbol is None:
             symbol = self.invariants[expr] = sp.Symbol(f"ac_k{len(self.invariants) + 1}", real=True)
             self.register(symbol.name)
-            self.invariant_setup.append(Transfer(f"{sp.sstr(expr)}, once", symbol.name, "", "", self.printer(expr),
-                                                 vectorizable=False))
             self.printer.names[symbol] = f"{symbol.name}[lane]"
         return symbol
 
     def done(self) -> _Plan:
-        """The plan, with the hoisted invariants computed after everything else set up (parameters loaded)."""
-        self.plan.setup += self.invariant_setup
+        """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
+        They share common subexpressions like the loop body does: printed one by one, the coefficients of a
+        discretised linear system repeat each other and make sources that take nvcc minutes."""
+        def names():
+            for i in itertools.count(1):
+                yield sp.Symbol(f"ac_kc{i}", real=True)
+        replacements, reduced = sp.cse(list(self.invariants), symbols=names(), order="none")
+        for symbol, value in replacements:
+            self.register(symbol.name)
+            self.printer.names[symbol] = f"{symbol.name}[lane]"
+            self.plan.setup.append(Transfer("parameters only, once", symbol.name, "", "", self.printer(value),
+                                            vectorizable=False))
+        for (expr, symbol), value in zip(self.invariants.items(), reduced):
+            comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
+            self.plan.setup.append(Transfer(comment, symbol.name, "", "", self.printer(value), vectorizable=False))
         return self.plan
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
@@ -308,6 +320,16 @@ class _Builder:
                   guard: str = "", otherwise: str = "") -> None:
         value = expr if isinstance(expr, str) else self.printer(self.hoist(expr))
         self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
+
+
+def _nodes(expr: sp.Basic, limit: int = 100) -> int:
+    """The number of nodes of `expr`, counted up to `limit` (printing a large expression is slow)."""
+    count = 0
+    for _ in sp.preorder_traversal(expr):
+        count += 1
+        if count >= limit:
+            break
+    return count
 
 
 def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
@@ -442,10 +464,23 @@ def describe(spec_title: str, derivation: Derivation, options: KernelOptions) ->
             "step-forward": "one forward step", "step-backward": "one backward step"}[options.kernel]
     arithmetic = options.dtype.compute.name
     lines = [spec_title, f"{options.kernel}: {role}; {options.dtype.name} storage, {arithmetic} arithmetic, "
-             f"{system.reset} reset{', detach_reset' if derivation.detach_reset and 'backward' in role else ''}",
-             f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}", "s = (h >= threshold)"]
+             f"{system.reset} reset{', detach_reset' if derivation.detach_reset and 'backward' in role else ''}"]
+    return tuple(lines) + _equations(system, step)
+
+
+@functools.lru_cache(maxsize=1024)
+def _equations(system: Any, step: Any) -> tuple[str, ...]:
+    """The step's equations as comment lines (printed once per derivation: every variant repeats them)."""
+    lines = [f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}", "s = (h >= threshold)"]
     lines += [f"{s.name}' = {sp.sstr(e)}" for s, e in zip(system.states, step.new_states)]
     return tuple(line.replace("ac_h", "h").replace("ac_thr", "threshold").replace("ac_s", "s") for line in lines)
+
+
+@functools.lru_cache(maxsize=1024)
+def _text(part: Any) -> str:
+    """repr of a derivation or a part of it, once: every variant of a spec names its kernel from it, and
+    printing a large derivation takes a good part of a second."""
+    return repr(part)
 
 
 def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
@@ -462,8 +497,8 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     # A forward kernel depends on detach_reset and the surrogate only through what it saves: leaving them out
     # of its name lets identical forward kernels share one name, one source and one compiled binary.
     forward = options.kernel in ("fptt", "step-forward")
-    identity = ((derivation.system, derivation.forward, derivation.saved_states, options) if forward
-                else (derivation, options, surrogate_gradient))
+    identity = ((_text(derivation.system), _text(derivation.forward), derivation.saved_states, options) if forward
+                else (_text(derivation), options, surrogate_gradient))
     digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset and not forward else ""
     kind = options.kernel.replace("-", "_")
