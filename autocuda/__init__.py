@@ -6,19 +6,34 @@ launch (runtime.launch, runtime.neuron) -> op -> module. Underneath: the builder
 """
 from __future__ import annotations
 
-from . import cfunction
-from .ckernel import CKernel, CKernel1D, CKernel2D, CodeBlock, CodeTyper, KernelArgumentError
-from .dtypes import DTYPES, get_dtype
-from .errors import SpecError
-from .kernels import neuron_kernel, source
-from .spec import NeuronSpec, Param, ParsedSpec, State, list_specs, load_spec, parse_expression, spec_from_toml
-from .surrogate import SURROGATES, Surrogate, get_surrogate
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CKernel", "CKernel1D", "CKernel2D", "CodeBlock", "CodeTyper", "KernelArgumentError", "cfunction",
-    "DTYPES", "get_dtype", "SpecError", "NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs",
-    "spec_from_toml", "parse_expression", "Surrogate", "SURROGATES", "get_surrogate", "neuron_kernel", "source",
-    "__version__",
-]
+# Public names and the modules they live in, imported on first use: `import autocuda` stays cheap, and a process
+# that runs only cached kernels never imports sympy (see autocuda.lazy).
+_HOMES = {
+    **dict.fromkeys(("CKernel", "CKernel1D", "CKernel2D", "CodeBlock", "CodeTyper", "KernelArgumentError"),
+                    ".ckernel"),
+    "DTYPES": ".dtypes", "get_dtype": ".dtypes", "SpecError": ".errors",
+    "neuron_kernel": ".kernels", "source": ".kernels",
+    **dict.fromkeys(("NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs", "spec_from_toml",
+                     "parse_expression"), ".spec"),
+    **dict.fromkeys(("SURROGATES", "Surrogate", "get_surrogate"), ".surrogate"),
+}
+_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference", "benchmark")
+
+__all__ = ["cfunction", *_HOMES, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, *_SUBMODULES})

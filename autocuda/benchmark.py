@@ -753,7 +753,7 @@ else:
     spikes = lif_multi_step(x, torch.zeros(4096, device=device))[0]
 sync()
 t1 = time.perf_counter()
-torch.autograd.grad(spikes, x, g)
+(spikes * g).sum().backward()  # a training step's backward (autograd.grad with grad_outputs imports sympy: torch 2.11)
 sync()
 t2 = time.perf_counter()
 print(json.dumps({"first_use_s": t2 - t0, "first_forward_s": t1 - t0, "torch_and_cuda_init_s": t0 - start}))

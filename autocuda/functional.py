@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from . import ops
-from . import reference as ref
 from .runtime.cache import (
     compute_dtype,
     default_backend,
@@ -75,6 +74,8 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     _check_input(x, "x", 0)
     call = _Call(spec, x, x.shape, states, surrogate, detach_reset, reset, backend, params)
     if call.backend == "reference":
+        from . import reference as ref  # derives the step with sympy: imported only for this path
+
         spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(x))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     names, outputs = call.launch(_flat(x, (call.numel,)), True, False)
@@ -237,6 +238,8 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 
 def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool):
+    from . import reference as ref  # derives the step with sympy: imported only for this path
+
     x, states, params, surrogate, detach = call.reference_args(x_seq)
     spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
     dtype = x_seq.dtype

@@ -13,7 +13,7 @@ from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKerne
 from .dtypes import DType, get_dtype
 from .errors import SpecError
 from .spec.derive import Derivation, Reset, derive
-from .spec.model import NeuronSpec
+from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
 from .surrogate import Surrogate, get_surrogate
 
@@ -31,10 +31,6 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
                constants: Mapping[str, float] | None = None) -> Derivation:
     """The derived step of `spec` under a reset rule (default: the spec's), cached."""
     return _derivation(spec, reset, bool(detach_reset), _frozen(constants))
-
-
-def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
-    return tuple(p.name for p in spec.params if p.kind == "tensor")
 
 
 @functools.lru_cache(maxsize=1024)

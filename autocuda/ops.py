@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -36,7 +35,7 @@ import torch
 from .runtime import neuron as launch
 from .runtime.cache import compute_dtype
 from .runtime.neuron import NeuronConfig
-from .spec.system import runtime_params
+from .spec.model import runtime_params
 
 Tensor = torch.Tensor
 
@@ -58,18 +57,9 @@ class Entry:
 _REGISTRY: dict[str, Entry] = {}
 
 
-def config_key(config: NeuronConfig) -> str:
-    """A key stable across processes: the spec's name and a digest of what selects the kernels."""
-    spec = config.spec
-    fields = tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin")
-    text = repr((fields, config.surrogate.key(), config.reset, config.detach_reset, config.constants,
-                 config.tensors))
-    return f"{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
-
-
 def register(config: NeuronConfig) -> str:
     """Register a neuron layer (idempotent) and return the key its ops are called with."""
-    key = config_key(config)
+    key = config.key
     entry = _REGISTRY.get(key)
     if entry is None:
         tensors = tuple(name for name, _ in config.tensors)

@@ -9,17 +9,18 @@ a stable tuple for cache keys.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import sympy
 import torch
 
 from .errors import SpecError
-from .spec.parse import check_identifier, parse_expression
-from .spec.torch_eval import evaluate
+from .lazy import lazy_import
+
+sympy = lazy_import("sympy")
 
 __all__ = [
     "Surrogate", "Sigmoid", "ATan", "PiecewiseQuadratic", "PiecewiseExp", "SoftSign", "SuperSpike",
@@ -27,7 +28,10 @@ __all__ = [
     "FakeNumericalGradient", "LogTailedReLU", "Custom", "SURROGATES", "surrogate_from_spec", "get_surrogate",
 ]
 
-X = sympy.Symbol("x", real=True)  # the variable of Custom gradient expressions and of cached gradients
+@functools.cache
+def _x() -> sympy.Symbol:
+    """The variable of Custom gradient expressions and of cached gradients."""
+    return sympy.Symbol("x", real=True)
 
 # Parameter domains: rule name -> (test, what the message says). Parameters not listed take any finite value.
 _DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1")}
@@ -130,11 +134,13 @@ class Surrogate:
 
     def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
         """The gradient evaluated with torch ops (same dtype and device as `x`)."""
+        from .spec.torch_eval import evaluate
+
         cached = self.__dict__.get("_gradient_x")
         if cached is None:
-            cached = self.gradient(X)
+            cached = self.gradient(_x())
             object.__setattr__(self, "_gradient_x", cached)
-        return evaluate(cached, {X: x})
+        return evaluate(cached, {_x(): x})
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Θ(x) in forward, this surrogate's gradient in backward."""
@@ -306,13 +312,15 @@ class Custom(Surrogate):
     """A user gradient: an expression of `x` (parsed through the spec whitelist) and named parameters."""
 
     def __init__(self, gradient: str, **params: float):
+        from .spec.parse import check_identifier, parse_expression
+
         for name in params:
             check_identifier(name, field=f"surrogate.{name}")
             if name == "x":
                 raise SpecError("'x' is the surrogate's variable, not a parameter", field="surrogate.x",
                                 symbol="x")
         values = tuple((n, _check_value("Custom", n, v, None)) for n, v in params.items())
-        symbols = {"x": X, **{n: sympy.Symbol(n, real=True) for n in params}}
+        symbols = {"x": _x(), **{n: sympy.Symbol(n, real=True) for n in params}}
         expr = parse_expression(gradient, symbols, field="surrogate.gradient")
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_text", gradient)
@@ -333,7 +341,7 @@ class Custom(Surrogate):
         return {"gradient": self._text, **self.params}
 
     def gradient(self, z: sympy.Symbol) -> sympy.Expr:
-        return self._expr.xreplace({X: z})
+        return self._expr.xreplace({_x(): z})
 
 
 SURROGATES: Mapping[str, type[Surrogate]] = {cls.__name__: cls for cls in (

@@ -47,10 +47,13 @@ def surrogate_plot(name: str) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import sympy
     import torch
 
     from autocuda.spec.torch_eval import evaluate
-    from autocuda.surrogate import SURROGATES, X
+    from autocuda.surrogate import SURROGATES
+
+    X = sympy.Symbol("x", real=True)  # the surrogates' variable
 
     surrogate = SURROGATES[name]()
     low, high = PLOT_RANGE.get(name, (-3.0, 3.0))

@@ -12,28 +12,32 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from autocuda.codegen.neuron import NeuronKernel
 from autocuda.runtime.neuron import NeuronConfig
+from autocuda.runtime.records import KernelRecord
 from autocuda.spec.model import load_spec
 from autocuda.testing import Report, Setup, check_case, make_case
 
 SHAPES = ((6, 9), (4, 5))   # several steps (the reverse loop matters) and several neurons (per-neuron values)
 
 
-class Mutant(NeuronKernel):
+class Mutant(KernelRecord):
     """A generated kernel with one replacement in its source. Every launch path (host, CUDA, packed or not)
     reads `full_codes`, so `uses` counts that the mutated text, not the original, was compiled and run."""
 
-    def __init__(self, kernel: NeuronKernel, old: str, new: str):  # a copy: super().__init__ would re-plan it
+    def __init__(self, kernel: KernelRecord, old: str, new: str):
         source = kernel.full_codes
         assert source.count(old) == 1, f"{kernel.kernel_name}: {old!r} occurs {source.count(old)} times, expected once"
-        self.__dict__.update({k: v for k, v in kernel.__dict__.items() if k not in ("_launchers", "_source")})
-        self.mutated, self.uses = source.replace(old, new), 0
+        self.uses = 0
+        super().__init__(kernel.kernel_name, source.replace(old, new), tuple(kernel.cparams.values()), kernel.lanes)
 
     @property
     def full_codes(self) -> str:
         self.uses += 1
         return self.mutated
+
+    @full_codes.setter
+    def full_codes(self, value: str) -> None:
+        self.mutated = value
 
 
 @dataclasses.dataclass(frozen=True)

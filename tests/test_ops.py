@@ -165,16 +165,17 @@ def test_keys_are_stable_and_checked():
         ops.entry("lif_0000")
 
 
-def test_unwritable_kernel_cache_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
-    from autocuda.runtime import compile as compile_stage
+def test_unwritable_kernel_cache_falls_back_to_a_temporary_folder_with_one_warning(tmp_path, monkeypatch):
+    from autocuda import store
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(blocker / "cupy"))  # below a file: nothing can be created there
-    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "")
-    with pytest.warns(RuntimeWarning, match="not writable"):
-        compile_stage.configure_disk_cache.__wrapped__()
-    assert compile_stage.cache_dir() is None  # CuPy now caches in memory only
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(blocker / "cache"))  # below a file: nothing can be created there
+    monkeypatch.setattr(store, "_fallbacks", {})
+    with pytest.warns(UserWarning, match="not writable"):
+        store.save("binaries", "probe", b"image")
+    assert store.read("binaries", "probe") == b"image"  # this process keeps using the fallback, silently
+    assert not str(store.folder("binaries")).startswith(str(blocker))
 
 
 def test_constant_result_marks_functions_as_torch_does():

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from ..resources import resource_dir
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    import jinja2  # rendering only: a process running cached kernels never renders
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         undefined=jinja2.StrictUndefined,

@@ -15,16 +15,17 @@ import functools
 import hashlib
 import importlib.util
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy as sp
 import torch
 
-from ..kernels import tensor_param_names
-from ..spec.derive import StepSystem
-from ..spec.model import NeuronSpec, load_spec
-from ..spec.system import runtime_params, step_system
+from ..spec.model import NeuronSpec, check_reset, load_spec, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
+
+if TYPE_CHECKING:
+    import sympy as sp
+
+    from ..spec.derive import StepSystem
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None  # found, not imported: import costs seconds
 
@@ -48,11 +49,6 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def default_backend(device_type: str) -> str:
     """'cuda' (the generated kernels) for CUDA tensors when CuPy is installed, else 'reference' (torch ops)."""
     return "cuda" if device_type == "cuda" and HAS_CUPY else "reference"
-
-
-def spec_text(spec: NeuronSpec) -> str:
-    """Everything that defines a spec (not where it was loaded from), as stable text."""
-    return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin"))
 
 
 def _register(kind: str, obj: Any, text: str) -> str:
@@ -140,6 +136,8 @@ class Plan:
 
     @functools.cached_property
     def system(self) -> StepSystem:
+        from ..spec.system import step_system  # derivation: the reference path only
+
         return step_system(self.spec, self.reset, dict(self.constants))
 
     @functools.cached_property
@@ -188,7 +186,7 @@ def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = 
 @functools.lru_cache(maxsize=1024)
 def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool, constants: tuple,
           signature: tuple, kernels: bool) -> Plan:
-    step_system(spec, reset, dict(constants))  # refuses an unknown reset rule, or a hard one without v_reset
+    check_reset(spec, reset)
     given = {name: per_neuron for name, per_neuron, _ in signature}
     # The kernels differentiate only what the spec calls learnable: a tensor that needs a gradient makes its
     # parameter learnable in a variant of the spec (the reference path gets every gradient from autograd).

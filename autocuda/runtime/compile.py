@@ -1,8 +1,9 @@
 """Compiling CUDA source: NVRTC through CuPy on a GPU machine, nvcc as a compile check without one.
 
-Compiled modules are kept in memory per (device, source, options); CuPy keeps the binaries in its own
-hashed, atomically written disk cache (see `configure_disk_cache`): its key covers the source, the options,
-the architecture and the NVRTC version, and an entry whose checksum does not match is rebuilt.
+Loaded kernels are kept in memory per (device, source); binaries are kept in `autocuda.store`'s `binaries`
+folder, named by a digest of the source, the options and the architecture (atomically written, checked
+against their checksum, rebuilt when damaged or when the driver refuses them). CuPy is needed only to
+compile: a process whose binaries are all on disk never imports it.
 """
 from __future__ import annotations
 
@@ -12,16 +13,21 @@ import os
 import shutil
 import subprocess
 import tempfile
-import warnings
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+
+import torch
+
+from .. import store
+from .driver import DriverError, load_function
 
 # Single-precision division without IEEE rounding (at most 2 ulp): the IEEE path branches to a slow path, and a
 # branch in the time loop keeps the compiler from issuing later steps' loads early. In the same-day H200 runs
 # (`bench/results/2026-11-22-h200-long-unrolled` against `-ieee-division`) LIF float32 training at
 # (T, N) = (1024, 16K) took 0.42 ms with it and 0.82 ms without; float64 is unaffected.
-NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false")
+# Denormals flushed to zero, as CuPy's RawModule compiled every kernel measured before we called NVRTC ourselves.
+NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false", "-ftz=true")
 CHECK_ARCHS = ("sm_80", "sm_90")
 
 
@@ -45,64 +51,53 @@ def import_cupy():
     return cupy
 
 
-# How this process obtained its kernels: "compiled" (NVRTC ran: a new entry in CuPy's disk cache, or no disk
-# cache) or "disk" (CuPy loaded the binary from its disk cache). A process with a warm cache compiles nothing.
+# How this process obtained its kernels: "compiled" (NVRTC ran) or "disk" (the binary came from the disk cache).
+# A process with a warm cache compiles nothing.
 stats: Counter[str] = Counter()
 
 
-def cache_dir() -> Path | None:
-    """CuPy's kernel cache directory (CUPY_CACHE_DIR, or its default), None when it caches in memory only."""
-    if os.environ.get("CUPY_CACHE_IN_MEMORY", "") == "1":
-        return None
-    return Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
-
-
-def _writable(directory: Path) -> bool:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory):
-            return True
-    except OSError:
-        return False
-
-
 @functools.cache
-def configure_disk_cache() -> None:
-    """Point CuPy's kernel cache at AUTOCUDA_CACHE_DIR/cupy when that is set (CUPY_CACHE_DIR, if set, wins);
-    an unwritable cache directory degrades to CuPy's in-memory cache, with one warning."""
-    path = os.environ.get("AUTOCUDA_CACHE_DIR")
-    if path:
-        os.environ.setdefault("CUPY_CACHE_DIR", str(Path(path) / "cupy"))
-    directory = cache_dir()
-    if directory is not None and not _writable(directory):
-        warnings.warn(f"autocuda: kernel cache directory {directory} is not writable; compiled kernels are "
-                      "cached in memory only (set AUTOCUDA_CACHE_DIR to a writable directory)", RuntimeWarning,
-                      stacklevel=2)
-        os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
-
-
-def _entries() -> set[str]:
-    directory = cache_dir()
-    try:
-        return set(os.listdir(directory)) if directory is not None else set()
-    except OSError:
-        return set()
-
-
-@functools.cache
-def cupy_function(source: str, name: str, device_index: int):
-    """The compiled kernel `name` of `source` on one device (compiled once per process and device)."""
-    configure_disk_cache()
-    cupy = import_cupy()
-    before = _entries()
-    with cupy.cuda.Device(device_index):
-        module = cupy.RawModule(code=source, options=NVRTC_OPTIONS)
+def kernel_function(source: str, name: str, device_index: int) -> int:
+    """Kernel `name` of `source` loaded on a device (once per process and device), as a driver address. The
+    binary comes from the disk cache when present there, else from NVRTC (and is then stored)."""
+    major, minor = torch.cuda.get_device_capability(device_index)
+    entry = store.digest(repr((source, NVRTC_OPTIONS, f"sm_{major}{minor}")).encode())[:40]
+    image = store.read("binaries", entry)
+    if image is not None:
         try:
-            function = module.get_function(name)
-        except cupy.cuda.compiler.CompileException as error:
-            raise CompileError(f"NVRTC rejected kernel {name}:\n{error}\n{_numbered(source)}") from None
-    stats["compiled" if cache_dir() is None or _entries() - before else "disk"] += 1
+            function = load_function(image, name, device_index)
+            stats["disk"] += 1
+            return function
+        except DriverError:  # a binary this driver cannot load (e.g. after a driver downgrade): rebuild it
+            pass
+    image = nvrtc_compile(source, name, device_index)
+    function = load_function(image, name, device_index)
+    store.save("binaries", entry, image)
+    stats["compiled"] += 1
     return function
+
+
+def nvrtc_compile(source: str, name: str, device_index: int) -> bytes:
+    """A cubin of `source` for a device (PTX when NVRTC is older than the device), through CuPy's NVRTC."""
+    cupy = import_cupy()
+    from cupy.cuda import compiler
+
+    with cupy.cuda.Device(device_index):
+        try:
+            compiled = compiler.compile_using_nvrtc(source, NVRTC_OPTIONS + _include_options())
+        except compiler.CompileException as error:
+            raise CompileError(f"NVRTC rejected kernel {name}:\n{error}\n{_numbered(source)}") from None
+    image = compiled[0] if isinstance(compiled, tuple) else compiled
+    return image.encode() if isinstance(image, str) else bytes(image)
+
+
+@functools.cache
+def _include_options() -> tuple[str, ...]:
+    """NVRTC searches no folder by default: point it at the CUDA headers (cuda_fp16.h, cuda_bf16.h) of the
+    toolkit CuPy runs with."""
+    cuda = import_cupy().cuda.get_cuda_path()
+    folders = [os.path.join(cuda, "include")] if cuda else []
+    return tuple(f"-I{folder}" for folder in folders if os.path.isdir(folder))
 
 
 def nvcc_path() -> str:

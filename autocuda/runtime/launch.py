@@ -1,20 +1,20 @@
 """Launching a compiled kernel on the tensors' device and on torch's current stream.
 
 The hot path packs the arguments itself: one `struct.pack_into` of every value into 8-byte slots (the layout
-is derived from the kernel's parameter list), then one driver launch on torch's raw current stream. That keeps
-a launch at a few microseconds of host time, however many parameters a kernel has.
+is derived from the kernel's parameter list), then one driver launch (`runtime.driver`) on torch's raw current
+stream, in the device's own context. That keeps a launch at a few microseconds of host time, however many
+parameters a kernel has.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import struct
-import threading
 from collections.abc import Sequence
 
 import torch
 
-from .compile import cupy_function, import_cupy
+from .compile import kernel_function
+from .driver import Launcher
 
 # struct code of one 8-byte argument slot, by C type of a scalar parameter (pointers are addresses: "Q")
 _SLOT_CODES = {"float": "f4x", "double": "d", "long long": "q", "int64_t": "q", "int": "i4x",
@@ -25,35 +25,18 @@ _SLOT_CODES = {"float": "f4x", "double": "d", "long long": "q", "int64_t": "q", 
 class PackedLaunch:
     """A compiled kernel with its argument layout: call with plain Python values in parameter order
     (tensor addresses as ints, scalars as numbers; packed half2/bfloat162 scalars as their 32-bit patterns).
-
-    The slots and the array of pointers to them are allocated once; a call writes the values in place and
-    launches. The driver copies the values during the launch call, so a lock around the two suffices.
-    """
+    A call writes the values into the launcher's slots in place and launches."""
 
     def __init__(self, source: str, name: str, params: Sequence, device_index: int):
-        raw = cupy_function(source, name, device_index)
-        with import_cupy().cuda.Device(device_index):
-            self.function_ptr = raw.kernel.ptr
+        self.launcher = Launcher(kernel_function(source, name, device_index), device_index, len(params))
         self.format = "<" + "".join("Q" if p.pointer else _SLOT_CODES[p.ctype] for p in params)
-        count = max(1, len(params))
-        self.slots = (ctypes.c_uint64 * count)()
-        base = ctypes.addressof(self.slots)
-        self.pointers = (ctypes.c_void_p * count)(*(base + 8 * i for i in range(count)))
-        self.pointers_address = ctypes.addressof(self.pointers)
-        self.launch_kernel = import_cupy().cuda.driver.launchKernel
-        self.lock = threading.Lock()
         self.device_index = device_index
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], values: Sequence, stream_ptr: int) -> None:
-        gx, gy, gz = (*grid, 1, 1)[:3]
-        bx, by, bz = (*block, 1, 1)[:3]
-        if torch.cuda.current_device() != self.device_index:  # the driver launches in the current context
-            with torch.cuda.device(self.device_index):
-                return self(grid, block, values, stream_ptr)
-        with self.lock:
-            struct.pack_into(self.format, self.slots, 0, *values)
-            self.launch_kernel(self.function_ptr, gx, gy, gz, bx, by, bz, 0, stream_ptr, self.pointers_address, 0)
-        return None
+        launcher = self.launcher
+        with launcher.lock:
+            struct.pack_into(self.format, launcher.slots, 0, *values)
+            launcher.launch((*grid, 1, 1)[:3], (*block, 1, 1)[:3], stream_ptr)
 
 
 @functools.lru_cache(maxsize=4096)

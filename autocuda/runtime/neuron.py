@@ -7,19 +7,19 @@ Names follow `autocuda.codegen.neuron`'s docstring. Nothing here synchronises wi
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..ckernel import KernelArgumentError
-from ..codegen.neuron import NeuronKernel
-from ..kernels import derivation, neuron_kernel
-from ..spec.model import NeuronSpec
+from ..dtypes import get_dtype
+from ..spec.model import NeuronSpec, spec_text
 from ..surrogate import Surrogate
 from .launch import current_stream_ptr
+from .records import KernelRecord, kernel_record
 
 BLOCK = 256
 # Preferred aligned access widths, in order. Measured on an H200 (LIF and Izhikevich, kernels alone,
@@ -60,7 +60,7 @@ class Recipe:
     (N, T), a scalar or an input tensor taken from the caller's mapping, or an output allocated here (shaped
     like the sequence, or one value per neuron, in `_output_dtype`). Outputs come back in parameter order."""
 
-    def __init__(self, kernel: NeuronKernel, storage: torch.dtype):
+    def __init__(self, kernel: KernelRecord, storage: torch.dtype):
         self.kernel = kernel
         self.args: list[tuple[str, str, Any]] = []
         for name, param in kernel.cparams.items():
@@ -105,6 +105,8 @@ class Recipe:
         if backend == "cuda":
             kernel.cuda_launcher(device.index)(grid, (BLOCK,), values, current_stream_ptr(device.index))
         else:
+            import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
+
             packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
             kernel.launch(grid, (BLOCK,), packed, device, backend)
 
@@ -123,18 +125,37 @@ class NeuronConfig:
     _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def derivation(self):
+        from ..kernels import derivation
+
         return derivation(self.spec, self.reset, self.detach_reset, dict(self.constants))
 
-    def kernel(self, kind: str, dtype: Any, **options: Any) -> NeuronKernel:
-        """The kernel for these options, looked up without hashing the spec."""
+    @functools.cached_property
+    def text(self) -> str:
+        """Everything that selects this layer's kernels, as stable text."""
+        return repr((spec_text(self.spec), self.surrogate.key(), self.reset, self.detach_reset, self.constants,
+                     self.tensors))
+
+    @functools.cached_property
+    def key(self) -> str:
+        """A key stable across processes: the spec's name and a digest of `text`."""
+        return f"{self.spec.name}_{hashlib.sha1(self.text.encode()).hexdigest()[:16]}"
+
+    def kernel(self, kind: str, dtype: Any, **options: Any) -> KernelRecord:
+        """The kernel for these options: from this object, else from the disk cache, else generated."""
         key = (kind, dtype, *sorted(options.items()))
         found = self._kernels.get(key)
         if found is None:
-            found = self._kernels[key] = neuron_kernel(
-                self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
-                constants=dict(self.constants), surrogate=self.surrogate, tensors=[n for n, _ in self.tensors],
-                per_neuron=[n for n, p in self.tensors if p], **options)
+            text = repr(("neuron kernel", self.text, kind, get_dtype(dtype).name, sorted(options.items())))
+            found = self._kernels[key] = kernel_record(text, lambda: self._generate(kind, dtype, options))
         return found
+
+    def _generate(self, kind: str, dtype: Any, options: Mapping[str, Any]):
+        from ..kernels import neuron_kernel  # the derive and render stages: only for kernels not on disk
+
+        return neuron_kernel(self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
+                             constants=dict(self.constants), surrogate=self.surrogate,
+                             tensors=[n for n, _ in self.tensors], per_neuron=[n for n, p in self.tensors if p],
+                             **options)
 
     def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: tuple[tuple[str, Any], ...]
                ) -> Recipe:
@@ -151,10 +172,6 @@ class NeuronConfig:
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.spec.states)
-
-    @functools.cached_property
-    def learnable(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.derivation().system.learnable)
 
 
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.

@@ -1,22 +1,21 @@
 """Neuron specs: the declarative description (model), its expression language (parse), torch evaluation.
 
-`model` is imported lazily: it needs `autocuda.surrogate`, which itself needs `parse` from this package, so an
-eager import here would make `import autocuda.surrogate` circular.
+Names are imported on first use: `parse` and `torch_eval` need sympy, which a process running only cached
+kernels never imports, and `model` needs `autocuda.surrogate`, which itself needs this package.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from .parse import check_identifier, parse_expression
-from .torch_eval import evaluate
+_HOMES = {"check_identifier": ".parse", "parse_expression": ".parse", "evaluate": ".torch_eval",
+          **dict.fromkeys(("NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs",
+                           "spec_from_toml"), ".model")}
 
-_MODEL_NAMES = ("NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs", "spec_from_toml")
-
-__all__ = ["check_identifier", "parse_expression", "evaluate", *_MODEL_NAMES]
+__all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODEL_NAMES:
-        return getattr(importlib.import_module(".model", __name__), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

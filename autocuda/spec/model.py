@@ -67,13 +67,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import sympy
-
+from .. import store
 from ..errors import SpecError
+from ..lazy import lazy_import
 from ..resources import resource_dir
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
 from .ode import TIME_STEP, check_structure, discretise, with_jump
-from .parse import check_identifier, parse_expression
+
+sympy = lazy_import("sympy")
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -209,8 +210,13 @@ class NeuronSpec:
     def __post_init__(self) -> None:
         try:
             self._normalise()
-            self._validate()
-            object.__setattr__(self, "_parsed", _parse_spec(self))
+            # A spec that passed validation and parsing before (same text, same autocuda code) is not checked
+            # again: parsing needs sympy, which a process whose kernels are all cached never imports.
+            known = store.key(f"valid spec {spec_text(self)}")
+            if store.read("specs", known) is None:
+                self._validate()
+                object.__setattr__(self, "_parsed", _parse_spec(self))
+                store.save("specs", known, b"valid")
         except SpecError as err:
             raise (err.with_source(self.origin) if err.source == "<python>" else err) from None
 
@@ -244,6 +250,8 @@ class NeuronSpec:
         self._check_structure()
 
     def _check_names(self) -> None:
+        from . import parse  # the expression language's names (imports sympy)
+
         seen: dict[str, str] = {}
         groups = {"params": [p.name for p in self.params], "states": [s.name for s in self.states],
                   "derived": [n for n, _ in self.derived], "options": [n for n, _ in self.options]}
@@ -255,7 +263,7 @@ class NeuronSpec:
                 if name == "dt":
                     raise SpecError(f"'dt' is a name generated kernels use; the time step of [ode] is the "
                                     f"parameter '{TIME_STEP}'", field=field, symbol=name)
-                check_identifier(name, field=field)
+                parse.check_identifier(name, field=field)
                 if name in seen:
                     raise SpecError(f"'{name}' is declared twice (also in {seen[name]})", field=field, symbol=name)
                 seen[name] = group
@@ -374,6 +382,8 @@ def _symbols(names: Any) -> dict[str, sympy.Symbol]:
 
 
 def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
+    from .parse import parse_expression
+
     x, h, s = (sympy.Symbol(n, real=True) for n in ("x", "h", "s"))
     params = _symbols(p.name for p in spec.params)
     states = _symbols(st.name for st in spec.states)
@@ -428,6 +438,30 @@ def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[s
 
 _TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
               "surrogate", "ode", "jumps", "method")
+
+
+def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
+    return tuple(p.name for p in spec.params if p.kind == "tensor")
+
+
+def runtime_params(spec: NeuronSpec, reset: str) -> tuple[str, ...]:
+    """Parameters passed at run time (scalars and tensors); v_reset only matters under a hard reset."""
+    return tuple(p.name for p in spec.params
+                 if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
+
+
+def check_reset(spec: NeuronSpec, reset: str) -> None:
+    """Refuse an unknown reset rule, or a hard reset in a spec without v_reset."""
+    if reset not in RESETS:
+        raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.origin, field="reset",
+                        symbol=str(reset))
+    if reset == "hard" and all(p.name != "v_reset" for p in spec.params):
+        raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.origin, field="reset")
+
+
+def spec_text(spec: NeuronSpec) -> str:
+    """Everything that defines a spec (not where it was loaded from), as stable text."""
+    return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin"))
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:

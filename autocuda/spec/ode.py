@@ -33,9 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import sympy as sp
-
 from ..errors import SpecError
+from ..lazy import lazy_import
+
+sp = lazy_import("sympy")
 
 if TYPE_CHECKING:
     from .model import NeuronSpec

@@ -5,15 +5,8 @@ from collections.abc import Mapping
 
 import sympy as sp
 
-from ..errors import SpecError
-from .derive import RESETS, SPIKE, H, Reset, StepSystem
-from .model import NeuronSpec
-
-
-def runtime_params(spec: NeuronSpec, reset: Reset) -> tuple[str, ...]:
-    """Parameters passed at run time (scalars and tensors); v_reset only matters under a hard reset."""
-    return tuple(p.name for p in spec.params
-                 if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
+from .derive import SPIKE, H, Reset, StepSystem
+from .model import NeuronSpec, check_reset, runtime_params
 
 
 def initial_value(spec: NeuronSpec, state: str, reset: Reset, values: Mapping[str, float]) -> float | str:
@@ -33,13 +26,9 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
     Under a soft reset or none, v_reset is taken as 0 wherever it appears (design.md §4).
     """
     reset = reset or spec.reset
-    if reset not in RESETS:
-        raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.origin, field="reset",
-                        symbol=str(reset))
+    check_reset(spec, reset)
     parsed = spec.parsed()
     params = {p.name: p for p in spec.params}
-    if reset == "hard" and "v_reset" not in params:
-        raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.origin, field="reset")
     folded = {name: float(p.default) for name, p in params.items() if p.kind == "constant"}
     folded |= {k: float(v) for k, v in (constants or {}).items() if k in params}
     if reset != "hard" and "v_reset" in params:

@@ -11,7 +11,7 @@ import torch
 from autocuda import cfunction as cf
 from autocuda.ckernel import CKernel1D, CKernel2D, KernelArgumentError, launch_shape
 from autocuda.dtypes import get_dtype
-from autocuda.runtime.compile import cupy_function
+from autocuda.runtime.compile import kernel_function
 from autocuda.runtime.launch import packed_launch
 
 pytestmark = pytest.mark.gpu
@@ -190,12 +190,12 @@ def test_compiled_kernel_is_reused(seed_kernels):
     kernel = seed_kernels["heaviside"](torch.float16)
     x = signed(10, dtype=torch.float16)
     kernel.simple_call(x=x, y=torch.empty_like(x))
-    before, compiled = packed_launch.cache_info(), cupy_function.cache_info()
+    before, compiled = packed_launch.cache_info(), kernel_function.cache_info()
     for _ in range(3):
         kernel.simple_call(x=x, y=torch.empty_like(x))
     after = packed_launch.cache_info()
     assert after.misses == before.misses and after.hits >= before.hits + 3
-    assert cupy_function.cache_info().misses == compiled.misses, "nothing is compiled again"
+    assert kernel_function.cache_info().misses == compiled.misses, "nothing is compiled again"
 
 
 # -- packed emitters against float64 -----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ generated kernels on torch's current stream):
 - vectorised layouts (large N) against the reference;
 - torch.compile(fullgraph=True) of Linear -> LIFNode -> Linear -> IzhikevichNode against eager, forward and backward;
 - opcheck for every op form; a side stream and a CUDA graph replay against the default stream;
-- a second process with a warm disk cache compiles nothing.
+- a second process with a warm disk cache compiles nothing and imports neither sympy nor CuPy;
+- a kernel loaded on one thread launches from another (each launch runs in the device's context).
 """
 from __future__ import annotations
 
@@ -303,7 +304,7 @@ def test_side_stream_and_cuda_graph_match_default_stream():
 
 
 WARM_CACHE_SCRIPT = textwrap.dedent("""
-    import json, torch
+    import json, sys, torch
     from autocuda import functional as F
     from autocuda.runtime import compile
     x = torch.rand(4, 3, 33, device="cuda", requires_grad=True)
@@ -311,7 +312,7 @@ WARM_CACHE_SCRIPT = textwrap.dedent("""
     (s.sum() + v.sum() + w.sum()).backward()
     F.multi_step("lif", x.detach().half())
     torch.cuda.synchronize()
-    print(json.dumps(dict(compile.stats)))
+    print(json.dumps({**compile.stats, "sympy": "sympy" in sys.modules, "cupy": "cupy" in sys.modules}))
 """)
 
 
@@ -330,3 +331,28 @@ def test_second_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     print(f"first process: {first}; second process: {second}")
     assert first.get("compiled", 0) >= 3               # izhikevich fptt + bptt, lif fptt (fp16)
     assert second.get("compiled", 0) == 0 and second.get("disk", 0) == first["compiled"]
+    assert first["sympy"] and first["cupy"]
+    assert not second["sympy"] and not second["cupy"], "a warm process derives nothing and compiles nothing"
+
+
+def test_kernels_launch_from_a_new_thread():
+    """A thread where only torch ran has no current driver context; launches must bring the device's own
+    (a kernel loaded on the main thread, then launched from the new thread, failed with INVALID_CONTEXT)."""
+    import threading
+
+    x = torch.rand(3, 300, device=CUDA) * 2
+    want = F.multi_step("lif", x)[0]  # loads the kernel on this thread
+    got, errors = [], []
+
+    def run():
+        try:
+            got.append(F.multi_step("lif", x)[0])
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert torch.equal(got[0], want)

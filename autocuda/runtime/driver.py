@@ -1,0 +1,107 @@
+"""The few CUDA driver calls that load and launch compiled kernels, through ctypes.
+
+Loading a binary and launching it needs neither CuPy nor NumPy: a process whose kernels are all in the disk
+cache starts without importing them. Kernels load into a device's primary context, the one torch's runtime
+uses, and each launch runs in that context: a thread where only torch's runtime ran so far (autograd's
+worker thread, a thread the user started) may have no current driver context at all.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+
+_SUCCESS = 0
+
+
+class DriverError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    pointer, uint = ctypes.c_void_p, ctypes.c_uint
+    lib.cuLaunchKernel.argtypes = [pointer, uint, uint, uint, uint, uint, uint, uint, pointer, pointer, pointer]
+    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(pointer)]
+    lib.cuCtxPushCurrent_v2.argtypes = [pointer]
+    lib.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(pointer)]
+    lib.cuModuleLoadData.argtypes = [ctypes.POINTER(pointer), ctypes.c_char_p]
+    lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(pointer), pointer, ctypes.c_char_p]
+    lib.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(pointer), ctypes.c_int]
+    lib.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    _check(lib, lib.cuInit(0), "cuInit")
+    return lib
+
+
+def _check(lib: ctypes.CDLL, status: int, call: str) -> None:
+    if status != _SUCCESS:
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(status, ctypes.byref(name))
+        raise DriverError(f"{call} failed: {(name.value or b'?').decode()} ({status})")
+
+
+@functools.cache
+def primary_context(device_index: int) -> int:
+    """The primary context of a device (torch's), as an address."""
+    lib = _library()
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    _check(lib, lib.cuDeviceGet(ctypes.byref(device), device_index), "cuDeviceGet")
+    _check(lib, lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+    return context.value
+
+
+def load_function(image: bytes, name: str, device_index: int) -> int:
+    """Load a cubin (or PTX) image on a device and return kernel `name` in it, as an address."""
+    lib = _library()
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    with _in_context(lib, primary_context(device_index)):
+        _check(lib, lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        _check(lib, lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()), "cuModuleGetFunction")
+    return function.value
+
+
+class _in_context:
+    """Make `context` current on this thread for a block, and restore whatever was current before."""
+
+    def __init__(self, lib: ctypes.CDLL, context: int):
+        self.lib, self.context, self.pushed = lib, context, False
+
+    def __enter__(self) -> None:
+        current = ctypes.c_void_p()
+        self.lib.cuCtxGetCurrent(ctypes.byref(current))
+        if current.value != self.context:
+            _check(self.lib, self.lib.cuCtxPushCurrent_v2(self.context), "cuCtxPushCurrent")
+            self.pushed = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pushed:
+            self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+
+class Launcher:
+    """Launches one loaded kernel with arguments written into preallocated 8-byte slots (see runtime.launch).
+    The driver copies the values during the launch call, so a lock around writing and launching suffices."""
+
+    def __init__(self, function: int, device_index: int, slots: int):
+        self.lib = _library()
+        self.function, self.context = function, primary_context(device_index)
+        self.slots = (ctypes.c_uint64 * max(1, slots))()
+        base = ctypes.addressof(self.slots)
+        self.pointers = (ctypes.c_void_p * max(1, slots))(*(base + 8 * i for i in range(max(1, slots))))
+        self.lock = threading.Lock()
+        self._current = ctypes.c_void_p()
+
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int) -> None:
+        """Launch with the slots as they are (the caller holds `lock` while writing them and launching)."""
+        lib = self.lib
+        lib.cuCtxGetCurrent(ctypes.byref(self._current))
+        if self._current.value != self.context:
+            with _in_context(lib, self.context):
+                return self.launch(grid, block, stream)
+        status = lib.cuLaunchKernel(self.function, *grid, *block, 0, stream, self.pointers, None)
+        if status != _SUCCESS:
+            _check(lib, status, "cuLaunchKernel")
+        return None

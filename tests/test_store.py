@@ -1,0 +1,114 @@
+"""The disk cache of kernel records and specs: what a warm process reads instead of deriving with sympy."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from autocuda import store
+from autocuda.kernels import neuron_kernel
+from autocuda.runtime.cache import get_plan
+from autocuda.runtime.neuron import NeuronConfig
+from autocuda.runtime.records import KernelRecord, kernel_record
+from autocuda.spec.model import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _config(name: str = "izhikevich") -> NeuronConfig:
+    spec = load_spec(name)
+    return NeuronConfig(spec, spec.surrogate, spec.reset)
+
+
+def test_a_record_is_the_generated_kernel(cache_root):
+    options = {"store_state_seq": True, "save_for_backward": True, "lanes": 2, "vector": True}
+    fresh = _config().kernel("fptt", "float16", **options)
+    stored = _config().kernel("fptt", "float16", **options)  # a new config object: read back from disk
+    spec = load_spec("izhikevich")
+    built = neuron_kernel(spec, "fptt", "float16", **options)
+    for record in (fresh, stored):
+        assert record.full_codes == built.full_codes and record.kernel_name == built.kernel_name
+        assert list(record.cparams.values()) == list(built.cparams.values()) and record.lanes == 2
+    assert len(list((cache_root / "kernels").glob("*.sha256"))) == 1
+
+
+def test_damaged_or_foreign_records_are_rebuilt(cache_root):
+    calls = []
+
+    def build():
+        calls.append(1)
+        return neuron_kernel(load_spec("lif"), "bptt", "float32")
+
+    first = kernel_record("probe", build)
+    (entry,) = [p for p in (cache_root / "kernels").iterdir() if not p.name.endswith(".sha256")]
+    entry.write_bytes(entry.read_bytes()[:-10])  # truncated: fails its checksum
+    assert kernel_record("probe", build).full_codes == first.full_codes and len(calls) == 2
+    store.write(entry, json.dumps({"name": "k"}).encode())  # checksum fine, fields missing
+    assert kernel_record("probe", build).full_codes == first.full_codes and len(calls) == 3
+    assert kernel_record("probe", build).full_codes == first.full_codes and len(calls) == 3
+
+
+def test_record_names_change_with_the_generator_code(monkeypatch):
+    before = store.key("same text")
+    monkeypatch.setattr(store, "code_fingerprint", lambda: "another generator")
+    assert store.key("same text") != before
+
+
+def test_a_bad_spec_is_refused_every_time(cache_root):
+    from autocuda.errors import SpecError
+    from autocuda.spec.model import spec_from_toml
+
+    text = 'name = "bad"\nreset = "soft"\nstates = { v = 0.0 }\ncharge = "v + x + nope"\n'
+    for _ in range(2):  # nothing about an invalid spec is remembered
+        with pytest.raises(SpecError, match="nope"):
+            spec_from_toml(text)
+
+
+WARM = textwrap.dedent("""
+    import json, sys, torch
+    from autocuda.functional import multi_step
+    x = (torch.randn(4, 8, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
+    s, (v, w), _ = multi_step("izhikevich", x, backend="host", a=0.1)
+    torch.autograd.grad((s.sum() + v.sum() + w.sum()), x)
+    print(json.dumps({"sympy": "sympy" in sys.modules, "cupy": "cupy" in sys.modules,
+                      "spike_sum": float(s.sum())}))
+""")
+
+
+def test_a_process_with_a_warm_cache_imports_no_sympy(tmp_path):
+    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", WARM], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold, warm = run(), run()
+    assert cold["sympy"] and not warm["sympy"] and not warm["cupy"]
+
+
+def test_plans_need_no_derivation():
+    """Building a kernel plan reads facts of the spec only: its derivation happens when a kernel is made."""
+    plan = get_plan("lif", reset="soft")
+    assert plan.scalars == ("tau", "v_threshold") and plan.states == ("v",)
+    with pytest.raises(Exception, match="reset must be one of"):
+        get_plan("lif", reset="sideways")
+
+
+def test_records_survive_json():
+    record = KernelRecord.of(neuron_kernel(load_spec("lif"), "fptt", torch.float32, given_inits=False))
+    again = KernelRecord.from_json(record.to_json())
+    assert (again.kernel_name, again.full_codes, again.lanes) == (record.kernel_name, record.full_codes, record.lanes)
+    assert again.cparams == record.cparams
