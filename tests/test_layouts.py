@@ -58,6 +58,25 @@ def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
     assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
 
 
+@pytest.mark.parametrize("dtype, forward_lanes, backward_lanes", [(torch.float32, 0, 2), (torch.bfloat16, 2, 2)],
+                         ids=["float32", "bfloat16"])
+def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lanes, backward_lanes):
+    """Many steps over few neurons: the forward kernel runs one neuron per thread (half precision one 4-byte
+    pair), the backward kernel two, both unrolled (runtime.neuron.LONG_LOOP_LANES)."""
+    from autocuda.runtime import neuron
+
+    steps, n = neuron.LONG_LOOP_STEPS, 2 * neuron.MIN_THREADS
+    spec = load_spec("lif")
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    x = (torch.randn(steps, n) * 2).to(dtype)
+    out = forward(config, x, {"v": 0.0}, dict(tau=2.0, v_threshold=1.0, v_reset=0.0), backend="host")
+    backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]},
+             dict(tau=2.0, v_threshold=1.0, v_reset=0.0), grad_finals=False, given_inits=False, backend="host")
+    chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
+    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, "unroll": 8}
+    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, "unroll": 8}
+
+
 # Native packed arithmetic rounds every operation to 11 (float16) or 8 (bfloat16) significant bits instead of 24:
 # results agree with float arithmetic to a few units of the storage precision, relative to the values' size.
 NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}

@@ -34,13 +34,19 @@ MIN_THREADS = 4096              # below this many threads, keep one word per thr
 # training kernel pairs (LIF, QIF, Izhikevich in float32 and bfloat16; the other four slowed by 2-10%), e.g.
 # LIF bfloat16 at (1024, 16K) from 0.90 to 0.64 ms (`bench/results/2026-11-22-h200-suite2/unroll_sweep.txt`).
 LONG_LOOP, LONG_LOOP_STEPS, LONG_LOOP_NEURONS = (("unroll", 8),), 64, 128 * 1024
+# Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
+# unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
+# Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
+# LIF bfloat16 training there 0.16 + 0.50 -> 0.14 + 0.23 ms, Izhikevich float32 forward-and-save 0.38 -> 0.17 ms.
+LONG_LOOP_LANES = {"fptt": 1, "bptt": 2}
 
 
-def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor]) -> dict[str, Any]:
-    """Neurons per thread and vector access for N neurons: the preferred aligned access that keeps enough threads.
-    Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
+def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
+                  widths: tuple[int, ...] = VECTOR_BYTES) -> dict[str, Any]:
+    """Neurons per thread and vector access for N neurons: the first of `widths` (bytes per access) that keeps
+    enough threads. Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
     size = dtype.itemsize
-    for width in VECTOR_BYTES:
+    for width in widths:
         lanes = width // size
         if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS \
                 and all(t.data_ptr() % width == 0 for t in tensors):
@@ -183,13 +189,15 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
-    long_loop = LONG_LOOP if steps and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS else ()
+    long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
+    long_loop = LONG_LOOP if long else ()
     if layout is None and n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
         chosen: tuple = long_loop
     else:  # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
         if layout is None:
             tensors = [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
-            layout = {**choose_layout(n, like.dtype, tensors), **dict(long_loop)}
+            widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
+            layout = {**choose_layout(n, like.dtype, tensors, widths), **dict(long_loop)}
         chosen = tuple(sorted(layout.items()))
     return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
