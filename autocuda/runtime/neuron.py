@@ -2,7 +2,8 @@
 
 This is the launch stage for neurons. Callers (the ops, the test helpers) pass x as [T, N] (or [N] for a
 single step), states as [N], tensor parameters as [N] (one per neuron) or [1] (shared), scalars as floats.
-Names follow `autocuda.codegen.neuron`'s docstring. Nothing here synchronises with the device.
+Names follow `autocuda.codegen.neuron`'s docstring. Nothing here synchronises with the device, except the
+one-time timing of a long loop's layouts (`runtime.tuning`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..ckernel import KernelArgumentError
 from ..dtypes import get_dtype
 from ..spec.model import NeuronSpec, spec_text
 from ..surrogate import Surrogate
+from . import tuning
 from .launch import current_stream_ptr
 from .records import KernelRecord, kernel_record
 
@@ -129,6 +131,7 @@ class NeuronConfig:
     tensors: tuple[tuple[str, bool], ...] = ()   # runtime tensor parameters: (name, one value per neuron?)
     _kernels: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _tuned: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def derivation(self):
         from ..kernels import derivation
@@ -175,6 +178,26 @@ class NeuronConfig:
             found = self._recipes[key] = Recipe(kernel, dtype)
         return found
 
+    def long_loop_layout(self, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
+                         n: int, steps: int) -> tuple | None:
+        """The layout timed fastest for this kernel call's shape (once per process, or read from the disk store),
+        as sorted (name, value) pairs; None when this call's tensors are not aligned for it."""
+        key = (kind, like.dtype, flags, n, steps)
+        found = self._tuned.get(key)
+        tensors = _tensors(given)
+        if found is None:
+            layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width))
+            text = repr((self.text, kind, str(like.dtype), flags, n, steps))
+
+            def run(layout: dict[str, Any]) -> None:
+                self.recipe(kind, like.dtype, flags, tuple(sorted(layout.items()))).run(given, like, n, steps, "cuda")
+
+            found = self._tuned[key] = tuple(sorted(tuning.fastest(text, like.device, layouts, run).items()))
+        layout = dict(found)
+        if layout["vector"] and not _aligned(tensors, layout["lanes"] * like.dtype.itemsize):
+            return None
+        return found
+
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.spec.states)
@@ -189,17 +212,36 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
-    long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
-    long_loop = LONG_LOOP if long else ()
-    if layout is None and n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
-        chosen: tuple = long_loop
-    else:  # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
-        if layout is None:
-            tensors = [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
-            widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
-            layout = {**choose_layout(n, like.dtype, tensors, widths), **dict(long_loop)}
+    if layout is None:
+        chosen = _layout(config, kind, flags, given, like, n, steps, backend)
+    else:
         chosen = tuple(sorted(layout.items()))
     return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
+
+
+def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any],
+            like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
+    """The speed options of a call, as sorted (name, value) pairs: long loops on a GPU take the layout timed
+    fastest for their shape (`runtime.tuning`), other calls the fixed rule below."""
+    long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
+    if long and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
+        tuned = config.long_loop_layout(kind, flags, given, like, n, steps)
+        if tuned is not None:
+            return tuned
+    if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
+        return LONG_LOOP if long else ()
+    # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
+    widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
+    layout = {**choose_layout(n, like.dtype, _tensors(given), widths), **dict(LONG_LOOP if long else ())}
+    return tuple(sorted(layout.items()))
+
+
+def _tensors(given: Mapping[str, Any]) -> list[torch.Tensor]:
+    return [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
+
+
+def _aligned(tensors: list[torch.Tensor], width: int) -> bool:
+    return all(t.data_ptr() % width == 0 for t in tensors)
 
 
 def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:

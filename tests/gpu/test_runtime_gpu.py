@@ -8,7 +8,8 @@ generated kernels on torch's current stream):
 - torch.compile(fullgraph=True) of Linear -> LIFNode -> Linear -> IzhikevichNode against eager, forward and backward;
 - opcheck for every op form; a side stream and a CUDA graph replay against the default stream;
 - a second process with a warm disk cache compiles nothing and imports neither sympy nor CuPy;
-- a kernel loaded on one thread launches from another (each launch runs in the device's context).
+- a kernel loaded on one thread launches from another (each launch runs in the device's context);
+- long loops take the layout timed fastest, stored on disk, with the fixed rule's results.
 """
 from __future__ import annotations
 
@@ -356,3 +357,37 @@ def test_kernels_launch_from_a_new_thread():
     thread.join()
     assert not errors, errors
     assert torch.equal(got[0], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype):
+    """A long loop's first call times the candidate layouts and keeps the fastest, on disk too; a later
+    configuration reads it back without timing; the results are those of the fixed rule, bitwise."""
+    from autocuda.runtime import neuron, tuning
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    spec = resolve_spec("izhikevich")
+    params = {p.name: p.default for p in spec.params}
+    steps, n = neuron.LONG_LOOP_STEPS, 2 * neuron.MIN_THREADS
+    x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
+    g = torch.randn(steps, n, device=CUDA).to(dtype)
+
+    def run(config, layout=None):
+        out = neuron.forward(config, x, {"v": 0.0, "w": 0.0}, params, layout=layout)
+        saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0, "w_init": 0.0}
+        grads = neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False, given_inits=False,
+                                layout=layout)
+        return out | grads
+
+    tuned_config = neuron.NeuronConfig(spec, spec.surrogate, "hard")
+    tuned = run(tuned_config)
+    assert {kind for kind, *_ in tuned_config._tuned} == {"fptt", "bptt"}
+    assert len(list((tmp_path / "tuning").glob("*.sha256"))) == 2
+    fixed = run(neuron.NeuronConfig(spec, spec.surrogate, "hard"), layout={"lanes": 0, "unroll": 1})
+    for name in fixed:
+        assert torch.equal(tuned[name], fixed[name]), name
+
+    monkeypatch.setattr(tuning, "_elapsed_ms", lambda run: pytest.fail("timed again"))
+    again = neuron.NeuronConfig(spec, spec.surrogate, "hard")
+    run(again)
+    assert again._tuned == tuned_config._tuned

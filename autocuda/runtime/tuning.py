@@ -1,0 +1,74 @@
+"""The thread layout of long time loops, chosen by timing candidates on the GPU once per shape.
+
+Many steps over few neurons (T >= 64, N < 128K) leave each thread a long loop whose speed depends on memory
+latency, and which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models,
+dtypes and directions by up to 4x in the kernel sweeps on an H200
+(`bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt`, `prefetch_sweep.txt`): Izhikevich's float32
+backward at (1024, 16K) takes 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms. Every
+layout gives bitwise the same results (tests/test_layouts.py), so the first call of a shape times each
+candidate a few times and keeps the fastest, in memory and in the disk store (per GPU model). Nothing is timed
+while a CUDA graph is being captured: the fixed rule of `runtime.neuron` serves there.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import store
+
+REPEATS = 3
+# (neurons per thread, steps of inputs loaded ahead) tried for each long loop; every candidate is unrolled.
+CANDIDATES = ((1, 0), (2, 0), (1, 8), (2, 8), (4, 0))
+UNROLL = 8
+
+
+def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> list[dict[str, Any]]:
+    """The layouts to try for N neurons: per-thread neuron counts this dtype and N allow, with and without
+    prefetching. Half precision moves neurons in pairs (one 4-byte word), so one neuron per thread is two."""
+    out = []
+    for lanes, prefetch in CANDIDATES:
+        lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
+        vector = lanes > 1
+        width = lanes * dtype.itemsize
+        if vector and not (width <= 16 and n % lanes == 0 and aligned(width)):
+            continue
+        layout = {"lanes": lanes if vector else 0, "vector": vector, "unroll": UNROLL, "prefetch": prefetch}
+        if layout not in out:
+            out.append(layout)
+    return out
+
+
+def _elapsed_ms(run: Callable[[], Any]) -> float:
+    run()  # loads the kernel (compiles it the first time) and warms up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # The device waits while the host queues every run, so the events time the kernels back to back rather
+    # than the host's launches (which take longer than a short kernel).
+    torch.cuda._sleep(1_000_000)
+    start.record()
+    for _ in range(REPEATS):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / REPEATS
+
+
+def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
+            run: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    """The fastest of `layouts` for the kernel call that `text` names: from the disk store, else timed
+    (`run(layout)` launches the kernel with one) and stored."""
+    name = store.key(repr(("long-loop layout", text, torch.cuda.get_device_name(device))))
+    known = store.read("tuning", name)
+    if known is not None:
+        try:
+            layout = json.loads(known)
+            if layout in layouts:
+                return layout
+        except ValueError:  # a damaged entry: time again
+            pass
+    times = [_elapsed_ms(lambda layout=layout: run(layout)) for layout in layouts]
+    best = layouts[times.index(min(times))]
+    store.save("tuning", name, json.dumps(best).encode())
+    return best
