@@ -180,21 +180,25 @@ class NeuronConfig:
 
     def long_loop_layout(self, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
                          n: int, steps: int) -> tuple | None:
-        """The layout timed fastest for this kernel call's shape (once per process, or read from the disk store),
-        as sorted (name, value) pairs; None when this call's tensors are not aligned for it."""
-        key = (kind, like.dtype, flags, n, steps)
+        """The layout timed fastest for shapes like this call's (once per process, or read from the disk store),
+        as sorted (name, value) pairs; None when it does not fit this call's N or tensors' alignment.
+        Shapes are grouped by powers of two of N and T: sequence lengths that vary from batch to batch are
+        timed once per group, not once per length."""
+        group = (n.bit_length(), steps.bit_length())
+        key = (kind, like.dtype, flags, group)
         found = self._tuned.get(key)
         tensors = _tensors(given)
         if found is None:
             layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width))
-            text = repr((self.text, kind, str(like.dtype), flags, n, steps))
+            text = repr((self.text, kind, str(like.dtype), flags, group))
 
             def run(layout: dict[str, Any]) -> None:
                 self.recipe(kind, like.dtype, flags, tuple(sorted(layout.items()))).run(given, like, n, steps, "cuda")
 
             found = self._tuned[key] = tuple(sorted(tuning.fastest(text, like.device, layouts, run).items()))
         layout = dict(found)
-        if layout["vector"] and not _aligned(tensors, layout["lanes"] * like.dtype.itemsize):
+        if layout["vector"] and not (n % layout["lanes"] == 0
+                                     and _aligned(tensors, layout["lanes"] * like.dtype.itemsize)):
             return None
         return found
 

@@ -6,7 +6,8 @@ dtypes and directions by up to 4x in the kernel sweeps on an H200
 (`bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt`, `prefetch_sweep.txt`): Izhikevich's float32
 backward at (1024, 16K) takes 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms. Every
 layout gives bitwise the same results (tests/test_layouts.py), so the first call of a shape times each
-candidate a few times and keeps the fastest, in memory and in the disk store (per GPU model). Nothing is timed
+candidate a few times and keeps the fastest for shapes of its size (N and T to the next power of two), in
+memory and in the disk store (per GPU model). Nothing is timed
 while a CUDA graph is being captured: the fixed rule of `runtime.neuron` serves there.
 """
 from __future__ import annotations
