@@ -112,3 +112,28 @@ def test_records_survive_json():
     again = KernelRecord.from_json(record.to_json())
     assert (again.kernel_name, again.full_codes, again.lanes) == (record.kernel_name, record.full_codes, record.lanes)
     assert again.cparams == record.cparams
+
+
+def test_long_loop_candidates_fit_the_dtype_and_the_neurons():
+    from autocuda.runtime import tuning
+
+    def lanes(layouts):
+        return sorted({(layout["lanes"], layout["prefetch"]) for layout in layouts})
+
+    always = lambda width: True  # noqa: E731
+    assert lanes(tuning.candidates(16384, torch.float32, always)) == [(0, 0), (0, 8), (2, 0), (2, 8), (4, 0)]
+    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(2, 0), (2, 8), (4, 0)]
+    assert lanes(tuning.candidates(16384, torch.float64, always)) == [(0, 0), (0, 8), (2, 0), (2, 8)]
+    assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0), (0, 8)], "odd N: one per thread"
+    assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == [(0, 0), (0, 8), (2, 0),
+                                                                                     (2, 8)]
+    assert all(c["unroll"] == tuning.UNROLL for c in tuning.candidates(64, torch.float16, always))
+
+
+def test_importing_autocuda_imports_neither_sympy_nor_jinja():
+    code = ("import sys, autocuda, autocuda.functional, autocuda.nn; "
+            "print(sorted(m for m in ('sympy', 'jinja2', 'cupy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
