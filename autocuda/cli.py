@@ -1,4 +1,4 @@
-"""The `autocuda` command: list, show, check, new, tour, bench."""
+"""The `autocuda` command: list, show, check, new, tour, bench, cache."""
 from __future__ import annotations
 
 import argparse
@@ -176,6 +176,19 @@ def cmd_tour(args: argparse.Namespace) -> int:
     return 0 if all(r[2] == "pass" for r in rows) else 1
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    """What the disk cache holds (specs, kernel records, binaries, tuned layouts, host libraries), or clear it."""
+    from . import store
+
+    if args.clear:
+        print(f"removed {store.clear()} entries from {store.root()}")
+        return 0
+    print(f"autocuda cache: {store.root()} (set AUTOCUDA_CACHE_DIR to move it)")
+    for kind, entries, size in store.usage() or [("(empty)", 0, 0)]:
+        print(f"  {kind:<9} {entries:6d} entries  {size / 2**20:8.1f} MiB")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import run
 
@@ -211,6 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     tour = sub.add_parser("tour", help="generate and check every shipped spec; print a table")
     tour.add_argument("--backend", choices=("cuda", "host"), default=None)
     tour.set_defaults(run=cmd_tour)
+    cache = sub.add_parser("cache", help="show what autocuda's disk cache holds, or --clear it")
+    cache.add_argument("--clear", action="store_true", help="remove every cached entry")
+    cache.set_defaults(run=cmd_cache)
     bench = sub.add_parser("bench", help="benchmark against SpikingJelly 2.0, torch.compile and an eager loop "
                            "(a GPU; --device cpu --quick tests the logic)")
     add_arguments(bench)

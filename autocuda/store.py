@@ -1,9 +1,11 @@
 """autocuda's disk cache: files under $AUTOCUDA_CACHE_DIR (default ~/.cache/autocuda), one folder per kind.
 
 Kinds: `host` (host-runner libraries), `kernels` (generated kernel sources and parameter lists), `binaries`
-(compiled GPU code), `specs` (specs known to parse). A file is written atomically (a temporary file in the same
-folder, then os.replace) together with a sidecar holding the sha256 of its bytes; a file whose bytes do not match
-its sidecar (truncated, corrupted, half-written by an older version) counts as missing and is rebuilt, never used.
+(compiled GPU code), `specs` (specs known to parse), `tuning` (the layouts timed fastest for long loops).
+`autocuda cache` shows what is stored; `autocuda cache --clear` removes it.
+A file is written atomically (a temporary file in the same folder, then os.replace) together with a sidecar
+holding the sha256 of its bytes; a file whose bytes do not match its sidecar (truncated, corrupted,
+half-written by an older version) counts as missing and is rebuilt, never used.
 Entries that depend on how autocuda generates code are named by `key`, which hashes `code_fingerprint()`: a
 changed generator never reads an older generator's entries.
 """
@@ -12,12 +14,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
 from .resources import resource_dir
 
+KINDS = ("specs", "kernels", "binaries", "tuning", "host")
 _fallbacks: dict[Path, Path] = {}
 
 
@@ -109,3 +113,24 @@ def code_fingerprint() -> str:
 def key(text: str) -> str:
     """An entry name for `text` under this version of the code generator."""
     return digest(f"{code_fingerprint()}\n{text}".encode())[:40]
+
+
+def usage() -> list[tuple[str, int, int]]:
+    """(kind, entries, bytes) of each kind with a folder under the cache root."""
+    out = []
+    for kind in KINDS:
+        folder = root() / kind
+        if folder.is_dir():
+            entries = [p for p in folder.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".sha256")]
+            out.append((kind, len(entries), sum(p.stat().st_size for p in entries)))
+    return out
+
+
+def clear() -> int:
+    """Remove every kind's folder under the cache root; the number of entries removed."""
+    removed = 0
+    for kind, entries, _ in usage():
+        shutil.rmtree(root() / kind)
+        removed += entries
+    return removed

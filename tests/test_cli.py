@@ -1,4 +1,4 @@
-"""The `autocuda` command: list, show, new + check, version, and one-line errors (bench: tests/test_benchmark.py)."""
+"""The `autocuda` command: list, show, new + check, cache, version, one-line errors (bench: tests/test_benchmark.py)."""
 from __future__ import annotations
 
 import os
@@ -90,3 +90,21 @@ def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):
     cli._progress(1, 4, "lif")
     err = capsys.readouterr().err
     assert "1/4 lif" in err and "[" + "#" * 7 + "." * 23 + "]" in err
+
+
+def test_cache_shows_and_clears_what_is_stored(tmp_path, monkeypatch, capsys):
+    from autocuda import store
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    assert main(["cache"]) == 0
+    assert "(empty)" in capsys.readouterr().out
+    store.save("kernels", "a", b"{}")
+    store.save("binaries", "b", b"\0" * 4096)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out
+    assert any(line.split()[:2] == ["kernels", "1"] for line in out.splitlines())
+    assert any(line.split()[:2] == ["binaries", "1"] for line in out.splitlines())
+    assert main(["cache", "--clear"]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+    assert store.usage() == [] and store.read("kernels", "a") is None
