@@ -554,6 +554,7 @@ class Config:
     eager_max_call_s: float
     first_use_spec: str
     seed: int
+    resume: bool = False
 
 
 class Runner:
@@ -567,7 +568,8 @@ class Runner:
         self.compile_spent = 0.0
         cfg.out.mkdir(parents=True, exist_ok=True)
         self.progress = cfg.out / "progress.jsonl"  # every result as it comes: a run cut short keeps them
-        self.progress.write_text("")
+        self.kept = _kept_speed_rows(self.progress) if cfg.resume else {}
+        self.progress.write_text("".join(json.dumps({"part": "speed", **r}) + "\n" for r in self.kept.values()))
 
     def record(self, part: str, row: Mapping[str, Any]) -> None:
         with self.progress.open("a") as f:
@@ -630,6 +632,11 @@ class Runner:
         return sorted(rows, key=lambda r: (order[r.spec], shapes[(r.T, r.N)], dtypes[r.dtype], MODES.index(r.mode)))
 
     def speed_shape(self, w: Workload, dtype: torch.dtype, steps: int, neurons: int) -> list[Row]:
+        kept = [self.kept.get((w.key, _name(dtype), mode, steps, neurons)) for mode in MODES]
+        if all(kept):  # measured by the run this one resumes
+            self.log(f"kept from {self.progress}: {w.label} {_name(dtype)} ({steps}, {neurons})")
+            fields = [f.name for f in dataclasses.fields(Row)]
+            return [Row(**{k: r[k] for k in fields}) for r in kept]
         data = Case.draw(w, dtype, steps, neurons, self.cfg.device)
         ref = Reference.of(data)
         return [self.speed_row(data.mode(mode == "training"), ref) for mode in MODES]
@@ -1030,6 +1037,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip timing the eager loop where one call takes longer (default 2 s)")
     parser.add_argument("--first-use-spec", default="lif", help="spec of the first-use benchmark (default lif)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true", help="continue a run cut short (same options and --out): "
+                        "keep the speed rows in its progress.jsonl, measure the rest and the other parts")
     parser.add_argument("--plot", type=Path, default=None, metavar="RESULTS_JSON",
                         help="only redraw plot.png (and table.txt) from an earlier results.json")
 
@@ -1051,7 +1060,7 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
     out = args.out or results_root / f"{datetime.date.today().isoformat()}-{_slug(gpu)}{'-quick' if args.quick else ''}"
     return Config(device, [WORKLOADS[k] for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
                   args.parts, args.quick, not args.no_peers, out, args.compile_budget, args.compile_max_t,
-                  args.eager_max_call, args.first_use_spec, args.seed)
+                  args.eager_max_call, args.first_use_spec, args.seed, getattr(args, "resume", False))
 
 
 def run(args: argparse.Namespace, results_root: Path = Path("bench/results")) -> int:
@@ -1077,6 +1086,20 @@ def run(args: argparse.Namespace, results_root: Path = Path("bench/results")) ->
             results[part.replace("-", "_")] = method()
     results["elapsed_s"] = time.perf_counter() - runner.started
     return _write_outputs(results, cfg.out)
+
+
+def _kept_speed_rows(progress: Path) -> dict[tuple, dict[str, Any]]:
+    """The speed rows of a run cut short, by (spec, dtype, mode, T, N); rows cut off mid-line are dropped."""
+    kept = {}
+    lines = progress.read_text().splitlines() if progress.exists() else []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.pop("part", None) == "speed":
+            kept[(row["spec"], row["dtype"], row["mode"], row["T"], row["N"])] = row
+    return kept
 
 
 def _method(cfg: Config, clock: Clock) -> dict[str, Any]:

@@ -170,3 +170,27 @@ def test_shapes_and_cli() -> None:
     assert bench._workloads("alif,core,lif") == ["alif", *bench.CORE]  # in order given, each once
     with pytest.raises(argparse.ArgumentTypeError, match="unknown workload nope .*groups: core, zoo, all"):
         bench._workloads("lif,nope")
+
+
+def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--device", "cpu", "--quick", "--shapes", "4x32,3x16", "--dtypes", "float32", "--workloads", "lif",
+            "--parts", "speed", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    first = json.loads((tmp_path / "results.json").read_text())["speed"]
+    lines = (tmp_path / "progress.jsonl").read_text().splitlines()
+    assert len(lines) == 4
+    # cut short after the first shape's two rows, in the middle of the third
+    (tmp_path / "progress.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:20])
+    measured = []
+    real = bench.Runner.speed_row
+
+    def recording(self, case, ref):
+        measured.append(tuple(case.x.shape))
+        return real(self, case, ref)
+
+    monkeypatch.setattr(bench.Runner, "speed_row", recording)
+    assert bench.main([*args, "--resume"]) == 0
+    again = json.loads((tmp_path / "results.json").read_text())["speed"]
+    assert measured == [(3, 16), (3, 16)], "only the shape that was not finished is measured"
+    assert again[:2] == first[:2] and len(again) == 4
+    assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 4
