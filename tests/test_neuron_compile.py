@@ -15,7 +15,8 @@ from autocuda.dtypes import DTYPES
 from autocuda.kernels import neuron_kernel
 from autocuda.spec.model import list_specs, load_spec
 
-LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2})
+LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2},
+           {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8})  # the last: a long-loop tuning candidate
 NATIVE = ({"native": True}, {"native": True, "lanes": 8, "vector": True})
 
 
