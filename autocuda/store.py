@@ -23,6 +23,7 @@ from .resources import resource_dir
 
 KINDS = ("specs", "kernels", "binaries", "tuning", "host")
 _fallbacks: dict[Path, Path] = {}
+_writable: set[Path] = set()  # folders found writable: probed once per process, not on every read
 
 
 def root() -> Path:
@@ -32,6 +33,8 @@ def root() -> Path:
 def folder(kind: str) -> Path:
     """The folder of one kind; a temporary folder for this process (and one warning) if that is unwritable."""
     wanted = root() / kind
+    if wanted in _writable:
+        return wanted
     if wanted in _fallbacks:
         return _fallbacks[wanted]
     try:
@@ -39,6 +42,7 @@ def folder(kind: str) -> Path:
         # Try a real write: os.access says yes to root even on read-only mounts.
         with tempfile.NamedTemporaryFile(dir=wanted, prefix=".probe-"):
             pass
+        _writable.add(wanted)
         return wanted
     except OSError as error:
         fallback = Path(tempfile.mkdtemp(prefix=f"autocuda-{kind}-"))
@@ -65,6 +69,7 @@ def verified(path: Path) -> bool:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # it may have been removed since `folder` probed it
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as file:
@@ -132,5 +137,6 @@ def clear() -> int:
     removed = 0
     for kind, entries, _ in usage():
         shutil.rmtree(root() / kind)
+        _writable.discard(root() / kind)
         removed += entries
     return removed

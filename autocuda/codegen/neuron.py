@@ -144,16 +144,6 @@ class NeuronKernel(CKernel):
     def lanes(self) -> int:
         return self.options.lanes
 
-    def cuda_launcher(self, device_index: int):
-        """The packed-argument launcher of this kernel on a device (a generated kernel never changes)."""
-        launchers = self.__dict__.setdefault("_launchers", {})
-        if device_index not in launchers:
-            from ..runtime.launch import packed_launch  # the launch stage, needed only once CUDA runs
-
-            launchers[device_index] = packed_launch(self.full_codes, self.kernel_name, tuple(self.cparams.values()),
-                                                    device_index)
-        return launchers[device_index]
-
     def _context(self) -> dict[str, Any]:
         storage, native = self.options.dtype, self.options.native
         compute = storage if native else storage.compute
