@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from .runtime import nvrtc
+
 Tensor = torch.Tensor
 States = tuple[Tensor, ...]
 Forward = Callable[[], tuple[Tensor, States]]   # one call of a system: (spike_seq, final states)
@@ -750,7 +752,6 @@ _BYTECODE = r"""
 import sys
 import torch, sympy, jinja2, numpy
 if sys.argv[1] == "ours":
-    import cupy, cupy.cuda.compiler
     import autocuda.functional, autocuda.kernels, autocuda.reference
 else:
     import spikingjelly.activation_based.functional
@@ -832,7 +833,7 @@ def environment(device: torch.device, sj: SpikingJelly) -> dict[str, Any]:
         "device": str(device), "python": platform.python_version(), "platform": platform.platform(),
         "torch": torch.__version__, "torch_cuda": torch.version.cuda, "autocuda": __version__,
         "autocuda_commit": _command("git", "rev-parse", "--short", "HEAD", cwd=Path(__file__).resolve().parent),
-        "cupy": next((v for v in map(_version, ("cupy-cuda13x", "cupy-cuda12x", "cupy")) if v), None),
+        "nvrtc": nvrtc.version() if nvrtc.found() else None,
         "triton": _version("triton"), "spikingjelly": sj.version or sj.missing,
     }
     if device.type == "cuda":

@@ -91,13 +91,11 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def _best_backend() -> str:
-    try:
-        import cupy  # noqa: F401
-        import torch
+    import torch
 
-        return "cuda" if torch.cuda.is_available() else "host"
-    except ImportError:
-        return "host"
+    from .runtime import nvrtc
+
+    return "cuda" if torch.cuda.is_available() and nvrtc.found() else "host"
 
 
 # The tour's quick check: the spec's own reset, float32 and float16 storage (every dtype is in `check --all`).

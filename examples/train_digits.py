@@ -8,7 +8,7 @@ error between output firing rates and the one-hot label.
 
 Stated result (full run, default options): 94.4% test accuracy on the 450 held-out images with seed 0
 (95.3% and 94.4% with seeds 1 and 2), in 35-60 s on a 2-core CPU with the torch reference backend.
-On a GPU with CuPy the neuron layers run autocuda's generated CUDA kernels.
+On a GPU the neuron layers run autocuda's generated CUDA kernels.
 
     python examples/train_digits.py                  # full run; writes examples/out/spike_raster.png
     python examples/train_digits.py --epochs 1 --quick --out /tmp/digits    # a smoke test (seconds)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--backend", default=None, choices=("reference", "host", "cuda"),
-                        help="neuron backend (default: kernels on CUDA with CuPy, else the torch reference)")
+                        help="neuron backend (default: kernels on CUDA, else the torch reference)")
     parser.add_argument("--quick", action="store_true", help="a small subset of the data (for tests)")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for spike_raster.png")
     args = parser.parse_args(argv)

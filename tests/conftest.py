@@ -28,10 +28,10 @@ def gpu_missing() -> str | None:
     """Why GPU tests cannot run here, or None when they can."""
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch.cuda.is_available() is False"
-    try:
-        import cupy  # noqa: F401
-    except ImportError as error:
-        return f"needs CuPy to launch kernels: import cupy failed ({error})"
+    from autocuda.runtime import nvrtc
+
+    if not nvrtc.found():
+        return "needs NVRTC (libnvrtc) to compile kernels: pip install 'autocuda[cuda13]' or a CUDA toolkit"
     return None
 
 

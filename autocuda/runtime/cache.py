@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +20,13 @@ import torch
 
 from ..spec.model import NeuronSpec, check_reset, load_spec, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
+from . import nvrtc
 
 if TYPE_CHECKING:
     import sympy as sp
 
     from ..spec.derive import StepSystem
 
-HAS_CUPY = importlib.util.find_spec("cupy") is not None  # found, not imported: import costs seconds
 
 def constant_result(fn):
     """`torch.compiler.assume_constant_result`, without its import of Dynamo (seconds in a fresh process, paid
@@ -47,8 +46,8 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def default_backend(device_type: str) -> str:
-    """'cuda' (the generated kernels) for CUDA tensors when CuPy is installed, else 'reference' (torch ops)."""
-    return "cuda" if device_type == "cuda" and HAS_CUPY else "reference"
+    """'cuda' (the generated kernels) for CUDA tensors when NVRTC can be loaded, else 'reference' (torch ops)."""
+    return "cuda" if device_type == "cuda" and nvrtc.found() else "reference"
 
 
 def _register(kind: str, obj: Any, text: str) -> str:

@@ -1,9 +1,8 @@
-"""Compiling CUDA source: NVRTC through CuPy on a GPU machine, nvcc as a compile check without one.
+"""Compiling CUDA source: NVRTC (`runtime.nvrtc`) on a GPU machine, nvcc as a compile check without one.
 
 Loaded kernels are kept in memory per (device, source); binaries are kept in `autocuda.store`'s `binaries`
 folder, named by a digest of the source, the options and the architecture (atomically written, checked
-against their checksum, rebuilt when damaged or when the driver refuses them). CuPy is needed only to
-compile: a process whose binaries are all on disk never imports it.
+against their checksum, rebuilt when damaged or when the driver refuses them).
 """
 from __future__ import annotations
 
@@ -20,13 +19,15 @@ from pathlib import Path
 import torch
 
 from .. import store
+from . import nvrtc
 from .driver import DriverError, load_function
 
 # Single-precision division without IEEE rounding (at most 2 ulp): the IEEE path branches to a slow path, and a
 # branch in the time loop keeps the compiler from issuing later steps' loads early. In the same-day H200 runs
 # (`bench/results/2026-11-22-h200-long-unrolled` against `-ieee-division`) LIF float32 training at
 # (T, N) = (1024, 16K) took 0.42 ms with it and 0.82 ms without; float64 is unaffected.
-# Denormals flushed to zero, as CuPy's RawModule compiled every kernel measured before we called NVRTC ourselves.
+# Denormals flushed to zero, as CuPy's RawModule compiled every kernel measured before we called NVRTC ourselves
+# (sessions 1-12).
 NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false", "-ftz=true")
 CHECK_ARCHS = ("sm_80", "sm_90")
 
@@ -37,18 +38,6 @@ class CompileError(RuntimeError):
 
 def _numbered(source: str) -> str:
     return "\n".join(f"{i:4d}  {line}" for i, line in enumerate(source.splitlines(), 1))
-
-
-def import_cupy():
-    """CuPy, or an error that says how to install it (other import failures are not disguised)."""
-    try:
-        import cupy
-    except ModuleNotFoundError as error:
-        if error.name != "cupy":
-            raise
-        raise RuntimeError("running CUDA kernels needs CuPy: pip install 'autocuda[cuda12]' or "
-                           "'autocuda[cuda13]' (matching your CUDA driver)") from error
-    return cupy
 
 
 # How this process obtained its kernels: "compiled" (NVRTC ran) or "disk" (the binary came from the disk cache).
@@ -78,26 +67,12 @@ def kernel_function(source: str, name: str, device_index: int) -> int:
 
 
 def nvrtc_compile(source: str, name: str, device_index: int) -> bytes:
-    """A cubin of `source` for a device (PTX when NVRTC is older than the device), through CuPy's NVRTC."""
-    cupy = import_cupy()
-    from cupy.cuda import compiler
-
-    with cupy.cuda.Device(device_index):
-        try:
-            compiled = compiler.compile_using_nvrtc(source, NVRTC_OPTIONS + _include_options())
-        except compiler.CompileException as error:
-            raise CompileError(f"NVRTC rejected kernel {name}:\n{error}\n{_numbered(source)}") from None
-    image = compiled[0] if isinstance(compiled, tuple) else compiled
-    return image.encode() if isinstance(image, str) else bytes(image)
-
-
-@functools.cache
-def _include_options() -> tuple[str, ...]:
-    """NVRTC searches no folder by default: point it at the CUDA headers (cuda_fp16.h, cuda_bf16.h) of the
-    toolkit CuPy runs with."""
-    cuda = import_cupy().cuda.get_cuda_path()
-    folders = [os.path.join(cuda, "include")] if cuda else []
-    return tuple(f"-I{folder}" for folder in folders if os.path.isdir(folder))
+    """A cubin of `source` for a device (PTX when NVRTC is older than the device)."""
+    major, minor = torch.cuda.get_device_capability(device_index)
+    try:
+        return nvrtc.compile_program(source, name, 10 * major + minor, NVRTC_OPTIONS)
+    except nvrtc.NvrtcError as error:
+        raise CompileError(f"NVRTC rejected kernel {name}: {error}\n{_numbered(source)}") from None
 
 
 def nvcc_path() -> str:

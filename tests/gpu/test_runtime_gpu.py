@@ -7,7 +7,7 @@ generated kernels on torch's current stream):
 - vectorised layouts (large N) against the reference;
 - torch.compile(fullgraph=True) of Linear -> LIFNode -> Linear -> IzhikevichNode against eager, forward and backward;
 - opcheck for every op form; a side stream and a CUDA graph replay against the default stream;
-- a second process with a warm disk cache compiles nothing and imports neither sympy nor CuPy;
+- a second process with a warm disk cache compiles nothing and imports no sympy (and neither process CuPy);
 - a kernel loaded on one thread launches from another (each launch runs in the device's context);
 - long loops take the layout timed fastest, stored on disk, with the fixed rule's results.
 """
@@ -332,7 +332,7 @@ def test_second_process_with_warm_disk_cache_compiles_nothing(tmp_path):
     print(f"first process: {first}; second process: {second}")
     assert first.get("compiled", 0) >= 3               # izhikevich fptt + bptt, lif fptt (fp16)
     assert second.get("compiled", 0) == 0 and second.get("disk", 0) == first["compiled"]
-    assert first["sympy"] and first["cupy"]
+    assert first["sympy"] and not first["cupy"], "NVRTC runs through ctypes"
     assert not second["sympy"] and not second["cupy"], "a warm process derives nothing and compiles nothing"
 
 

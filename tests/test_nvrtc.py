@@ -1,0 +1,69 @@
+"""NVRTC through ctypes compiles the generated kernels on a machine without a GPU (the `test` extra installs
+NVRTC and the CUDA headers): the compiler the GPU path uses, checked where CI runs.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from autocuda.codegen.neuron import KERNELS
+from autocuda.kernels import neuron_kernel
+from autocuda.runtime import cache, compile, nvrtc
+from autocuda.spec.model import list_specs, load_spec
+
+pytestmark = pytest.mark.skipif(not nvrtc.found(), reason="NVRTC not found: pip install -e '.[test]' brings it")
+HOPPER = 90
+BROKEN = 'extern "C" __global__ void broken(float* x) { x[0] = not_declared(x[0]); }'
+
+
+def _sources(dtype: str, names: list[str], kinds=KERNELS) -> dict[str, str]:
+    kernels = (neuron_kernel(load_spec(name), kind, dtype) for name in names for kind in kinds)
+    return {k.kernel_name: k.full_codes for k in kernels}
+
+
+def test_shipped_kernels_compile_to_cubins_in_parallel_threads():
+    # every spec's multi-step pair in bfloat16 (the headers NVRTC must find), every kind of LIF in each dtype
+    sources = _sources("bfloat16", [name for name, _ in list_specs()], ("fptt", "bptt"))
+    for dtype in ("float32", "float16", "float64"):
+        sources |= _sources(dtype, ["lif"])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        images = dict(zip(sources, pool.map(
+            lambda item: nvrtc.compile_program(item[1], item[0], HOPPER, compile.NVRTC_OPTIONS), sources.items())))
+    assert all(image.startswith(b"\x7fELF") for image in images.values())
+    assert len(set(images.values())) == len(images)
+
+
+def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture_it_knows():
+    newest = max(nvrtc.supported_archs())
+    ptx = nvrtc.compile_program(next(iter(_sources("float16", ["lif"]).values())), "k", newest + 1000,
+                                compile.NVRTC_OPTIONS).decode()
+    assert f".target sm_{newest}" in ptx and not ptx.endswith("\0")
+
+
+def test_rejected_source_raises_compile_error_with_nvrtcs_log_and_the_numbered_source(monkeypatch):
+    with pytest.raises(nvrtc.NvrtcError, match="not_declared"):
+        nvrtc.compile_program(BROKEN, "broken", HOPPER, ())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    with pytest.raises(compile.CompileError, match=r"(?s)NVRTC rejected kernel broken.*not_declared.*   1  extern"):
+        compile.nvrtc_compile(BROKEN, "broken", 0)
+
+
+def test_half_precision_headers_are_found_beside_nvrtc():
+    assert nvrtc.include_folders(), "cuda_fp16.h is in no include folder"
+    assert nvrtc.version().split(".")[0].isdigit()
+
+
+def test_without_nvrtc_kernels_fall_back_to_the_reference_and_compiling_says_what_to_install(monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(nvrtc, "_library_candidates", lambda: iter(["libnvrtc-that-does-not-exist.so"]))
+        nvrtc._library.cache_clear()
+        try:
+            assert not nvrtc.found()
+            assert cache.default_backend("cuda") == "reference"
+            with pytest.raises(RuntimeError, match=r"needs NVRTC.*autocuda\[cuda13\]"):
+                nvrtc.compile_program(BROKEN, "broken", HOPPER, ())
+        finally:
+            nvrtc._library.cache_clear()
+    assert nvrtc.found()
