@@ -45,6 +45,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+@constant_result  # Dynamo cannot trace the ctypes lookup of NVRTC: torch.compile keeps the answer instead
 def default_backend(device_type: str) -> str:
     """'cuda' (the generated kernels) for CUDA tensors when NVRTC can be loaded, else 'reference' (torch ops)."""
     return "cuda" if device_type == "cuda" and nvrtc.found() else "reference"
