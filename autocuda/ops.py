@@ -90,8 +90,8 @@ def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bo
 
 @functools.lru_cache(maxsize=1024)
 def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[str, ...]:
-    """What the backward kernel reads besides gradients and parameters: h_seq, x_seq, <state>_init/_seq
-    (the initial states only when given as tensors)."""
+    """What the backward kernel reads besides gradients and parameters: h_seq, x_seq (where `needs_x`),
+    <state>_init/_seq (the initial states only when given as tensors). Autograd saves exactly these."""
     e = entry(key)
     kernel = e.config.kernel("step-backward" if single_step else "bptt", torch.float32, given_inits=given_inits)
     skip = set(e.tensors) | set(e.scalars)

@@ -74,8 +74,8 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
                      grad_finals: Sequence[torch.Tensor], grad_state_seqs: Sequence[torch.Tensor | None] = ()
                      ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """The derived adjoint run backwards through time, reading only what forward saved (h, `saved` state
-    sequences by index) as the BPTT kernel does: (grad_x_seq, grads of initial states, grads of learnable
-    parameters summed over time, per neuron)."""
+    sequences by index, x_seq where `needs_x`) as the BPTT kernel does: (grad_x_seq, grads of initial states,
+    grads of learnable parameters summed over time, per neuron)."""
     system, back = derivation.system, derivation.backward
     z = sp.Symbol("z", real=True)
     sg_expr = surrogate.gradient(z).subs(z, H - THRESHOLD)
@@ -87,7 +87,9 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
             if seq is not None:
                 lambdas[i] = lambdas[i] + seq[t]
         previous = [_previous_state(derivation, i, t, initial, h_seq, saved, params) for i in range(len(initial))]
-        values = {**params, system.x: x_seq[t], H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
+        # x only where backward reads it (needs_x), as the kernel; else poisoned, so that misuse shows
+        x = x_seq[t] if back.needs_x else torch.full_like(x_seq[t], float("nan"))
+        values = {**params, system.x: x, H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
                   **dict(zip(system.states, previous)),
                   **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
         values[THRESHOLD] = evaluate(system.threshold, values)

@@ -104,8 +104,9 @@ GALLERY: dict[str, list[tuple[str, str, str, str, dict[str, Any]]]] = {
     ],
     "parametric_lif": [
         ("FPTT, bfloat16", "bfloat16 storage, float arithmetic.", "fptt", "bfloat16", {}),
-        ("BPTT, detach_reset", "The learnable w gets a per-neuron gradient; `detach_reset=True` cuts the gradient "
-         "through the reset.", "bptt", "float32", {"detach_reset": True}),
+        ("BPTT, detach_reset", "The learnable w gets a per-neuron gradient, from h alone: "
+         "(x - (v - v_reset)) sigmoid(w) = h - v, so backward does not read x; `detach_reset=True` cuts the "
+         "gradient through the reset.", "bptt", "float32", {"detach_reset": True}),
     ],
 }
 

@@ -12,16 +12,18 @@ import sympy as sp
 import torch
 
 from autocuda import reference
-from autocuda.kernels import derivation
-from autocuda.spec.model import list_specs, load_spec
+from autocuda.kernels import derivation, neuron_kernel
+from autocuda.spec.derive import H
+from autocuda.spec.model import NeuronSpec, list_specs, load_spec
 from autocuda.spec.system import initial_value
 
 SPECS = [name for name, _ in list_specs()]
 T, N = 6, 7
 
 
-def _inputs(spec, system, reset, generator):
-    """Random float64 inputs, initial states and parameters (perturbed defaults, learnable per neuron)."""
+def _inputs(spec, system, reset, generator, shared=False):
+    """Random float64 inputs, initial states and parameters (perturbed defaults, learnable per neuron, or one
+    0-d value for all neurons when `shared`)."""
     # Without a reset, exponential neurons (EIF, AdEx) blow up under strong input: keep it moderate there.
     scale, shift = (1.5, 0.5) if reset != "none" else (0.3, -0.1)
     x_seq = torch.randn(T, N, dtype=torch.float64, generator=generator) * scale + shift
@@ -29,7 +31,9 @@ def _inputs(spec, system, reset, generator):
     params = {}
     for symbol in system.params:
         value = defaults[symbol.name] * (1 + 0.1 * torch.rand((), generator=generator, dtype=torch.float64).item())
-        if symbol in system.learnable:
+        if symbol in system.learnable and shared:
+            value = torch.tensor(value, dtype=torch.float64, requires_grad=True)
+        elif symbol in system.learnable:
             value = torch.full((N,), value, dtype=torch.float64) + 0.1 * torch.randn(N, generator=generator,
                                                                                    dtype=torch.float64)
             value.requires_grad_(True)
@@ -76,11 +80,13 @@ def test_derived_backward_of_kinks_equals_autograd(update, reset, nvcc):
     assert nvcc({f"kinked {reset}": "\n".join(sources + [spec.source("bptt", "float16", native=True)])}) == {}
 
 
-def _check_against_autograd(spec, reset, detach_reset):
+def _check_against_autograd(spec, reset, detach_reset, shared=False):
+    """`shared`: learnable parameters are one value for all neurons; the derived per-neuron gradients must add
+    up to autograd's."""
     name = spec.name
     d = derivation(spec, reset, detach_reset)
     generator = torch.Generator().manual_seed(zlib.crc32(f"{name}-{reset}-{detach_reset}".encode()))
-    x_seq, initial, params = _inputs(spec, d.system, reset, generator)
+    x_seq, initial, params = _inputs(spec, d.system, reset, generator, shared)
     spike_seq, finals, h_seq, state_seqs = _forward_with_saves(d, spec, x_seq, initial, params)
     grad_spike = torch.randn_like(spike_seq)
     grad_finals = [torch.randn_like(f) for f in finals]
@@ -97,13 +103,15 @@ def _check_against_autograd(spec, reset, detach_reset):
             d, spec.surrogate, x_seq.detach(), [s.detach() for s in initial],
             {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()},
             h_seq.detach(), saved, grad_spike, grad_finals, grad_seqs)
+    if shared:
+        grad_params = tuple(g.sum(0) for g in grad_params)
     for got, want, what in zip([grad_x, *grad_init, *grad_params], expected,
                                ["x", *(s.name for s in d.system.states), *(p.name for p in d.system.learnable)]):
         label = f"{name} {reset} gradient of {what}"
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m, label=label: f"{label}: {m}")
 
 
-@pytest.mark.parametrize("name", ["lif", "qif", "eif", "izhikevich"])
+@pytest.mark.parametrize("name", ["lif", "qif", "eif", "izhikevich", "parametric_lif"])
 def test_backward_saves_h_alone(name):
     """design.md: for these neurons backward reads h[t] only; v[t-1] and s are recomputed from it."""
     for reset in ("hard", "soft"):
@@ -123,3 +131,52 @@ def test_detach_reset_cuts_only_the_reset_path():
     difference = sp.simplify(d_attached.backward.grad_x - d_detached.backward.grad_x)
     assert difference != 0
     assert d_detached.backward.grad_x.has(sp.Symbol("ac_sg", real=True)), "the spike's own gradient remains"
+
+
+# Charges linear in x with a learnable coefficient: backward takes x back from h where the coefficient cannot
+# be zero and x is in the charge alone (autocuda.spec.derive.recovered_input), and reads x[t] otherwise.
+LEARNED_TAU = NeuronSpec(name="learned_tau", charge="v + (x - (v - v_reset)) / tau",
+                         params={"tau": {"default": 2.0, "learnable": True}, "v_threshold": 1.0, "v_reset": 0.0},
+                         states={"v": "v_reset"})
+RESISTANCE = NeuronSpec(name="resistance", charge="v + R * x - (v - v_reset) / 2",   # R may be 0
+                        params={"R": {"default": 1.0, "learnable": True}, "v_threshold": 1.0, "v_reset": 0.0},
+                        states={"v": "v_reset"})
+INPUT_IN_UPDATE = NeuronSpec(name="input_in_update", charge="v + (x - (v - v_reset)) * sigmoid(w) + c",
+                             params={"w": {"default": 0.0, "learnable": True}, "v_threshold": 1.0, "v_reset": 0.0},
+                             states={"v": "v_reset", "c": 0.0}, updates={"c": "0.5 * c + 0.1 * x"})
+READS_X = {LEARNED_TAU: False, RESISTANCE: True, INPUT_IN_UPDATE: True}
+
+
+@pytest.mark.parametrize("detach_reset", [False, True])
+@pytest.mark.parametrize("reset", ["hard", "soft", "none"])
+def test_parametric_lif_backward_takes_x_from_h(reset, detach_reset):
+    """dL/dw = g_h (x - (v - v_reset)) sigmoid'(w) = g_h (h - v)(1 - sigmoid(w)): backward reads h, not x, and
+    does not divide by sigmoid(w)."""
+    spec = load_spec("parametric_lif")
+    d = derivation(spec, reset, detach_reset)
+    assert not d.backward.needs_x
+    x, v = d.system.x, d.system.states[0]
+    w = next(p for p in d.system.learnable if p.name == "w")
+    decay = 1 / (1 + sp.exp(-w))
+    (grad_w,) = d.backward.grad_params
+    assert not grad_w.has(x)
+    # dL/dx = g_h sigmoid(w), so the identity below pins grad_w to g_h (h - v)(1 - sigmoid(w))
+    assert sp.simplify(grad_w * decay - d.backward.grad_x * (H - v) * (1 - decay)) == 0
+    assert not grad_w.has(1 + sp.exp(-w)), f"divides by sigmoid(w): {grad_w}"
+    for kernel in ("bptt", "step-backward"):
+        assert "x_seq" not in neuron_kernel(spec, kernel, reset=reset, detach_reset=detach_reset).cparams
+
+
+@pytest.mark.parametrize("spec", list(READS_X), ids=lambda s: s.name)
+def test_backward_reads_x_only_where_h_cannot_give_it_back(spec):
+    for reset in ("hard", "soft"):
+        d = derivation(spec, reset)
+        assert d.backward.needs_x == READS_X[spec], (spec.name, reset)
+        assert ("x_seq" in neuron_kernel(spec, "bptt", reset=reset).cparams) == READS_X[spec]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per-neuron", "shared"])
+@pytest.mark.parametrize("spec", [load_spec("parametric_lif"), *READS_X], ids=lambda s: s.name)
+def test_learnable_coefficient_gradients_equal_autograd(spec, shared):
+    for reset, detach_reset in (("hard", False), ("soft", True)):
+        _check_against_autograd(spec, reset, detach_reset, shared)

@@ -5,6 +5,7 @@ Tensor parameter names are the interface to the op layer:
     forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_final
     backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, x_seq, <state>_init
               -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
+              (x_seq only where the adjoint needs x and cannot take it back from h: `BackwardStep.needs_x`)
 Single-step kernels use the same names with T = 1 and no time loop. With `given_inits=False` every
 <state>_init is one number for all neurons, passed by value, and backward returns no grad_<state>_init.
 """
