@@ -14,9 +14,11 @@ T, N = 7, 32
 LAYOUTS = {
     torch.float32: [{"lanes": 4, "vector": True}, {"lanes": 2, "vector": True, "unroll": 2}, {"lanes": 3},
                     {"lanes": 1, "prefetch": 2}, {"lanes": 1, "prefetch": 8},
-                    {"lanes": 2, "vector": True, "prefetch": 3}, {"unroll": 8, "prefetch": 8}],
+                    {"lanes": 2, "vector": True, "prefetch": 3}, {"unroll": 8, "prefetch": 8},
+                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64}],
     torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}, {"prefetch": 4},
-                    {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8}],
+                    {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8},
+                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}],
     torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}],
 }
 

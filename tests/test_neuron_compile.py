@@ -16,7 +16,8 @@ from autocuda.kernels import neuron_kernel
 from autocuda.spec.model import list_specs, load_spec
 
 LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2},
-           {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8})  # the last: a long-loop tuning candidate
+           {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 32, "block": 64})  # the last: a long-loop tuning
+# candidate (its ring of 32 steps in shared memory must fit the 48 KB a block may declare statically)
 NATIVE = ({"native": True}, {"native": True, "lanes": 8, "vector": True})
 
 

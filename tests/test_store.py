@@ -110,7 +110,8 @@ def test_plans_need_no_derivation():
 def test_records_survive_json():
     record = KernelRecord.of(neuron_kernel(load_spec("lif"), "fptt", torch.float32, given_inits=False))
     again = KernelRecord.from_json(record.to_json())
-    assert (again.kernel_name, again.full_codes, again.lanes) == (record.kernel_name, record.full_codes, record.lanes)
+    assert (again.kernel_name, again.full_codes, again.lanes, again.block) == (record.kernel_name, record.full_codes,
+                                                                             record.lanes, record.block)
     assert again.cparams == record.cparams
 
 
@@ -121,12 +122,13 @@ def test_long_loop_candidates_fit_the_dtype_and_the_neurons():
         return sorted({(layout["lanes"], layout["prefetch"]) for layout in layouts})
 
     always = lambda width: True  # noqa: E731
-    assert lanes(tuning.candidates(16384, torch.float32, always)) == [(0, 0), (0, 8), (2, 0), (2, 8), (4, 0)]
-    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(2, 0), (2, 8), (4, 0)]
-    assert lanes(tuning.candidates(16384, torch.float64, always)) == [(0, 0), (0, 8), (2, 0), (2, 8)]
-    assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0), (0, 8)], "odd N: one per thread"
-    assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == [(0, 0), (0, 8), (2, 0),
-                                                                                     (2, 8)]
+    assert lanes(tuning.candidates(16384, torch.float32, always)) == [(0, 0), (0, 32), (2, 0), (2, 32), (4, 0)]
+    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(2, 0), (2, 32), (4, 0)]
+    assert lanes(tuning.candidates(16384, torch.float64, always)) == [(0, 0), (0, 32), (2, 0), (2, 32)]
+    assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0), (0, 32)], "odd N: one per thread"
+    assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == [(0, 0), (0, 32), (2, 0),
+                                                                                      (2, 32)]
+    assert {c["block"] for c in tuning.candidates(16384, torch.float32, always) if c["prefetch"]} == {64}
     assert all(c["unroll"] == tuning.UNROLL for c in tuning.candidates(64, torch.float16, always))
 
 

@@ -48,6 +48,7 @@ class KernelOptions:
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
+    block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -121,7 +122,8 @@ class _Plan:
 
     params: list[CParam] = field(default_factory=list)
     registers: list[str] = field(default_factory=list)
-    streamed: list[Transfer] = field(default_factory=list)   # per-step loads issued `prefetch` steps early
+    streamed: list[Transfer] = field(default_factory=list)   # per-step loads issued `depth` steps early
+    depth: int = 0                                           # steps of `streamed` in flight (0: none)
     setup: list[Transfer] = field(default_factory=list)
     loads: list[Transfer] = field(default_factory=list)
     body: list[Statement] = field(default_factory=list)
@@ -145,6 +147,11 @@ class NeuronKernel(CKernel):
     def lanes(self) -> int:
         return self.options.lanes
 
+    @property
+    def block(self) -> int:
+        """Threads per block the kernel must be launched with (its shared ring is sized for them)."""
+        return self.options.block
+
     def _context(self) -> dict[str, Any]:
         storage, native = self.options.dtype, self.options.native
         compute = storage if native else storage.compute
@@ -157,7 +164,8 @@ class NeuronKernel(CKernel):
                 "compute_t": compute.ctype, "vector": self.options.vector,
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
-                "depth": self.options.prefetch if loop != "none" else 0,
+                "depth": self.plan.depth, "block": self.options.block,
+                "element_bytes": storage.torch_dtype.itemsize,
                 **{k: getattr(self.plan, k) for k in ("registers", "streamed", "setup", "loads", "body", "stores",
                                                      "finish")}}
 
@@ -487,6 +495,24 @@ def _text(part: Any) -> str:
     return repr(part)
 
 
+# Static shared memory one block may declare (larger needs an opt-in at launch).
+SHARED_BYTES = 48 * 1024
+
+
+def pipeline_depth(options: KernelOptions, streamed: int) -> int:
+    """Steps of the streamed inputs kept in flight: `options.prefetch`, fewer where the ring would not fit in
+    shared memory, none where an element cannot be copied asynchronously (cp.async moves 4, 8 or 16 bytes).
+
+    Why shared memory and cp.async: a long loop over few neurons has few threads, each waiting on memory every
+    step. Loads issued steps ahead into registers did not help (ptxas waited on them at once), while a ring of
+    asynchronous copies waited on by count took a LIF forward at (T, N) = (1024, 16K) from 0.153 ms to 0.062 ms
+    on an H200 (`bench/results/2026-11-22-h200-async-ring/microbenchmark.txt`)."""
+    element = options.dtype.torch_dtype.itemsize
+    if options.prefetch <= 1 or not streamed or (not options.vector and element < 4):
+        return 0
+    return min(options.prefetch, SHARED_BYTES // (options.block * options.lanes * element * streamed))
+
+
 def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
                  surrogate_gradient: sp.Expr, description: tuple[str, ...] = ()) -> NeuronKernel:
     """The kernel `options.kernel` of a derivation; `surrogate_gradient` is an expression of SURROGATE_INPUT."""
@@ -494,9 +520,10 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
         plan = _forward(derivation, options)
     else:
         plan = _backward(derivation, options, surrogate_gradient)
-    if options.prefetch > 1 and options.kernel in ("fptt", "bptt"):
-        plan.streamed = [t for t in plan.loads if t.streamable]
-        plan.loads = [t for t in plan.loads if not t.streamable]
+    streamed = [t for t in plan.loads if t.streamable]
+    plan.depth = pipeline_depth(options, len(streamed)) if options.kernel in ("fptt", "bptt") else 0
+    if plan.depth > 1:
+        plan.streamed, plan.loads = streamed, [t for t in plan.loads if not t.streamable]
     # Readable parts first; the digest tells apart variants that differ in anything else.
     # A forward kernel depends on detach_reset and the surrogate only through what it saves: leaving them out
     # of its name lets identical forward kernels share one name, one source and one compiled binary.

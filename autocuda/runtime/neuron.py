@@ -23,7 +23,6 @@ from . import tuning
 from .launch import current_stream_ptr
 from .records import KernelRecord, kernel_record
 
-BLOCK = 256
 # Preferred aligned access widths, in order. Measured on an H200 (LIF and Izhikevich, kernels alone,
 # 2026-11-22): 8-byte accesses are within a few percent of 16-byte ones at (8, 8M) and (64, 1M), and beat one
 # word per thread at the long shapes: LIF float32 at (1024, 16K) trains in 0.48 ms with them, 0.70 without.
@@ -109,14 +108,15 @@ class Recipe:
 
     def _launch(self, values: list, n: int, device: torch.device, backend: str) -> None:
         kernel = self.kernel
-        grid = ((-(-n // kernel.lanes) + BLOCK - 1) // BLOCK,)
+        block = kernel.block
+        grid = ((-(-n // kernel.lanes) + block - 1) // block,)
         if backend == "cuda":
-            kernel.cuda_launcher(device.index)(grid, (BLOCK,), values, current_stream_ptr(device.index))
+            kernel.cuda_launcher(device.index)(grid, (block,), values, current_stream_ptr(device.index))
         else:
             import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
 
             packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
-            kernel.launch(grid, (BLOCK,), packed, device, backend)
+            kernel.launch(grid, (block,), packed, device, backend)
 
 
 @dataclass(frozen=True)

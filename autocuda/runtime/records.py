@@ -18,28 +18,29 @@ from ..ckernel import CParam, _launcher
 
 
 class KernelRecord:
-    """One generated kernel, ready to launch on a GPU (`cuda_launcher`) or on the host runner (`launch`)."""
+    """One generated kernel, ready to launch on a GPU (`cuda_launcher`) or on the host runner (`launch`), with
+    `block` threads per block (a prefetching kernel's shared ring is sized for them)."""
 
-    def __init__(self, kernel_name: str, full_codes: str, params: tuple[CParam, ...], lanes: int):
-        self.kernel_name, self.full_codes, self.lanes = kernel_name, full_codes, lanes
+    def __init__(self, kernel_name: str, full_codes: str, params: tuple[CParam, ...], lanes: int, block: int = 256):
+        self.kernel_name, self.full_codes, self.lanes, self.block = kernel_name, full_codes, lanes, block
         self.cparams: Mapping[str, CParam] = {p.name: p for p in params}
         self._launchers: dict[int, Any] = {}
 
     @classmethod
     def of(cls, kernel: Any) -> KernelRecord:
-        """The record of a built kernel (anything with kernel_name, full_codes, cparams and lanes)."""
-        return cls(kernel.kernel_name, kernel.full_codes, tuple(kernel.cparams.values()), kernel.lanes)
+        """The record of a built kernel (anything with kernel_name, full_codes, cparams, lanes and block)."""
+        return cls(kernel.kernel_name, kernel.full_codes, tuple(kernel.cparams.values()), kernel.lanes, kernel.block)
 
     def to_json(self) -> bytes:
         params = [[p.name, p.ctype, p.pointer, p.const] for p in self.cparams.values()]
         return json.dumps({"name": self.kernel_name, "source": self.full_codes, "params": params,
-                           "lanes": self.lanes}).encode()
+                           "lanes": self.lanes, "block": self.block}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> KernelRecord:
         fields = json.loads(data)
         params = tuple(CParam(str(n), str(c), bool(p), bool(k)) for n, c, p, k in fields["params"])
-        return cls(str(fields["name"]), str(fields["source"]), params, int(fields["lanes"]))
+        return cls(str(fields["name"]), str(fields["source"]), params, int(fields["lanes"]), int(fields["block"]))
 
     def cuda_launcher(self, device_index: int):
         """The packed-argument launcher of this kernel on a device."""

@@ -4,7 +4,8 @@ Many steps over few neurons (T >= 64, N < 128K) leave each thread a long loop wh
 latency, and which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models,
 dtypes and directions by up to 4x in the kernel sweeps on an H200
 (`bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt`, `prefetch_sweep.txt`): Izhikevich's float32
-backward at (1024, 16K) takes 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms. Every
+backward at (1024, 16K) took 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms (before
+prefetching went through shared memory). Every
 layout gives bitwise the same results (tests/test_layouts.py), so the first call of a shape times each
 candidate a few times and keeps the fastest for shapes of its size (N and T to the next power of two), in
 memory and in the disk store (per GPU model). Nothing is timed
@@ -21,22 +22,28 @@ import torch
 from .. import store
 
 REPEATS = 3
-# (neurons per thread, steps of inputs loaded ahead) tried for each long loop; every candidate is unrolled.
-CANDIDATES = ((1, 0), (2, 0), (1, 8), (2, 8), (4, 0))
+# (neurons per thread, steps of inputs copied ahead into shared memory, threads per block) tried for each long
+# loop; every candidate is unrolled. Small blocks leave room for a deep ring: in the micro-benchmark of
+# `bench/results/2026-11-22-h200-async-ring` (LIF forward, (1024, 16K)) 32 steps ahead with 64 or 128 threads
+# per block took 0.062 ms, 16 steps with 256 threads 0.082 ms, none (unrolled) 0.153 ms.
+CANDIDATES = ((1, 0, 256), (2, 0, 256), (4, 0, 256), (1, 32, 64), (2, 32, 64))
 UNROLL = 8
 
 
 def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> list[dict[str, Any]]:
     """The layouts to try for N neurons: per-thread neuron counts this dtype and N allow, with and without
-    prefetching. Half precision moves neurons in pairs (one 4-byte word), so one neuron per thread is two."""
+    prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
+    `codegen.neuron.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
+    per thread is two."""
     out = []
-    for lanes, prefetch in CANDIDATES:
+    for lanes, prefetch, block in CANDIDATES:
         lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
         vector = lanes > 1
         width = lanes * dtype.itemsize
         if vector and not (width <= 16 and n % lanes == 0 and aligned(width)):
             continue
-        layout = {"lanes": lanes if vector else 0, "vector": vector, "unroll": UNROLL, "prefetch": prefetch}
+        layout = {"lanes": lanes if vector else 0, "vector": vector, "unroll": UNROLL, "prefetch": prefetch,
+                  "block": block}
         if layout not in out:
             out.append(layout)
     return out
