@@ -13,7 +13,7 @@ virtual void volatile wchar_t while
 """.split())
 CUDA_NAMES = frozenset("""
 threadIdx blockIdx blockDim gridDim warpSize half half2 nv_bfloat16 nv_bfloat162 float2 float4 double2
-int2 int4 printf malloc free memcpy memset assert exp expf log logf sqrt sqrtf pow powf fabs fabsf fmin
+int2 int4 printf malloc free memcpy memset assert exp expf expm1 expm1f log logf sqrt sqrtf pow powf fabs fabsf fmin
 fminf fmax fmaxf sin sinf cos cosf tan tanf tanh tanhf atan atanf erf erff min max abs INFINITY NAN
 char1 char2 char3 char4 uchar1 uchar2 uchar3 uchar4 short1 short2 short3 short4 ushort1 ushort2 ushort3 ushort4
 int1 int3 uint1 uint2 uint3 uint4 long1 long2 long3 long4 ulong1 ulong2 ulong3 ulong4 longlong1 longlong2

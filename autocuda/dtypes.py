@@ -35,13 +35,13 @@ _SCALAR_OPS = {
     "select": "({m} ? {x} : {y})",
 }
 _FLOAT_FUNCS = {
-    "exp": "expf", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf", "sin": "sinf",
-    "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "atan": "atanf", "erf": "erff", "minimal": "fminf",
-    "maximum": "fmaxf",
+    "exp": "expf", "expm1": "expm1f", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf",
+    "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "atan": "atanf", "erf": "erff",
+    "minimal": "fminf", "maximum": "fmaxf",
 }
 _DOUBLE_FUNCS = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "fabs", "power": "pow", "sin": "sin", "cos": "cos",
-    "tan": "tan", "tanh": "tanh", "atan": "atan", "erf": "erf", "minimal": "fmin", "maximum": "fmax",
+    "exp": "exp", "expm1": "expm1", "log": "log", "sqrt": "sqrt", "abs": "fabs", "power": "pow", "sin": "sin",
+    "cos": "cos", "tan": "tan", "tanh": "tanh", "atan": "atan", "erf": "erf", "minimal": "fmin", "maximum": "fmax",
 }
 # Packed types: cuda_fp16.h / cuda_bf16.h overload these intrinsics for both half2 and __nv_bfloat162.
 # Functions without a packed intrinsic go through float lane by lane, via helpers in the prelude.
@@ -53,6 +53,7 @@ _PACKED_OPS = {
     "neg": "__hneg2({x})",
     "abs": "__habs2({x})",
     "exp": "h2exp({x})",
+    "expm1": "{p}_expm1({x})",
     "log": "h2log({x})",
     "sqrt": "h2sqrt({x})",
     "sin": "h2sin({x})",
@@ -75,7 +76,8 @@ _PACKED_OPS = {
     "cond_lt": "__hlt2({x}, {y})", "cond_and": "__hmul2({x}, {y})",
     "select": "{p}_select({m}, {x}, {y})",
 }
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "atan", "erf", "heaviside", "sigmoid")
+UNARY = ("neg", "abs", "exp", "expm1", "log", "sqrt", "sin", "cos", "tan", "tanh", "atan", "erf", "heaviside",
+         "sigmoid")
 BINARY = ("add", "sub", "mul", "div", "power", "minimal", "maximum",
           "greater_equal", "greater_than", "less_equal", "less_than")
 
@@ -95,6 +97,7 @@ __device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
 }}
 #define {P}_LANEWISE(fn, cfn) __device__ __forceinline__ {t} {p}_##fn({t} a) {{ \\
     const float2 fa = {unpack}(a); return {p}_lanes(cfn(fa.x), cfn(fa.y)); }}
+{P}_LANEWISE(expm1, expm1f)
 {P}_LANEWISE(tan, tanf)
 {P}_LANEWISE(tanh, tanhf)
 {P}_LANEWISE(atan, atanf)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+import re
 import struct
 
 import numpy as np
 import pytest
 import torch
 
-from autocuda.dtypes import BFLOAT16, DTYPES, FLOAT16, FLOAT32, FLOAT64, DType, get_dtype, headers_for
+from autocuda.dtypes import BFLOAT16, BINARY, DTYPES, FLOAT16, FLOAT32, FLOAT64, UNARY, DType, get_dtype, headers_for
 
 ALL = list(DTYPES.values())
 BY_TORCH = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
@@ -128,6 +129,21 @@ def test_packed_types_carry_their_lane_helpers():
         assert dtype.ctype in dtype.prelude
     for dtype in (FLOAT32, FLOAT64):
         assert not dtype.packed and dtype.prelude == ""
+
+
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16], ids=lambda d: d.name)
+def test_packed_helpers_are_defined_in_the_prelude(dtype: DType):
+    """Every lane-wise helper an operation calls (ac_h2_tan, ac_bf2_expm1, ...) is defined by the prelude."""
+    for name in (*UNARY, *BINARY, "if_else"):
+        for prefix, function in re.findall(r"\b(ac_[a-z0-9]+)_(\w+)\(", dtype.op(name, "a", "b", "m")):
+            assert (f"{prefix}_{function}(" in dtype.prelude
+                    or f"{prefix.upper()}_LANEWISE({function}," in dtype.prelude), (name, function)
+
+
+@pytest.mark.parametrize(("dtype", "text"), [(FLOAT32, "expm1f(x)"), (FLOAT64, "expm1(x)"),
+                                             (FLOAT16, "ac_h2_expm1(x)"), (BFLOAT16, "ac_bf2_expm1(x)")])
+def test_expm1_is_the_c_function_not_exp_minus_one(dtype: DType, text: str):
+    assert dtype.op("expm1", "x") == text
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)

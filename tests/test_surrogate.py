@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import sympy
 import torch
+from sympy.codegen.cfunctions import expm1
 
 from autocuda import surrogate as sg
 from autocuda.errors import SpecError
@@ -250,6 +251,7 @@ def test_evaluate_scalars_and_mixed():
     (2**a, lambda x: 2.0**x), (a**a, lambda x: x**x), (sympy.exp(a), np.exp), (sympy.log(a), np.log),
     (sympy.Abs(a - 2), lambda x: np.abs(x - 2)), (sympy.sin(a), np.sin), (sympy.cos(a), np.cos),
     (sympy.tan(a), np.tan), (sympy.tanh(a), np.tanh), (sympy.atan(a), np.arctan),
+    (expm1(a), np.expm1), (expm1(a * 1e-9), lambda x: np.expm1(x * 1e-9)),  # not exp(z) - 1: 1e-7 off there
     (sympy.erf(a), lambda x: np.array([math.erf(v) for v in x])), (sympy.sign(a - 1), lambda x: np.sign(x - 1)),
     (sympy.Min(a, 1, 2 * a), lambda x: np.minimum(np.minimum(x, 1), 2 * x)),
     (sympy.Max(a, 1), lambda x: np.maximum(x, 1)),

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import sympy as sp
+from sympy.codegen.cfunctions import expm1
 
 from ..dtypes import DType, get_dtype
 
 _FUNCTIONS: dict[type, str] = {
-    sp.exp: "exp", sp.log: "log", sp.Abs: "abs", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan",
+    sp.exp: "exp", expm1: "expm1", sp.log: "log", sp.Abs: "abs", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan",
     sp.tanh: "tanh", sp.atan: "atan", sp.erf: "erf",
 }
 _COMPARISONS: dict[type, str] = {

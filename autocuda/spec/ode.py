@@ -23,6 +23,11 @@ exact              f = A S + b with A free of the states (constant over the step
                    [[A, b], [0, 0]] when det A = 0). Three or more states: sympy's matrix exponential (it must
                    come out real).
 
+Rounding: e^{a dt} - 1 and the quotients (e^{a dt} - 1)/a, (e^{a dt} - e^{d dt})/(a - d), (e^{l+ dt} - e^{l- dt})/(2r)
+cancel for small a dt, nearly equal a and d, small r; they are built from expm1 (`_exp_integral`, `_exp_2x2`), so
+the float32 step keeps float32's digits (docs/ode.md, Rounding). Where a rate may be 0 at run time, its quotient
+is guarded to the limit (dt): exponential Euler gives u + dt b there too.
+
 Automatic choice: exact when f is linear in the states with coefficients free of the states (for three or more
 states only when A is triangular), else exponential_euler when each equation is linear in its own state, else
 euler. `with_jump` applies an after-spike jump: u' = u_integrated + s (jump - u_integrated).
@@ -150,6 +155,53 @@ def discretise(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr, method: str | None
     return Discretised(method, integrators[method](rhs, dt))
 
 
+# -- e^z - 1 without cancellation ---------------------------------------------------------------------------------
+def _expm1(z: sp.Expr) -> sp.Expr:
+    """e^z - 1 as one function. Written exp(z) - 1 it has a relative error of eps / |z| for small z (1e-3 in
+    float32 at z = 6e-5); expm1 is accurate to eps. sympy's codegen expm1 differentiates to exp, and expand, cse
+    and subs leave it alone; the printers spell it expm1f / expm1, torch_eval torch.expm1."""
+    from sympy.codegen.cfunctions import expm1  # here, not at the top: this module imports sympy lazily
+
+    return expm1(z)
+
+
+def _exprel(z: sp.Expr) -> sp.Expr:
+    """(e^z - 1)/z, 1 at z = 0. Numerator and denominator are the same z, so an error in z itself (z a difference
+    of nearly equal rates, say) moves the result only by z/2 times that error. Where z may be 0 the division is
+    guarded (each branch finite everywhere, and so are its derivatives) and 1 + z/2 takes over: the value and the
+    slope at 0, so gradients there are right too."""
+    nonzero = z**2 > 0
+    if nonzero is sp.true:
+        return _expm1(z) / z
+    if nonzero is sp.false:
+        return sp.Integer(1)
+    # z + (0 or 1), not Piecewise((z, nonzero), (1, True)): sympy moves a power into a Piecewise's branches, which
+    # would bring back 1/z (inf at 0, and a NaN gradient through torch.where in the reference's autograd).
+    safe = z + sp.Piecewise((0, nonzero), (1, True))
+    return sp.Piecewise((_expm1(z) / safe, nonzero), (1 + z / 2, True))
+
+
+def _exp_integral(rate: sp.Expr, dt: sp.Expr) -> sp.Expr:
+    """The integral of e^{rate s} over [0, dt]: (e^{rate dt} - 1)/rate, and dt where rate = 0.
+
+    A single term known to be nonzero (-1/tau): expm1(rate dt)/rate. Any other rate, which may vanish or be a sum
+    that cancels (a - d for nearly equal a, d): dt exprel(z) with z = rate dt, guarded where z = 0 (rate 0, or a
+    runtime time step of 0). A rate with branches (`where`, a guarded root) gets one integral per branch: a guard
+    on the branched rate would be a condition holding a Piecewise, which sympy turns into an ITE the printers do
+    not know."""
+    rate = sp.piecewise_fold(rate)
+    if isinstance(rate, sp.Piecewise):
+        return sp.Piecewise(*((_exp_integral(value, dt), condition) for value, condition in rate.args))
+    if rate == 0:
+        return dt
+    if rate.is_zero is False and not rate.is_Add:
+        return _expm1(rate * dt) / rate
+    # z expanded: a sum whose every term carries dt, so that a constant time step folded in later changes z alike
+    # in all its uses. Unexpanded, 1/(dt (p - q)) splits into (1/dt) (1/(p - q)) while the 0.1 in e^{0.1 (p - q)}
+    # is multiplied into each term, and the two copies of z would round apart by eps |p| / |p - q|.
+    return dt * _exprel(sp.expand_mul(rate * dt))
+
+
 # -- integrators ----------------------------------------------------------------------------------------------------
 def euler(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.Expr]:
     """S' = S + dt f(S)."""
@@ -157,11 +209,8 @@ def euler(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.E
 
 
 def _exponential(u: sp.Expr, a: sp.Expr, b: sp.Expr, dt: sp.Expr) -> sp.Expr:
-    """The solution at dt of du/dt = a u + b (a, b constant) from u."""
-    if a == 0:
-        return u + dt * b
-    decay = sp.exp(a * dt)
-    return u * decay + b / a * (decay - 1)
+    """The solution at dt of du/dt = a u + b (a, b constant) from u: u e^{a dt} + b (e^{a dt} - 1)/a."""
+    return u * sp.exp(a * dt) + b * _exp_integral(a, dt)
 
 
 def exponential_euler(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.Expr]:
@@ -224,57 +273,64 @@ def _signs(q: sp.Expr) -> tuple[bool, bool, bool]:
 
 def exp_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr, sp.Matrix]:
     """e^{A dt} = c0 I + c1 N for a 2x2 A: returns (c0, c1, mu, q, N) (module doc)."""
+    c0, _, c1, mu, q, N = _exp_2x2(A, dt)
+    return c0, c1, mu, q, N
+
+
+def _exp_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr, sp.Expr, sp.Matrix]:
+    """(c0, c0 - 1, c1, mu, q, N) with e^{A dt} = c0 I + c1 N. c0 - 1 (for e^{A dt} - I) and c1 are written so
+    that nothing cancels where A dt is small or the eigenvalues nearly coincide: with l+- = mu +- r,
+    c0 - 1 = (expm1(l+ dt) + expm1(l- dt))/2 and c1 = e^{l- dt} (e^{2 r dt} - 1)/(2 r) (`_exp_integral`); in the
+    oscillating case c0 - 1 = expm1(mu dt) - 2 e^{mu dt} sin(w dt/2)^2."""
     mu = sp.expand((A[0, 0] + A[1, 1]) / 2)
     N = (A - mu * sp.eye(2)).applyfunc(sp.expand)
     q = N[0, 0] ** 2 + N[0, 1] * N[1, 0]  # not expanded: a square stays recognisable
     positive, negative, zero = _signs(q)
     growth, branches = sp.exp(mu * dt), []
     if positive:
-        r, r_safe = _roots(q, q > 0 if negative or zero else sp.true)
+        r, _ = _roots(q, q > 0 if negative or zero else sp.true)  # c1's divisor is guarded by _exp_integral
         combine = sp.expand if not r.has(sp.Piecewise) else sp.Add  # a square's root cancels against mu
-        high, low = sp.exp(combine(mu + r) * dt), sp.exp(combine(mu - r) * dt)  # the two eigenvalues
-        branches.append(((high + low) / 2, (high - low) / (2 * r_safe), q > 0))
+        high, low = combine(mu + r) * dt, combine(mu - r) * dt  # the two eigenvalues, times dt
+        branches.append(((sp.exp(high) + sp.exp(low)) / 2, (_expm1(high) + _expm1(low)) / 2,
+                         sp.exp(low) * _exp_integral(2 * r, dt), q > 0))
     if negative:
         w, w_safe = _roots(-q, q < 0 if positive or zero else sp.true)
-        branches.append((growth * sp.cos(w * dt), growth * sp.sin(w * dt) / w_safe, q < 0))
+        branches.append((growth * sp.cos(w * dt), _expm1(mu * dt) - 2 * growth * sp.sin(w * dt / 2) ** 2,
+                         growth * sp.sin(w * dt) / w_safe, q < 0))
     if zero:
-        branches.append((growth, dt * growth, sp.true))
+        branches.append((growth, _expm1(mu * dt), dt * growth, sp.true))
     if len(branches) == 1:
-        return branches[0][0], branches[0][1], mu, q, N
-    branches[-1] = (*branches[-1][:2], sp.true)
-    c0 = sp.Piecewise(*((c, cond) for c, _, cond in branches))
-    c1 = sp.Piecewise(*((c, cond) for _, c, cond in branches))
-    return c0, c1, mu, q, N
+        return (*branches[0][:3], mu, q, N)
+    branches[-1] = (*branches[-1][:3], sp.true)
+    c0, c0_minus_one, c1 = (sp.Piecewise(*((branch[k], branch[3]) for branch in branches)) for k in range(3))
+    return c0, c0_minus_one, c1, mu, q, N
 
 
-def _exp_triangular_2x2(A: sp.Matrix, dt: sp.Expr) -> sp.Matrix:
-    """e^{A dt} for a triangular 2x2 A: e^{a dt}, e^{d dt} on the diagonal, the coupling times
-    (e^{a dt} - e^{d dt}) / (a - d) off it (dt e^{a dt} where a = d)."""
+def _exp_triangular_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Matrix, sp.Matrix]:
+    """e^{A dt} and e^{A dt} - I for a triangular 2x2 A: e^{a dt}, e^{d dt} on the diagonal (expm1 of their
+    exponents in e^{A dt} - I), the coupling times phi = (e^{a dt} - e^{d dt})/(a - d) off it. phi is computed as
+    e^{d dt} (e^{(a - d) dt} - 1)/(a - d) by `_exp_integral` (dt e^{a dt} where a = d): as a difference of two
+    nearly equal exponentials it had a relative error of eps / |(a - d) dt|."""
     a, d = A[0, 0], A[1, 1]
     ea, ed = sp.exp(a * dt), sp.exp(d * dt)
-    gap = sp.expand(a - d)
-    distinct = gap**2 > 0
-    if gap == 0:
-        phi = dt * ea
-    elif distinct is sp.true:
-        phi = (ea - ed) / gap
-    else:
-        phi = sp.Piecewise(((ea - ed) / sp.Piecewise((gap, distinct), (1, True)), distinct), (dt * ea, True))
-    return sp.Matrix([[ea, A[0, 1] * phi], [A[1, 0] * phi, ed]])
+    phi = ed * _exp_integral(sp.expand(a - d), dt)
+    coupling = [A[0, 1] * phi, A[1, 0] * phi]
+    E = sp.Matrix([[ea, coupling[0]], [coupling[1], ed]])
+    return E, sp.Matrix([[_expm1(a * dt), coupling[0]], [coupling[1], _expm1(d * dt)]])
 
 
 def _exact_2x2(A: sp.Matrix, b: sp.Matrix, S: sp.Matrix, dt: sp.Expr) -> sp.Matrix:
     if A[0, 1] == 0 or A[1, 0] == 0:
-        E = _exp_triangular_2x2(A, dt)
+        E, E_minus_I = _exp_triangular_2x2(A, dt)
     else:
-        c0, c1, _, _, N = exp_2x2(A, dt)
-        E = c0 * sp.eye(2) + c1 * N
+        c0, c0_minus_one, c1, _, _, N = _exp_2x2(A, dt)
+        E, E_minus_I = c0 * sp.eye(2) + c1 * N, c0_minus_one * sp.eye(2) + c1 * N
     if b.is_zero_matrix:
         return E * S
     det = sp.expand(A.det())
     if det == 0:
         return _exact_sympy(A, b, S, dt)
-    return E * S + A.adjugate() * (E - sp.eye(2)) * b / det
+    return E * S + A.adjugate() * E_minus_I * b / det
 
 
 def _exact_sympy(A: sp.Matrix, b: sp.Matrix, S: sp.Matrix, dt: sp.Expr) -> sp.Matrix:

@@ -13,6 +13,7 @@ from typing import Any, Union
 
 import sympy
 import torch
+from sympy.codegen.cfunctions import expm1
 
 __all__ = ["evaluate"]
 
@@ -178,7 +179,8 @@ def _not(w: _Walker, e: sympy.Not) -> Value:
 
 _RULES: dict[type, Callable[[_Walker, Any], Value]] = {
     sympy.Symbol: _symbol, sympy.Add: _add, sympy.Mul: _mul, sympy.Pow: _pow,
-    sympy.exp: _function(torch.exp), sympy.log: _function(torch.log), sympy.Abs: _function(torch.abs),
+    sympy.exp: _function(torch.exp), expm1: _function(torch.expm1), sympy.log: _function(torch.log),
+    sympy.Abs: _function(torch.abs),
     sympy.sin: _function(torch.sin), sympy.cos: _function(torch.cos), sympy.tan: _function(torch.tan),
     sympy.tanh: _function(torch.tanh), sympy.atan: _function(torch.atan), sympy.erf: _function(torch.erf),
     sympy.sign: _function(torch.sign), sympy.Min: _fold(_minimum), sympy.Max: _fold(_maximum),
