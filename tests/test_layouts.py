@@ -18,7 +18,8 @@ LAYOUTS = {
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64}],
     torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}, {"prefetch": 4},
                     {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8},
-                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}],
+                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64},
+                    {"lanes": 1, "prefetch": 32, "block": 64}],  # one neuron per thread: pair copies
     torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}],
 }
 

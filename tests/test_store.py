@@ -123,7 +123,8 @@ def test_long_loop_candidates_fit_the_dtype_and_the_neurons():
 
     always = lambda width: True  # noqa: E731
     assert lanes(tuning.candidates(16384, torch.float32, always)) == [(0, 0), (0, 32), (2, 0), (2, 32), (4, 0)]
-    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(2, 0), (2, 32), (4, 0)]
+    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(1, 32), (2, 0), (2, 32), (4, 0)]
+    assert lanes(tuning.candidates(16383, torch.bfloat16, always)) == [(0, 0)], "odd N: no pairs, no vectors"
     assert lanes(tuning.candidates(16384, torch.float64, always)) == [(0, 0), (0, 32), (2, 0), (2, 32)]
     assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0), (0, 32)], "odd N: one per thread"
     assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == [(0, 0), (0, 32), (2, 0),

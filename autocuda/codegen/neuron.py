@@ -165,7 +165,7 @@ class NeuronKernel(CKernel):
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 "depth": self.plan.depth, "block": self.options.block,
-                "element_bytes": storage.torch_dtype.itemsize,
+                "element_bytes": storage.torch_dtype.itemsize, "pair_copy": pair_copies(self.options),
                 **{k: getattr(self.plan, k) for k in ("registers", "streamed", "setup", "loads", "body", "stores",
                                                      "finish")}}
 
@@ -508,9 +508,17 @@ def pipeline_depth(options: KernelOptions, streamed: int) -> int:
     asynchronous copies waited on by count took a LIF forward at (T, N) = (1024, 16K) from 0.153 ms to 0.062 ms
     on an H200 (`bench/results/2026-11-22-h200-async-ring/microbenchmark.txt`)."""
     element = options.dtype.torch_dtype.itemsize
-    if options.prefetch <= 1 or not streamed or (not options.vector and element < 4):
+    if options.prefetch <= 1 or not streamed or (not options.vector and element < 4 and not pair_copies(options)):
         return 0
-    return min(options.prefetch, SHARED_BYTES // (options.block * options.lanes * element * streamed))
+    slot = 4 if pair_copies(options) else options.lanes * element
+    return min(options.prefetch, SHARED_BYTES // (options.block * slot * streamed))
+
+
+def pair_copies(options: KernelOptions) -> bool:
+    """Whether the prefetch ring copies, for one 2-byte neuron per thread, the aligned 4-byte pair holding it:
+    half precision with one neuron per thread keeps twice the threads of one word per thread, which the long
+    loops need. The caller guarantees what vector accesses need: N even and 4-byte-aligned tensors."""
+    return not options.vector and options.lanes == 1 and options.dtype.torch_dtype.itemsize == 2
 
 
 def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,

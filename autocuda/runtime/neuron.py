@@ -197,8 +197,9 @@ class NeuronConfig:
 
             found = self._tuned[key] = tuple(sorted(tuning.fastest(text, like.device, layouts, run).items()))
         layout = dict(found)
-        if layout["vector"] and not (n % layout["lanes"] == 0
-                                     and _aligned(tensors, layout["lanes"] * like.dtype.itemsize)):
+        pairs = layout["lanes"] == 1 and like.dtype.itemsize == 2 and layout["prefetch"] > 1  # pair copies
+        multiple, width = (2, 4) if pairs else (layout["lanes"], layout["lanes"] * like.dtype.itemsize)
+        if (layout["vector"] or pairs) and not (n % multiple == 0 and _aligned(tensors, width)):
             return None
         return found
 

@@ -34,19 +34,22 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> li
     """The layouts to try for N neurons: per-thread neuron counts this dtype and N allow, with and without
     prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
     `codegen.neuron.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
-    per thread is two."""
+    per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron."""
     out = []
     for lanes, prefetch, block in CANDIDATES:
-        lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
+        pairs = bool(prefetch) and lanes == 1 and dtype.itemsize == 2  # `codegen.neuron.pair_copies`
+        if not pairs:
+            lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
         vector = lanes > 1
-        width = lanes * dtype.itemsize
-        if vector and not (width <= 16 and n % lanes == 0 and aligned(width)):
+        width = max(lanes * dtype.itemsize, 4)
+        if (vector or pairs) and not (width <= 16 and n % max(lanes, 2 if pairs else 1) == 0 and aligned(width)):
             continue
-        layout = {"lanes": lanes if vector else 0, "vector": vector, "unroll": UNROLL, "prefetch": prefetch,
-                  "block": block}
+        layout = {"lanes": lanes if vector or pairs else 0, "vector": vector, "unroll": UNROLL,
+                  "prefetch": prefetch, "block": block}
         if layout not in out:
             out.append(layout)
-    return out
+    # Half precision with odd N fits none of them: one word per thread, element by element, still does.
+    return out or [{"lanes": 0, "vector": False, "unroll": UNROLL, "prefetch": 0, "block": 256}]
 
 
 def _elapsed_ms(run: Callable[[], Any]) -> float:
@@ -69,6 +72,8 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
             run: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
     """The fastest of `layouts` for the kernel call that `text` names: from the disk store, else timed
     (`run(layout)` launches the kernel with one) and stored."""
+    if len(layouts) == 1:
+        return layouts[0]
     name = store.key(repr(("long-loop layout", text, torch.cuda.get_device_name(device))))
     known = store.read("tuning", name)
     if known is not None:

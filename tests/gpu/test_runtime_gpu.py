@@ -362,6 +362,44 @@ def test_kernels_launch_from_a_new_thread():
     assert torch.equal(got[0], want)
 
 
+@pytest.mark.parametrize("n", [2 * 4096, 2 * 4096 + 1], ids=["even", "odd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif"])
+def test_every_long_loop_candidate_gives_the_fixed_rules_results(name, dtype, n, tmp_path, monkeypatch):
+    """Each layout the tuner may pick (shared-memory ring, pair copies for one half neuron per thread, vector
+    accesses) gives bitwise the results of the fixed rule, also for odd N (where half precision has no
+    vector or pair layout left)."""
+    from autocuda.runtime import neuron, tuning
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    spec = resolve_spec(name)
+    params = {p.name: p.default for p in spec.params if p.kind != "tensor"}
+    params |= {p.name: torch.full((n,), 0.3, device=CUDA) for p in spec.params if p.kind == "tensor"}
+    tensors = tuple((p.name, True) for p in spec.params if p.kind == "tensor")
+    config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=tensors)
+    steps = neuron.LONG_LOOP_STEPS + 3
+    x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
+    g = torch.randn(steps, n, device=CUDA).to(dtype)
+    inits = {s.name: 0.0 for s in spec.states}
+
+    def run(layout):
+        out = neuron.forward(config, x, inits, params, layout=layout)
+        saved = {"h_seq": out["h_seq"], "x_seq": x, **{f"{k}_init": v for k, v in inits.items()}}
+        saved |= {k: v for k, v in out.items() if k.endswith("_seq") and k not in ("spike_seq", "h_seq")}
+        return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
+                                     given_inits=False, layout=layout)
+
+    fixed = run({"lanes": 0, "unroll": 1})
+    layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0)
+    assert layouts
+    for layout in layouts:
+        got = run(layout)
+        for key in fixed:
+            assert torch.equal(got[key], fixed[key]), f"{layout}: {key} differs"
+    tuned = run(None)  # the tuner's own choice (any of the above)
+    assert all(torch.equal(tuned[key], fixed[key]) for key in fixed)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_long_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype):
     """A long loop's first call times the candidate layouts and keeps the fastest, on disk too; a later
