@@ -100,22 +100,128 @@ def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[
 
 
 def _backend(t: Tensor) -> str:
-    return "cuda" if t.device.type == "cuda" else "host"
+    return "cuda" if t.is_cuda else "host"
 
 
-def _params(e: Entry, tensor_params: Sequence[Tensor], scalars: Sequence[float]) -> dict:
-    return {**dict(zip(e.tensors, tensor_params)), **dict(zip(e.scalars, scalars))}
+def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
+    if len(got) != expected:
+        raise ValueError(f"autocuda.neuron_*: {entry(key).config.spec.name!r} takes {expected} {what}, got {len(got)}")
 
 
-def _initial(e: Entry, states: Sequence[Tensor], initial: Sequence[float]) -> dict:
-    """The initial states by name: the tensors given, or else one number each."""
-    if states and initial:
-        raise ValueError("autocuda.neuron_forward: give the initial states as tensors or as numbers, not both")
-    chosen = states or initial
-    if len(chosen) != len(e.states):
-        raise ValueError(f"autocuda.neuron_forward: {e.config.spec.name!r} has {len(e.states)} states "
-                         f"({', '.join(e.states)}), got {len(chosen)} initial values")
-    return dict(zip(e.states, chosen))
+# -- the forms of a call, worked out once -----------------------------------------------------------------------
+# A call's names, kernel options and argument order depend only on its form; working them out on every call
+# (dicts of names merged per call, several caches consulted) cost more host time than the launch itself.
+class _ForwardForm:
+    """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?):
+    the kernel's kind and options, the op's inputs by kernel name in op order, its outputs, and for autograd
+    where the outputs it differentiates stand, what to save and how parameter gradients are shaped."""
+
+    def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool):
+        e = entry(key)
+        self.key, self.config, self.single, self.save = key, e.config, single, save
+        self.kind, self.flags = ("step-forward" if single else "fptt"), (store_state_seq, save, given_inits)
+        self.n_states = len(e.states)
+        self.inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
+        self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
+        self.outputs = forward_outputs(key, single, store_state_seq, save)
+        self.spike_at = self.outputs.index("spike_seq")
+        self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.states)
+        self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.states) if store_state_seq else ()
+        if save:
+            hidden = _saved_only(key, single, store_state_seq)
+            self.hidden = tuple(i for i, name in enumerate(self.outputs) if name in hidden)
+            self.picks = _saved_picks(key, single, store_state_seq, given_inits)
+        # Per tensor parameter, in op order: where its partial stands among backward's (None: not learnable),
+        # and whether it is one per neuron (else shared: [1], the partials summed).
+        self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
+                                 for name, per_neuron in e.config.tensors)
+
+    def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
+            scalars: Sequence[float]) -> list[Tensor]:
+        """The kernel's outputs in parameter order (`outputs`)."""
+        chosen = states or initial
+        if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
+            self._refuse(states, initial, tensor_params, scalars)
+        given = dict(zip(self.inputs, (x, *chosen, *tensor_params, *scalars)))
+        shape = x.shape
+        n, steps = shape[-1], (None if self.single else shape[0])
+        _, outputs = launch.run_kernel(self.config, self.kind, self.flags, given, x, n, steps, _backend(x))
+        if steps == 0:  # no step ran: the final states are the initial ones
+            for i, state in zip(self.finals, chosen):
+                if states:
+                    outputs[i].copy_(state)
+                else:
+                    outputs[i].fill_(state)
+        return outputs
+
+    def _refuse(self, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
+                scalars: Sequence[float]) -> None:
+        if states and initial:
+            raise ValueError("autocuda.neuron_forward: give the initial states as tensors or as numbers, not both")
+        e = entry(self.key)
+        chosen = states or initial
+        if len(chosen) != len(e.states):
+            raise ValueError(f"autocuda.neuron_forward: {e.config.spec.name!r} has {len(e.states)} states "
+                             f"({', '.join(e.states)}), got {len(chosen)} initial values")
+        _check_count("tensor parameters", tensor_params, len(e.tensors), self.key)
+        _check_count("scalars", scalars, len(e.scalars), self.key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> _ForwardForm:
+    return _ForwardForm(key, single, store_state_seq, save, given_inits)
+
+
+class _BackwardForm:
+    """neuron_backward for one (key, single step?, initial states as tensors?, state sequence gradients given?,
+    final state gradients given?): the kernel's kind and options, the op's inputs by kernel name in op order,
+    and the names of what it returns."""
+
+    def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool):
+        e = entry(key)
+        self.key, self.config, self.single = key, e.config, single
+        self.kind, self.flags = ("step-backward" if single else "bptt"), (grad_state_seq, grad_finals, given_inits)
+        saved = saved_names(key, single, given_inits)
+        finals = tuple(f"grad_{s}_final" for s in e.states) if grad_finals else ()
+        seqs = tuple(f"grad_{s}_seq" for s in e.states) if grad_state_seq else ()
+        numbers = () if given_inits else tuple(f"{s}_init" for s in e.states)
+        self.inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars)
+        self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars))
+        self.returns = ("grad_x_seq", *(f"grad_{s}_init" for s in e.states if given_inits),
+                        *(f"grad_{p}" for p in e.learnable))
+        self.n_inits = len(e.states) if given_inits else 0
+
+    def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
+            saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
+            scalars: Sequence[float]) -> list[Tensor]:
+        """grad_x, the gradient of each initial state given as a tensor, each learnable parameter's partials."""
+        if (len(saved), len(initial), len(tensor_params), len(scalars)) != self.counts:
+            for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars"),
+                                           self.counts, (saved, initial, tensor_params, scalars)):
+                _check_count(what, got, expected, self.key)
+        given = dict(zip(self.inputs, (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params,
+                                       *scalars)))
+        shape = grad_spike.shape
+        n, steps = shape[-1], (None if self.single else shape[0])
+        names, outputs = launch.run_kernel(self.config, self.kind, self.flags, given, grad_spike, n, steps,
+                                           _backend(grad_spike))
+        out = dict(zip(names, outputs))
+        result = [out[name] for name in self.returns]
+        if steps == 0:  # no step ran: gradients pass straight through
+            for i, init in enumerate(result[1:1 + self.n_inits]):
+                if grad_finals:
+                    init.copy_(grad_finals[i])
+                else:
+                    init.zero_()
+            for partial in result[1 + self.n_inits:]:
+                partial.zero_()
+        return result
+
+
+@functools.lru_cache(maxsize=1024)
+def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool
+                   ) -> _BackwardForm:
+    return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals)
 
 
 # -- forward ----------------------------------------------------------------------------------------------
@@ -128,18 +234,8 @@ def neuron_forward(key: str, x: Tensor, states: list[Tensor], initial: list[floa
 def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
                   tensor_params: Sequence[Tensor], scalars: Sequence[float], store_state_seq: bool,
                   save_for_backward: bool) -> list[Tensor]:
-    e = entry(key)
-    single = x.dim() == 1
-    inits = _initial(e, states, initial)
-    out = launch.forward(e.config, x, inits, _params(e, tensor_params, scalars), single_step=single,
-                         store_state_seq=store_state_seq, save_for_backward=save_for_backward, backend=_backend(x))
-    if not single and x.shape[0] == 0:  # no step ran: the final states are the initial ones
-        for name, state in inits.items():
-            if states:
-                out[f"{name}_final"].copy_(state)
-            else:
-                out[f"{name}_final"].fill_(state)
-    return list(out.values())  # the kernel's outputs in parameter order: `forward_outputs`
+    form = _forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
+    return form.run(x, states, initial, tensor_params, scalars)
 
 
 @neuron_forward.register_fake
@@ -160,27 +256,12 @@ def neuron_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], gra
 def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
                    saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
                    scalars: Sequence[float]) -> list[Tensor]:
-    e = entry(key)
-    single = grad_spike.dim() == 1
-    given = not initial
-    grads = {"grad_spike_seq": grad_spike, **{f"grad_{s}_final": g for s, g in zip(e.states, grad_finals)},
-             **{f"grad_{s}_seq": g for s, g in zip(e.states, grad_seqs)}}
-    reads = {**dict(zip(saved_names(key, single, given), saved)),
-             **{f"{s}_init": v for s, v in zip(e.states, initial)}}
-    out = launch.backward(e.config, grads, reads, _params(e, tensor_params, scalars), single_step=single,
-                          grad_state_seq=bool(grad_seqs), grad_finals=bool(grad_finals), given_inits=given,
-                          backend=_backend(grad_spike))
-    inits = [out[f"grad_{s}_init"] for s in e.states] if given else []
-    partials = [out[f"grad_{p}"] for p in e.learnable]
-    if not single and grad_spike.shape[0] == 0:  # no step ran: gradients pass straight through
-        for i, init in enumerate(inits):
-            if grad_finals:
-                init.copy_(grad_finals[i])
-            else:
-                init.zero_()
-        for partial in partials:
-            partial.zero_()
-    return [out["grad_x_seq"], *inits, *partials]
+    states = entry(key).states
+    for what, got in (("final state gradients", grad_finals), ("state sequence gradients", grad_seqs)):
+        if got:  # all or none
+            _check_count(what, got, len(states), key)
+    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
+    return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
 
 
 @neuron_backward.register_fake
@@ -196,17 +277,22 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 # -- autograd -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output) -> None:
     key, x, states, initial, tensor_params, scalars, store_state_seq, save = inputs
-    single = x.dim() == 1
-    ctx.key, ctx.scalars, ctx.single, ctx.saved_ok = key, list(scalars), single, save
-    ctx.initial = list(initial)
-    ctx.outputs = forward_outputs(key, single, store_state_seq, save)
-    ctx.store_state_seq, ctx.meta = store_state_seq, (x.shape, x.dtype, x.device)
-    if not save:
+    form = _forward_form(key, x.dim() == 1, store_state_seq, save, not initial)
+    _save_context(ctx, form, x, states, initial, tensor_params, scalars, output)
+
+
+def _save_context(ctx, form: _ForwardForm, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
+                  tensor_params: Sequence[Tensor], scalars: Sequence[float], output: Sequence[Tensor]) -> None:
+    """What backward needs: the form, the numbers, x's metadata and the saved tensors (those the backward
+    kernel reads, then the tensor parameters)."""
+    ctx.form, ctx.key, ctx.outputs, ctx.saved_ok = form, form.key, form.outputs, form.save
+    ctx.scalars, ctx.initial = list(scalars), list(initial)
+    ctx.meta = (x.shape, x.dtype, x.device)
+    if not form.save:
         return
     available = (x, *states, *output)
-    picks = _saved_picks(key, single, store_state_seq, not initial)
-    ctx.n_saved = len(picks)
-    ctx.save_for_backward(*(available[i] for i in picks), *tensor_params)
+    ctx.n_saved = len(form.picks)
+    ctx.save_for_backward(*(available[i] for i in form.picks), *tensor_params)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -229,28 +315,23 @@ def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: boo
 def _backward(ctx, grads: list[Tensor], run_backward=None):
     if not ctx.saved_ok:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
-    e = entry(ctx.key)
-    by_name = dict(zip(ctx.outputs, grads))
-    saved = list(ctx.saved_tensors)
-    saved, tensor_params = saved[:ctx.n_saved], saved[ctx.n_saved:]
+    form: _ForwardForm = ctx.form
+    saved = ctx.saved_tensors
+    saved, tensor_params = list(saved[:ctx.n_saved]), list(saved[ctx.n_saved:])
     shape, dtype, device = ctx.meta
-    final_grads = [by_name[f"{s}_final"] for s in e.states]  # none given: a kernel that takes them as zero
+    final_grads = [grads[i] for i in form.finals]  # none given: a kernel that takes them as zero
     finals = [_dense(g, shape[-1:], dtype, device) for g in final_grads] if any(
         g is not None for g in final_grads) else []
-    seq_grads = [by_name[f"{s}_seq"] for s in e.states] if ctx.store_state_seq else []
+    seq_grads = [grads[i] for i in form.seqs]
     seqs = [_dense(g, shape, dtype, device) for g in seq_grads] if any(g is not None for g in seq_grads) else []
-    grad_spike = _dense(by_name["spike_seq"], shape, dtype, device)
+    grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
     out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, saved, ctx.initial, tensor_params,
                                             ctx.scalars)
-    n_inits = 0 if ctx.initial else len(e.states)
+    n_inits = 0 if ctx.initial else form.n_states
     grad_x, grad_states, partials = out[0], out[1:1 + n_inits], out[1 + n_inits:]
-    partial = dict(zip(e.learnable, partials))
-    grad_params = []
-    for name, per_neuron in e.config.tensors:
-        if name not in partial:
-            grad_params.append(None)
-        else:  # a shared parameter ([1]) gets the sum over neurons; torch's sum is deterministic
-            grad_params.append(partial[name] if per_neuron else partial[name].sum(0, keepdim=True))
+    # a shared parameter ([1]) gets the sum over neurons; torch's sum is deterministic
+    grad_params = [None if at is None else partials[at] if per_neuron else partials[at].sum(0, keepdim=True)
+                   for at, per_neuron in form.param_grads]
     # float[] arguments get None, except an empty one: torch matches it as an empty list of gradients
     return None, grad_x, list(grad_states), None if ctx.initial else [], grad_params, None, None, None
 
@@ -298,23 +379,23 @@ class _Eager(torch.autograd.Function):
     mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
 
     @staticmethod
-    def forward(ctx, key, store_state_seq, save, scalars, initial, n_states, x, *tensors):
-        states, tensor_params = list(tensors[:n_states]), list(tensors[n_states:])
-        outputs = _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, save)
-        _setup_context(ctx, (key, x, states, initial, tensor_params, scalars, store_state_seq, save), outputs)
-        ctx.n_states = n_states
+    def forward(ctx, form: _ForwardForm, initial: list[float], scalars: list[float], x: Tensor, *tensors: Tensor):
+        n_states = 0 if initial else form.n_states
+        states, tensor_params = tensors[:n_states], tensors[n_states:]
+        outputs = form.run(x, states, initial, tensor_params, scalars)
+        _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs)
         # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
         # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
         ctx.set_materialize_grads(False)
-        ctx.mark_non_differentiable(*(o for name, o in zip(ctx.outputs, outputs) if name in _saved_only(
-            key, x.dim() == 1, store_state_seq)))
+        if form.hidden:
+            ctx.mark_non_differentiable(*(outputs[i] for i in form.hidden))
         return tuple(outputs)
 
     @staticmethod
     @_differentiable_once
     def backward(ctx, *grads):
         _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, list(grads), run_backward=_backward_impl)
-        return None, None, None, None, None, None, grad_x, *grad_states, *grad_params
+        return None, None, None, grad_x, *grad_states, *grad_params
 
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
@@ -323,6 +404,7 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward)
+    form = _forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
     if not save_for_backward:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
-        return _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, False)
-    return list(_Eager.apply(key, store_state_seq, True, scalars, initial, len(states), x, *states, *tensor_params))
+        return form.run(x, states, initial, tensor_params, scalars)
+    return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))

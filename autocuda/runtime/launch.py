@@ -30,12 +30,13 @@ class PackedLaunch:
     def __init__(self, source: str, name: str, params: Sequence, device_index: int):
         self.launcher = Launcher(kernel_function(source, name, device_index), device_index, len(params))
         self.format = "<" + "".join("Q" if p.pointer else _SLOT_CODES[p.ctype] for p in params)
+        self._pack_into = struct.Struct(self.format).pack_into
         self.device_index = device_index
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], values: Sequence, stream_ptr: int) -> None:
         launcher = self.launcher
         with launcher.lock:
-            struct.pack_into(self.format, launcher.slots, 0, *values)
+            self._pack_into(launcher.slots, 0, *values)
             launcher.launch((*grid, 1, 1)[:3], (*block, 1, 1)[:3], stream_ptr)
 
 
@@ -44,10 +45,14 @@ def packed_launch(source: str, name: str, params: tuple, device_index: int) -> P
     return PackedLaunch(source, name, params, device_index)
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds of torch
+
+
 def current_stream_ptr(device_index: int) -> int:
     """torch's current stream on a device, as a raw pointer (cheaper than building a Stream object)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
 
 
 def launch(source: str, name: str, params: Sequence, grid: tuple, block: tuple, args: Sequence,
