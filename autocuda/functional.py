@@ -7,7 +7,9 @@ installed, else "reference".
 
 Everything that depends only on the layer's configuration (spec, reset, which parameters are tensors, ...) is
 resolved once per process into a `Plan` (see `autocuda.runtime.cache`), outside what torch.compile traces, so
-a compiled model sees shape checks, reshapes and one custom op per layer.
+a compiled model sees shape checks, reshapes and one custom op per layer. In eager mode a call's configuration
+is also checked and matched to its plan once (`_layer`), and the ops skip the dispatcher (`autocuda.ops.forward`):
+a call's host time is then mostly the checks of its tensors, two allocations and the launch.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .runtime.cache import (
     surrogate_ref,
 )
 from .spec.model import NeuronSpec
+from .surrogate import Surrogate
 
 __all__ = ["multi_step", "single_step"]
 
@@ -60,8 +63,8 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     flat = _flat(x_seq, (steps, call.numel))
     outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq)
     if flat is x_seq:  # x_seq is [T, N] already: so are the outputs
-        return (outputs[spike], tuple(outputs[i] for i in finals),
-                tuple(outputs[i] for i in seqs) if store_state_seq else None)
+        return (outputs[spike], tuple([outputs[i] for i in finals]),
+                tuple([outputs[i] for i in seqs]) if store_state_seq else None)
     shape = tuple(x_seq.shape)
     return (outputs[spike].view(shape), tuple(outputs[i].view(call.shape) for i in finals),
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
@@ -82,7 +85,7 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     flat = _flat(x, (call.numel,))
     outputs, (spike, finals, _) = call.launch(flat, True, False)
     if flat is x:  # x is [N] already: so are the outputs
-        return outputs[spike], tuple(outputs[i] for i in finals)
+        return outputs[spike], tuple([outputs[i] for i in finals])
     shape = tuple(x.shape)
     return outputs[spike].view(shape), tuple(outputs[i].view(shape) for i in finals)
 
@@ -102,8 +105,10 @@ class _Layer:
     parameters given (names, numbers' types, which are tensors), the plan (the ops' key and argument order),
     defaults, and each state's initial rule. Eager calls reuse it (`_layer`); it holds no tensor of a call."""
 
-    def __init__(self, ref: str, surrogate: str | None, detach_reset: bool, reset: str | None, backend: str | None,
+    def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                  x: Tensor, params: dict[str, Any]):
+        ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
+        self.objects = (spec, surrogate)  # held: `_layer` keys them by id
         self.name, self.param_names, defaults, self.constant_names, init_rules = spec_facts(ref)
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
@@ -112,7 +117,7 @@ class _Layer:
         constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
         signature = tuple((n, v.numel() != 1, bool(v.requires_grad) and torch.is_grad_enabled())
                           for n, v in values.items() if isinstance(v, torch.Tensor))
-        self.key = plan_for(ref, surrogate, reset, bool(detach_reset), constants, signature,
+        self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                             self.backend != "reference")
         self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
         # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
@@ -166,47 +171,60 @@ class _Layer:
         return names.index("spike_seq"), tuple(names.index(f"{s}_final") for s in self.state_names), seqs
 
 
-# Eager calls' layers by what decides them (`_layer_key`). Bounded: a key holds numbers of compile-time constants,
-# and a program that sweeps one must not grow this without end.
+# Eager calls' layers by what decides them (see `_layer`). Bounded: a key holds the values of compile-time
+# constants, and a program that sweeps one must not grow this without end.
 _LAYERS: dict[tuple, _Layer] = {}
 _MAX_LAYERS = 1024
+# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
+# with them, so the id stays its own
+_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 
 
 def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
            params: dict[str, Any]) -> _Layer:
     """The layer of a call: built (and checked) once per configuration in eager mode. Working it out on every call
-    (defaults merged, constants and the tensor signature collected, the plan looked up) took about a third of a
-    small call's host time (LIF T=4 N=4096: 9 of 27 us on a CPU host)."""
-    ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
-    surrogate = surrogate_ref(surrogate)
+    (defaults merged, constants and the tensor signature collected, the plan looked up) took a third of a small
+    call's host time (LIF T=4 N=4096 on a CPU host: 9 of 27 us).
+
+    The key: the spec and surrogate by identity (`_surrogate_identity`), the other arguments, x's device kind
+    (the default backend), and of the parameters their names, their types (bool, for one, is refused), the
+    values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
+    here."""
     if torch.compiler.is_compiling():  # Dynamo traces the construction; its lookups are constant results
-        return _Layer(ref, surrogate, detach_reset, reset, backend, x, params)
+        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+    types = tuple(map(type, params.values()))
     try:
-        key = _layer_key(ref, surrogate, detach_reset, reset, backend, x, params)
+        spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
+        constants = _CONSTANTS.get(spec_id)
+        if constants is None:
+            constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec))[3])
+        surrogate_id = id(surrogate) if isinstance(surrogate, Surrogate) else _surrogate_identity(surrogate)
+        key = (spec_id, surrogate_id, detach_reset, reset, backend, x.is_cuda, tuple(params), types,
+               () if _PLAIN.issuperset(types) else _tensor_facts(params),
+               tuple(params.get(n) for n in constants[1]) if constants[1] else ())
         found = _LAYERS.get(key)
-    except TypeError:  # something unhashable among the arguments: the layer's checks name it
-        return _Layer(ref, surrogate, detach_reset, reset, backend, x, params)
+    except TypeError:  # an unhashable argument, or a spec of the wrong type: the layer's checks name it
+        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
     if found is None:
-        found = _Layer(ref, surrogate, detach_reset, reset, backend, x, params)
+        found = _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
         if len(_LAYERS) >= _MAX_LAYERS:
             _LAYERS.clear()
         _LAYERS[key] = found
     return found
 
 
-def _layer_key(ref: str, surrogate: str | None, detach_reset: bool, reset: str | None, backend: str | None,
-               x: Tensor, params: dict[str, Any]) -> tuple:
-    """Everything `_Layer` decides from: the arguments, x's device kind (the default backend), and of the
-    parameters their names, the types of numbers (bool, for one, is refused), the values of compile-time
-    constants, and of tensors whether they hold one value per neuron and need a gradient here."""
-    types = tuple(map(type, params.values()))
-    tensors = () if _PLAIN.issuperset(types) else _tensor_facts(params)
-    constants = spec_facts(ref)[3]
-    if constants:
-        constants = tuple(params.get(n) for n in constants)
-    return ref, surrogate, detach_reset, reset, backend, x.is_cuda, tuple(params), types, tensors, constants
+def _surrogate_identity(surrogate: Any) -> Any:
+    """A surrogate as a cache key: a name by value; a Surrogate, immutable, by id (the layer holds it, so the id
+    stays its own; so are specs keyed); anything else (a mapping, a SpikingJelly surrogate: both mutable) by its
+    current reference (`surrogate_ref`)."""
+    if surrogate is None or type(surrogate) is str:
+        return surrogate
+    if isinstance(surrogate, Surrogate):
+        return id(surrogate)
+    return surrogate_ref(surrogate)
 
 
+_FLOAT = frozenset({float})  # the types of initial states given as numbers only
 _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the layer checks them)
 
 
@@ -231,19 +249,26 @@ class _Call:
 
     def __init__(self, spec: Any, x: Tensor, shape: torch.Size, states: Sequence[Tensor], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
-        self.x, self.shape, self.numel = x, tuple(shape), _numel(shape)
+        self.x, self.shape = x, tuple(shape)
+        self.numel = _numel(self.shape)
         layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
-        self.name, self.backend, self.key, self.state_names = layer.name, layer.backend, layer.key, layer.state_names
+        self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
         self.values = layer.values(params, x, self.shape)
         self.states = self._states(states)
 
     def _states(self, states: Sequence[Tensor]) -> list[Tensor | float]:
+        """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
         names = self.state_names
+        self.numbers = len(states) == len(names) and set(map(type, states)) == _FLOAT
+        if self.numbers:  # as after a reset: nothing to check
+            return list(states)
         if len(states) > len(names):
-            raise TypeError(f"neuron {self.name!r} has {len(names)} states ({', '.join(names)}), "
+            raise TypeError(f"neuron {self.layer.name!r} has {len(names)} states ({', '.join(names)}), "
                             f"got {len(states)} initial values")
-        return [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
-                for i, name in enumerate(names)]
+        values = [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
+                  for i, name in enumerate(names)]
+        self.numbers = not any(isinstance(s, torch.Tensor) for s in values)
+        return values
 
     def _check_state(self, name: str, state: Any) -> Tensor | float:
         x = self.x
@@ -285,16 +310,17 @@ class _Call:
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`_Layer.positions`)."""
-        if any(isinstance(s, torch.Tensor) for s in self.states):
+        if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
+            states, initial = [], self.states
+        else:
             states, initial = [_flat(s, (self.numel,)) for s in self.state_tensors()], []
-        else:  # numbers only: the kernels start from them (nothing to fill, read or differentiate)
-            states, initial = [], list(self.states)
-        tensors = self.tensor_args() if self.layer.tensors else []
+        layer = self.layer
+        tensors = self.tensor_args() if layer.tensors else []
         values = self.values
-        scalars = [float(values[n]) for n in self.layer.scalars]
-        save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, *states, *tensors))
+        scalars = [float(values[n]) for n in layer.scalars]
+        save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*states, *tensors)))
         outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
-        return outputs, self.layer.positions(single_step, store_state_seq, save)
+        return outputs, layer.positions(single_step, store_state_seq, save)
 
     def reference_args(self, x: Tensor) -> tuple:
         """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""

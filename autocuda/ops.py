@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -205,8 +206,11 @@ class _BackwardForm:
         n, steps = shape[-1], (None if self.single else shape[0])
         names, outputs = launch.run_kernel(self.config, self.kind, self.flags, given, grad_spike, n, steps,
                                            _backend(grad_spike))
-        out = dict(zip(names, outputs))
-        result = [out[name] for name in self.returns]
+        if names == self.returns:  # the kernel's outputs are what the op returns, in order (e.g. grad_x alone)
+            result = outputs
+        else:
+            out = dict(zip(names, outputs))
+            result = [out[name] for name in self.returns]
         if steps == 0:  # no step ran: gradients pass straight through
             for i, init in enumerate(result[1:1 + self.n_inits]):
                 if grad_finals:
@@ -278,21 +282,19 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 def _setup_context(ctx, inputs, output) -> None:
     key, x, states, initial, tensor_params, scalars, store_state_seq, save = inputs
     form = _forward_form(key, x.dim() == 1, store_state_seq, save, not initial)
-    _save_context(ctx, form, x, states, initial, tensor_params, scalars, output)
+    _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output)
 
 
-def _save_context(ctx, form: _ForwardForm, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
-                  tensor_params: Sequence[Tensor], scalars: Sequence[float], output: Sequence[Tensor]) -> None:
-    """What backward needs: the form, the numbers, x's metadata and the saved tensors (those the backward
-    kernel reads, then the tensor parameters)."""
+def _save_context(ctx, form: _ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
+                  tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor]) -> None:
+    """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata and the
+    saved tensors (those the backward kernel reads, then the tensor parameters)."""
     ctx.form, ctx.key, ctx.outputs, ctx.saved_ok = form, form.key, form.outputs, form.save
-    ctx.scalars, ctx.initial = list(scalars), list(initial)
+    ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
-    if not form.save:
-        return
-    available = (x, *states, *output)
-    ctx.n_saved = len(form.picks)
-    ctx.save_for_backward(*(available[i] for i in form.picks), *tensor_params)
+    if form.save:
+        available = (x, *states, *output)
+        ctx.save_for_backward(*map(available.__getitem__, form.picks), *tensor_params)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -316,22 +318,18 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     if not ctx.saved_ok:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
     form: _ForwardForm = ctx.form
-    saved = ctx.saved_tensors
-    saved, tensor_params = list(saved[:ctx.n_saved]), list(saved[ctx.n_saved:])
+    saved, n = ctx.saved_tensors, len(form.picks)
     shape, dtype, device = ctx.meta
-    final_grads = [grads[i] for i in form.finals]  # none given: a kernel that takes them as zero
-    finals = [_dense(g, shape[-1:], dtype, device) for g in final_grads] if any(
-        g is not None for g in final_grads) else []
-    seq_grads = [grads[i] for i in form.seqs]
-    seqs = [_dense(g, shape, dtype, device) for g in seq_grads] if any(g is not None for g in seq_grads) else []
+    finals = _dense_all(grads, form.finals, shape, True, dtype, device)  # none given: a kernel taking zeros
+    seqs = _dense_all(grads, form.seqs, shape, False, dtype, device) if form.seqs else []
     grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
-    out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, saved, ctx.initial, tensor_params,
-                                            ctx.scalars)
+    out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
+                                            list(saved[n:]), ctx.scalars)
     n_inits = 0 if ctx.initial else form.n_states
     grad_x, grad_states, partials = out[0], out[1:1 + n_inits], out[1 + n_inits:]
     # a shared parameter ([1]) gets the sum over neurons; torch's sum is deterministic
     grad_params = [None if at is None else partials[at] if per_neuron else partials[at].sum(0, keepdim=True)
-                   for at, per_neuron in form.param_grads]
+                   for at, per_neuron in form.param_grads] if form.param_grads else []
     # float[] arguments get None, except an empty one: torch matches it as an empty list of gradients
     return None, grad_x, list(grad_states), None if ctx.initial else [], grad_params, None, None, None
 
@@ -341,6 +339,20 @@ def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device)
     if grad is None:
         return torch.zeros(shape, dtype=dtype, device=device)
     return grad.contiguous()
+
+
+def _dense_all(grads: Sequence[Tensor | None], at: tuple[int, ...], shape, per_neuron: bool, dtype: torch.dtype,
+               device: torch.device) -> list[Tensor]:
+    """The gradients at `at` (of per-neuron outputs, or of outputs shaped like x), dense; none at all when none
+    was given. (`map` over C callables rather than generator expressions: this runs on every backward.)"""
+    chosen = list(map(grads.__getitem__, at))
+    if all(map(_is_none, chosen)):
+        return []
+    shape = shape[-1:] if per_neuron else shape
+    return [_dense(g, shape, dtype, device) for g in chosen]
+
+
+_is_none = functools.partial(operator.is_, None)
 
 
 neuron_forward.register_autograd(_backward, setup_context=_setup_context)
@@ -388,23 +400,43 @@ class _Eager(torch.autograd.Function):
         # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
         ctx.set_materialize_grads(False)
         if form.hidden:
-            ctx.mark_non_differentiable(*(outputs[i] for i in form.hidden))
+            ctx.mark_non_differentiable(*map(outputs.__getitem__, form.hidden))
         return tuple(outputs)
 
     @staticmethod
     @_differentiable_once
     def backward(ctx, *grads):
-        _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, list(grads), run_backward=_backward_impl)
+        _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, grads, run_backward=_run_backward)
         return None, None, None, grad_x, *grad_states, *grad_params
+
+
+def _run_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
+                  saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
+                  ) -> list[Tensor]:
+    """`_backward_impl` for `_backward`'s own arguments, whose gradient lists hold all or none by construction."""
+    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
+    return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
+
+
+# `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
+# functorch wrappers among the arguments (done here for the tensors) before calling this: the wrapper cost 14
+# thousand instructions (callgrind), a fifth of what wiring autograd costs a small training step's forward.
+_APPLY = super(torch.autograd.Function, _Eager).apply
+_unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
             scalars: list[float], store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
-    """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise."""
+    """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
+    `scalars` are the caller's to give away: backward keeps them."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward)
     form = _forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
     if not save_for_backward:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
         return form.run(x, states, initial, tensor_params, scalars)
-    return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))
+    if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
+        return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))
+    tensors = [_unwrap_if_dead(t) for t in (x, *states, *tensor_params)]
+    return list(_APPLY(form, initial, scalars, *tensors))
