@@ -46,6 +46,13 @@ def _sg(z: sympy.Expr) -> sympy.Expr:
     return 1 / (1 + sympy.exp(-z))
 
 
+def _sg_slope(z: sympy.Expr) -> sympy.Expr:
+    """sg'(z) = sg(z)(1 - sg(z)), written as e/(1 + e)^2 with e = exp(-|z|) (it is even in z): one exp and
+    one division, where the product form divides twice, and e in (0, 1] cannot overflow."""
+    e = sympy.exp(-sympy.Abs(z))
+    return e / (1 + e) ** 2
+
+
 def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise SpecError(f"{cls_name} parameter '{name}' must be a finite number, got {value!r}",
@@ -171,7 +178,7 @@ class Sigmoid(Surrogate):
     DEFAULTS, DOMAIN = (("alpha", 4.0),), _ALPHA
 
     def _gradient(self, x, alpha):
-        return alpha * _sg(alpha * x) * (1 - _sg(alpha * x))
+        return alpha * _sg_slope(alpha * x)
 
     def _primitive(self, x, alpha):
         return _sg(alpha * x)
@@ -260,8 +267,7 @@ class S2NN(Surrogate):
     DEFAULTS, DOMAIN = (("alpha", 4.0), ("beta", 1.0)), _ALPHA
 
     def _gradient(self, x, alpha, beta):
-        sg = _sg(alpha * x)
-        return sympy.Piecewise((alpha * sg * (1 - sg), x < 0), (beta / (x + 1), True))
+        return sympy.Piecewise((alpha * _sg_slope(alpha * x), x < 0), (beta / (x + 1), True))
 
     def _primitive(self, x, alpha, beta):
         return sympy.Piecewise((_sg(alpha * x), x < 0), (beta * sympy.log(x + 1) + sympy.Rational(1, 2), True))

@@ -81,6 +81,23 @@ def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lane
     assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, "unroll": 8}
 
 
+def test_short_loops_over_many_neurons_unroll_twice():
+    """Below LONG_LOOP_STEPS with enough neurons for vector accesses, both kernels unroll the time loop twice
+    (runtime.neuron.SHORT_LOOP); too few neurons for two per thread keep the plain loop."""
+    from autocuda.runtime import neuron
+
+    spec = load_spec("lif")
+    params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
+    for n, expected in ((2 * neuron.MIN_THREADS * 2, {"lanes": 2, "vector": True, "unroll": 2}), (1000, {})):
+        config = NeuronConfig(spec, spec.surrogate, "hard")
+        x = torch.randn(3, n) * 2
+        out = forward(config, x, {"v": 0.0}, params, backend="host")
+        backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
+                 grad_finals=False, given_inits=False, backend="host")
+        chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
+        assert chosen == {"fptt": expected, "bptt": expected}, n
+
+
 # Native packed arithmetic rounds every operation to 11 (float16) or 8 (bfloat16) significant bits instead of 24:
 # results agree with float arithmetic to a few units of the storage precision, relative to the values' size.
 NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}

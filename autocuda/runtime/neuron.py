@@ -35,6 +35,11 @@ MIN_THREADS = 4096              # below this many threads, keep one word per thr
 # training kernel pairs (LIF, QIF, Izhikevich in float32 and bfloat16; the other four slowed by 2-10%), e.g.
 # LIF bfloat16 at (1024, 16K) from 0.90 to 0.64 ms (`bench/results/2026-11-22-h200-suite2/unroll_sweep.txt`).
 LONG_LOOP, LONG_LOOP_STEPS, LONG_LOOP_NEURONS = (("unroll", 8),), 64, 128 * 1024
+# Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
+# Kernels alone at (8, 8M) and (64, 1M) on an H200 (`bench/results/2026-11-23-h200-half-arithmetic`): bfloat16
+# backward of ParametricLIF 0.163 -> 0.141 ms, Izhikevich 0.139 -> 0.121, EIF 0.126 -> 0.108, AdEx float32
+# 0.219 -> 0.199; LIF within 2%.
+SHORT_LOOP = (("unroll", 2),)
 # Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
 # unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
 # Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
@@ -264,7 +269,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Map
         return LONG_LOOP if long else ()
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
-    layout = {**choose_layout(n, like.dtype, _tensors(given), widths), **dict(LONG_LOOP if long else ())}
+    layout = {**choose_layout(n, like.dtype, _tensors(given), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
     return tuple(sorted(layout.items()))
 
 

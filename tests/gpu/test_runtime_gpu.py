@@ -170,8 +170,15 @@ def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: i
     # Gradients are sums of products of upstream gradients and Jacobians computed from stored (rounded) values:
     # their error scales with the largest gradient of the step, not with each tensor's own size, which can be
     # a near-cancellation (one neuron, w_init of FitzHugh-Nagumo in float16: 1e-5 out of terms near 1).
+    # In half precision the stored h is off by up to 2e-3 of itself, which moves every term of a gradient: the
+    # scale is then that of the gradients with the upstream gradients' signs dropped, which do not cancel
+    # (EIF, bfloat16, one neuron and step, seed 17: grad x 0.0024 = (-0.529 + 0.535) / tau; the kernel's 0.0012
+    # is the reference at the stored h).
     masks = [clean.expand(steps, *shape)] + [clean] * (len(want_grads) - 1)
     scale = max((float(w[m].abs().max()) for w, m in zip(want_grads, masks) if m.any()), default=0.0)
+    if dtype in (torch.float16, torch.bfloat16):
+        terms = reference_run(name, x, states, params, reset, detach, [g.abs() for g in grads])[1]
+        scale = max([scale] + [float(w[m].abs().max()) for w, m in zip(terms, masks) if m.any()])
     assert_close(f"{name} grad x", got_grads[0], want_grads[0], masks[0], rtol, atol, scale)
     for i, (a, b) in enumerate(zip(got_grads[1:], want_grads[1:])):
         assert_close(f"{name} grad of input {i + 1}", a, b, clean, rtol, atol, scale)
