@@ -53,8 +53,9 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule.
     """
     _check_input(x_seq, "x_seq", 2)
-    call = _Call(spec, x_seq, x_seq.shape[1:], initial_states, surrogate, detach_reset, reset, backend, params)
-    steps = x_seq.shape[0]
+    shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
+    call = _Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params)
+    steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
         return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()), seqs
@@ -63,9 +64,8 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     flat = _flat(x_seq, (steps, call.numel))
     outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq)
     if flat is x_seq:  # x_seq is [T, N] already: so are the outputs
-        return (outputs[spike], tuple([outputs[i] for i in finals]),
-                tuple([outputs[i] for i in seqs]) if store_state_seq else None)
-    shape = tuple(x_seq.shape)
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals)),
+                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
     return (outputs[spike].view(shape), tuple(outputs[i].view(call.shape) for i in finals),
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
 
@@ -76,7 +76,7 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
     (spike, new states). Arguments as in `multi_step`."""
     _check_input(x, "x", 0)
-    call = _Call(spec, x, x.shape, states, surrogate, detach_reset, reset, backend, params)
+    call = _Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params)
     if call.backend == "reference":
         from . import reference as ref  # derives the step with sympy: imported only for this path
 
@@ -85,7 +85,7 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
     flat = _flat(x, (call.numel,))
     outputs, (spike, finals, _) = call.launch(flat, True, False)
     if flat is x:  # x is [N] already: so are the outputs
-        return outputs[spike], tuple([outputs[i] for i in finals])
+        return outputs[spike], tuple(map(outputs.__getitem__, finals))
     shape = tuple(x.shape)
     return outputs[spike].view(shape), tuple(outputs[i].view(shape) for i in finals)
 
@@ -126,9 +126,9 @@ class _Layer:
         skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
         self.skipped = skipped & set(params)  # of the names given (a layer serves calls giving the same names)
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
+        self.plain = not self.skipped and not self.given_tensors  # `values` merges the defaults and nothing else
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
-        self._positions: dict[tuple[bool, bool, bool], tuple] = {}
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
                 ) -> tuple[dict[str, Any], str | None]:
@@ -156,16 +156,8 @@ class _Layer:
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
 
     def positions(self, single_step: bool, store_state_seq: bool, save: bool) -> tuple[int, tuple, tuple]:
-        """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence)."""
-        if torch.compiler.is_compiling():  # a constant for Dynamo (`layout` is one)
-            return self._find_positions(single_step, store_state_seq, save)
-        found = self._positions.get((single_step, store_state_seq, save))
-        if found is None:
-            found = self._positions[(single_step, store_state_seq, save)] = self._find_positions(
-                single_step, store_state_seq, save)
-        return found
-
-    def _find_positions(self, single_step: bool, store_state_seq: bool, save: bool) -> tuple[int, tuple, tuple]:
+        """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence), under
+        torch.compile (a constant for Dynamo: `layout` is one); eager calls read them from the op's form."""
         names = layout(self.key, single_step, store_state_seq, save)
         seqs = tuple(names.index(f"{s}_seq") for s in self.state_names) if store_state_seq else ()
         return names.index("spike_seq"), tuple(names.index(f"{s}_final") for s in self.state_names), seqs
@@ -182,16 +174,15 @@ _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 
 def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
            params: dict[str, Any]) -> _Layer:
-    """The layer of a call: built (and checked) once per configuration in eager mode. Working it out on every call
+    """The layer of an eager call: built (and checked) once per configuration. Working it out on every call
     (defaults merged, constants and the tensor signature collected, the plan looked up) took a third of a small
-    call's host time (LIF T=4 N=4096 on a CPU host: 9 of 27 us).
+    call's host time (LIF T=4 N=4096 on a CPU host: 9 of 27 us). Under torch.compile, Dynamo traces the
+    construction instead (`_Call`); its lookups are constant results.
 
     The key: the spec and surrogate by identity (`_surrogate_identity`), the other arguments, x's device kind
     (the default backend), and of the parameters their names, their types (bool, for one, is refused), the
     values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
     here."""
-    if torch.compiler.is_compiling():  # Dynamo traces the construction; its lookups are constant results
-        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
     types = tuple(map(type, params.values()))
     try:
         spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
@@ -247,19 +238,24 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 class _Call:
     """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
 
-    def __init__(self, spec: Any, x: Tensor, shape: torch.Size, states: Sequence[Tensor], surrogate: Any,
+    def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
-        self.x, self.shape = x, tuple(shape)
+        self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
-        layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
+        # asked once per call: the answer decides both the layer's lookup and the op's path
+        self.compiling = torch.compiler.is_compiling()
+        if self.compiling:
+            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+        else:
+            layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
         self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
-        self.values = layer.values(params, x, self.shape)
+        self.values = {**layer.defaults, **params} if layer.plain else layer.values(params, x, self.shape)
         self.states = self._states(states)
 
     def _states(self, states: Sequence[Tensor]) -> list[Tensor | float]:
         """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
         names = self.state_names
-        self.numbers = len(states) == len(names) and set(map(type, states)) == _FLOAT
+        self.numbers = len(states) == len(names) and _FLOAT.issuperset(map(type, states))
         if self.numbers:  # as after a reset: nothing to check
             return list(states)
         if len(states) > len(names):
@@ -319,8 +315,11 @@ class _Call:
         values = self.values
         scalars = [float(values[n]) for n in layer.scalars]
         save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*states, *tensors)))
-        outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
-        return outputs, layer.positions(single_step, store_state_seq, save)
+        if self.compiling:
+            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
+            return outputs, layer.positions(single_step, store_state_seq, save)
+        form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial)
+        return ops.forward_eager(form, x, states, initial, tensors, scalars), form.positions
 
     def reference_args(self, x: Tensor) -> tuple:
         """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""

@@ -100,10 +100,6 @@ def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[
                  if p.pointer and p.const and not n.startswith("grad_") and n not in skip)
 
 
-def _backend(t: Tensor) -> str:
-    return "cuda" if t.is_cuda else "host"
-
-
 def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
     if len(got) != expected:
         raise ValueError(f"autocuda.neuron_*: {entry(key).config.spec.name!r} takes {expected} {what}, got {len(got)}")
@@ -120,14 +116,16 @@ class _ForwardForm:
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool):
         e = entry(key)
         self.key, self.config, self.single, self.save = key, e.config, single, save
-        self.kind, self.flags = ("step-forward" if single else "fptt"), (store_state_seq, save, given_inits)
         self.n_states = len(e.states)
-        self.inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
+        inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
+        self.kernel = launch.KernelCall(e.config, "step-forward" if single else "fptt",
+                                        (store_state_seq, save, given_inits), inputs)
         self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
         self.outputs = forward_outputs(key, single, store_state_seq, save)
         self.spike_at = self.outputs.index("spike_seq")
         self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.states)
         self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.states) if store_state_seq else ()
+        self.positions = (self.spike_at, self.finals, self.seqs)
         if save:
             hidden = _saved_only(key, single, store_state_seq)
             self.hidden = tuple(i for i, name in enumerate(self.outputs) if name in hidden)
@@ -143,10 +141,10 @@ class _ForwardForm:
         chosen = states or initial
         if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
             self._refuse(states, initial, tensor_params, scalars)
-        given = dict(zip(self.inputs, (x, *chosen, *tensor_params, *scalars)))
         shape = x.shape
         n, steps = shape[-1], (None if self.single else shape[0])
-        _, outputs = launch.run_kernel(self.config, self.kind, self.flags, given, x, n, steps, _backend(x))
+        _, outputs = self.kernel((x, *chosen, *tensor_params, *scalars), x, n, steps,
+                                 "cuda" if x.is_cuda else "host")
         if steps == 0:  # no step ran: the final states are the initial ones
             for i, state in zip(self.finals, chosen):
                 if states:
@@ -169,7 +167,8 @@ class _ForwardForm:
 
 
 @functools.lru_cache(maxsize=1024)
-def _forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> _ForwardForm:
+def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> _ForwardForm:
+    """The form of a neuron_forward call (`forward_eager` takes it), worked out once."""
     return _ForwardForm(key, single, store_state_seq, save, given_inits)
 
 
@@ -181,12 +180,13 @@ class _BackwardForm:
     def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool):
         e = entry(key)
         self.key, self.config, self.single = key, e.config, single
-        self.kind, self.flags = ("step-backward" if single else "bptt"), (grad_state_seq, grad_finals, given_inits)
         saved = saved_names(key, single, given_inits)
         finals = tuple(f"grad_{s}_final" for s in e.states) if grad_finals else ()
         seqs = tuple(f"grad_{s}_seq" for s in e.states) if grad_state_seq else ()
         numbers = () if given_inits else tuple(f"{s}_init" for s in e.states)
-        self.inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars)
+        inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars)
+        self.kernel = launch.KernelCall(e.config, "step-backward" if single else "bptt",
+                                        (grad_state_seq, grad_finals, given_inits), inputs)
         self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars))
         self.returns = ("grad_x_seq", *(f"grad_{s}_init" for s in e.states if given_inits),
                         *(f"grad_{p}" for p in e.learnable))
@@ -200,12 +200,10 @@ class _BackwardForm:
             for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars"),
                                            self.counts, (saved, initial, tensor_params, scalars)):
                 _check_count(what, got, expected, self.key)
-        given = dict(zip(self.inputs, (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params,
-                                       *scalars)))
+        args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars)
         shape = grad_spike.shape
         n, steps = shape[-1], (None if self.single else shape[0])
-        names, outputs = launch.run_kernel(self.config, self.kind, self.flags, given, grad_spike, n, steps,
-                                           _backend(grad_spike))
+        names, outputs = self.kernel(args, grad_spike, n, steps, "cuda" if grad_spike.is_cuda else "host")
         if names == self.returns:  # the kernel's outputs are what the op returns, in order (e.g. grad_x alone)
             result = outputs
         else:
@@ -238,7 +236,7 @@ def neuron_forward(key: str, x: Tensor, states: list[Tensor], initial: list[floa
 def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
                   tensor_params: Sequence[Tensor], scalars: Sequence[float], store_state_seq: bool,
                   save_for_backward: bool) -> list[Tensor]:
-    form = _forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
+    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
     return form.run(x, states, initial, tensor_params, scalars)
 
 
@@ -281,7 +279,7 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 # -- autograd -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output) -> None:
     key, x, states, initial, tensor_params, scalars, store_state_seq, save = inputs
-    form = _forward_form(key, x.dim() == 1, store_state_seq, save, not initial)
+    form = forward_form(key, x.dim() == 1, store_state_seq, save, not initial)
     _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output)
 
 
@@ -433,8 +431,14 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward)
-    form = _forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
-    if not save_for_backward:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
+    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
+    return forward_eager(form, x, states, initial, tensor_params, scalars)
+
+
+def forward_eager(form: _ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
+                  tensor_params: list[Tensor], scalars: list[float]) -> list[Tensor]:
+    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`)."""
+    if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
         return form.run(x, states, initial, tensor_params, scalars)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
         return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))

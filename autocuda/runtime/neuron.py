@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,13 +87,14 @@ class Recipe:
                 per_neuron = name.endswith(("_final", "_init")) or not name.endswith("_seq")
                 self.args.append(("vector" if per_neuron else "sequence", name, _output_dtype(name, storage)))
         self.outputs = tuple(name for source, name, _ in self.args if source in ("vector", "sequence"))
-        # Every call's path walks these flat tuples. Outputs: (per neuron?, dtype); arguments: (tag, name, dtype,
-        # output index or None).
-        self._allocations = tuple((source == "vector", dtype) for source, _, dtype in self.args
-                                  if source in ("vector", "sequence"))
+        # Every call's path walks these flat tuples. Outputs: (per neuron?, dtype, None for the storage dtype);
+        # arguments: (tag, name, dtype, output index or None).
+        self._allocations = tuple((source == "vector", None if dtype == storage else dtype)
+                                  for source, _, dtype in self.args if source in ("vector", "sequence"))
         index = iter(range(len(self.outputs)))
         self._sources = tuple((source, name, dtype, next(index) if source in ("vector", "sequence") else None)
                               for source, name, dtype in self.args)
+        self._bindings: dict[tuple[str, ...], Binding] = {}  # `bind`'s answers, by the caller's names
 
     def run(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
             backend: str) -> dict[str, torch.Tensor]:
@@ -101,45 +103,83 @@ class Recipe:
 
     def run_ordered(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
                     backend: str) -> list[torch.Tensor]:
-        """`run`, with the outputs as a list in parameter order (`outputs` names them). `like` is the contiguous
-        sequence input (x or the spikes' gradient), in the storage dtype."""
+        """`run`, with the outputs as a list in parameter order (`outputs` names them)."""
+        return self.run_args(self.bind(tuple(given)), tuple(given.values()), like, n, steps, backend)
+
+    def bind(self, names: tuple[str, ...]) -> Binding:
+        """How to fill the arguments from a caller's values given as a sequence in `names` order."""
+        found = self._bindings.get(names)
+        if found is None:
+            found = self._bindings[names] = Binding(self, names)
+        return found
+
+    def run_args(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
+                 backend: str) -> list[torch.Tensor]:
+        """`run_ordered` with the caller's values as a sequence (`args`, in the order `binding` was made for):
+        the ops' path, which builds no mapping per call. `like` is the contiguous sequence input (x or the
+        spikes' gradient), in the storage dtype."""
         # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs 40% more
-        # host time (callgrind: 9.5 against 13-18 thousand instructions per tensor). `like` is the sequence input,
-        # refused below unless contiguous, so a tensor laid out like it is contiguous.
-        produced = [like.new_empty(n, dtype=dtype) if per_neuron else torch.empty_like(like, dtype=dtype)
-                    for per_neuron, dtype in self._allocations]
-        values = []
-        for source, name, dtype, output in self._sources:
-            if output is not None:
-                values.append(produced[output].data_ptr())
-            elif source == "input":
-                value = given.get(name)
-                if value is None:
-                    raise KeyError(f"kernel {self.kernel.kernel_name} needs argument {name!r}")
-                if value.dtype != dtype or not value.is_contiguous():
-                    raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
-                                              f"(contiguous: {value.is_contiguous()})")
-                values.append(value.data_ptr())
-            elif source == "scalar":
-                values.append(float(given[name]))
+        # host time (callgrind: 9.5 against 13-18 thousand instructions per tensor), and without the dtype
+        # keyword where it is like's (8.2 thousand). `like` is the sequence input, refused below unless
+        # contiguous, so a tensor laid out like it is contiguous.
+        produced = []
+        for per_neuron, dtype in self._allocations:
+            if per_neuron:
+                produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
             else:
-                values.append(n if name == "N" else steps)
+                produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
+        # The values pooled by kind (sizes, outputs' and inputs' addresses, scalars), then put in parameter order
+        # by one itemgetter: a loop over the parameters with a branch each cost 40% more (callgrind, LIF: 9).
+        pool = [n, steps, *map(_data_ptr, produced)]
+        for at, name, dtype in binding.inputs:
+            value = args[at]
+            if value is None or value.dtype != dtype or not value.is_contiguous():
+                self._refuse(name, value, dtype)
+            pool.append(value.data_ptr())
+        pool += [float(args[at]) for at in binding.scalars]
         if n and steps != 0:
-            self._launch(values, n, like.device, backend)
+            self._launch(binding.arrange(pool), n, like, backend)
         return produced
 
-    def _launch(self, values: list, n: int, device: torch.device, backend: str) -> None:
+    def _refuse(self, name: str, value: Any, dtype: torch.dtype) -> None:
+        if value is None:
+            raise KeyError(f"kernel {self.kernel.kernel_name} needs argument {name!r}")
+        raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
+                                  f"(contiguous: {value.is_contiguous()})")
+
+    def _launch(self, values: Sequence, n: int, like: torch.Tensor, backend: str) -> None:
         kernel = self.kernel
         block = kernel.block
         grid = ((-(-n // kernel.lanes) + block - 1) // block,)
         if backend == "cuda":
-            index = device.index
+            index = like.get_device()  # an int, without building `like.device`
             kernel.cuda_launcher(index)(grid, (block,), values, current_stream_ptr(index))
         else:
             import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
 
             packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
-            kernel.launch(grid, (block,), packed, device, backend)
+            kernel.launch(grid, (block,), packed, like.device, backend)
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+class Binding:
+    """A recipe's arguments filled from a caller's values given as a sequence in `names` order (`Recipe.bind`):
+    where each input tensor and scalar stands among them, and `arrange`, which takes the parameters' values in
+    order from a call's pool (N, T, the outputs' addresses, the inputs' addresses, the scalars)."""
+
+    def __init__(self, recipe: Recipe, names: tuple[str, ...]):
+        at = {name: i for i, name in enumerate(names)}
+        missing = [name for source, name, _, _ in recipe._sources if source in ("input", "scalar") and name not in at]
+        if missing:
+            raise KeyError(f"kernel {recipe.kernel.kernel_name} needs argument {missing[0]!r}")
+        sources = recipe._sources
+        self.inputs = tuple((at[name], name, dtype) for source, name, dtype, _ in sources if source == "input")
+        self.scalars = tuple(at[name] for source, name, _, _ in sources if source == "scalar")
+        pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs),
+                *(name for source, name, _, _ in sources if source == "scalar")]
+        self.arrange = operator.itemgetter(*(pool.index(name) for _, name, _, _ in sources))  # >= 2: a tuple
 
 
 @dataclass(frozen=True)
@@ -210,7 +250,7 @@ class NeuronConfig:
         group = (n.bit_length(), steps.bit_length())
         key = (kind, like.dtype, flags, group)
         found = self._tuned.get(key)
-        tensors = _tensors(given)
+        tensors = _tensors(given.values())
         if found is None:
             layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width))
             text = repr((self.text, kind, str(like.dtype), flags, group))
@@ -241,40 +281,53 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
     if layout is None:
-        chosen = _layout(config, kind, flags, given, like, n, steps, backend)
+        chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
     else:
         chosen = tuple(sorted(layout.items()))
     return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
 
-def run_kernel(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any],
-               like: torch.Tensor, n: int, steps: int | None, backend: str
-               ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
-    """`_run` with the layout chosen for this call, for the ops: (output names, outputs) in parameter order,
-    without a dict of the outputs."""
-    recipe = config.recipe(kind, like.dtype, flags, _layout(config, kind, flags, given, like, n, steps, backend))
-    return recipe.outputs, recipe.run_ordered(given, like, n, steps, backend)
+class KernelCall:
+    """One kernel of a layer (kind and options), called with its arguments as a sequence in a fixed order
+    (`names`): the ops' path. Its recipes and their bindings are found once per (dtype, layout); looking both
+    up on every call, and building a mapping of the arguments, cost a sixth of a small call's host time."""
+
+    def __init__(self, config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...]):
+        self.config, self.kind, self.flags, self.names = config, kind, flags, names
+        self._bound: dict[tuple, tuple[Recipe, Binding]] = {}
+
+    def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str
+                 ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
+        """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`)."""
+        layout = _layout(self.config, self.kind, self.flags, self.names, args, like, n, steps, backend)
+        found = self._bound.get((like.dtype, layout))
+        if found is None:
+            recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
+            found = self._bound[(like.dtype, layout)] = (recipe, recipe.bind(self.names))
+        recipe, binding = found
+        return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
 
 
-def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any],
+def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
-    """The speed options of a call, as sorted (name, value) pairs: long loops on a GPU take the layout timed
-    fastest for their shape (`runtime.tuning`), other calls the fixed rule below."""
+    """The speed options of a call (its arguments: `args`, named by `names`), as sorted (name, value) pairs:
+    long loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
+    rule below."""
     long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
     if long and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
-        tuned = config.long_loop_layout(kind, flags, given, like, n, steps)
+        tuned = config.long_loop_layout(kind, flags, dict(zip(names, args)), like, n, steps)
         if tuned is not None:
             return tuned
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
         return LONG_LOOP if long else ()
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
-    layout = {**choose_layout(n, like.dtype, _tensors(given), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
+    layout = {**choose_layout(n, like.dtype, _tensors(args), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
     return tuple(sorted(layout.items()))
 
 
-def _tensors(given: Mapping[str, Any]) -> list[torch.Tensor]:
-    return [t for t in given.values() if isinstance(t, torch.Tensor) and t.dim()]
+def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
+    return [t for t in values if isinstance(t, torch.Tensor) and t.dim()]
 
 
 def _aligned(tensors: list[torch.Tensor], width: int) -> bool:
