@@ -126,7 +126,6 @@ class _Layer:
         skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
         self.skipped = skipped & set(params)  # of the names given (a layer serves calls giving the same names)
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
-        self.plain = not self.skipped and not self.given_tensors  # `values` merges the defaults and nothing else
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
 
@@ -189,8 +188,7 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
         constants = _CONSTANTS.get(spec_id)
         if constants is None:
             constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec))[3])
-        surrogate_id = id(surrogate) if isinstance(surrogate, Surrogate) else _surrogate_identity(surrogate)
-        key = (spec_id, surrogate_id, detach_reset, reset, backend, x.is_cuda, tuple(params), types,
+        key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, x.is_cuda, tuple(params), types,
                () if _PLAIN.issuperset(types) else _tensor_facts(params),
                tuple(params.get(n) for n in constants[1]) if constants[1] else ())
         found = _LAYERS.get(key)
@@ -249,7 +247,7 @@ class _Call:
         else:
             layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
         self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
-        self.values = {**layer.defaults, **params} if layer.plain else layer.values(params, x, self.shape)
+        self.values = layer.values(params, x, self.shape)
         self.states = self._states(states)
 
     def _states(self, states: Sequence[Tensor]) -> list[Tensor | float]:

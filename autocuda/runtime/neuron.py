@@ -259,12 +259,8 @@ class NeuronConfig:
                 self.recipe(kind, like.dtype, flags, tuple(sorted(layout.items()))).run(given, like, n, steps, "cuda")
 
             found = self._tuned[key] = tuple(sorted(tuning.fastest(text, like.device, layouts, run).items()))
-        layout = dict(found)
-        pairs = layout["lanes"] == 1 and like.dtype.itemsize == 2 and layout["prefetch"] > 1  # pair copies
-        multiple, width = (2, 4) if pairs else (layout["lanes"], layout["lanes"] * like.dtype.itemsize)
-        if (layout["vector"] or pairs) and not (n % multiple == 0 and _aligned(tensors, width)):
-            return None
-        return found
+        return found if tuning.fits(dict(found), n, like.dtype.itemsize, lambda width: _aligned(tensors, width)) \
+            else None
 
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:

@@ -37,19 +37,34 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> li
     per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron."""
     out = []
     for lanes, prefetch, block in CANDIDATES:
-        pairs = bool(prefetch) and lanes == 1 and dtype.itemsize == 2  # `codegen.neuron.pair_copies`
+        pairs = _pair_copies(lanes, prefetch, dtype.itemsize)
         if not pairs:
             lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
         vector = lanes > 1
-        width = max(lanes * dtype.itemsize, 4)
-        if (vector or pairs) and not (width <= 16 and n % max(lanes, 2 if pairs else 1) == 0 and aligned(width)):
-            continue
         layout = {"lanes": lanes if vector or pairs else 0, "vector": vector, "unroll": UNROLL,
                   "prefetch": prefetch, "block": block}
-        if layout not in out:
+        if fits(layout, n, dtype.itemsize, aligned) and layout not in out:
             out.append(layout)
     # Half precision with odd N fits none of them: one word per thread, element by element, still does.
     return out or [{"lanes": 0, "vector": False, "unroll": UNROLL, "prefetch": 0, "block": 256}]
+
+
+def fits(layout: dict[str, Any], n: int, itemsize: int, aligned: Callable[[int], bool]) -> bool:
+    """Whether `layout` serves N neurons whose tensors pass `aligned(width)`: vector accesses and pair copies
+    move several elements at once, so N must be a multiple of them and the tensors aligned to their width."""
+    lanes = layout["lanes"]
+    if _pair_copies(lanes, layout["prefetch"], itemsize):
+        multiple, width = 2, 4
+    elif layout["vector"]:
+        multiple, width = lanes, lanes * itemsize
+    else:
+        return True
+    return width <= 16 and n % multiple == 0 and aligned(width)
+
+
+def _pair_copies(lanes: int, prefetch: int, itemsize: int) -> bool:
+    """The ring copies, for one 2-byte neuron per thread, the 4-byte pair holding it (`codegen.neuron.pair_copies`)."""
+    return bool(prefetch) and lanes == 1 and itemsize == 2
 
 
 def _elapsed_ms(run: Callable[[], Any]) -> float:
