@@ -6,6 +6,7 @@ takes every workload: the default ones and the zoo (whose eager step is the spec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -194,3 +195,27 @@ def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: p
     assert measured == [(3, 16), (3, 16)], "only the shape that was not finished is measured"
     assert again[:2] == first[:2] and len(again) == 4
     assert len((tmp_path / "progress.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("whole_loop", [True, False])
+def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
+    """Both forms of the torch.compile peer (the unrolled loop; the step alone, for long loops) compute what the
+    eager loop does, forward and backward (aot_eager: the graphs Dynamo captures, without a C++ compiler)."""
+    w = bench.WORKLOADS["parametric_lif"]
+    torch.manual_seed(2)
+    case = bench.Case.draw(w, torch.float32, 5, 24, torch.device("cpu")).mode(True)
+    spikes, finals = bench.compiled(case, whole_loop=whole_loop, backend="aot_eager")()
+    eager_spikes, eager_finals = bench.eager(case)()
+    assert torch.equal(spikes, eager_spikes) and spikes.sum() > 0
+    torch.testing.assert_close(finals, eager_finals)
+    grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
+    torch.testing.assert_close(grads, torch.autograd.grad(eager_spikes, case.grad_inputs, case.g))
+
+
+def test_table_marks_compile_times_of_the_step_form() -> None:
+    row = dict(dataclasses.asdict(bench.Row("LIF", "lif", "float32", "training", 1024, 16 << 10, 0.1, ours_ms=0.2,
+                                            compile_ms=9.0, compile_form="step")))
+    text = bench.table([row | bench.Row(**row).derived()])
+    assert f"9.000{bench.STEP_MARK}" in text and "step alone, called by a Python loop" in text
+    row["compile_form"] = "loop"
+    assert bench.STEP_MARK not in bench.table([row | bench.Row(**row).derived()])
