@@ -133,6 +133,22 @@ def test_long_loop_candidates_fit_the_dtype_and_the_neurons():
     assert all(c["unroll"] == tuning.UNROLL for c in tuning.candidates(64, torch.float16, always))
 
 
+def test_short_loop_candidates_are_access_widths_that_fit():
+    from autocuda.runtime import tuning
+
+    def lanes(n, dtype, aligned=lambda width: True):
+        layouts = tuning.candidates(n, dtype, aligned, long=False)
+        assert all(c["unroll"] == tuning.SHORT_UNROLL and c["vector"] == (c["lanes"] > 1) for c in layouts)
+        return [c["lanes"] for c in layouts]
+
+    assert lanes(1 << 20, torch.float32) == [0, 2, 4]
+    assert lanes(1 << 20, torch.bfloat16) == [2, 4, 8]
+    assert lanes(1 << 20, torch.float64) == [0, 2]
+    assert lanes((1 << 20) + 2, torch.float32) == [0, 2], "N a multiple of two, not of four"
+    assert lanes((1 << 20) + 1, torch.float16) == [0], "odd N: one element per thread"
+    assert lanes(1 << 20, torch.float32, lambda width: width <= 8) == [0, 2], "tensors aligned to 8 bytes only"
+
+
 def test_importing_autocuda_imports_neither_sympy_nor_jinja():
     code = ("import sys, autocuda, autocuda.functional, autocuda.nn; "
             "print(sorted(m for m in ('sympy', 'jinja2', 'cupy') if m in sys.modules))")

@@ -40,7 +40,7 @@ LONG_LOOP, LONG_LOOP_STEPS, LONG_LOOP_NEURONS = (("unroll", 8),), 64, 128 * 1024
 # Kernels alone at (8, 8M) and (64, 1M) on an H200 (`bench/results/2026-11-23-h200-half-arithmetic`): bfloat16
 # backward of ParametricLIF 0.163 -> 0.141 ms, Izhikevich 0.139 -> 0.121, EIF 0.126 -> 0.108, AdEx float32
 # 0.219 -> 0.199; LIF within 2%.
-SHORT_LOOP = (("unroll", 2),)
+SHORT_LOOP = (("unroll", tuning.SHORT_UNROLL),)
 # Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
 # unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
 # Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
@@ -241,18 +241,18 @@ class NeuronConfig:
             found = self._recipes[key] = Recipe(kernel, dtype)
         return found
 
-    def long_loop_layout(self, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
-                         n: int, steps: int) -> tuple | None:
+    def tuned_layout(self, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
+                     n: int, steps: int, long: bool) -> tuple | None:
         """The layout timed fastest for shapes like this call's (once per process, or read from the disk store),
         as sorted (name, value) pairs; None when it does not fit this call's N or tensors' alignment.
         Shapes are grouped by powers of two of N and T: sequence lengths that vary from batch to batch are
-        timed once per group, not once per length."""
+        timed once per group, not once per length. `long`: a long loop over few neurons (its own candidates)."""
         group = (n.bit_length(), steps.bit_length())
         key = (kind, like.dtype, flags, group)
         found = self._tuned.get(key)
         tensors = _tensors(given.values())
         if found is None:
-            layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width))
+            layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width), long)
             text = repr((self.text, kind, str(like.dtype), flags, group))
 
             def run(layout: dict[str, Any]) -> None:
@@ -307,11 +307,13 @@ class KernelCall:
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
     """The speed options of a call (its arguments: `args`, named by `names`), as sorted (name, value) pairs:
-    long loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
-    rule below."""
+    time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
+    rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
+    per call matters more than their kernels' few microseconds."""
     long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
-    if long and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
-        tuned = config.long_loop_layout(kind, flags, dict(zip(names, args)), like, n, steps)
+    tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
+    if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
+        tuned = config.tuned_layout(kind, flags, dict(zip(names, args)), like, n, steps, long)
         if tuned is not None:
             return tuned
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks

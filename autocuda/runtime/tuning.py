@@ -1,15 +1,18 @@
-"""The thread layout of long time loops, chosen by timing candidates on the GPU once per shape.
+"""The thread layout of a time loop, chosen by timing candidates on the GPU once per shape.
 
 Many steps over few neurons (T >= 64, N < 128K) leave each thread a long loop whose speed depends on memory
 latency, and which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models,
 dtypes and directions by up to 4x in the kernel sweeps on an H200
 (`bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt`, `prefetch_sweep.txt`): Izhikevich's float32
 backward at (1024, 16K) took 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms (before
-prefetching went through shared memory). Every
-layout gives bitwise the same results (tests/test_layouts.py), so the first call of a shape times each
-candidate a few times and keeps the fastest for shapes of its size (N and T to the next power of two), in
-memory and in the disk store (per GPU model). Nothing is timed
-while a CUDA graph is being captured: the fixed rule of `runtime.neuron` serves there.
+prefetching went through shared memory). Loops over many neurons (N >= 128K) differ less, but still by model:
+ParametricLIF's float32 backward at (8, 8M) took 0.221 ms with two neurons per thread and 0.208 ms with four,
+while LIF's was 0.193 and 0.194 ms, and at (64, 1M) 0.201 and 0.212 ms
+(`bench/results/2026-11-23-h200-half-arithmetic/sweep_f32.txt`). Every layout gives bitwise the same results
+(tests/test_layouts.py, and a GPU test per candidate), so the first call of a shape times each candidate a few
+times and keeps the fastest for shapes of its size (N and T to the next power of two), in memory and in the
+disk store (per GPU model). Nothing is timed while a CUDA graph is being captured: the fixed rule of
+`runtime.neuron` serves there.
 """
 from __future__ import annotations
 
@@ -28,13 +31,20 @@ REPEATS = 3
 # per block took 0.062 ms, 16 steps with 256 threads 0.082 ms, none (unrolled) 0.153 ms.
 CANDIDATES = ((1, 0, 256), (2, 0, 256), (4, 0, 256), (1, 32, 64), (2, 32, 64))
 UNROLL = 8
+# Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
+# twice (`runtime.neuron.SHORT_LOOP`), 256 threads per block, nothing copied ahead.
+SHORT_WIDTHS, SHORT_UNROLL = (4, 8, 16), 2
 
 
-def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> list[dict[str, Any]]:
-    """The layouts to try for N neurons: per-thread neuron counts this dtype and N allow, with and without
-    prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
+def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long: bool = True
+               ) -> list[dict[str, Any]]:
+    """The layouts to try for N neurons: for long loops, per-thread neuron counts this dtype and N allow, with
+    and without prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
     `codegen.neuron.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
-    per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron."""
+    per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron.
+    For other loops (`long=False`), the access widths of `SHORT_WIDTHS` that N and the alignment allow."""
+    if not long:
+        return _short_candidates(n, dtype.itemsize, aligned)
     out = []
     for lanes, prefetch, block in CANDIDATES:
         pairs = _pair_copies(lanes, prefetch, dtype.itemsize)
@@ -49,11 +59,21 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool]) -> li
     return out or [{"lanes": 0, "vector": False, "unroll": UNROLL, "prefetch": 0, "block": 256}]
 
 
+def _short_candidates(n: int, itemsize: int, aligned: Callable[[int], bool]) -> list[dict[str, Any]]:
+    out = []
+    for width in SHORT_WIDTHS:
+        lanes = width // itemsize
+        layout = {"lanes": lanes if lanes > 1 else 0, "vector": lanes > 1, "unroll": SHORT_UNROLL}
+        if lanes and fits(layout, n, itemsize, aligned) and layout not in out:
+            out.append(layout)
+    return out or [{"lanes": 0, "vector": False, "unroll": SHORT_UNROLL}]  # odd N in half precision
+
+
 def fits(layout: dict[str, Any], n: int, itemsize: int, aligned: Callable[[int], bool]) -> bool:
     """Whether `layout` serves N neurons whose tensors pass `aligned(width)`: vector accesses and pair copies
     move several elements at once, so N must be a multiple of them and the tensors aligned to their width."""
     lanes = layout["lanes"]
-    if _pair_copies(lanes, layout["prefetch"], itemsize):
+    if _pair_copies(lanes, layout.get("prefetch", 0), itemsize):
         multiple, width = 2, 4
     elif layout["vector"]:
         multiple, width = lanes, lanes * itemsize
@@ -89,7 +109,7 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
     (`run(layout)` launches the kernel with one) and stored."""
     if len(layouts) == 1:
         return layouts[0]
-    name = store.key(repr(("long-loop layout", text, torch.cuda.get_device_name(device))))
+    name = store.key(repr(("layout", text, torch.cuda.get_device_name(device))))
     known = store.read("tuning", name)
     if known is not None:
         try:

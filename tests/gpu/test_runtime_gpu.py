@@ -369,22 +369,24 @@ def test_kernels_launch_from_a_new_thread():
     assert torch.equal(got[0], want)
 
 
-@pytest.mark.parametrize("n", [2 * 4096, 2 * 4096 + 1], ids=["even", "odd"])
+@pytest.mark.parametrize("odd", [False, True], ids=["even", "odd"])
+@pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif"])
-def test_every_long_loop_candidate_gives_the_fixed_rules_results(name, dtype, n, tmp_path, monkeypatch):
+def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long, odd, tmp_path, monkeypatch):
     """Each layout the tuner may pick (shared-memory ring, pair copies for one half neuron per thread, vector
-    accesses) gives bitwise the results of the fixed rule, also for odd N (where half precision has no
-    vector or pair layout left)."""
+    accesses of 4, 8 or 16 bytes) gives bitwise the results of the fixed rule, for long loops over few neurons
+    and short ones over many, also for odd N (where half precision has no vector or pair layout left)."""
     from autocuda.runtime import neuron, tuning
 
+    n = (2 * neuron.MIN_THREADS if long else neuron.LONG_LOOP_NEURONS) + odd
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec(name)
     params = {p.name: p.default for p in spec.params if p.kind != "tensor"}
     params |= {p.name: torch.full((n,), 0.3, device=CUDA) for p in spec.params if p.kind == "tensor"}
     tensors = tuple((p.name, True) for p in spec.params if p.kind == "tensor")
     config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=tensors)
-    steps = neuron.LONG_LOOP_STEPS + 3
+    steps = neuron.LONG_LOOP_STEPS + 3 if long else 5
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
     inits = {s.name: 0.0 for s in spec.states}
@@ -397,7 +399,7 @@ def test_every_long_loop_candidate_gives_the_fixed_rules_results(name, dtype, n,
                                      given_inits=False, layout=layout)
 
     fixed = run({"lanes": 0, "unroll": 1})
-    layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0)
+    layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long)
     assert layouts
     for layout in layouts:
         got = run(layout)
@@ -407,16 +409,18 @@ def test_every_long_loop_candidate_gives_the_fixed_rules_results(name, dtype, n,
     assert all(torch.equal(tuned[key], fixed[key]) for key in fixed)
 
 
+@pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_long_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype):
-    """A long loop's first call times the candidate layouts and keeps the fastest, on disk too; a later
-    configuration reads it back without timing; the results are those of the fixed rule, bitwise."""
+def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long):
+    """A loop's first call (a long one over few neurons, or a short one over many) times the candidate layouts
+    and keeps the fastest, on disk too; a later configuration reads it back without timing; the results are
+    those of the fixed rule, bitwise."""
     from autocuda.runtime import neuron, tuning
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec("izhikevich")
     params = {p.name: p.default for p in spec.params}
-    steps, n = neuron.LONG_LOOP_STEPS + 1, 2 * neuron.MIN_THREADS
+    steps, n = (neuron.LONG_LOOP_STEPS + 1, 2 * neuron.MIN_THREADS) if long else (6, neuron.LONG_LOOP_NEURONS)
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
 
