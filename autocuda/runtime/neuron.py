@@ -41,6 +41,15 @@ LONG_LOOP, LONG_LOOP_STEPS, LONG_LOOP_NEURONS = (("unroll", 8),), 64, 128 * 1024
 # backward of ParametricLIF 0.163 -> 0.141 ms, Izhikevich 0.139 -> 0.121, EIF 0.126 -> 0.108, AdEx float32
 # 0.219 -> 0.199; LIF within 2%.
 SHORT_LOOP = (("unroll", tuning.SHORT_UNROLL),)
+# Short loops over too few neurons for two per thread (the tiny problems of the host benchmark) unroll four
+# times: four steps' loads issue at once. On an H200 at (4, 4096), forward calls timed as the benchmark times
+# them (`bench/results/2026-11-23-h200-small-layouts`): bfloat16 4.19 -> 3.84-3.87 us for LIF, QIF and EIF,
+# ParametricLIF 4.35 -> 4.00; float32 unchanged (3.7-4.0 us); unrolled eight times 5.0 us (T = 4 then runs
+# only the remainder loop).
+SMALL_LOOP = (("unroll", 4),)
+# Calls whose element offsets, and a block of neurons past N, fit a 32-bit int take kernels with 32-bit sizes
+# and offsets (`codegen.neuron.INDEX_CTYPES`).
+INDEX32_LIMIT, INDEX32 = 2**31 - 2**20, (("index32", True),)
 # Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
 # unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
 # Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
@@ -306,10 +315,17 @@ class KernelCall:
 
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
-    """The speed options of a call (its arguments: `args`, named by `names`), as sorted (name, value) pairs:
-    time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
-    rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
-    per call matters more than their kernels' few microseconds."""
+    """The speed options of a call (its arguments: `args`, named by `names`), as (name, value) pairs: the
+    thread layout (`_thread_layout`), and 32-bit offsets where the call's size allows them."""
+    layout = _thread_layout(config, kind, flags, names, args, like, n, steps, backend)
+    return layout + INDEX32 if n * (steps or 1) < INDEX32_LIMIT else layout
+
+
+def _thread_layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...],
+                   args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
+    """Time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the
+    fixed rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host
+    time per call matters more than their kernels' few microseconds. Sorted (name, value) pairs."""
     long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
     tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
     if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
@@ -317,7 +333,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
         if tuned is not None:
             return tuned
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
-        return LONG_LOOP if long else ()
+        return LONG_LOOP if long else SMALL_LOOP
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
     layout = {**choose_layout(n, like.dtype, _tensors(args), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
