@@ -36,7 +36,7 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
 @functools.lru_cache(maxsize=1024)
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
-            grad_state_seq: bool, grad_finals: bool, given_inits: bool, layout: tuple
+            grad_state_seq: bool, grad_finals: bool, given_inits: bool, layout: tuple[int, bool, int, int, bool, int]
             ) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
@@ -56,7 +56,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   lanes: int = 0, vector: bool = False, unroll: int = 1, prefetch: int = 0, native: bool = False,
-                  block: int = 256, index32: bool = False) -> NeuronKernel:
+                  block: int = 256) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -66,8 +66,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight) only change speed. `native`
     computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
-    for it). `index32`: sizes and offsets as 32-bit ints, for T*N below `runtime.neuron.INDEX32_LIMIT` only
-    (the caller guarantees it).
+    for it).
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.
@@ -83,7 +82,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   grad_finals, given_inits, (lanes, vector, unroll, prefetch, native, block, index32))
+                   grad_finals, given_inits, (lanes, vector, unroll, prefetch, native, block))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

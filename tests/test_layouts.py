@@ -15,15 +15,12 @@ LAYOUTS = {
     torch.float32: [{"lanes": 4, "vector": True}, {"lanes": 2, "vector": True, "unroll": 2}, {"lanes": 3},
                     {"lanes": 1, "prefetch": 2}, {"lanes": 1, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 3}, {"unroll": 8, "prefetch": 8},
-                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64},
-                    {"lanes": 4, "vector": True, "unroll": 2, "index32": True},
-                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64, "index32": True}],
+                    {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64}],
     torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}, {"prefetch": 4},
                     {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64},
-                    {"lanes": 1, "prefetch": 32, "block": 64},  # one neuron per thread: pair copies
-                    {"lanes": 1, "prefetch": 32, "block": 64, "index32": True}],
-    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}, {"unroll": 4, "index32": True}],
+                    {"lanes": 1, "prefetch": 32, "block": 64}],  # one neuron per thread: pair copies
+    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}],
 }
 
 
@@ -80,8 +77,8 @@ def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lane
     backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]},
              dict(tau=2.0, v_threshold=1.0, v_reset=0.0), grad_finals=False, given_inits=False, backend="host")
     chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
-    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, "unroll": 8, "index32": True}
-    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, "unroll": 8, "index32": True}
+    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, "unroll": 8}
+    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, "unroll": 8}
 
 
 def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():
@@ -91,8 +88,7 @@ def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():
 
     spec = load_spec("lif")
     params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
-    many = {"lanes": 2, "vector": True, "unroll": 2, "index32": True}
-    for n, expected in ((2 * neuron.MIN_THREADS * 2, many), (1000, {"unroll": 4, "index32": True})):
+    for n, expected in ((2 * neuron.MIN_THREADS * 2, {"lanes": 2, "vector": True, "unroll": 2}), (1000, {"unroll": 4})):
         config = NeuronConfig(spec, spec.surrogate, "hard")
         x = torch.randn(3, n) * 2
         out = forward(config, x, {"v": 0.0}, params, backend="host")
@@ -100,24 +96,6 @@ def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():
                  grad_finals=False, given_inits=False, backend="host")
         chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
         assert chosen == {"fptt": expected, "bptt": expected}, n
-
-
-def test_offsets_are_32_bit_only_while_every_offset_fits():
-    """`index32` (32-bit sizes and offsets) exactly for calls with T*N below INDEX32_LIMIT, single steps by N."""
-    from autocuda.runtime import neuron
-
-    spec = load_spec("lif")
-    config = NeuronConfig(spec, spec.surrogate, "hard")
-    like = torch.zeros(1)
-
-    def index32(n, steps):
-        layout = neuron._layout(config, "fptt", (False, False, False), (), (), like, n, steps, "host")
-        return dict(layout).get("index32", False)
-
-    limit = neuron.INDEX32_LIMIT
-    assert index32(1 << 20, 8) and index32(limit - 1, 1) and index32(limit - 1, None)
-    assert not index32(limit, 1) and not index32(1 << 20, 2048) and not index32(limit, None)
-    assert not index32((limit + 1) // 2, 2) and index32(limit // 2 - 1, 2)
 
 
 # Native packed arithmetic rounds every operation to 11 (float16) or 8 (bfloat16) significant bits instead of 24:

@@ -29,10 +29,6 @@ KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
 VECTOR_CTYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # bytes of one aligned access -> C type
-# By KernelOptions.index32: 32-bit offsets take fewer instructions than 64-bit ones (LIF's float32 forward loop:
-# 48 against 60 SASS instructions for two steps of two neurons), for calls whose T*N allows them
-# (`runtime.neuron.INDEX32_LIMIT`).
-INDEX_CTYPES = {False: "long long", True: "int"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +49,6 @@ class KernelOptions:
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
     block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
-    index32: bool = False                                # sizes and offsets as 32-bit ints (small enough T*N)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -167,7 +162,6 @@ class NeuronKernel(CKernel):
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()], "core": "",
                 "description": self.description, "lanes": self.lanes, "loop": loop,
                 "compute_t": compute.ctype, "vector": self.options.vector,
-                "index_t": INDEX_CTYPES[self.options.index32],
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 "depth": self.plan.depth, "block": self.options.block,
@@ -199,10 +193,9 @@ class _Builder:
         self.temp_count = 0
         self.invariant_symbols = frozenset(system.params)
         self.invariants: dict[sp.Expr, sp.Symbol] = {}
-        index = INDEX_CTYPES[options.index32]
-        self.plan.params += [CParam("N", index, False, True)]
+        self.plan.params += [CParam("N", "long long", False, True)]
         if self.multi:
-            self.plan.params += [CParam("T", index, False, True)]
+            self.plan.params += [CParam("T", "long long", False, True)]
 
     # -- declarations ---------------------------------------------------------------------------------
     def pointer(self, name: str, const: bool, compute_type: bool = False) -> None:

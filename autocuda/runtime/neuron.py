@@ -47,9 +47,6 @@ SHORT_LOOP = (("unroll", tuning.SHORT_UNROLL),)
 # ParametricLIF 4.35 -> 4.00; float32 unchanged (3.7-4.0 us); unrolled eight times 5.0 us (T = 4 then runs
 # only the remainder loop).
 SMALL_LOOP = (("unroll", 4),)
-# Calls whose element offsets, and a block of neurons past N, fit a 32-bit int take kernels with 32-bit sizes
-# and offsets (`codegen.neuron.INDEX_CTYPES`).
-INDEX32_LIMIT, INDEX32 = 2**31 - 2**20, (("index32", True),)
 # Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
 # unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
 # Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
@@ -315,17 +312,10 @@ class KernelCall:
 
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
-    """The speed options of a call (its arguments: `args`, named by `names`), as (name, value) pairs: the
-    thread layout (`_thread_layout`), and 32-bit offsets where the call's size allows them."""
-    layout = _thread_layout(config, kind, flags, names, args, like, n, steps, backend)
-    return layout + INDEX32 if n * (steps or 1) < INDEX32_LIMIT else layout
-
-
-def _thread_layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...],
-                   args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
-    """Time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the
-    fixed rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host
-    time per call matters more than their kernels' few microseconds. Sorted (name, value) pairs."""
+    """The speed options of a call (its arguments: `args`, named by `names`), as sorted (name, value) pairs:
+    time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
+    rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
+    per call matters more than their kernels' few microseconds."""
     long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
     tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
     if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
