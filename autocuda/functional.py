@@ -125,9 +125,19 @@ class _Layer:
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
         skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
         self.skipped = skipped & set(params)  # of the names given (a layer serves calls giving the same names)
+        self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
+        self.forms: dict[tuple[bool, ...], ops.ForwardForm] = {}  # `form`'s answers
+
+    def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool) -> ops.ForwardForm:
+        """The forward op's form for an eager call (`ops.forward_form`), held here: one dict lookup per call."""
+        options = (single_step, store_state_seq, save, given_inits)
+        found = self.forms.get(options)
+        if found is None:
+            found = self.forms[options] = ops.forward_form(self.key, *options)
+        return found
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
                 ) -> tuple[dict[str, Any], str | None]:
@@ -150,6 +160,8 @@ class _Layer:
         """A call's parameter values by name (defaults filled in), its tensors checked against x."""
         for name in self.given_tensors:
             _check_tensor_param(name, params[name], x, shape)
+        if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
+            return params
         if not self.skipped:
             return {**self.defaults, **params}
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
@@ -316,7 +328,7 @@ class _Call:
         if self.compiling:
             outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
             return outputs, layer.positions(single_step, store_state_seq, save)
-        form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial)
+        form = layer.form(single_step, store_state_seq, save, not initial)
         return ops.forward_eager(form, x, states, initial, tensors, scalars), form.positions
 
     def reference_args(self, x: Tensor) -> tuple:

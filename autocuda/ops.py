@@ -108,15 +108,16 @@ def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
 # -- the forms of a call, worked out once -----------------------------------------------------------------------
 # A call's names, kernel options and argument order depend only on its form; working them out on every call
 # (dicts of names merged per call, several caches consulted) cost more host time than the launch itself.
-class _ForwardForm:
+class ForwardForm:
     """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?):
     the kernel's kind and options, the op's inputs by kernel name in op order, its outputs, and for autograd
     where the outputs it differentiates stand, what to save and how parameter gradients are shaped."""
 
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool):
         e = entry(key)
-        self.key, self.config, self.single, self.save = key, e.config, single, save
+        self.key, self.config, self.single, self.save, self.given_inits = key, e.config, single, save, given_inits
         self.n_states = len(e.states)
+        self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
         inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
         self.kernel = launch.KernelCall(e.config, "step-forward" if single else "fptt",
                                         (store_state_seq, save, given_inits), inputs)
@@ -153,6 +154,17 @@ class _ForwardForm:
                     outputs[i].fill_(state)
         return outputs
 
+    def run_backward(self, key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
+                     saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
+                     ) -> list[Tensor]:
+        """`neuron_backward` of a call of this form, for `_backward`'s own arguments (the gradient lists hold all
+        or none by construction): the eager path, which finds the backward form here in one dict lookup."""
+        options = (bool(grad_seqs), bool(grad_finals))
+        form = self._backwards.get(options)
+        if form is None:
+            form = self._backwards[options] = _backward_form(key, self.single, self.given_inits, *options)
+        return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
+
     def _refuse(self, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
                 scalars: Sequence[float]) -> None:
         if states and initial:
@@ -167,9 +179,9 @@ class _ForwardForm:
 
 
 @functools.lru_cache(maxsize=1024)
-def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> _ForwardForm:
+def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> ForwardForm:
     """The form of a neuron_forward call (`forward_eager` takes it), worked out once."""
-    return _ForwardForm(key, single, store_state_seq, save, given_inits)
+    return ForwardForm(key, single, store_state_seq, save, given_inits)
 
 
 class _BackwardForm:
@@ -283,7 +295,7 @@ def _setup_context(ctx, inputs, output) -> None:
     _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output)
 
 
-def _save_context(ctx, form: _ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
+def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
                   tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor]) -> None:
     """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata and the
     saved tensors (those the backward kernel reads, then the tensor parameters)."""
@@ -315,7 +327,7 @@ def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: boo
 def _backward(ctx, grads: list[Tensor], run_backward=None):
     if not ctx.saved_ok:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
-    form: _ForwardForm = ctx.form
+    form: ForwardForm = ctx.form
     saved, n = ctx.saved_tensors, len(form.picks)
     shape, dtype, device = ctx.meta
     finals = _dense_all(grads, form.finals, shape, True, dtype, device)  # none given: a kernel taking zeros
@@ -389,7 +401,7 @@ class _Eager(torch.autograd.Function):
     mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
 
     @staticmethod
-    def forward(ctx, form: _ForwardForm, initial: list[float], scalars: list[float], x: Tensor, *tensors: Tensor):
+    def forward(ctx, form: ForwardForm, initial: list[float], scalars: list[float], x: Tensor, *tensors: Tensor):
         n_states = 0 if initial else form.n_states
         states, tensor_params = tensors[:n_states], tensors[n_states:]
         outputs = form.run(x, states, initial, tensor_params, scalars)
@@ -404,16 +416,8 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     @_differentiable_once
     def backward(ctx, *grads):
-        _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, grads, run_backward=_run_backward)
+        _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, grads, run_backward=ctx.form.run_backward)
         return None, None, None, grad_x, *grad_states, *grad_params
-
-
-def _run_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
-                  saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
-                  ) -> list[Tensor]:
-    """`_backward_impl` for `_backward`'s own arguments, whose gradient lists hold all or none by construction."""
-    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
-    return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
 
 
 # `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
@@ -435,12 +439,11 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
     return forward_eager(form, x, states, initial, tensor_params, scalars)
 
 
-def forward_eager(form: _ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
+def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
                   tensor_params: list[Tensor], scalars: list[float]) -> list[Tensor]:
     """`forward` in eager mode, for a caller that holds the call's form (`forward_form`)."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
         return form.run(x, states, initial, tensor_params, scalars)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
         return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))
-    tensors = [_unwrap_if_dead(t) for t in (x, *states, *tensor_params)]
-    return list(_APPLY(form, initial, scalars, *tensors))
+    return list(_APPLY(form, initial, scalars, *map(_unwrap_if_dead, (x, *states, *tensor_params))))

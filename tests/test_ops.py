@@ -150,6 +150,24 @@ def test_op_with_no_steps_passes_states_through():
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
 
 
+def test_whole_number_scalars_run_as_their_floats():
+    """The kernels take scalars as given on the ops' path (floats by the op's schema; ints are packed as such)
+    and converted on the mapping path (`runtime.neuron.forward`)."""
+    from autocuda.runtime import neuron
+
+    key, x, _, initial, tensors, scalars, _, _ = _op_args("lif", False, False, False, numbers=True)
+    x = x.detach()
+    whole = [float(round(v)) for v in scalars]
+    want = ops.forward(key, x, [], initial, tensors, whole, False, False)
+    got = ops.forward(key, x, [], initial, tensors, [int(v) for v in whole], False, False)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    entry = ops.entry(key)
+    given = dict(zip(entry.scalars, map(int, whole)))
+    by_name = neuron.forward(entry.config, x, dict(zip(entry.states, initial)), given, save_for_backward=False,
+                             backend="host")
+    assert all(torch.equal(by_name[n], w) for n, w in zip(ops.forward_outputs(key, False, False, False), want))
+
+
 def test_op_refuses_initial_states_given_twice_or_missing():
     key, x, states, _, tensors, scalars, _, _ = _op_args("alif", False, False, False)
     with pytest.raises(ValueError, match="as tensors or as numbers, not both"):

@@ -109,8 +109,13 @@ class Recipe:
 
     def run_ordered(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
                     backend: str) -> list[torch.Tensor]:
-        """`run`, with the outputs as a list in parameter order (`outputs` names them)."""
-        return self.run_args(self.bind(tuple(given)), tuple(given.values()), like, n, steps, backend)
+        """`run`, with the outputs as a list in parameter order (`outputs` names them). Scalars may be any real
+        numbers here (ints included): they are converted for `run_args`."""
+        binding = self.bind(tuple(given))
+        args = list(given.values())
+        for at in binding.scalars:
+            args[at] = float(args[at])
+        return self.run_args(binding, args, like, n, steps, backend)
 
     def bind(self, names: tuple[str, ...]) -> Binding:
         """How to fill the arguments from a caller's values given as a sequence in `names` order."""
@@ -122,8 +127,8 @@ class Recipe:
     def run_args(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
                  backend: str) -> list[torch.Tensor]:
         """`run_ordered` with the caller's values as a sequence (`args`, in the order `binding` was made for):
-        the ops' path, which builds no mapping per call. `like` is the contiguous sequence input (x or the
-        spikes' gradient), in the storage dtype."""
+        the ops' path, which builds no mapping per call. Scalars pass as given (the ops' float[] arguments). `like`
+        is the contiguous sequence input (x or the spikes' gradient), in the storage dtype."""
         # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs 40% more
         # host time (callgrind: 9.5 against 13-18 thousand instructions per tensor), and without the dtype
         # keyword where it is like's (8.2 thousand). `like` is the sequence input, refused below unless
@@ -134,15 +139,17 @@ class Recipe:
                 produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
             else:
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
-        # The values pooled by kind (sizes, outputs' and inputs' addresses, scalars), then put in parameter order
-        # by one itemgetter: a loop over the parameters with a branch each cost 40% more (callgrind, LIF: 9).
+        # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
+        # the scalars), then put in parameter order by one itemgetter: a loop over the parameters with a branch
+        # each cost 40% more (callgrind, LIF: 9), and a list of the scalars built per call 2.5 thousand
+        # instructions.
         pool = [n, steps, *map(_data_ptr, produced)]
         for at, name, dtype in binding.inputs:
             value = args[at]
             if value is None or value.dtype != dtype or not value.is_contiguous():
                 self._refuse(name, value, dtype)
             pool.append(value.data_ptr())
-        pool += [float(args[at]) for at in binding.scalars]
+        pool += args
         if n and steps != 0:
             self._launch(binding.arrange(pool), n, like, backend)
         return produced
@@ -173,7 +180,7 @@ _data_ptr = torch.Tensor.data_ptr
 class Binding:
     """A recipe's arguments filled from a caller's values given as a sequence in `names` order (`Recipe.bind`):
     where each input tensor and scalar stands among them, and `arrange`, which takes the parameters' values in
-    order from a call's pool (N, T, the outputs' addresses, the inputs' addresses, the scalars)."""
+    order from a call's pool (N, T, the outputs' addresses, the inputs' addresses, the caller's values)."""
 
     def __init__(self, recipe: Recipe, names: tuple[str, ...]):
         at = {name: i for i, name in enumerate(names)}
@@ -183,8 +190,7 @@ class Binding:
         sources = recipe._sources
         self.inputs = tuple((at[name], name, dtype) for source, name, dtype, _ in sources if source == "input")
         self.scalars = tuple(at[name] for source, name, _, _ in sources if source == "scalar")
-        pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs),
-                *(name for source, name, _, _ in sources if source == "scalar")]
+        pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs), *names]
         self.arrange = operator.itemgetter(*(pool.index(name) for _, name, _, _ in sources))  # >= 2: a tuple
 
 
