@@ -25,6 +25,7 @@ def _library() -> ctypes.CDLL:
     pointer, uint = ctypes.c_void_p, ctypes.c_uint
     lib.cuLaunchKernel.argtypes = [pointer, uint, uint, uint, uint, uint, uint, uint, pointer, pointer, pointer]
     lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(pointer)]
+    lib.cuCtxSetCurrent.argtypes = [pointer]
     lib.cuCtxPushCurrent_v2.argtypes = [pointer]
     lib.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(pointer)]
     lib.cuModuleLoadData.argtypes = [ctypes.POINTER(pointer), ctypes.c_char_p]
@@ -113,9 +114,15 @@ class Launcher:
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int) -> None:
         """Launch with the slots as they are (the caller holds `lock` while writing them and launching)."""
         self._get_current(self._current_ref)
-        if self._current.value != self.context:
-            with _in_context(self.lib, self.context):
-                return self.launch(grid, block, stream)
+        current = self._current.value
+        if current != self.context:
+            if current is not None:  # another device's context: use this one for the launch, then restore it
+                with _in_context(self.lib, self.context):
+                    return self.launch(grid, block, stream)
+            # No context on this thread yet (torch's autograd worker runs every backward on one): make the
+            # device's primary context current, as cudaSetDevice would, rather than pushing and popping it on
+            # every launch. That cost a training step two more driver calls (H200 host, LIF T=4 N=4096).
+            _check(self.lib, self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         # Grid and block sizes and shared memory bytes are unsigned ints in C, passed as C ints: the same bits
         # for 0 <= size < 2**31, while ctypes would silently mask other values (CUDA's limits are lower: the
         # driver refuses sizes between). One OR of the six sizes shows whether any has a bit at 31 or above.

@@ -369,6 +369,26 @@ def test_kernels_launch_from_a_new_thread():
     assert torch.equal(got[0], want)
 
 
+def test_backward_launches_leave_the_autograd_thread_in_the_devices_context(monkeypatch):
+    """torch runs backward on its own worker thread, which starts without a current driver context: the first
+    launch there makes the device's primary context current, so later backward launches switch no context."""
+    from autocuda.runtime import driver
+
+    switches = []
+    enter = driver._in_context.__enter__
+
+    def counted(self):
+        switches.append(self)
+        return enter(self)
+    monkeypatch.setattr(driver._in_context, "__enter__", counted)
+    x = (torch.rand(3, 300, device=CUDA) * 2).requires_grad_()
+    for _ in range(3):
+        spikes = F.multi_step("lif", x)[0]
+        (grad,) = torch.autograd.grad(spikes.sum(), x)
+    torch.cuda.synchronize()
+    assert switches == [] and grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("odd", [False, True], ids=["even", "odd"])
 @pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
