@@ -253,19 +253,21 @@ class NeuronConfig:
             found = self._recipes[key] = Recipe(kernel, dtype)
         return found
 
-    def tuned_layout(self, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
-                     n: int, steps: int, long: bool) -> tuple | None:
-        """The layout timed fastest for shapes like this call's (once per process, or read from the disk store),
-        as sorted (name, value) pairs; None when it does not fit this call's N or tensors' alignment.
-        Shapes are grouped by powers of two of N and T: sequence lengths that vary from batch to batch are
-        timed once per group, not once per length. `long`: a long loop over few neurons (its own candidates)."""
+    def tuned_layout(self, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
+                     like: torch.Tensor, n: int, steps: int, long: bool) -> tuple | None:
+        """The layout timed fastest for shapes like this call's (its arguments: `args`, named by `names`; once per
+        process, or read from the disk store), as sorted (name, value) pairs; None when it does not fit this
+        call's N or tensors' alignment. Shapes are grouped by powers of two of N and T: sequence lengths that
+        vary from batch to batch are timed once per group, not once per length. `long`: a long loop over few
+        neurons (its own candidates)."""
         group = (n.bit_length(), steps.bit_length())
         key = (kind, like.dtype, flags, group)
         found = self._tuned.get(key)
-        tensors = _tensors(given.values())
+        tensors = _tensors(args)
         if found is None:
             layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width), long)
             text = repr((self.text, kind, str(like.dtype), flags, group))
+            given = dict(zip(names, args))  # only to time the candidates: calls that find a layout build none
 
             def run(layout: dict[str, Any]) -> None:
                 self.recipe(kind, like.dtype, flags, tuple(sorted(layout.items()))).run(given, like, n, steps, "cuda")
@@ -325,7 +327,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
     long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
     tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
     if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
-        tuned = config.tuned_layout(kind, flags, dict(zip(names, args)), like, n, steps, long)
+        tuned = config.tuned_layout(kind, flags, names, args, like, n, steps, long)
         if tuned is not None:
             return tuned
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
