@@ -74,6 +74,14 @@ def test_lif_reset_rules_match_the_formulas(v_reset: float | None):
         assert torch.equal(F.multi_step("lif", x, tau=3.0, v_threshold=0.8, reset="soft")[1][0], v)
 
 
+def test_integer_parameters_run_as_their_float_values():
+    x = inputs(6, 10, dtype=torch.float32, seed=3) * 2
+    want = F.multi_step("lif", x, tau=2.0, v_threshold=1.0, v_reset=0.0, backend="host")
+    for given in ({"tau": 2, "v_threshold": 1, "v_reset": 0}, {"tau": 2, "v_threshold": 1.0, "v_reset": 0.0}):
+        spikes, (v,), _ = F.multi_step("lif", x, backend="host", **given)
+        assert torch.equal(spikes, want[0]) and torch.equal(v, want[1][0]), given
+
+
 def test_initial_state_defaults_follow_the_spec():
     x = torch.zeros(1, 3, dtype=torch.float64)
     # QIF starts at v_reset (-0.1) under a hard reset, at 0 under a soft one; h = v + (x + (v - 0)(v - 0.8)) / 2
