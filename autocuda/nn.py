@@ -23,7 +23,7 @@ torch-op reference, 'cupy' our kernels.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -110,36 +110,25 @@ class Neuron(nn.Module):
 
     def reset(self) -> None:
         """Restore every state to its initial value (a number, or the value of the parameter it names)."""
-        for name in self.state_names:
-            init = self._initial[name]
+        # Stores as `_set_states` does, inline: with `is_compiling` asked once, a LIF layer's reset fell from 12.6
+        # to 8.1 thousand instructions (callgrind)
+        compiling = torch.compiler.is_compiling()
+        d = self.__dict__
+        for name, init in self._initial.items():  # by state, in order
             if isinstance(init, str):
                 init = getattr(self, init)
                 init = 0.0 if init is None else init  # v = v_reset under a soft reset (v_reset=None) starts at 0
-            self._set_state(name, init.detach() if isinstance(init, torch.Tensor) else float(init))
-        self._set_state("v_seq", None)
-
-    def _set_state(self, name: str, value: Any) -> None:
-        """Set a state (or v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
-        refuses clashing state names), so eager calls skip nn.Module.__setattr__, whose checks (isinstance against
-        Parameter in Python, three dict lookups) cost a fifth of a small layer's host time (three calls per
-        forward with a reset: 40 of 213 thousand instructions, callgrind). torch.compile traces the usual path."""
-        if torch.compiler.is_compiling():
-            setattr(self, name, value)
+            value = init.detach() if isinstance(init, torch.Tensor) else float(init)
+            if compiling:
+                setattr(self, name, value)
+            else:
+                d[name] = value
+        if compiling:
+            self.v_seq = None
         else:
-            self.__dict__[name] = value
-
-    def _state(self, name: str, x: torch.Tensor, shape: torch.Size) -> torch.Tensor | float:
-        value = getattr(self, name)
-        if not isinstance(value, torch.Tensor):  # a number after reset: the kernels start from it directly
-            return float(value)
-        if value.shape != shape:  # an initial value held by a broadcast parameter
-            value = value.expand(shape).clone()
-        return value if value.dtype == x.dtype else value.to(x.dtype)  # `to` parses its arguments even to do nothing
+            d["v_seq"] = None
 
     # -- forward --------------------------------------------------------------------------------------
-    def _params(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._param_names}
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.step_mode == "m":
             return self.multi_step_forward(x)
@@ -148,26 +137,25 @@ class Neuron(nn.Module):
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
-        states = [self._state(n, x, x.shape) for n in self.state_names]
-        spike, new_states = F.single_step(self._spec_ref, x, *states, surrogate=self._surrogate_ref,
-                                          detach_reset=self.detach_reset, backend=_BACKENDS[self.backend],
-                                          **self._params())
-        for name, value in zip(self.state_names, new_states):
-            self._set_state(name, value)
+        compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        spike, new_states = F.single_step(self._spec_ref, x, *_states(self, x, 0, compiling),
+                                          surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
+                                          backend=_BACKENDS[self.backend], **_params(self, compiling))
+        _set_states(self, self._state_names, new_states, compiling)
         return spike
 
     def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         if not isinstance(x_seq, torch.Tensor) or x_seq.dim() < 2:
             shape = tuple(x_seq.shape) if isinstance(x_seq, torch.Tensor) else type(x_seq).__name__
             raise ValueError(f"x_seq: step_mode 'm' expects a tensor of shape [T, *], got {shape}")
-        states = [self._state(n, x_seq, x_seq.shape[1:]) for n in self.state_names]
-        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *states, surrogate=self._surrogate_ref,
-                                            detach_reset=self.detach_reset, store_state_seq=self.store_v_seq,
-                                            backend=_BACKENDS[self.backend], **self._params())
-        for name, value in zip(self.state_names, finals):
-            self._set_state(name, value)
+        compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *_states(self, x_seq, 1, compiling),
+                                            surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
+                                            store_state_seq=self.store_v_seq, backend=_BACKENDS[self.backend],
+                                            **_params(self, compiling))
+        _set_states(self, self._state_names, finals, compiling)
         if seqs is not None:
-            self._set_state("v_seq", seqs[0])
+            _set_states(self, ("v_seq",), seqs[:1], compiling)
         return spikes
 
     def extra_repr(self) -> str:
@@ -182,6 +170,72 @@ class Neuron(nn.Module):
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}"])
+
+
+# The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
+# specializing attribute and method lookups on layers, and a method's lookup costs 700 instructions more than a
+# function's (callgrind); `self.__dict__` is read once for the names that follow.
+
+def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
+    """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
+    refuses clashing state names), so eager calls store them in the instance's dict: nn.Module.__setattr__'s
+    checks (isinstance against Parameter in Python, three dict lookups) cost 15 thousand instructions a state,
+    a tenth of a small layer's call (dict.update, 1.2 thousand for two, is dearer than storing them one by one).
+    Callers ask `is_compiling` once (2 thousand instructions); torch.compile traces the usual setattr."""
+    if compiling:
+        for name, value in zip(names, values):
+            setattr(layer, name, value)
+    else:
+        d = layer.__dict__
+        for name, value in zip(names, values):
+            d[name] = value
+
+
+def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool) -> list[torch.Tensor | float]:
+    """The states to start from, for x whose dims from `first` on are the neuron shape: numbers (as after a
+    reset: the kernels start from them directly), or tensors of the neuron shape in x's dtype."""
+    d = layer.__dict__
+    values, shape = [], None
+    for name in d["_state_names"]:
+        # a plain attribute (see `_set_states`), unless a user deleted it or made it a Parameter: getattr says so
+        value = d[name] if not compiling and name in d else getattr(layer, name)
+        if not isinstance(value, torch.Tensor):
+            value = float(value)
+        else:
+            if shape is None:  # sliced only for tensors: 2.6 thousand instructions
+                shape = x.shape[first:]
+            if value.shape != shape:  # an initial value held by a broadcast parameter
+                value = value.expand(shape).clone()
+            if value.dtype != x.dtype:  # `to` parses its arguments even to do nothing
+                value = value.to(x.dtype)
+        values.append(value)
+    return values
+
+
+def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:
+    """The parameters by name, as getattr reads them, read afresh on every call (users change them between
+    calls). Eager calls look in the instance's dict, then in the parameters and buffers, as getattr and then
+    nn.Module.__getattr__ do, without the latter's Python frame (6 thousand instructions a parameter; the dict
+    comprehension of getattr this replaces cost a LIF call 6.4 thousand for three floats). nn.Module keeps a name
+    in one of these dicts at most (its __setattr__ moves names between them) and refuses to register a parameter
+    or buffer named like a class attribute, which getattr would read first; a name in none of them (a
+    parametrization's property, say) is left to getattr."""
+    d = layer.__dict__
+    names = d["_param_names"]
+    if compiling:  # Dynamo traces getattr
+        return {name: getattr(layer, name) for name in names}
+    parameters, buffers = d["_parameters"], d["_buffers"]
+    params = {}
+    for name in names:
+        if name in d:
+            params[name] = d[name]
+        elif name in parameters:
+            params[name] = parameters[name]
+        elif name in buffers:
+            params[name] = buffers[name]
+        else:
+            params[name] = getattr(layer, name)
+    return params
 
 
 def _common(surrogate_function, detach_reset, step_mode, backend, store_v_seq) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from autocuda import functional as F
 from autocuda import nn as ann
 from autocuda.spec.model import load_spec
 from autocuda.surrogate import ATan, Sigmoid
@@ -200,3 +201,78 @@ def test_spec_names_and_tables_agree():
         node = cls()
         assert node.spec == load_spec(node.spec.name).with_options(**dict(node.spec.options))
         assert node.state_names == tuple(s.name for s in node.spec.states)
+
+
+def test_parameter_changes_between_calls_take_effect():
+    """A layer reads its parameters on every call, wherever nn.Module keeps them: plain attributes, parameters
+    (replaced or updated in place), buffers (registered later, replaced) and parametrizations."""
+    x = x_seq(4, 2, 5, seed=4) * 2
+
+    def check(node, **params):  # as a fresh layer of these parameters, from its initial states
+        node.reset()
+        want = type(node)(step_mode="m", **params)
+        assert torch.equal(node(x), want(x)) and torch.equal(node.v, want.v)
+
+    node = ann.LIFNode(step_mode="m")
+    node(x)
+    node.tau = 3.0
+    check(node, tau=3.0)
+    node.v_threshold = nn.Parameter(torch.tensor(0.5))  # nn.Module moves the name to its parameters
+    check(node, tau=3.0, v_threshold=0.5)
+    with torch.no_grad():
+        node.v_threshold.fill_(0.7)
+    check(node, tau=3.0, v_threshold=0.7)
+    del node.v_reset
+    node.register_buffer("v_reset", torch.full((5,), -0.1))
+    check(node, tau=3.0, v_threshold=0.7, v_reset=torch.full((5,), -0.1))
+    node.v_reset = torch.linspace(-0.3, 0.0, 5)  # replaces the buffer
+    check(node, tau=3.0, v_threshold=0.7, v_reset=torch.linspace(-0.3, 0.0, 5))
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    plif = ann.ParametricLIFNode(init_tau=3.0, step_mode="m")
+    torch.nn.utils.parametrize.register_parametrization(plif, "w", Double())  # w: a property of a new class
+    want = ann.Neuron("parametric_lif", w=2 * -math.log(2.0), step_mode="m")
+    torch.testing.assert_close(plif(x), want(x))
+    torch.testing.assert_close(plif.v, want.v)
+
+
+def test_states_after_reset_and_states_set_by_hand():
+    x = x_seq(3, 2, 5, seed=5)
+    v_reset = torch.linspace(-0.2, 0.0, 5, dtype=torch.float64)
+    node = ann.IzhikevichNode(v_reset=None, w_rest=0.25, step_mode="m", store_v_seq=True)
+    node(x)
+    assert isinstance(node.v, torch.Tensor) and node.v_seq.shape == (3, 2, 5)
+    node.reset()
+    assert (node.v, node.w, node.v_seq) == (0.0, 0.25, None)  # a soft reset starts at 0
+    generic = ann.Neuron("izhikevich", v_reset=nn.Parameter(v_reset), initial={"w": 0.1}, step_mode="m")
+    generic(x.double())
+    generic.reset()
+    assert torch.equal(generic.v, v_reset) and not generic.v.requires_grad and generic.w == 0.1
+    fresh = ann.Neuron("izhikevich", v_reset=v_reset, initial={"w": 0.1}, step_mode="m")
+    out = generic(x)  # v: expanded to the neuron shape and cast to x's dtype
+    assert torch.equal(out, fresh(x)) and generic.v.dtype == torch.float32 and generic.v.shape == (2, 5)
+    v, w = torch.full((2, 5), 0.5, dtype=torch.float64), torch.full((2, 5), 0.2)
+    node.v, node.w = v, w  # states set by hand are where the next call starts
+    spikes, (v1, w1), _ = F.multi_step("izhikevich", x, v.float(), w, surrogate=Sigmoid(), v_reset=None)
+    assert torch.equal(node(x), spikes) and torch.equal(node.v, v1) and torch.equal(node.w, w1)
+
+
+def test_torch_compile_single_step_and_stored_sequences_match_eager():
+    x = x_seq(3, 2, 5, seed=6) * 2
+    eager = ann.IzhikevichNode(step_mode="s", a=0.1, b=0.2, backend="host")
+    seq = ann.LIFNode(step_mode="m", store_v_seq=True, backend="host")
+
+    def run(single, multi):
+        eager.reset(), seq.reset()
+        out = [single(xt) for xt in x] + [multi(x), multi(x)]
+        return out + [eager.v, eager.w, seq.v, seq.v_seq]
+
+    want = run(eager, seq)
+    torch._dynamo.reset()
+    got = run(torch.compile(eager, fullgraph=True, backend="aot_eager"),
+              torch.compile(seq, fullgraph=True, backend="aot_eager"))
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a, b)
