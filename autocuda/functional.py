@@ -42,16 +42,18 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, surrogate: Any = None,
                detach_reset: bool = False, reset: str | None = None, store_state_seq: bool = False,
-               backend: str | None = None, **params: Any
-               ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...] | None]:
-    """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states, state sequences [T, *] or None).
+               final_states: bool = True, backend: str | None = None, **params: Any
+               ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+    """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states or None, state sequences [T, *] or None).
 
     Initial states follow the spec's order (the membrane first), each a tensor of the neuron shape or one
     number for every neuron; missing ones start at the spec's initial values. When every initial state is a
     number the kernels start from it directly (no state tensor is filled or read; it gets no gradient).
     Parameters: floats (passed by value), tensors broadcastable to the neuron shape [*] (an
     `nn.Parameter`, or any tensor requiring grad, is learnable), defaults from the spec; `v_reset=None` means
-    a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule.
+    a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule. `final_states=False`
+    returns None for the final states and the kernels do not write them (inference that starts every sequence
+    afresh: one write per neuron and state less).
     """
     _check_input(x_seq, "x_seq", 2)
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
@@ -59,15 +61,15 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
-        return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()), seqs
+        return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()) if final_states else None, seqs
     if call.backend == "reference":
-        return _reference_multi(call, x_seq, store_state_seq)
+        return _reference_multi(call, x_seq, store_state_seq, final_states)
     flat = _flat(x_seq, (steps, call.numel))
-    outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq)
+    outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq, final_states)
     if flat is x_seq:  # x_seq is [T, N] already: so are the outputs
-        return (outputs[spike], tuple(map(outputs.__getitem__, finals)),
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
                 tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
-    return (outputs[spike].view(shape), tuple(outputs[i].view(call.shape) for i in finals),
+    return (outputs[spike].view(shape), tuple(outputs[i].view(call.shape) for i in finals) if final_states else None,
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
 
 
@@ -84,7 +86,7 @@ def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: A
         spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(x))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     flat = _flat(x, (call.numel,))
-    outputs, (spike, finals, _) = call.launch(flat, True, False)
+    outputs, (spike, finals, _) = call.launch(flat, True, False, True)
     if flat is x:  # x is [N] already: so are the outputs
         return outputs[spike], tuple(map(outputs.__getitem__, finals))
     shape = tuple(x.shape)
@@ -107,7 +109,7 @@ class _Layer:
     defaults, and each state's initial rule. Eager calls reuse it (`_layer`); it holds no tensor of a call."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
-                 x: Tensor, params: dict[str, Any]):
+                 x: Tensor, params: dict[str, Any], eager: bool = True):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
         self.objects = (spec, surrogate)  # held: `_layer` keys them by id
         self.name, self.param_names, defaults, self.constant_names, init_rules = spec_facts(ref)
@@ -122,7 +124,9 @@ class _Layer:
                             self.backend != "reference")
         self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
         # an eager call's scalars in kernel order; this layer's parameter types are fixed (part of its key)
-        self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars))
+        # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
+        self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars)) \
+            if eager else None
         # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
         # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
@@ -134,9 +138,10 @@ class _Layer:
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
         self.forms: dict[tuple[bool, ...], ops.ForwardForm] = {}  # `form`'s answers
 
-    def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool) -> ops.ForwardForm:
+    def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
+             ) -> ops.ForwardForm:
         """The forward op's form for an eager call (`ops.forward_form`), held here: one dict lookup per call."""
-        options = (single_step, store_state_seq, save, given_inits)
+        options = (single_step, store_state_seq, save, given_inits, final_states)
         found = self.forms.get(options)
         if found is None:
             found = self.forms[options] = ops.forward_form(self.key, *options)
@@ -169,12 +174,14 @@ class _Layer:
             return {**self.defaults, **params}
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
 
-    def positions(self, single_step: bool, store_state_seq: bool, save: bool) -> tuple[int, tuple, tuple]:
+    def positions(self, single_step: bool, store_state_seq: bool, save: bool, final_states: bool
+                  ) -> tuple[int, tuple, tuple]:
         """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence), under
         torch.compile (a constant for Dynamo: `layout` is one); eager calls read them from the op's form."""
-        names = layout(self.key, single_step, store_state_seq, save)
+        names = layout(self.key, single_step, store_state_seq, save, final_states)
         seqs = tuple(names.index(f"{s}_seq") for s in self.state_names) if store_state_seq else ()
-        return names.index("spike_seq"), tuple(names.index(f"{s}_final") for s in self.state_names), seqs
+        finals = tuple(names.index(f"{s}_final") for s in self.state_names) if final_states else ()
+        return names.index("spike_seq"), finals, seqs
 
 
 # Eager calls' layers by what decides them (see `_layer`). Bounded: a key holds the values of compile-time
@@ -258,7 +265,7 @@ class _Call:
         # asked once per call: the answer decides both the layer's lookup and the op's path
         self.compiling = torch.compiler.is_compiling()
         if self.compiling:
-            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, eager=False)
         else:
             layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
         self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
@@ -317,7 +324,8 @@ class _Call:
             out.append(value.expand(self.shape).reshape(self.numel) if per_neuron else value.reshape(1))
         return out
 
-    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool) -> tuple[list[Tensor], tuple]:
+    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool
+               ) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`_Layer.positions`)."""
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
             states, initial = [], self.states
@@ -329,9 +337,9 @@ class _Call:
         save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*states, *tensors)))
         if self.compiling:
             scalars = [float(values[n]) for n in layer.scalars]
-            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save)
-            return outputs, layer.positions(single_step, store_state_seq, save)
-        form = layer.form(single_step, store_state_seq, save, not initial)
+            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states)
+            return outputs, layer.positions(single_step, store_state_seq, save, final_states)
+        form = layer.form(single_step, store_state_seq, save, not initial, final_states)
         return ops.forward_eager(form, x, states, initial, tensors, layer.scalar_values(values)), form.positions
 
     def reference_args(self, x: Tensor) -> tuple:
@@ -373,11 +381,11 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
-def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool):
+def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool, final_states: bool):
     from . import reference as ref  # derives the step with sympy: imported only for this path
 
     x, states, params, surrogate, detach = call.reference_args(x_seq)
     spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
     dtype = x_seq.dtype
-    finals = tuple(s.to(dtype) for s in finals)
+    finals = tuple(s.to(dtype) for s in finals) if final_states else None
     return spikes.to(dtype), finals, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

@@ -36,8 +36,8 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
 @functools.lru_cache(maxsize=1024)
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
-            grad_state_seq: bool, grad_finals: bool, given_inits: bool, layout: tuple[int, bool, int, int, bool, int]
-            ) -> NeuronKernel:
+            grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
+            layout: tuple[int, bool, int, int, bool, int]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -45,7 +45,8 @@ def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, deta
         raise ValueError(f"{spec.name}: {unknown[0]!r} is not a runtime parameter of this kernel "
                          f"(runtime parameters: {sorted(symbols)})")
     options = KernelOptions(kernel, get_dtype(dtype), tuple((symbols[n], per) for n, per in tensors),
-                            store_state_seq, save_for_backward, grad_state_seq, grad_finals, given_inits, *layout)
+                            store_state_seq, save_for_backward, grad_state_seq, grad_finals, given_inits,
+                            final_states, *layout)
     title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
     return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
 
@@ -55,8 +56,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   surrogate: Any = None, per_neuron: Iterable[str] = (), tensors: Iterable[str] | None = None,
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
-                  lanes: int = 0, vector: bool = False, unroll: int = 1, prefetch: int = 0, native: bool = False,
-                  block: int = 256) -> NeuronKernel:
+                  final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
+                  prefetch: int = 0, native: bool = False, block: int = 256) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -70,6 +71,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.
+    `final_states=False`: a multi-step forward that does not write the final states (inference that starts
+    every sequence afresh: one write per neuron and state less).
     """
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
@@ -82,7 +85,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   grad_finals, given_inits, (lanes, vector, unroll, prefetch, native, block))
+                   grad_finals, given_inits, final_states, (lanes, vector, unroll, prefetch, native, block))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

@@ -5,7 +5,8 @@ Schemas must be static, while neurons differ in states, parameters and saved ten
 family of two operators, and a string `key` names the neuron layer they run (a registered `NeuronConfig`):
 
     autocuda::neuron_forward(str key, Tensor x, Tensor[] states, float[] initial, Tensor[] tensor_params,
-                             float[] scalars, bool store_state_seq, bool save_for_backward) -> Tensor[]
+                             float[] scalars, bool store_state_seq, bool save_for_backward,
+                             bool final_states) -> Tensor[]
     autocuda::neuron_backward(str key, Tensor grad_spike, Tensor[] grad_finals, Tensor[] grad_seqs,
                               Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars)
                               -> Tensor[]
@@ -15,7 +16,8 @@ x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); the initi
 it: no tensor to fill and read, and no gradient for it); the other list is empty. Tensor parameters are [N]
 (one per neuron) or [1] (shared) in the compute dtype; scalars go to the kernel by value.
 Forward returns the kernel's outputs in its declaration order (`forward_outputs`): spike_seq, h_seq (when
-saving), state sequences (stored or saved), final states. Backward takes either a gradient for every final
+saving), state sequences (stored or saved), final states (unless final_states is False: a multi-step forward
+then writes none, and backward gets no gradients of them). Backward takes either a gradient for every final
 state or none (grad_finals = []: a kernel that starts from zero, no zero tensors to fill), gradients of the
 state sequences or none, and returns grad_x, the gradient of each initial state, then one per-neuron partial
 sum per learnable parameter (`Entry.learnable`); with `initial` numbers, no gradients of initial states.
@@ -82,10 +84,12 @@ def entry(key: str) -> Entry:
 
 
 @functools.lru_cache(maxsize=1024)
-def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bool) -> tuple[str, ...]:
+def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
+                    ) -> tuple[str, ...]:
     """Names of neuron_forward's outputs, in order."""
     kind = "step-forward" if single_step else "fptt"
-    kernel = entry(key).config.kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save)
+    kernel = entry(key).config.kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save,
+                                      final_states=final_states)
     return tuple(n for n, p in kernel.cparams.items() if p.pointer and not p.const)
 
 
@@ -109,28 +113,30 @@ def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
 # A call's names, kernel options and argument order depend only on its form; working them out on every call
 # (dicts of names merged per call, several caches consulted) cost more host time than the launch itself.
 class ForwardForm:
-    """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?):
-    the kernel's kind and options, the op's inputs by kernel name in op order, its outputs, and for autograd
-    where the outputs it differentiates stand, what to save and how parameter gradients are shaped."""
+    """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?,
+    final states written?): the kernel's kind and options, the op's inputs by kernel name in op order, its
+    outputs, and for autograd where the outputs it differentiates stand, what to save and how parameter
+    gradients are shaped."""
 
-    def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool):
+    def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
+                 final_states: bool = True):
         e = entry(key)
         self.key, self.config, self.single, self.save, self.given_inits = key, e.config, single, save, given_inits
         self.n_states = len(e.states)
         self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
         inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
         self.kernel = launch.KernelCall(e.config, "step-forward" if single else "fptt",
-                                        (store_state_seq, save, given_inits), inputs)
+                                        (store_state_seq, save, given_inits, final_states), inputs)
         self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
-        self.outputs = forward_outputs(key, single, store_state_seq, save)
+        self.outputs = forward_outputs(key, single, store_state_seq, save, final_states)
         self.spike_at = self.outputs.index("spike_seq")
-        self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.states)
+        self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.states) if final_states else ()
         self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.states) if store_state_seq else ()
         self.positions = (self.spike_at, self.finals, self.seqs)
         if save:
             hidden = _saved_only(key, single, store_state_seq)
             self.hidden = tuple(i for i, name in enumerate(self.outputs) if name in hidden)
-            self.picks = _saved_picks(key, single, store_state_seq, given_inits)
+            self.picks = _saved_picks(key, single, store_state_seq, given_inits, final_states)
         # Per tensor parameter, in op order: where its partial stands among backward's (None: not learnable),
         # and whether it is one per neuron (else shared: [1], the partials summed).
         self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
@@ -179,9 +185,10 @@ class ForwardForm:
 
 
 @functools.lru_cache(maxsize=1024)
-def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool) -> ForwardForm:
+def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
+                 final_states: bool = True) -> ForwardForm:
     """The form of a neuron_forward call (`forward_eager` takes it), worked out once."""
-    return ForwardForm(key, single, store_state_seq, save, given_inits)
+    return ForwardForm(key, single, store_state_seq, save, given_inits, final_states)
 
 
 class _BackwardForm:
@@ -241,20 +248,23 @@ def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bo
 # -- forward ----------------------------------------------------------------------------------------------
 @torch.library.custom_op("autocuda::neuron_forward", mutates_args=())
 def neuron_forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
-                   scalars: list[float], store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
-    return _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward)
+                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool
+                   ) -> list[Tensor]:
+    return _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
+                         final_states)
 
 
 def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
                   tensor_params: Sequence[Tensor], scalars: Sequence[float], store_state_seq: bool,
-                  save_for_backward: bool) -> list[Tensor]:
-    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
+                  save_for_backward: bool, final_states: bool) -> list[Tensor]:
+    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
     return form.run(x, states, initial, tensor_params, scalars)
 
 
 @neuron_forward.register_fake
-def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward):
-    names = forward_outputs(key, x.dim() == 1, store_state_seq, save_for_backward)
+def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
+                  final_states):
+    names = forward_outputs(key, x.dim() == 1, store_state_seq, save_for_backward, final_states)
     n = x.shape[-1]
     return [x.new_empty((n,)) if name.endswith("_final") else x.new_empty(x.shape) for name in names]
 
@@ -290,8 +300,8 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 
 # -- autograd -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output) -> None:
-    key, x, states, initial, tensor_params, scalars, store_state_seq, save = inputs
-    form = forward_form(key, x.dim() == 1, store_state_seq, save, not initial)
+    key, x, states, initial, tensor_params, scalars, store_state_seq, save, final_states = inputs
+    form = forward_form(key, x.dim() == 1, store_state_seq, save, not initial, final_states)
     _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output)
 
 
@@ -317,10 +327,11 @@ def _saved_only(key: str, single: bool, store_state_seq: bool) -> frozenset[str]
 
 
 @functools.lru_cache(maxsize=1024)
-def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: bool) -> tuple[int, ...]:
+def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: bool, final_states: bool
+                 ) -> tuple[int, ...]:
     """Where each of `saved_names` stands among (x, *initial states given as tensors, *forward outputs)."""
     inits = [f"{s}_init" for s in entry(key).states] if given_inits else []
-    available = ("x_seq", *inits, *forward_outputs(key, single, store_state_seq, True))
+    available = ("x_seq", *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
     return tuple(available.index(n) for n in saved_names(key, single, given_inits))
 
 
@@ -341,7 +352,7 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     grad_params = [None if at is None else partials[at] if per_neuron else partials[at].sum(0, keepdim=True)
                    for at, per_neuron in form.param_grads] if form.param_grads else []
     # float[] arguments get None, except an empty one: torch matches it as an empty list of gradients
-    return None, grad_x, list(grad_states), None if ctx.initial else [], grad_params, None, None, None
+    return None, grad_x, list(grad_states), None if ctx.initial else [], grad_params, None, None, None, None
 
 
 def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -429,13 +440,14 @@ _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
-            scalars: list[float], store_state_seq: bool, save_for_backward: bool) -> list[Tensor]:
+            scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool
+            ) -> list[Tensor]:
     """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
     `scalars` are the caller's to give away: backward keeps them."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
-                                                 save_for_backward)
-    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial)
+                                                 save_for_backward, final_states)
+    form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
     return forward_eager(form, x, states, initial, tensor_params, scalars)
 
 

@@ -212,6 +212,18 @@ def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
     torch.testing.assert_close(grads, torch.autograd.grad(eager_spikes, case.grad_inputs, case.g))
 
 
+def test_timed_calls_return_the_spikes_of_the_checked_calls_without_final_states() -> None:
+    """The timed forms of ours and of the compiled loop (`TIMED_FINAL_STATES`) give the spikes and gradients of
+    the forms that return final states, and no final states."""
+    torch.manual_seed(3)
+    case = bench.Case.draw(bench.WORKLOADS["izhikevich"], torch.float32, 5, 24, torch.device("cpu")).mode(True)
+    for make in (bench.ours, lambda c, **kw: bench.compiled(c, backend="aot_eager", **kw)):
+        (spikes, finals), (timed, none) = make(case)(), make(case, final_states=False)()
+        assert len(finals) == 2 and none == () and torch.equal(spikes, timed)
+        grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
+        assert all(map(torch.equal, grads, torch.autograd.grad(timed, case.grad_inputs, case.g)))
+
+
 def test_table_marks_compile_times_of_the_step_form() -> None:
     row = dict(dataclasses.asdict(bench.Row("LIF", "lif", "float32", "training", 1024, 16 << 10, 0.1, ours_ms=0.2,
                                             compile_ms=9.0, compile_form="step")))

@@ -9,6 +9,7 @@ import torch
 
 from autocuda import functional as F
 from autocuda import ops
+from autocuda.runtime.neuron import KIND_OPTIONS
 from autocuda.spec.model import list_specs, load_spec
 
 SPECS = [name for name, _ in list_specs()]
@@ -237,7 +238,54 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
     for a, b in zip(*runs):
         assert torch.equal(a, b)
     recipes = ops.entry(get_plan(name).key).config._recipes
-    assert {flags[-1] for kind, _, flags, _ in recipes if kind in ("fptt", "bptt")} == {False, True}
+    given = {flags[KIND_OPTIONS[kind].index("given_inits")] for kind, _, flags, _ in recipes
+             if kind in ("fptt", "bptt")}
+    assert given == {False, True}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich"])
+def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
+    """`final_states=False` returns None for them, and its kernel has no final-state outputs; spikes, stored
+    sequences and gradients are bitwise those of the default call, on the kernels and on the reference."""
+    from autocuda.runtime.cache import get_plan
+
+    g = torch.Generator().manual_seed(8)
+    x = (torch.randn(6, 3, 5, generator=g) * 2 + 0.5).to(dtype)
+    upstream = torch.randn(6, 3, 5, generator=g).to(dtype)
+    runs = []
+    for final_states in (True, False):
+        xg = x.clone().requires_grad_(True)
+        spikes, finals, seqs = F.multi_step(name, xg, backend="host", store_state_seq=True, final_states=final_states)
+        assert (finals is None) is not final_states
+        (grad,) = torch.autograd.grad(spikes, xg, upstream)
+        with torch.no_grad():
+            inferred, none, _ = F.multi_step(name, x, backend="host", final_states=final_states)
+        runs.append((spikes, *seqs, grad, inferred))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    config = ops.entry(get_plan(name).key).config
+    skipping = [key for key in config._kernels if key[0] == "fptt" and ("final_states", False) in key]
+    assert skipping and all(not any(p.endswith("_final") for p in config._kernels[k].cparams) for k in skipping)
+    reference = F.multi_step(name, x.double(), backend="reference", final_states=False)
+    assert reference[1] is None and torch.equal(reference[0], F.multi_step(name, x.double(), backend="reference")[0])
+    assert F.multi_step(name, x[:0], backend="host", final_states=False)[1] is None
+
+
+@pytest.mark.parametrize("final_states", [True, False])
+def test_functional_call_by_name_under_torch_compile_matches_eager(final_states):
+    """A function calling `multi_step` with a spec's name compiles whole (the layer is traced, not looked up)."""
+    def run(x):
+        return F.multi_step("izhikevich", x, backend="host", final_states=final_states)[:2]
+
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(9)) * 2 + 0.5
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    (got, got_finals), (want, want_finals) = compiled(x), run(x)
+    assert torch.equal(got, want)
+    if final_states:
+        assert all(torch.equal(a, b) for a, b in zip(got_finals, want_finals, strict=True))
+    else:
+        assert got_finals is None and want_finals is None
 
 
 def test_number_initial_states_single_step_and_modules():

@@ -114,12 +114,13 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
 
 
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "alif"])
-@pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
-                         ids=["multi", "multi-store", "single"])
+@pytest.mark.parametrize(("single", "store", "finals"),
+                         [(False, False, True), (False, True, True), (False, False, False), (True, False, True)],
+                         ids=["multi", "multi-store", "multi-no-finals", "single"])
 @pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
-def test_opcheck_forward(name: str, single: bool, store: bool, numbers: bool):
+def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, numbers: bool):
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default,
-                          _op_args(name, single, store, True, numbers=numbers))
+                          (*_op_args(name, single, store, True, numbers=numbers), finals))
 
 
 @pytest.mark.parametrize(("name", "store"), [("parametric_lif", False), ("alif", True)])
@@ -127,7 +128,7 @@ def test_opcheck_forward(name: str, single: bool, store: bool, numbers: bool):
 def test_opcheck_backward(name: str, store: bool, numbers: bool):
     key, x, states, initial, tensors, scalars, _, _ = _op_args(name, False, store, True, numbers=numbers)
     outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
-                                                [t.detach() for t in tensors], scalars, store, True)
+                                                [t.detach() for t in tensors], scalars, store, True, True)
     available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).states, states)},
                  **dict(zip(ops.forward_outputs(key, False, store, True), outputs))}
     saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
@@ -142,11 +143,11 @@ def test_op_with_no_steps_passes_states_through():
     x = torch.zeros(0, 5, dtype=torch.float64)
     init = [torch.full((5,), 0.25, dtype=torch.float64), torch.full((5,), 0.5, dtype=torch.float64)]
     outputs = dict(zip(ops.forward_outputs(key, False, True, True),
-                       torch.ops.autocuda.neuron_forward(key, x, init, [], tensors, scalars, True, True)))
+                       torch.ops.autocuda.neuron_forward(key, x, init, [], tensors, scalars, True, True, True)))
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
     assert outputs["v_final"].data_ptr() != init[0].data_ptr()  # outputs never alias inputs
     outputs = dict(zip(ops.forward_outputs(key, False, True, True),
-                       torch.ops.autocuda.neuron_forward(key, x, [], [0.25, 0.5], tensors, scalars, True, True)))
+                       torch.ops.autocuda.neuron_forward(key, x, [], [0.25, 0.5], tensors, scalars, True, True, True)))
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
 
 
@@ -158,8 +159,8 @@ def test_whole_number_scalars_run_as_their_floats():
     key, x, _, initial, tensors, scalars, _, _ = _op_args("lif", False, False, False, numbers=True)
     x = x.detach()
     whole = [float(round(v)) for v in scalars]
-    want = ops.forward(key, x, [], initial, tensors, whole, False, False)
-    got = ops.forward(key, x, [], initial, tensors, [int(v) for v in whole], False, False)
+    want = ops.forward(key, x, [], initial, tensors, whole, False, False, True)
+    got = ops.forward(key, x, [], initial, tensors, [int(v) for v in whole], False, False, True)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     entry = ops.entry(key)
     given = dict(zip(entry.scalars, map(int, whole)))
@@ -171,9 +172,9 @@ def test_whole_number_scalars_run_as_their_floats():
 def test_op_refuses_initial_states_given_twice_or_missing():
     key, x, states, _, tensors, scalars, _, _ = _op_args("alif", False, False, False)
     with pytest.raises(ValueError, match="as tensors or as numbers, not both"):
-        torch.ops.autocuda.neuron_forward(key, x, states, [0.0, 0.0], tensors, scalars, False, False)
+        torch.ops.autocuda.neuron_forward(key, x, states, [0.0, 0.0], tensors, scalars, False, False, True)
     with pytest.raises(ValueError, match="has 2 states .* got 1 initial values"):
-        torch.ops.autocuda.neuron_forward(key, x, [], [0.0], tensors, scalars, False, False)
+        torch.ops.autocuda.neuron_forward(key, x, [], [0.0], tensors, scalars, False, False, True)
 
 
 def test_keys_are_stable_and_checked():

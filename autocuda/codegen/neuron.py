@@ -43,6 +43,7 @@ class KernelOptions:
     grad_state_seq: bool = False                         # backward receives gradients of the state sequences
     grad_finals: bool = True                             # backward receives gradients of the final states (else 0)
     given_inits: bool = True                             # initial states as tensors (else one value each, by value)
+    final_states: bool = True                            # forward writes the final states (multi-step: may skip)
     lanes: int = 0                                       # neurons per thread (0: the dtype's word width)
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
@@ -56,6 +57,9 @@ class KernelOptions:
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
         if not self.lanes:
             object.__setattr__(self, "lanes", self.dtype.width)
+        if not self.final_states and self.kernel != "fptt":
+            raise ValueError(f"final_states=False applies to the multi-step forward ('fptt'): a {self.kernel!r} "
+                             "kernel's outputs need every state")
         if self.native and not (self.dtype.packed and self.lanes % self.dtype.width == 0):
             raise ValueError(f"native packed arithmetic needs float16 or bfloat16 and an even number of lanes "
                              f"(got {self.dtype.name}, {self.lanes} lanes)")
@@ -376,7 +380,7 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
         if (saved and saving) or options.store_state_seq:
             b.pointer(f"{s.name}_seq", const=False)
             b.plan.stores.append(b.store(f"{s.name}_seq", "ac_row", f"{s.name}", f"{s.name}[t] after reset"))
-    for s in system.states:
+    for s in system.states if options.final_states else ():
         b.pointer(f"{s.name}_final", const=False)
         b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
     b.scalar_params()

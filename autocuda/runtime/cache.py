@@ -214,8 +214,9 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
 
 
 @constant_result
-def layout(key: str, single_step: bool, store_state_seq: bool, save: bool) -> tuple[str, ...]:
+def layout(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
+           ) -> tuple[str, ...]:
     """Names of the forward op's outputs, in order (see `autocuda.ops.forward_outputs`)."""
     from .. import ops
 
-    return ops.forward_outputs(key, single_step, store_state_seq, save)
+    return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)

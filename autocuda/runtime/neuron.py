@@ -282,8 +282,8 @@ class NeuronConfig:
 
 
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
-KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits"),
-                "step-forward": ("store_state_seq", "save_for_backward", "given_inits"),
+KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
+                "step-forward": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
                 "bptt": ("grad_state_seq", "grad_finals", "given_inits"),
                 "step-backward": ("grad_state_seq", "grad_finals", "given_inits")}
 
@@ -356,15 +356,15 @@ def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:
 
 def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor | float],
             params: Mapping[str, Any], *, single_step: bool = False, store_state_seq: bool = False,
-            save_for_backward: bool = True, backend: str = "cuda", layout: Mapping[str, Any] | None = None
-            ) -> dict[str, torch.Tensor]:
-    """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final, in
-    the kernel's parameter order. `initial`: every state's [N] tensor, or every state's one number.
-    `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
+            save_for_backward: bool = True, final_states: bool = True, backend: str = "cuda",
+            layout: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final
+    (unless `final_states` is False), in the kernel's parameter order. `initial`: every state's [N] tensor, or
+    every state's one number. `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
     given = {"x_seq": x, **{f"{s}_init": v for s, v in initial.items()}, **params}
     kind = "step-forward" if single_step else "fptt"
-    return _run(config, kind, (store_state_seq, save_for_backward, given_inits(initial)), given, x, x.shape[-1],
-                None if single_step else x.shape[0], backend, layout)
+    flags = (store_state_seq, save_for_backward, given_inits(initial), final_states)
+    return _run(config, kind, flags, given, x, x.shape[-1], None if single_step else x.shape[0], backend, layout)
 
 
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],

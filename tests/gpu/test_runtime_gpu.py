@@ -204,6 +204,28 @@ def test_vectorised_layouts_match_reference(name, dtype):
     assert clean > 0.8  # neurons whose h came within the margin of the threshold are not compared
 
 
+@pytest.mark.parametrize("shape", [(4, 4097), (8, 2**18), (64, 2**12)], ids=["odd", "wide", "long"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich"])
+def test_final_states_false_gives_the_same_spikes_and_gradients(name, dtype, shape):
+    """Without final states (every layout: odd N, vector accesses, tuned long loops) the spikes, stored state
+    sequences and input gradients are bitwise those of the call that writes them."""
+    g = torch.Generator(device=CUDA).manual_seed(11)
+    x = (torch.randn(shape, device=CUDA, generator=g) * 2 + 0.5).to(dtype)
+    upstream = torch.randn(shape, device=CUDA, generator=g).to(dtype)
+    runs = []
+    for final_states in (True, False):
+        xg = x.clone().requires_grad_(True)
+        spikes, finals, seqs = F.multi_step(name, xg, store_state_seq=True, final_states=final_states)
+        (grad,) = torch.autograd.grad(spikes, xg, upstream)
+        with torch.no_grad():
+            inferred, _, _ = F.multi_step(name, x, final_states=final_states)
+        assert (finals is None) is not final_states
+        runs.append((spikes, *seqs, grad, inferred))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 # -- torch.compile, opcheck, streams, CUDA graphs -------------------------------------------------------------
 class TwoLayer(nn.Module):
     def __init__(self):
@@ -239,7 +261,7 @@ def test_torch_compile_fullgraph_matches_eager():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: bool = False):
+def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: bool = False, finals: bool = True):
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
     plan = get_plan(spec, None, None, False, (), signature, True)
@@ -249,26 +271,27 @@ def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: 
     initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
     tensors = [torch.full((37,), 0.3, device=CUDA, dtype=compute, requires_grad=True) for _ in plan.tensors]
     scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
-    return plan.key, x, states, initial, tensors, scalars, store, True
+    return plan.key, x, states, initial, tensors, scalars, store, True, finals
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich", "alif"])
-@pytest.mark.parametrize(("single", "store"), [(False, False), (False, True), (True, False)],
-                         ids=["multi", "multi-store", "single"])
+@pytest.mark.parametrize(("single", "store", "with_finals"),
+                         [(False, False, True), (False, True, True), (False, False, False), (True, False, True)],
+                         ids=["multi", "multi-store", "multi-no-finals", "single"])
 @pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
-def test_opcheck(name, dtype, single, store, numbers):
-    args = _op_args(name, dtype, single, store, numbers)
+def test_opcheck(name, dtype, single, store, with_finals, numbers):
+    args = _op_args(name, dtype, single, store, numbers, with_finals)
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, args)
-    key, x, states, initial, tensors, scalars, _, _ = args
+    key, x, states, initial, tensors, scalars, *_ = args
     detached = [x.detach(), [s.detach() for s in states], [t.detach() for t in tensors]]
     outputs = torch.ops.autocuda.neuron_forward(key, detached[0], detached[1], initial, detached[2], scalars, store,
-                                                True)
+                                                True, with_finals)
     available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).states, detached[1])},
-                 **dict(zip(ops.forward_outputs(key, single, store, True), outputs))}
+                 **dict(zip(ops.forward_outputs(key, single, store, True, with_finals), outputs))}
     saved = [available[n] for n in ops.saved_names(key, single, not numbers)]
     n = x.shape[-1]
-    finals = [torch.ones(n, device=CUDA, dtype=dtype) for _ in ops.entry(key).states]
+    finals = [torch.ones(n, device=CUDA, dtype=dtype) for _ in ops.entry(key).states] if with_finals else []
     seqs = [torch.ones_like(x) for _ in ops.entry(key).states] if store else []
     torch.library.opcheck(torch.ops.autocuda.neuron_backward.default,
                           (key, torch.ones_like(detached[0]), finals, seqs, saved, initial, detached[2], scalars))
