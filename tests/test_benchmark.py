@@ -96,14 +96,17 @@ def test_first_use_child_script(tmp_path: Path) -> None:
 
 
 def test_first_use_runs_cold_then_warm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    child = ("import json, os; print(json.dumps({'first_use_s': 0.5, 'first_forward_s': 0.25, "
-             "'cache_dir': os.environ['AUTOCUDA_CACHE_DIR'], 'cupy_dir': os.environ['CUPY_CACHE_DIR']}))")
+    child = ("import json, os, sys; print(json.dumps({'first_use_s': 0.5, 'first_forward_s': 0.25, "
+             "'cache_dir': os.environ['AUTOCUDA_CACHE_DIR'], 'cupy_dir': os.environ['CUPY_CACHE_DIR'], "
+             "'writes_bytecode': not sys.flags.dont_write_bytecode, 'bytecode_dir': sys.pycache_prefix}))")
     monkeypatch.setattr(bench, "_FIRST_USE", child)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as on the lent GPU machines: the children must write it
     assert bench.main(["--device", "cpu", "--quick", "--parts", "first-use", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     rows = [r for r in results["first_use"]["rows"] if r["system"] == "ours"]
     assert [r["cache"] for r in rows] == ["cold", "warm"] and rows[0]["cache_dir"] == rows[1]["cache_dir"]
     assert all(r["first_use_s"] == 0.5 and r["process_wall_s"] > 0 for r in rows)
+    assert all(r["writes_bytecode"] and Path(r["bytecode_dir"]).parent == Path(r["cache_dir"]).parent for r in rows)
     assert not Path(rows[0]["cache_dir"]).exists()  # a temporary folder, removed afterwards
     assert "first use in a fresh process" in (tmp_path / "table.txt").read_text()
 
