@@ -572,6 +572,7 @@ class Config:
     first_use_spec: str
     seed: int
     resume: bool = False
+    modes: tuple[str, ...] = MODES
 
 
 class Runner:
@@ -648,14 +649,14 @@ class Runner:
         return sorted(rows, key=lambda r: (order[r.spec], shapes[(r.T, r.N)], dtypes[r.dtype], MODES.index(r.mode)))
 
     def speed_shape(self, w: Workload, dtype: torch.dtype, steps: int, neurons: int) -> list[Row]:
-        kept = [self.kept.get((w.key, _name(dtype), mode, steps, neurons)) for mode in MODES]
+        kept = [self.kept.get((w.key, _name(dtype), mode, steps, neurons)) for mode in self.cfg.modes]
         if all(kept):  # measured by the run this one resumes
             self.log(f"kept from {self.progress}: {w.label} {_name(dtype)} ({steps}, {neurons})")
             fields = [f.name for f in dataclasses.fields(Row)]
             return [Row(**{k: r[k] for k in fields}) for r in kept]
         data = Case.draw(w, dtype, steps, neurons, self.cfg.device)
         ref = Reference.of(data)
-        return [self.speed_row(data.mode(mode == "training"), ref) for mode in MODES]
+        return [self.speed_row(data.mode(mode == "training"), ref) for mode in self.cfg.modes]
 
     def speed_row(self, case: Case, ref: Reference) -> Row:
         w, (steps, neurons), mode = case.workload, case.x.shape, MODES[case.training]
@@ -1068,6 +1069,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated TxN, e.g. 8x8M,64x1M (default: the issue's five; fewer with --quick)")
     parser.add_argument("--parts", type=lambda s: _choices(s, PARTS, "part"), default=list(PARTS),
                         help=f"comma-separated, of {','.join(PARTS)} (default all)")
+    parser.add_argument("--modes", type=lambda s: tuple(_choices(s, MODES, "mode")), default=MODES,
+                        help="comma-separated, of inference,training (default both)")
     parser.add_argument("--no-peers", action="store_true", help="ours only: no SpikingJelly, eager or compile times")
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (to test the logic)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default bench/results/<date>-<gpu>)")
@@ -1103,7 +1106,8 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
     out = args.out or results_root / f"{datetime.date.today().isoformat()}-{_slug(gpu)}{'-quick' if args.quick else ''}"
     return Config(device, [WORKLOADS[k] for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
                   args.parts, args.quick, not args.no_peers, out, args.compile_budget, args.compile_max_t,
-                  args.eager_max_call, args.first_use_spec, args.seed, getattr(args, "resume", False))
+                  args.eager_max_call, args.first_use_spec, args.seed, getattr(args, "resume", False),
+                  tuple(getattr(args, "modes", MODES)))
 
 
 def run(args: argparse.Namespace, results_root: Path = Path("bench/results")) -> int:

@@ -215,6 +215,15 @@ def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
     torch.testing.assert_close(grads, torch.autograd.grad(eager_spikes, case.grad_inputs, case.g))
 
 
+def test_modes_option_measures_only_the_modes_named(tmp_path: Path) -> None:
+    assert bench.main(["--device", "cpu", "--quick", "--workloads", "lif", "--parts", "speed", "--dtypes", "float32",
+                       "--shapes", "4x16", "--modes", "inference", "--no-peers", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["speed"]
+    assert [(r["mode"], r["check"]) for r in rows] == [("inference", "ok")]
+    with pytest.raises(SystemExit):
+        bench.main(["--modes", "inference,backward"])
+
+
 def test_timed_calls_return_the_spikes_of_the_checked_calls_without_final_states() -> None:
     """The timed forms of ours and of the compiled loop (`TIMED_FINAL_STATES`) give the spikes and gradients of
     the forms that return final states, and no final states."""
