@@ -256,3 +256,38 @@ def test_disk_cache_is_shared_between_processes_and_rebuilt_when_corrupt(tmp_pat
     library.write_bytes(library.read_bytes()[:100])  # truncated: must be detected, never loaded
     assert run() == "compiled"
     assert run() == "disk"
+
+
+def test_units_include_the_shim_precompiled_once_and_rebuilt_when_damaged(tmp_path, monkeypatch) -> None:
+    """Kernels compile against a precompiled shim kept in the host cache (built once per toolchain); a damaged
+    one fails its checksum and is built again rather than handed to the compiler."""
+    from autocuda.host import runner
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    sources = []
+    real_compile = runner._compile
+
+    def recording(unit, source, name, output):
+        sources.append(runner._shim_header())
+        return real_compile(unit, source, name, output)
+
+    monkeypatch.setattr(runner, "_compile", recording)
+
+    def run(scale: float) -> None:
+        kernel = CKernel1D(f"host_pch_probe_{int(scale)}")
+        kernel.add_param("const double *", "x")
+        kernel.add_param("double *", "y")
+        kernel.core = f"y[index] = {scale} * x[index];"
+        x = torch.arange(5.0, dtype=torch.float64)
+        y = torch.empty_like(x)
+        kernel.simple_call(backend="host", x=x, y=y)
+        assert torch.equal(y, scale * x)
+
+    run(2.0)
+    (folder,) = (tmp_path / "host").glob("shim-*")
+    precompiled = folder / "shim.h.gch"
+    assert sources == [folder / "shim.h"] and precompiled.stat().st_size > 0
+    precompiled.write_bytes(precompiled.read_bytes()[:1000])  # truncated: g++ would stop on it
+    runner._headers.clear()  # as in a fresh process
+    run(3.0)
+    assert sources[-1] == folder / "shim.h" and precompiled.stat().st_size > 1000

@@ -1,8 +1,8 @@
 """Every kernel variant of every shipped spec is valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
 
 Variants: 4 kernels x 4 dtypes x 3 resets x detach_reset, plus the speed layouts (vector accesses, several
-neurons per thread, prefetching), initial states passed as numbers, and native half2/bfloat162 arithmetic in
-one configuration per spec. Translation units of `CHUNK` kernels run in parallel.
+neurons per thread, prefetching), initial states passed as numbers, a forward without final states, and native
+half2/bfloat162 arithmetic in one configuration per spec. Translation units of `CHUNK` kernels run in parallel.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def _variants(dtype: str) -> tuple[str, ...]:
         for kind in KERNELS:  # initial states as numbers (dtype-specific: rounded through the storage type)
             finals = {"grad_finals": False} if kind in ("bptt", "step-backward") else {}
             sources.append(neuron_kernel(spec, kind, dtype, given_inits=False, **finals).full_codes)
+        sources.append(neuron_kernel(spec, "fptt", dtype, given_inits=False, final_states=False).full_codes)
         for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
             for kind in KERNELS:
                 sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)

@@ -3,8 +3,9 @@
 `launch(source, name, params, grid, block, args, device)` is the "host" backend of `CKernel.__call__`:
 the kernel source is compiled with the system C++ compiler together with `shim.h` (host meanings for the
 CUDA built-ins) and a wrapper that runs every block and thread one after another. Libraries are cached in
-memory and under $AUTOCUDA_CACHE_DIR/host (default ~/.cache/autocuda/host); `stats` counts how kernels
-were obtained ("memory", "disk", "compiled").
+memory and under $AUTOCUDA_CACHE_DIR/host (default ~/.cache/autocuda/host), beside the shim precompiled once
+per toolchain (`shim-<digest>/shim.h.gch`); `stats` counts how kernels were obtained ("memory", "disk",
+"compiled").
 """
 from .runner import HostKernel, launch, load_kernel, stats, translation_unit
 

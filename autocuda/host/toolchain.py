@@ -57,6 +57,12 @@ def compile_command(source: Path, output: Path) -> list[str]:
     return [*compiler(), *CXX_FLAGS, f"-I{cuda_include()}", "-o", str(output), str(source)]
 
 
+def precompile_command(header: Path, output: Path) -> list[str]:
+    """A precompiled header of `header`, built with the flags the units are compiled with (less the link's)."""
+    flags = [f for f in CXX_FLAGS if f != "-shared"]
+    return [*compiler(), *flags, f"-I{cuda_include()}", "-x", "c++-header", "-o", str(output), str(header)]
+
+
 def identity() -> str:
     """Everything about the toolchain that changes a binary: compiler, its version, flags, CUDA headers."""
     return _identity(tuple(compiler()), str(cuda_include()))
