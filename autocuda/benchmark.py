@@ -1107,7 +1107,7 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
     return Config(device, [WORKLOADS[k] for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
                   args.parts, args.quick, not args.no_peers, out, args.compile_budget, args.compile_max_t,
                   args.eager_max_call, args.first_use_spec, args.seed, getattr(args, "resume", False),
-                  tuple(getattr(args, "modes", MODES)))
+                  getattr(args, "modes", MODES))
 
 
 def run(args: argparse.Namespace, results_root: Path = Path("bench/results")) -> int:

@@ -288,6 +288,6 @@ def test_units_include_the_shim_precompiled_once_and_rebuilt_when_damaged(tmp_pa
     precompiled = folder / "shim.h.gch"
     assert sources == [folder / "shim.h"] and precompiled.stat().st_size > 0
     precompiled.write_bytes(precompiled.read_bytes()[:1000])  # truncated: g++ would stop on it
-    runner._headers.clear()  # as in a fresh process
+    runner._verified_headers.clear()  # as in a fresh process
     run(3.0)
     assert sources[-1] == folder / "shim.h" and precompiled.stat().st_size > 1000

@@ -103,7 +103,7 @@ def _shim_header() -> Path | None:
     digest = hashlib.sha256(f"{toolchain.identity()}\n{SHIM}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
     header, precompiled = folder / "shim.h", folder / "shim.h.gch"
-    if _headers.get(folder) and header.is_file() and precompiled.is_file():
+    if folder in _verified_headers and header.is_file() and precompiled.is_file():
         return header
     if '"' in str(header) or "\\" in str(header):  # not writable in an #include
         return None
@@ -116,11 +116,11 @@ def _shim_header() -> Path | None:
             data = built.read_bytes()
         store.write(header, SHIM.encode())
         store.write(precompiled, data)
-    _headers[folder] = True
+    _verified_headers.add(folder)
     return header
 
 
-_headers: dict[Path, bool] = {}  # shim headers verified in this process
+_verified_headers: set[Path] = set()  # folders of shim headers checked in this process
 
 
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
