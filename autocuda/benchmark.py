@@ -46,6 +46,12 @@ Forward = Callable[[], tuple[Tensor, States]]   # one call of a system: (spike_s
 ALPHA = 4.0  # the surrogate of every system: Sigmoid(alpha=4), SpikingJelly's default
 MODES = ("inference", "training")
 HOST_ROUNDS = 5  # of the host-overhead benchmark's calls: it reports the median round
+# The host benchmark's calls: (mode, autograd's multithreading). By default torch runs the backward of CUDA nodes
+# on a worker thread per device, so each backward hands work to that thread and back: on the lent hosts those two
+# hand-offs cost more than the 60 us a whole training call may take (a bare autograd.Function, 82 us;
+# `bench/results/2026-11-23-h200-host-threads`). `torch.autograd.set_multithreading_enabled(False)` keeps
+# backward on the calling thread; training is timed both ways, for every system.
+HOST_CALLS = (("inference", True), ("training", True), ("training", False))
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 ACCESSES = {"inference": 2, "training": 6}  # element accesses per neuron-step that the floor counts
 # The timed calls ask for spike_seq alone, as the floor counts: ours and torch.compile's loop then write no final
@@ -714,14 +720,15 @@ class Runner:
         steps, neurons, calls = 4, 4096, (20 if self.cfg.quick else 500)
         data = Case.draw(WORKLOADS["lif"], torch.float32, steps, neurons, self.cfg.device)
         rows = []
-        for mode in MODES:
+        for mode, threads in HOST_CALLS:
             case = data.mode(mode == "training")
             for system, make in (("ours", ours), ("ours, spec by name", lambda c: ours(c, by_name=True)),
                                  ("sj", self.sj.forward)):
-                row: dict[str, Any] = {"system": system, "mode": mode, "T": steps, "N": neurons, "calls": calls}
+                row: dict[str, Any] = {"system": system, "mode": mode, "T": steps, "N": neurons, "calls": calls,
+                                       "multithreaded_backward": threads}
                 try:
                     fn = call(case, make(case)) if case.training else make(case)
-                    with torch.set_grad_enabled(case.training):
+                    with torch.set_grad_enabled(case.training), torch.autograd.set_multithreading_enabled(threads):
                         rounds = self._wall_per_call(fn, calls)
                     row |= {"us_per_call": statistics.median(rounds), "us_per_call_rounds": rounds}
                 except Exception as error:  # noqa: BLE001
@@ -729,7 +736,9 @@ class Runner:
                 rows.append(row)
                 self.record("host", row)
         return {"rows": rows, "what": f"us_per_call: wall time per call, the median of {HOST_ROUNDS} rounds "
-                                      "(us_per_call_rounds); inference calls under one torch.no_grad()"}
+                                      "(us_per_call_rounds); inference calls under one torch.no_grad(); "
+                                      "multithreaded_backward: False under "
+                                      "torch.autograd.set_multithreading_enabled(False)"}
 
     def _wall_per_call(self, fn: Callable[[], Any], calls: int) -> list[float]:
         """Microseconds per call of each of HOST_ROUNDS rounds of `calls` calls: a host's load moves single
@@ -960,7 +969,7 @@ def summary(results: Mapping[str, Any]) -> str:
         out += ([results["memory"]["note"]] if "note" in results["memory"] else []) + [""]
     if results.get("host"):
         out.append("host overhead, LIF T=4 N=4096, wall time per call (inference: calls under one torch.no_grad())")
-        out += [f"  {r['system']:<18} {r['mode']:<9}: {_fmt(r.get('us_per_call'), '.1f')} µs{_spread(r)}"
+        out += [f"  {r['system']:<18} {_host_mode(r):<38}: {_fmt(r.get('us_per_call'), '.1f')} µs{_spread(r)}"
                 f"{'  ' + r['note'] if 'note' in r else ''}" for r in results["host"]["rows"]]
         out.append("")
     if results.get("first_use"):
@@ -969,6 +978,12 @@ def summary(results: Mapping[str, Any]) -> str:
                 f"(process {r['process_wall_s']:.2f} s){'  ' + r['note'] if 'note' in r else ''}"
                 for r in results["first_use"]["rows"]]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _host_mode(row: Mapping[str, Any]) -> str:
+    if row["mode"] == "training" and row.get("multithreaded_backward") is False:
+        return "training, backward on the calling thread"
+    return str(row["mode"])
 
 
 def plot(results: Mapping[str, Any], path: Path) -> str | None:

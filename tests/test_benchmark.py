@@ -68,13 +68,15 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
     assert described["cuba_lif"]["eager_step"] == "SpecStep('cuba_lif')"
     assert described["lif"]["eager_step"] == "lif_step"
     assert results["memory"]["rows"] == [] and "needs a CUDA device" in results["memory"]["note"]
-    host = {(r["system"], r["mode"]): r for r in results["host"]["rows"]}
-    assert host["ours", "inference"]["us_per_call"] > 0 and host["ours", "training"]["us_per_call"] > 0
+    host = {(r["system"], r["mode"], r["multithreaded_backward"]): r for r in results["host"]["rows"]}
+    assert len(host) == len(results["host"]["rows"]) == 9  # three systems, three kinds of call
+    assert all(host["ours", mode, threads]["us_per_call"] > 0 for mode, threads in bench.HOST_CALLS)
 
 
 def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
     text = (quick_run[1] / "table.txt").read_text()
     assert "ours ms" in text and "% floor" in text and "×compile" in text and "copy bandwidth" in text
+    assert "training, backward on the calling thread" in text
     assert "compile: skipped: --quick" in text and "ParametricLIF" in text
     assert "TwoCompartment" in text and f"compile: skipped: {bench.SPEC_NO_COMPILE}" in text
 
