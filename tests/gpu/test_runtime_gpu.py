@@ -482,7 +482,7 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     for name in fixed:
         assert torch.equal(tuned[name], fixed[name]), name
 
-    monkeypatch.setattr(tuning, "_elapsed_ms", lambda run: pytest.fail("timed again"))
+    monkeypatch.setattr(tuning, "_elapsed_ms", lambda run, flush=None: pytest.fail("timed again"))
     again = neuron.NeuronConfig(spec, spec.surrogate, "hard")
     run(again)
     assert again._tuned == tuned_config._tuned
