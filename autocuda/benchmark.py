@@ -969,7 +969,7 @@ def summary(results: Mapping[str, Any]) -> str:
         out += ([results["memory"]["note"]] if "note" in results["memory"] else []) + [""]
     if results.get("host"):
         out.append("host overhead, LIF T=4 N=4096, wall time per call (inference: calls under one torch.no_grad())")
-        out += [f"  {r['system']:<18} {_host_mode(r):<38}: {_fmt(r.get('us_per_call'), '.1f')} µs{_spread(r)}"
+        out += [f"  {r['system']:<18} {_host_mode(r):<41}: {_fmt(r.get('us_per_call'), '.1f')} µs{_spread(r)}"
                 f"{'  ' + r['note'] if 'note' in r else ''}" for r in results["host"]["rows"]]
         out.append("")
     if results.get("first_use"):
