@@ -126,6 +126,7 @@ class _Plan:
 
     params: list[CParam] = field(default_factory=list)
     registers: list[str] = field(default_factory=list)
+    constants: list[Statement] = field(default_factory=list)  # of scalar parameters alone: one per thread
     streamed: list[Transfer] = field(default_factory=list)   # per-step loads issued `depth` steps early
     depth: int = 0                                           # steps of `streamed` in flight (0: none)
     setup: list[Transfer] = field(default_factory=list)
@@ -170,8 +171,8 @@ class NeuronKernel(CKernel):
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 "depth": self.plan.depth, "block": self.options.block,
                 "element_bytes": storage.torch_dtype.itemsize, "pair_copy": pair_copies(self.options),
-                **{k: getattr(self.plan, k) for k in ("registers", "streamed", "setup", "loads", "body", "stores",
-                                                     "finish")}}
+                **{k: getattr(self.plan, k) for k in ("registers", "constants", "streamed", "setup", "loads", "body",
+                                                     "stores", "finish")}}
 
 
 class _Builder:
@@ -196,6 +197,10 @@ class _Builder:
         self.printer = CudaPrinter(self.compute, names)
         self.temp_count = 0
         self.invariant_symbols = frozenset(system.params)
+        # Invariants of these alone are the same for every lane: one register each, not one per lane. Per lane,
+        # the coefficients of a discretised linear system (sqrt, expm1, sin, ...) were computed once per lane and
+        # kept in as many registers: TwoCompartment's float32 forward with four lanes took 64 registers.
+        self.lane_free = {p for p in system.params if p not in self.tensor_params}
         self.invariants: dict[sp.Expr, sp.Symbol] = {}
         self.plan.params += [CParam("N", "long long", False, True)]
         if self.multi:
@@ -296,9 +301,26 @@ class _Builder:
         symbol = self.invariants.get(expr)
         if symbol is None:
             symbol = self.invariants[expr] = sp.Symbol(f"ac_k{len(self.invariants) + 1}", real=True)
+            self._name_invariant(symbol, expr)
+        return symbol
+
+    def _name_invariant(self, symbol: sp.Symbol, value: sp.Expr) -> bool:
+        """Name `symbol` for the printer: a register per thread where `value` is lane free, else one per lane.
+        Returns whether it is lane free."""
+        free = value.free_symbols <= self.lane_free
+        if free:
+            self.lane_free.add(symbol)
+            self.printer.names[symbol] = symbol.name
+        else:
             self.register(symbol.name)
             self.printer.names[symbol] = f"{symbol.name}[lane]"
-        return symbol
+        return free
+
+    def _compute_once(self, comment: str, symbol: sp.Symbol, value: sp.Expr, free: bool) -> None:
+        if free:
+            self.plan.constants.append(Statement(symbol.name, self.printer(value), comment=comment))
+        else:
+            self.plan.setup.append(Transfer(comment, symbol.name, "", "", self.printer(value), vectorizable=False))
 
     def done(self) -> _Plan:
         """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
@@ -309,13 +331,10 @@ class _Builder:
                 yield sp.Symbol(f"ac_kc{i}", real=True)
         replacements, reduced = sp.cse(list(self.invariants), symbols=names(), order="none")
         for symbol, value in replacements:
-            self.register(symbol.name)
-            self.printer.names[symbol] = f"{symbol.name}[lane]"
-            self.plan.setup.append(Transfer("parameters only, once", symbol.name, "", "", self.printer(value),
-                                            vectorizable=False))
+            self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
         for (expr, symbol), value in zip(self.invariants.items(), reduced):
             comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
-            self.plan.setup.append(Transfer(comment, symbol.name, "", "", self.printer(value), vectorizable=False))
+            self._compute_once(comment, symbol, value, symbol in self.lane_free)
         return self.plan
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
