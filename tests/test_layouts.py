@@ -4,9 +4,12 @@ Run on the host runner: every layout of a kernel must give bitwise the same outp
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
+from autocuda.kernels import neuron_kernel
 from autocuda.runtime.neuron import NeuronConfig, backward, choose_layout, forward
 from autocuda.spec.model import load_spec
 
@@ -41,7 +44,7 @@ def _run_all(spec, dtype, layout):
 
 
 @pytest.mark.parametrize("dtype", list(LAYOUTS), ids=str)
-@pytest.mark.parametrize("name", ["izhikevich", "alif", "parametric_lif"])
+@pytest.mark.parametrize("name", ["izhikevich", "alif", "parametric_lif", "two_compartment"])
 def test_every_layout_gives_identical_results(name, dtype):
     spec = load_spec(name)
     baseline = _run_all(spec, dtype, {"lanes": 1})
@@ -129,3 +132,16 @@ def test_spec_names_cannot_collide_with_kernel_locals():
         result = _run_all(spec, torch.float32, layout)
         for key in baseline:
             assert torch.equal(result[key], baseline[key]), f"{layout}: {key}"
+
+
+@pytest.mark.parametrize("kind", ["fptt", "bptt"])
+def test_invariants_of_scalar_parameters_take_one_register_whatever_the_lanes(kind):
+    """Coefficients of scalar parameters alone (TwoCompartment's: sqrt, expm1, sin of its parameters) are computed
+    once per thread into one register; those of a tensor parameter differ by lane and stay per lane."""
+    source = neuron_kernel(load_spec("two_compartment"), kind, "float32", lanes=4, vector=True).full_codes
+    constants = re.findall(r"const float (ac_kc?\d+) = ", source)
+    assert len(constants) > 10 and not any(f"{name}[" in source for name in constants)
+    source = neuron_kernel(load_spec("parametric_lif"), kind, "float32", per_neuron=["w"], lanes=4,
+                           vector=True).full_codes
+    assert re.search(r"ac_kc?\d+\[lane\] = \(1\.0f / \(1\.0f \+ expf\(\(?-?ac_w\[lane\]", source)
+    assert not re.search(r"const float ac_kc?\d+ = ", source)
