@@ -24,7 +24,7 @@ for name in ("two_compartment", "lif", "alif"):
         floor = steps * n * 8 / bw * 1e3
         results = []
         for layout in LAYOUTS:
-            def run(layout=layout, x=x, params=params, inits=inits):
+            def run(layout=layout, x=x, params=params, inits=inits, config=config):
                 return neuron.forward(config, x, inits, params, save_for_backward=False, final_states=False,
                                       layout=layout)
             try:
