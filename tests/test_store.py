@@ -138,14 +138,19 @@ def test_short_loop_candidates_are_access_widths_that_fit():
 
     def lanes(n, dtype, aligned=lambda width: True):
         layouts = tuning.candidates(n, dtype, aligned, long=False)
-        assert all(c["unroll"] == tuning.SHORT_UNROLL and c["vector"] == (c["lanes"] > 1) for c in layouts)
-        return [c["lanes"] for c in layouts]
+        assert all(c["vector"] == (c["lanes"] > 1) for c in layouts)
+        widths = [c["lanes"] for c in layouts if c["unroll"] == tuning.SHORT_UNROLL]
+        if widths != [0]:  # every width unrolled twice and four times, but odd N's single fallback
+            assert [(c["lanes"], c["unroll"]) for c in layouts] == [(w, u) for w in widths for u in (2, 4)]
+        return widths
 
     assert lanes(1 << 20, torch.float32) == [0, 2, 4]
     assert lanes(1 << 20, torch.bfloat16) == [2, 4, 8]
     assert lanes(1 << 20, torch.float64) == [0, 2]
     assert lanes((1 << 20) + 2, torch.float32) == [0, 2], "N a multiple of two, not of four"
     assert lanes((1 << 20) + 1, torch.float16) == [0], "odd N: one element per thread"
+    assert tuning.candidates((1 << 20) + 1, torch.float16, lambda width: True, long=False) == [
+        {"lanes": 0, "vector": False, "unroll": tuning.SHORT_UNROLL}]
     assert lanes(1 << 20, torch.float32, lambda width: width <= 8) == [0, 2], "tensors aligned to 8 bytes only"
 
 

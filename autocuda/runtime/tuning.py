@@ -33,8 +33,10 @@ REPEATS = 5
 CANDIDATES = ((1, 0, 256), (2, 0, 256), (4, 0, 256), (1, 32, 64), (2, 32, 64))
 UNROLL = 8
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
-# twice (`runtime.neuron.SHORT_LOOP`), 256 threads per block, nothing copied ahead.
-SHORT_WIDTHS, SHORT_UNROLL = (4, 8, 16), 2
+# twice (the fixed rule, `runtime.neuron.SHORT_LOOP`) or four times, 256 threads per block, nothing copied ahead.
+# Four times pays where a step has much arithmetic: TwoCompartment's bfloat16 inference at (64, 1M) reached
+# 85.4% of the floor with it, 81.7% unrolled twice (H200, `bench/results/2026-11-23-h200-short-unroll`).
+SHORT_WIDTHS, SHORT_UNROLL, SHORT_UNROLLS = (4, 8, 16), 2, (2, 4)
 
 
 def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long: bool = True
@@ -43,7 +45,8 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long:
     and without prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
     `codegen.neuron.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
     per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron.
-    For other loops (`long=False`), the access widths of `SHORT_WIDTHS` that N and the alignment allow."""
+    For other loops (`long=False`), the access widths of `SHORT_WIDTHS` that N and the alignment allow, each
+    unrolled as `SHORT_UNROLLS` says."""
     if not long:
         return _short_candidates(n, dtype.itemsize, aligned)
     out = []
@@ -64,9 +67,10 @@ def _short_candidates(n: int, itemsize: int, aligned: Callable[[int], bool]) -> 
     out = []
     for width in SHORT_WIDTHS:
         lanes = width // itemsize
-        layout = {"lanes": lanes if lanes > 1 else 0, "vector": lanes > 1, "unroll": SHORT_UNROLL}
-        if lanes and fits(layout, n, itemsize, aligned) and layout not in out:
-            out.append(layout)
+        for unroll in SHORT_UNROLLS:
+            layout = {"lanes": lanes if lanes > 1 else 0, "vector": lanes > 1, "unroll": unroll}
+            if lanes and fits(layout, n, itemsize, aligned) and layout not in out:
+                out.append(layout)
     return out or [{"lanes": 0, "vector": False, "unroll": SHORT_UNROLL}]  # odd N in half precision
 
 
