@@ -118,10 +118,13 @@ def _elapsed_ms(run: Callable[[], Any], flush: torch.Tensor | None = None) -> fl
 
 
 def _l2_flush(device: torch.device) -> torch.Tensor | None:
-    """A buffer as large as the device's L2 cache (None where memory is short: the runs are then timed without)."""
+    """A buffer as large as the device's L2 cache (None where its size is unknown or memory is short: the runs
+    are then timed without)."""
     size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+    if not size:
+        return None
     try:
-        return torch.empty(max(size, 1) // 4 + 1, dtype=torch.int32, device=device)
+        return torch.empty(size // 4, dtype=torch.int32, device=device)
     except torch.cuda.OutOfMemoryError:
         return None
 
@@ -143,7 +146,6 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
             pass
     flush = _l2_flush(device)
     times = [_elapsed_ms(lambda layout=layout: run(layout), flush) for layout in layouts]
-    del flush
     best = layouts[times.index(min(times))]
     store.save("tuning", name, json.dumps(best).encode())
     return best
