@@ -37,7 +37,7 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
             grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
-            layout: tuple[int, bool, int, int, bool, int]) -> NeuronKernel:
+            layout: tuple[int, bool, int, int, bool, int, bool]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -57,7 +57,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
-                  prefetch: int = 0, native: bool = False, block: int = 256) -> NeuronKernel:
+                  prefetch: int = 0, native: bool = False, block: int = 256, replay: bool = True) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -68,6 +68,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
     for it).
+    `replay=False`: forward saves every step of a state that backward reads, where it could save every few
+    steps and backward replay the others (`codegen.neuron.replay_steps`). Forward and backward must agree.
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.
@@ -85,7 +87,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   grad_finals, given_inits, final_states, (lanes, vector, unroll, prefetch, native, block))
+                   grad_finals, given_inits, final_states, (lanes, vector, unroll, prefetch, native, block, replay))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

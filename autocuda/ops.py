@@ -266,7 +266,11 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
                   final_states):
     names = forward_outputs(key, x.dim() == 1, store_state_seq, save_for_backward, final_states)
     n = x.shape[-1]
-    return [x.new_empty((n,)) if name.endswith("_final") else x.new_empty(x.shape) for name in names]
+    shapes = {"vector": (n,), "sequence": x.shape}
+    if any(name.endswith("_checkpoints") for name in names):  # multi-step only: rows by the dtype's kernel
+        every = entry(key).config.kernel("fptt", x.dtype, save_for_backward=True).checkpoint_steps
+        shapes["checkpoints"] = (launch.checkpoint_rows(x.shape[0], every), n)
+    return [x.new_empty(shapes[launch.output_kind(name)]) for name in names]
 
 
 # -- backward ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import reference
+from .codegen.neuron import KernelOptions, replay_steps
 from .dtypes import get_dtype
 from .runtime.neuron import NeuronConfig, backward, forward
 from .spec.model import NeuronSpec, Param, load_spec
@@ -448,8 +449,11 @@ def _rounded(inputs: Inputs, dtype: torch.dtype) -> Inputs:
 
 
 def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch.Tensor],
-                 actual: dict[str, torch.Tensor], tol: Tolerance, single: bool) -> tuple[list[Comparison], int]:
-    """Every kernel output against the reference, ambiguous neurons masked (see the module doc).
+                 actual: dict[str, torch.Tensor], tol: Tolerance, single: bool, segment: int = 0
+                 ) -> tuple[list[Comparison], int]:
+    """Every kernel output against the reference, ambiguous neurons masked (see the module doc). With a
+    `segment`, <state>_checkpoints are compared with the reference's sequence every `segment` steps
+    (`codegen.neuron.replay_steps`).
 
     atol is scaled by the largest value of the output's family, forward values (x, states, h) or gradients
     (incoming and outgoing): rounding errors are relative to the terms a result is summed from, and those can
@@ -468,11 +472,13 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
     kernels = ("step-forward", "step-backward") if single else ("fptt", "bptt")
     results = []
     for name, got in actual.items():
-        if name not in expected:
+        if name not in expected and not name.endswith("_checkpoints"):
             raise KeyError(f"kernel output {name!r} has no reference value")
         is_grad = name.startswith("grad_")
-        want, kernel, scale = expected[name], kernels[is_grad], family[is_grad]
-        valid = before_first if name.endswith("_seq") and not is_grad else clean.expand_as(want)
+        want, kernel, scale = expected.get(name), kernels[is_grad], family[is_grad]
+        valid = before_first if name.endswith(("_seq", "_checkpoints")) and not is_grad else clean.expand_as(want)
+        if name.endswith("_checkpoints"):  # rows K-1, 2K-1, ... of the state's sequence
+            want, valid = (v[segment - 1::segment][:got.shape[0]] for v in (expected[f"{name[:-12]}_seq"], valid))
         got, want = got[valid], want[valid]
         if name in shared:  # one value for all neurons: what matters is the sum of the per-neuron partials
             got, want = got.sum(0, keepdim=True), want.sum(0, keepdim=True)
@@ -504,10 +510,16 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
         params_ref = {p: learnable.get(p.name, _rounded_param(case.params[p.name], compute)) for p in system.params}
         expected = _reference_run(config, inputs, params_ref, learnable)
         actual = _kernel_run(config, inputs, params_k, single, backend, storage, dict(setup.layout) or None)
-        found, masked = _compare_run(config, inputs, expected, actual, tol, single)
+        segment = 0 if single else _replay_steps(config, setup)
+        found, masked = _compare_run(config, inputs, expected, actual, tol, single, segment)
         comparisons += found
         ambiguous = max(ambiguous, masked)
     return CaseReport(case.label, tuple(comparisons), neurons, ambiguous)
+
+
+def _replay_steps(config: NeuronConfig, setup: Setup) -> int:
+    options = KernelOptions("fptt", setup.dtype, replay=dict(setup.layout).get("replay", True))
+    return replay_steps(config.derivation(), options)
 
 
 def _rounded_param(value: Any, compute: torch.dtype) -> Any:

@@ -2,15 +2,20 @@
 
 The kernel's parameter list is declared once here (`_Signature`); the template frames the printed body.
 Tensor parameter names are the interface to the op layer:
-    forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_final
-    backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, x_seq, <state>_init
+    forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_checkpoints,
+              <state>_final
+    backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, <state>_checkpoints,
+              x_seq, <state>_init
               -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
-              (x_seq only where the adjoint needs x and cannot take it back from h: `BackwardStep.needs_x`)
+              (x_seq only where the adjoint needs x and cannot take it back from h: `BackwardStep.needs_x`;
+              <state>_checkpoints [T // K, N] instead of the saved <state>_seq where backward replays: row j is
+              the state after step (j + 1)·K - 1, K = `replay_steps`)
 Single-step kernels use the same names with T = 1 and no time loop. With `given_inits=False` every
 <state>_init is one number for all neurons, passed by value, and backward returns no grad_<state>_init.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -50,6 +55,7 @@ class KernelOptions:
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
     block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
+    replay: bool = True                                  # saved states as checkpoints, replayed (`replay_steps`)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -134,6 +140,14 @@ class _Plan:
     body: list[Statement] = field(default_factory=list)
     stores: list[Transfer] = field(default_factory=list)
     finish: list[Transfer] = field(default_factory=list)
+    # backward of a replayed derivation (`replay_steps`): segments of `segment` steps, last first; each replays
+    # its steps forward from a checkpoint (`replay_setup`, then per step `replay_loads`, `replay_body`) into
+    # `histories` ([segment][lanes] register arrays), then runs the usual step in reverse over them
+    segment: int = 0
+    histories: list[str] = field(default_factory=list)
+    replay_setup: list[Transfer] = field(default_factory=list)
+    replay_loads: list[Transfer] = field(default_factory=list)
+    replay_body: list[Statement] = field(default_factory=list)
 
 
 class NeuronKernel(CKernel):
@@ -141,9 +155,10 @@ class NeuronKernel(CKernel):
 
     template = "neuron.cu.j2"
 
-    def __init__(self, kernel_name: str, plan: _Plan, options: KernelOptions, description: tuple[str, ...] = ()):
+    def __init__(self, kernel_name: str, plan: _Plan, options: KernelOptions, description: tuple[str, ...] = (),
+                 checkpoint_steps: int = 0):
         super().__init__(kernel_name)
-        self.plan, self.options = plan, options
+        self.plan, self.options, self.checkpoint_steps = plan, options, checkpoint_steps
         self.description = tuple(comment_text(line) for line in description)
         for param in plan.params:
             self.cparams[param.name] = param
@@ -172,7 +187,8 @@ class NeuronKernel(CKernel):
                 "depth": self.plan.depth, "block": self.options.block,
                 "element_bytes": storage.torch_dtype.itemsize, "pair_copy": pair_copies(self.options),
                 **{k: getattr(self.plan, k) for k in ("registers", "constants", "streamed", "setup", "loads", "body",
-                                                     "stores", "finish")}}
+                                                     "stores", "finish", "segment", "histories", "replay_setup",
+                                                     "replay_loads", "replay_body")}}
 
 
 class _Builder:
@@ -395,10 +411,17 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     if saving:
         b.statement("ac_out_h[lane]", "ac_h", declare=False)
         b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
+    segment = replay_steps(derivation, options)
     for s, saved in zip(system.states, derivation.saved_states):
-        if (saved and saving) or options.store_state_seq:
+        if options.store_state_seq or (saved and saving and not segment):
             b.pointer(f"{s.name}_seq", const=False)
             b.plan.stores.append(b.store(f"{s.name}_seq", "ac_row", f"{s.name}", f"{s.name}[t] after reset"))
+        if saved and saving and segment:  # backward replays the steps in between
+            b.pointer(f"{s.name}_checkpoints", const=False)
+            store = b.store(f"{s.name}_checkpoints", "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
+                            f"{s.name}", f"{s.name}[t] after reset: a checkpoint")
+            b.plan.stores.append(dataclasses.replace(store, guard=f"t % {segment} == {segment - 1}")
+                                 if segment > 1 else store)
     for s in system.states if options.final_states else ():
         b.pointer(f"{s.name}_final", const=False)
         b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
@@ -427,8 +450,13 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
                                        accumulate=True))
     b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
+    segment = b.plan.segment = replay_steps(derivation, options)
     if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
         b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + ac_n0", "h[T-1]"))
+    elif segment:  # loaded by the replay, kept for the reverse pass
+        b.plan.histories.append("ac_hist_h")
+        b.plan.replay_loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
+        b.plan.loads.append(_recall("ac_h_cur", "ac_hist_h", "h[t], from the replay"))
     else:
         b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
     _previous_states(b, derivation)
@@ -437,6 +465,8 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
         b.register("x")
         b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
     b.params_setup()
+    if segment:
+        _replay(b, derivation)
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
     b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
@@ -486,10 +516,65 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
             b.statement(f"{s.name}[lane]", previous_membrane(system, _H_PREVIOUS), declare=False,
                         comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0",
                         otherwise=f"ac_init_{s.name}[lane]")
+        elif b.plan.segment:
+            b.pointer(f"{s.name}_checkpoints", const=True)
+            b.plan.histories.append(f"ac_hist_{s.name}")
+            row = "ac_s0" if b.plan.segment == 1 else f"ac_s0 / {b.plan.segment}"
+            checkpoint = b.load(s.name, f"{s.name}_checkpoints", f"({row} - 1) * N + ac_n0",
+                                f"{s.name} before the segment: its checkpoint, or the initial value",
+                                otherwise=f"ac_init_{s.name}[lane]")
+            b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
+            b.plan.loads.append(_recall(s.name, f"ac_hist_{s.name}", f"{s.name}[t-1], from the replay"))
         else:
             b.pointer(f"{s.name}_seq", const=True)
             b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "ac_row - N", f"saved {s.name}[t-1]",
                                        otherwise=f"ac_init_{s.name}[lane]"))
+
+
+def _recall(register: str, history: str, comment: str) -> Transfer:
+    """register[lane] = its value at this step of the segment, kept by the replay."""
+    return Transfer(comment, register, "", "", f"{history}[ac_k][lane]", vectorizable=False, streamable=False)
+
+
+def _replay(b: _Builder, derivation: Derivation) -> None:
+    """The replay's step (`_Plan`): the saved states before step t and h[t] into their histories, then the
+    saved states' updates as forward ran them (the same expressions, printed alike: the replay rebuilds the
+    values forward had, bit for bit, where the arithmetic is the storage's own)."""
+    system = derivation.system
+    kept = [(i, s) for i, (s, keep) in enumerate(zip(system.states, derivation.saved_states)) if keep]
+    start = len(b.plan.body)
+    for _, s in kept:
+        b.statement(f"ac_hist_{s.name}[ac_k][lane]", f"{s.name}[lane]", declare=False,
+                    comment=f"{s.name}[t-1]" if s is kept[0][1] else "")
+    b.statement("ac_hist_h[ac_k][lane]", "ac_h_cur[lane]", declare=False)
+    b.statement("ac_h", "ac_h_cur[lane]", comment="threshold and spike, then the saved states' updates")
+    b.statement("ac_thr", system.threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
+    news = b.emit([derivation.forward.new_states[i] for i, _ in kept])
+    for (_, s), value in zip(kept, news):
+        b.statement(f"ac_{s.name}_next", value)
+    for _, s in kept:
+        b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
+    b.plan.replay_body = b.plan.body[start:]
+    del b.plan.body[start:]
+
+
+# Steps between checkpoints of replayed states: 4/K bytes per neuron-step each way in float32 (against 4 for the
+# saved sequence's), and two [K][lanes] register arrays per thread in backward.
+REPLAY_STEPS = 8
+
+
+def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
+    """Steps per segment of a multi-step kernel of a replayable derivation (`Derivation.replayable`): forward
+    writes the saved states every so many steps, backward replays the others; 0 for other kernels.
+
+    1 (a checkpoint every step, as a saved sequence) where the arithmetic is not the storage's own (float16,
+    bfloat16: a kernel computes in float, while its replay would see h rounded to the storage, and a spike
+    decided differently there would carry into every later step of the segment), or with `replay=False`. The
+    name of what is saved stays the same for every dtype: the ops' outputs are named alike."""
+    if not (derivation.replayable and options.kernel in ("fptt", "bptt")):
+        return 0
+    return REPLAY_STEPS if options.replay and not options.dtype.packed else 1
 
 
 def describe(spec_title: str, derivation: Derivation, options: KernelOptions) -> tuple[str, ...]:
@@ -552,7 +637,8 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     else:
         plan = _backward(derivation, options, surrogate_gradient)
     streamed = [t for t in plan.loads if t.streamable]
-    plan.depth = pipeline_depth(options, len(streamed)) if options.kernel in ("fptt", "bptt") else 0
+    plan.depth = pipeline_depth(options, len(streamed)) if options.kernel in ("fptt", "bptt") and not plan.segment \
+        else 0
     if plan.depth > 1:
         plan.streamed, plan.loads = streamed, [t for t in plan.loads if not t.streamable]
     # Readable parts first; the digest tells apart variants that differ in anything else.
@@ -565,4 +651,4 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     detach = "_detach" if derivation.detach_reset and not forward else ""
     kind = options.kernel.replace("-", "_")
     name = f"{spec_name}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
-    return NeuronKernel(name, plan, options, description)
+    return NeuronKernel(name, plan, options, description, replay_steps(derivation, options))

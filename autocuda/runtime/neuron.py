@@ -67,6 +67,22 @@ def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
     return {"lanes": 0, "vector": False}
 
 
+OUTPUT_KINDS = ("vector", "sequence", "checkpoints")
+
+
+def output_kind(name: str) -> str:
+    """How an output is shaped, from its name: [T // K, N] checkpoints, [T, N] sequences, else [N]."""
+    if name.endswith("_checkpoints"):
+        return "checkpoints"
+    return "sequence" if name.endswith("_seq") else "vector"
+
+
+def checkpoint_rows(steps: Any, every: int) -> Any:
+    """Rows of a `<state>_checkpoints` tensor: the state after steps K-1, 2K-1, ... of T (a SymInt under
+    torch.compile)."""
+    return steps // every
+
+
 def _output_dtype(name: str, storage: torch.dtype) -> torch.dtype:
     """Sequences and states are stored in the input's dtype; parameter gradients in the compute dtype."""
     if name.startswith("grad_") and not (name.endswith("_seq") or name.endswith("_init")):
@@ -77,7 +93,8 @@ def _output_dtype(name: str, storage: torch.dtype) -> torch.dtype:
 class Recipe:
     """How to fill one kernel's arguments, worked out once from its parameter list: each parameter is a size
     (N, T), a scalar or an input tensor taken from the caller's mapping, or an output allocated here (shaped
-    like the sequence, or one value per neuron, in `_output_dtype`). Outputs come back in parameter order."""
+    like the sequence, one value per neuron, or a row per `checkpoint_steps` steps, in `_output_dtype`).
+    Outputs come back in parameter order."""
 
     def __init__(self, kernel: KernelRecord, storage: torch.dtype):
         self.kernel = kernel
@@ -90,15 +107,14 @@ class Recipe:
             elif param.const:
                 self.args.append(("input", name, param.torch_dtype))
             else:
-                per_neuron = name.endswith(("_final", "_init")) or not name.endswith("_seq")
-                self.args.append(("vector" if per_neuron else "sequence", name, _output_dtype(name, storage)))
-        self.outputs = tuple(name for source, name, _ in self.args if source in ("vector", "sequence"))
-        # Every call's path walks these flat tuples. Outputs: (per neuron?, dtype, None for the storage dtype);
+                self.args.append((output_kind(name), name, _output_dtype(name, storage)))
+        self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
+        # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
         # arguments: (tag, name, dtype, output index or None).
-        self._allocations = tuple((source == "vector", None if dtype == storage else dtype)
-                                  for source, _, dtype in self.args if source in ("vector", "sequence"))
+        self._allocations = tuple((source, None if dtype == storage else dtype)
+                                  for source, _, dtype in self.args if source in OUTPUT_KINDS)
         index = iter(range(len(self.outputs)))
-        self._sources = tuple((source, name, dtype, next(index) if source in ("vector", "sequence") else None)
+        self._sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
                               for source, name, dtype in self.args)
         self._bindings: dict[tuple[str, ...], Binding] = {}  # `bind`'s answers, by the caller's names
 
@@ -134,11 +150,13 @@ class Recipe:
         # keyword where it is like's (8.2 thousand). `like` is the sequence input, refused below unless
         # contiguous, so a tensor laid out like it is contiguous.
         produced = []
-        for per_neuron, dtype in self._allocations:
-            if per_neuron:
+        for kind, dtype in self._allocations:
+            if kind == "vector":
                 produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
-            else:
+            elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
+            else:
+                produced.append(like.new_empty((checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)))
         # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
         # the scalars), then put in parameter order by one itemgetter: a loop over the parameters with a branch
         # each cost 40% more (callgrind, LIF: 9), and a list of the scalars built per call 2.5 thousand

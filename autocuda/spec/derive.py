@@ -80,6 +80,7 @@ class Derivation:
     backward: BackwardStep
     saved_states: tuple[bool, ...]      # forward saves this state's sequence for backward
     recompute_membrane: bool            # backward recomputes v[t-1] from h[t-1] (nothing saved for it)
+    replayable: bool = False            # backward may rebuild the saved states from checkpoints and h (`replayable`)
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
@@ -198,7 +199,33 @@ def derive(system: StepSystem, detach_reset: bool = False) -> Derivation:
     membrane_recomputable = not (system.threshold.free_symbols & set(system.states))
     recompute = backward.needs_states[0] and membrane_recomputable
     saved = tuple(needed and not (i == 0 and recompute) for i, needed in enumerate(backward.needs_states))
-    return Derivation(system, detach_reset, forward_step(system), backward, saved, recompute)
+    step = forward_step(system)
+    return Derivation(system, detach_reset, step, backward, saved, recompute,
+                      not recompute and replayable(system, step, saved))
+
+
+def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -> bool:
+    """Whether the saved states' values can be rebuilt from h[t] and their values at an earlier step, by running
+    their updates again: then forward need write them only every few steps (checkpoints), and backward replays
+    the steps in between.
+
+    Why: memory traffic. ALIF's adaptation `a` enters the threshold, so backward needs a[t-1], and saving its
+    sequence moves 8 more bytes per neuron-step in float32 (32 against LIF's 24). Its update `rho·a + s` needs
+    only a and the spike, and the spike only h and the threshold, so a checkpoint every K steps (4/K bytes
+    each way) and h rebuild it exactly.
+
+    Taken where the updates of the saved states (and the threshold, where they use the spike) read no input x
+    and no state that is not saved itself: the replay has h and the saved states alone.
+    """
+    kept = {s for s, keep in zip(system.states, saved) if keep}
+    if not kept:
+        return False
+    read: set[sp.Basic] = set()
+    for state, update in zip(system.states, step.new_states):
+        if state in kept:
+            spiking = update.has(SPIKE) or update.has(THRESHOLD)
+            read |= update.free_symbols | (system.threshold.free_symbols if spiking else set())
+    return system.x not in read and read & set(system.states) <= kept
 
 
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:

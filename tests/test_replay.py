@@ -1,0 +1,102 @@
+"""Saved states replayed from checkpoints (ALIF's adaptation `a`): forward writes them every few steps, backward
+rebuilds the steps in between from h. The gradients must be bitwise those of the kernels that save every step,
+for every sequence length around the segment size, without backward reading a step forward did not write."""
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+import torch
+
+from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.kernels import derivation, source
+from autocuda.runtime.neuron import NeuronConfig, backward, forward
+from autocuda.spec.model import NeuronSpec, load_spec, spec_from_toml
+
+K = REPLAY_STEPS
+
+
+def _adaptive(update: str) -> NeuronSpec:
+    return spec_from_toml(f"""name = "adaptive"
+charge = "v + (x - v) / tau"
+threshold = "1 + beta * a"
+[params]
+tau = 2.0
+beta = 0.2
+v_reset = 0.0
+[states]
+v = 0.0
+a = 0.0
+[updates]
+a = "{update}"
+""")
+
+
+def test_which_derivations_replay():
+    assert derivation(load_spec("alif")).replayable
+    assert derivation(load_spec("alif"), "soft").replayable
+    for name in ("lif", "izhikevich", "parametric_lif", "two_compartment"):
+        assert not derivation(load_spec(name)).replayable, name  # nothing beyond h saved (or v recomputed)
+    assert derivation(_adaptive("0.9 * a + s")).replayable
+    assert not derivation(_adaptive("0.9 * a + s * x")).replayable, "the replay has no x"
+    assert not derivation(_adaptive("0.9 * a + s + 0.1 * v")).replayable, "v is not saved"
+
+
+def test_sources_write_and_read_checkpoints_only_where_arithmetic_is_the_storage():
+    spec = load_spec("alif")
+    saving = source(spec, "fptt", "float32")
+    assert f"if (t % {K} == {K - 1})" in saving and f"a_checkpoints[t / {K} * N + ac_n0" in saving
+    assert "a_seq" not in saving
+    both = source(spec, "fptt", "float32", store_state_seq=True)
+    assert "a_seq[ac_row" in both and "a_checkpoints[t / " in both, "asked for, the sequence is written as well"
+    bptt = source(spec, "bptt", "float64")
+    assert f"a_checkpoints[(ac_s0 / {K} - 1) * N + ac_n0" in bptt and "ac_row - N" not in bptt
+    for dtype in ("bfloat16", "float16"):  # float arithmetic over rounded h: a checkpoint every step
+        assert "t % " not in source(spec, "fptt", dtype) and "a_checkpoints[ac_row" in source(spec, "fptt", dtype)
+        assert "ac_s0 -= 1)" in source(spec, "bptt", dtype)
+    assert "ac_s0 -= 1)" in source(spec, "bptt", "float32", replay=False)
+
+
+def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: bool) -> dict[str, torch.Tensor]:
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    gen = torch.Generator().manual_seed(11)
+    n = x.shape[1]
+    init = {s.name: (0.3 * torch.randn(n, generator=gen)).to(x.dtype) for s in spec.states}
+    params = {p.name: p.default for p in spec.params}
+    layout = {"lanes": 2, "replay": replay}
+    out = forward(config, x, init, params, backend="host", layout=layout)
+    grads = {"grad_spike_seq": torch.randn(x.shape, generator=gen).to(x.dtype),
+             **{f"grad_{s.name}_final": torch.randn(n, generator=gen).to(x.dtype) for s in spec.states}}
+    saved = {**out, **{f"{k}_init": v for k, v in init.items()}}
+    return out | backward(config, grads, saved, params, backend="host", layout=layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("steps", [1, K - 1, K, K + 1, 3 * K + 5])
+def test_replayed_gradients_equal_saved_ones(steps, dtype):
+    """Checkpoints every K steps against every step (`replay=False`): the replay rebuilds a bit for bit."""
+    x = (torch.randn(steps, 16, generator=torch.Generator().manual_seed(steps)) * 3 + 2).to(dtype)
+    spec = load_spec("alif")
+    saved, replayed = _gradients(spec, x, replay=False), _gradients(spec, x, replay=True)
+    assert replayed["spike_seq"].sum() > 0, "spikes move a, so the replay is exercised"
+    for key in ("spike_seq", "grad_x_seq", "grad_v_init", "grad_a_init"):
+        assert torch.equal(replayed[key], saved[key]), key
+    assert saved["a_checkpoints"].shape == x.shape
+    assert replayed["a_checkpoints"].shape == (steps // K, 16)
+    assert torch.equal(replayed["a_checkpoints"], saved["a_checkpoints"][K - 1::K])
+
+
+def test_replayed_gradients_match_autograd_through_the_reference():
+    import autocuda.functional as F
+
+    x = (torch.randn(3 * K + 3, 6, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
+    a0 = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    v0 = torch.zeros(6, dtype=torch.float64)
+    got, finals, _ = F.multi_step("alif", x, v0, a0, backend="host")
+    want, want_finals, _ = F.multi_step("alif", x, v0, a0, backend="reference")
+    torch.testing.assert_close(got, want)
+    g = torch.randn_like(got)
+    weights = [torch.randn_like(f) for f in finals]
+    for a, b in zip(torch.autograd.grad([got, *finals], (x, a0), [g, *weights]),
+                    torch.autograd.grad([want, *want_finals], (x, a0), [g, *weights])):
+        torch.testing.assert_close(a, b)
+    assert sp.Symbol("a", real=True) in derivation(load_spec("alif")).system.states
