@@ -60,7 +60,7 @@ ACCESSES = {"inference": 2, "training": 6}  # element accesses per neuron-step t
 TIMED_FINAL_STATES = False
 FULL_SHAPES = ((8, 8 << 20), (64, 1 << 20), (256, 64 << 10), (1024, 16 << 10), (4, 4096))
 QUICK_SHAPES = {"cuda": ((8, 1 << 20), (64, 64 << 10), (4, 4096)), "cpu": ((4, 64), (16, 32))}
-MEMORY_WORKLOADS, MEMORY_DTYPES = ("lif", "qif", "izhikevich"), ("float32", "float16")
+MEMORY_WORKLOADS, MEMORY_DTYPES = ("lif", "qif", "izhikevich", "alif"), ("float32", "float16")
 PARTS = ("speed", "memory", "host", "first-use")
 SPIKE_AGREEMENT, STATE_AGREEMENT, GRAD_COSINE = 0.999, 0.999, 0.99
 STATE_TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # rtol = atol, final states

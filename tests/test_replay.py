@@ -52,8 +52,9 @@ def test_sources_write_and_read_checkpoints_only_where_arithmetic_is_the_storage
     assert f"a_checkpoints[(ac_s0 / {K} - 1) * N + ac_n0" in bptt and "ac_row - N" not in bptt
     for dtype in ("bfloat16", "float16"):  # float arithmetic over rounded h: a checkpoint every step
         assert "t % " not in source(spec, "fptt", dtype) and "a_checkpoints[ac_row" in source(spec, "fptt", dtype)
-        assert "ac_s0 -= 1)" in source(spec, "bptt", dtype)
-    assert "ac_s0 -= 1)" in source(spec, "bptt", "float32", replay=False)
+        assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype)
+        assert "ac_s0" not in source(spec, "bptt", dtype)
+    assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=False)
 
 
 def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: bool) -> dict[str, torch.Tensor]:

@@ -450,16 +450,17 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
                                        accumulate=True))
     b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
-    segment = b.plan.segment = replay_steps(derivation, options)
+    segment = replay_steps(derivation, options)
+    b.plan.segment = segment if segment > 1 else 0  # one step: the saved sequence's loop, read at t-1
     if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
         b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + ac_n0", "h[T-1]"))
-    elif segment:  # loaded by the replay, kept for the reverse pass
+    elif b.plan.segment:  # loaded by the replay, kept for the reverse pass
         b.plan.histories.append("ac_hist_h")
         b.plan.replay_loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
         b.plan.loads.append(_recall("ac_h_cur", "ac_hist_h", "h[t], from the replay"))
     else:
         b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
-    _previous_states(b, derivation)
+    _previous_states(b, derivation, "_checkpoints" if segment else "_seq")
     if step.needs_x:
         b.pointer("x_seq", const=True)
         b.register("x")
@@ -499,8 +500,9 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     return b.done()
 
 
-def _previous_states(b: _Builder, derivation: Derivation) -> None:
-    """Registers holding each needed state of step t-1: loaded, recomputed from h[t-1], or the initial value."""
+def _previous_states(b: _Builder, derivation: Derivation, saved_as: str) -> None:
+    """Registers holding each needed state of step t-1: loaded (from <state>`saved_as`), replayed, recomputed
+    from h[t-1], or the initial value."""
     system = derivation.system
     for i, (s, needed) in enumerate(zip(system.states, derivation.backward.needs_states)):
         if not needed:
@@ -519,15 +521,14 @@ def _previous_states(b: _Builder, derivation: Derivation) -> None:
         elif b.plan.segment:
             b.pointer(f"{s.name}_checkpoints", const=True)
             b.plan.histories.append(f"ac_hist_{s.name}")
-            row = "ac_s0" if b.plan.segment == 1 else f"ac_s0 / {b.plan.segment}"
-            checkpoint = b.load(s.name, f"{s.name}_checkpoints", f"({row} - 1) * N + ac_n0",
+            checkpoint = b.load(s.name, f"{s.name}_checkpoints", f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
                                 f"{s.name} before the segment: its checkpoint, or the initial value",
                                 otherwise=f"ac_init_{s.name}[lane]")
             b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
             b.plan.loads.append(_recall(s.name, f"ac_hist_{s.name}", f"{s.name}[t-1], from the replay"))
         else:
-            b.pointer(f"{s.name}_seq", const=True)
-            b.plan.loads.append(b.load(s.name, f"{s.name}_seq", "ac_row - N", f"saved {s.name}[t-1]",
+            b.pointer(f"{s.name}{saved_as}", const=True)
+            b.plan.loads.append(b.load(s.name, f"{s.name}{saved_as}", "ac_row - N", f"saved {s.name}[t-1]",
                                        otherwise=f"ac_init_{s.name}[lane]"))
 
 
