@@ -26,9 +26,13 @@ class Mutant(KernelRecord):
 
     def __init__(self, kernel: KernelRecord, old: str, new: str):
         source = kernel.full_codes
-        assert source.count(old) == 1, f"{kernel.kernel_name}: {old!r} occurs {source.count(old)} times, expected once"
+        # once, or once per copy of a replayed segment (the short last one and the full ones)
+        expected = 2 if kernel.checkpoint_steps > 1 and "ac_s0" in old + new else 1
+        assert source.count(old) == expected, (f"{kernel.kernel_name}: {old!r} occurs {source.count(old)} times, "
+                                               f"expected {expected}")
         self.uses = 0
-        super().__init__(kernel.kernel_name, source.replace(old, new), tuple(kernel.cparams.values()), kernel.lanes)
+        super().__init__(kernel.kernel_name, source.replace(old, new), tuple(kernel.cparams.values()), kernel.lanes,
+                         kernel.block, kernel.checkpoint_steps)
 
     @property
     def full_codes(self) -> str:
@@ -89,8 +93,10 @@ MUTATIONS = {
                                               "h_seq[ac_row + lane]", "bptt grad_x_seq"),
     "saved a[t-1] read as a[t]": Mutation("alif", "float16", "soft", "bptt", "a_checkpoints[ac_row - N + lane]",
                                           "a_checkpoints[ac_row + lane]", "bptt grad_x_seq"),
-    "replay without the spike's jump": Mutation("alif", "float32", "soft", "bptt", "(ac_s + (a[lane] * ac_k1))",
-                                                "(a[lane] * ac_k1)", "bptt grad_x_seq"),
+    "replay without the spike's jump": Mutation("alif", "float32", "soft", "bptt",
+                                                "const float ac_a_next = (ac_s + (a[lane] * ac_k1));",
+                                                "const float ac_a_next = (a[lane] * ac_k1) + 0 * ac_s0;",
+                                                "bptt grad_x_seq"),
     "hard reset to v_reset + 0.25": Mutation("lif", "float32", "hard", "fptt", "(ac_s * v_reset)",
                                              "(ac_s * (v_reset + 0.25f))", "fptt v_seq"),
     "soft reset by half the threshold": Mutation("lif", "float64", "soft", "fptt", "(ac_h - (ac_s * ac_thr))",
