@@ -9,7 +9,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .codegen.neuron import KERNELS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
+from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
 from .dtypes import DType, get_dtype
 from .errors import SpecError
 from .spec.derive import Derivation, Reset, derive
@@ -37,7 +37,7 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
             grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
-            layout: tuple[int, bool, int, int, bool, int, bool]) -> NeuronKernel:
+            layout: tuple[int, bool, int, int, bool, int, int]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -57,7 +57,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
-                  prefetch: int = 0, native: bool = False, block: int = 256, replay: bool = True) -> NeuronKernel:
+                  prefetch: int = 0, native: bool = False, block: int = 256, replay: int = REPLAY_STEPS
+                  ) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -68,8 +69,9 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
     for it).
-    `replay=False`: forward saves every step of a state that backward reads, where it could save every few
-    steps and backward replay the others (`codegen.neuron.replay_steps`). Forward and backward must agree.
+    `replay`: steps between the checkpoints that forward writes of a saved state whose steps backward can
+    replay (ALIF's adaptation: `codegen.neuron.replay_steps`); 0 or 1 saves every step. Forward and backward
+    must agree.
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.

@@ -268,8 +268,9 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
     n = x.shape[-1]
     shapes = {"vector": (n,), "sequence": x.shape}
     if any(name.endswith("_checkpoints") for name in names):  # multi-step only: rows by the dtype's kernel
-        every = entry(key).config.kernel("fptt", x.dtype, save_for_backward=True).checkpoint_steps
-        shapes["checkpoints"] = (launch.checkpoint_rows(x.shape[0], every), n)
+        steps = x.shape[0]
+        kernel = entry(key).config.kernel("fptt", x.dtype, save_for_backward=True, **launch.replay_option(n, steps))
+        shapes["checkpoints"] = (launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
     return [x.new_empty(shapes[launch.output_kind(name)]) for name in names]
 
 

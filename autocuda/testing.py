@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import reference
-from .codegen.neuron import KernelOptions, replay_steps
+from .codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
 from .dtypes import get_dtype
-from .runtime.neuron import NeuronConfig, backward, forward
+from .runtime.neuron import NeuronConfig, backward, forward, replay_option
 from .spec.model import NeuronSpec, Param, load_spec
 from .spec.system import initial_value
 from .spec.torch_eval import evaluate
@@ -510,15 +510,17 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
         params_ref = {p: learnable.get(p.name, _rounded_param(case.params[p.name], compute)) for p in system.params}
         expected = _reference_run(config, inputs, params_ref, learnable)
         actual = _kernel_run(config, inputs, params_k, single, backend, storage, dict(setup.layout) or None)
-        segment = 0 if single else _replay_steps(config, setup)
+        segment = 0 if single else _replay_steps(config, setup, *inputs.x.shape)
         found, masked = _compare_run(config, inputs, expected, actual, tol, single, segment)
         comparisons += found
         ambiguous = max(ambiguous, masked)
     return CaseReport(case.label, tuple(comparisons), neurons, ambiguous)
 
 
-def _replay_steps(config: NeuronConfig, setup: Setup) -> int:
-    options = KernelOptions("fptt", setup.dtype, replay=dict(setup.layout).get("replay", True))
+def _replay_steps(config: NeuronConfig, setup: Setup, steps: int, n: int) -> int:
+    """Steps between the rows of <state>_checkpoints: the setup's layout's, else what the launch chose."""
+    layout = dict(setup.layout) if setup.layout else replay_option(n, steps)
+    options = KernelOptions("fptt", setup.dtype, replay=layout.get("replay", REPLAY_STEPS))
     return replay_steps(config.derivation(), options)
 
 

@@ -20,12 +20,12 @@ LAYOUTS = {
                     {"lanes": 1, "prefetch": 2}, {"lanes": 1, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 3}, {"unroll": 8, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64},
-                    {"replay": False}, {"lanes": 4, "vector": True, "replay": False}],
+                    {"replay": 0}, {"lanes": 4, "vector": True, "replay": 0}],
     torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}, {"prefetch": 4},
                     {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64},
                     {"lanes": 1, "prefetch": 32, "block": 64}],  # one neuron per thread: pair copies
-    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}, {"replay": False}],
+    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}, {"replay": 0}],
 }
 
 
@@ -74,7 +74,7 @@ def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
                          ids=["float32", "bfloat16"])
 def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lanes, backward_lanes):
     """Many steps over few neurons: the forward kernel runs one neuron per thread (half precision one 4-byte
-    pair), the backward kernel two, both unrolled (runtime.neuron.LONG_LOOP_LANES)."""
+    pair), the backward kernel two, both unrolled (runtime.neuron.LONG_LOOP_LANES, LONG_LOOP)."""
     from autocuda.runtime import neuron
 
     steps, n = neuron.LONG_LOOP_STEPS, 2 * neuron.MIN_THREADS
@@ -85,8 +85,9 @@ def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lane
     backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]},
              dict(tau=2.0, v_threshold=1.0, v_reset=0.0), grad_finals=False, given_inits=False, backend="host")
     chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
-    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, "unroll": 8}
-    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, "unroll": 8}
+    long = {"unroll": 8, "replay": 32}  # replayed states (not LIF's) in 32-step segments
+    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, **long}
+    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, **long}
 
 
 def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():

@@ -99,13 +99,14 @@ def test_no_grad_forward_writes_no_saved_tensors():
     assert ops.forward_outputs(plan.key, False, False, False) == ("spike_seq", "v_final")
 
 
-def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64, numbers: bool = False):
+def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float64, numbers: bool = False,
+             steps: int = 4):
     """The forward op's arguments; `numbers`: the initial states as one number each instead of tensors."""
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
     plan = get_plan(spec, None, None, False, (), signature, True)
     g = torch.Generator().manual_seed(2)
-    shape = (5,) if single else (4, 5)
+    shape = (5,) if single else (steps, 5)
     x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_()
     states = [] if numbers else [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.states]
     initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
@@ -122,6 +123,19 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
 def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, numbers: bool):
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default,
                           (*_op_args(name, single, store, True, numbers=numbers), finals))
+
+
+@pytest.mark.parametrize(("steps", "every"), [(63, 8), (67, 32)])
+def test_fake_checkpoints_follow_the_long_loop_rule(steps: int, every: int):
+    """Long loops over few neurons replay ALIF's adaptation in 32-step segments, others in 8-step ones
+    (`runtime.neuron.LONG_LOOP`): the fake kernel shapes a_checkpoints as the launched kernel does."""
+    args = _op_args("alif", False, False, True, steps=steps)
+    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, (*args, True))
+    key, x, states, initial, tensors, scalars, store, save = args
+    outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
+                                                [t.detach() for t in tensors], scalars, store, save, True)
+    named = dict(zip(ops.forward_outputs(key, False, store, save), outputs))
+    assert named["a_checkpoints"].shape == (steps // every, 5)
 
 
 @pytest.mark.parametrize(("name", "store"), [("parametric_lif", False), ("alif", True)])

@@ -9,6 +9,7 @@ import torch
 
 from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.kernels import derivation, source
+from autocuda.runtime import tuning
 from autocuda.runtime.neuron import NeuronConfig, backward, forward
 from autocuda.spec.model import NeuronSpec, load_spec, spec_from_toml
 
@@ -54,10 +55,10 @@ def test_sources_write_and_read_checkpoints_only_where_arithmetic_is_the_storage
         assert "t % " not in source(spec, "fptt", dtype) and "a_checkpoints[ac_row" in source(spec, "fptt", dtype)
         assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype)
         assert "ac_s0" not in source(spec, "bptt", dtype)
-    assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=False)
+    assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=0)
 
 
-def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: bool) -> dict[str, torch.Tensor]:
+def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: int) -> dict[str, torch.Tensor]:
     config = NeuronConfig(spec, spec.surrogate, "hard")
     gen = torch.Generator().manual_seed(11)
     n = x.shape[1]
@@ -72,18 +73,33 @@ def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: bool) -> dict[str, tor
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("steps", [1, K - 1, K, K + 1, 3 * K + 5])
-def test_replayed_gradients_equal_saved_ones(steps, dtype):
-    """Checkpoints every K steps against every step (`replay=False`): the replay rebuilds a bit for bit."""
+@pytest.mark.parametrize(("segment", "steps"), [(k, t) for k in (K, tuning.REPLAY)
+                                                for t in (1, k - 1, k, k + 1, 3 * k + 5)])
+def test_replayed_gradients_equal_saved_ones(segment, steps, dtype):
+    """Checkpoints every `segment` steps (8 by default, 32 in long loops) against every step (`replay=0`): the
+    replay rebuilds a bit for bit."""
     x = (torch.randn(steps, 16, generator=torch.Generator().manual_seed(steps)) * 3 + 2).to(dtype)
     spec = load_spec("alif")
-    saved, replayed = _gradients(spec, x, replay=False), _gradients(spec, x, replay=True)
+    saved, replayed = _gradients(spec, x, replay=0), _gradients(spec, x, replay=segment)
     assert replayed["spike_seq"].sum() > 0, "spikes move a, so the replay is exercised"
     for key in ("spike_seq", "grad_x_seq", "grad_v_init", "grad_a_init"):
         assert torch.equal(replayed[key], saved[key]), key
     assert saved["a_checkpoints"].shape == x.shape
-    assert replayed["a_checkpoints"].shape == (steps // K, 16)
-    assert torch.equal(replayed["a_checkpoints"], saved["a_checkpoints"][K - 1::K])
+    assert replayed["a_checkpoints"].shape == (steps // segment, 16)
+    assert torch.equal(replayed["a_checkpoints"], saved["a_checkpoints"][segment - 1::segment])
+
+
+def test_long_loops_replay_longer_segments():
+    """The launch's own choice: 32-step segments where T >= 64 over few neurons, 8-step ones elsewhere."""
+    spec = load_spec("alif")
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    params = {p.name: p.default for p in spec.params}
+    for steps, every in ((63, K), (64, tuning.REPLAY), (100, tuning.REPLAY)):
+        x = torch.randn(steps, 8) + 1
+        out = forward(config, x, {"v": 0.0, "a": 0.0}, params, backend="host")
+        assert out["a_checkpoints"].shape == (steps // every, 8)
+    with pytest.raises(ValueError, match="replay: steps per checkpoint"):
+        source(spec, "fptt", "float32", replay=True)
 
 
 def test_replayed_gradients_match_autograd_through_the_reference():

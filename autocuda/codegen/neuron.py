@@ -36,6 +36,12 @@ _H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
 VECTOR_CTYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # bytes of one aligned access -> C type
 
 
+# Steps between checkpoints of replayed states, by default: 4/K bytes per neuron-step each way in float32 (against 4
+# for the saved sequence's), and two [K][lanes] register arrays per thread in backward. Long loops over few neurons
+# take more (`runtime.neuron.LONG_LOOP`): there a segment's loads are what keeps memory busy.
+REPLAY_STEPS = 8
+
+
 @dataclass(frozen=True)
 class KernelOptions:
     """Everything besides the derivation that changes a kernel's text."""
@@ -55,11 +61,13 @@ class KernelOptions:
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
     block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
-    replay: bool = True                                  # saved states as checkpoints, replayed (`replay_steps`)
+    replay: int = REPLAY_STEPS                           # steps per checkpoint of replayed states (`replay_steps`)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
+        if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
+            raise ValueError(f"replay: steps per checkpoint, an int >= 0 (0 or 1: every step), got {self.replay!r}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
         if not self.lanes:
             object.__setattr__(self, "lanes", self.dtype.width)
@@ -560,22 +568,17 @@ def _replay(b: _Builder, derivation: Derivation) -> None:
     del b.plan.body[start:]
 
 
-# Steps between checkpoints of replayed states: 4/K bytes per neuron-step each way in float32 (against 4 for the
-# saved sequence's), and two [K][lanes] register arrays per thread in backward.
-REPLAY_STEPS = 8
-
-
 def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
     """Steps per segment of a multi-step kernel of a replayable derivation (`Derivation.replayable`): forward
-    writes the saved states every so many steps, backward replays the others; 0 for other kernels.
+    writes the saved states every `options.replay` steps, backward replays the others; 0 for other kernels.
 
     1 (a checkpoint every step, as a saved sequence) where the arithmetic is not the storage's own (float16,
     bfloat16: a kernel computes in float, while its replay would see h rounded to the storage, and a spike
-    decided differently there would carry into every later step of the segment), or with `replay=False`. The
+    decided differently there would carry into every later step of the segment), or with `replay` 0 or 1. The
     name of what is saved stays the same for every dtype: the ops' outputs are named alike."""
     if not (derivation.replayable and options.kernel in ("fptt", "bptt")):
         return 0
-    return REPLAY_STEPS if options.replay and not options.dtype.packed else 1
+    return options.replay if options.replay > 1 and not options.dtype.packed else 1
 
 
 def describe(spec_title: str, derivation: Derivation, options: KernelOptions) -> tuple[str, ...]:

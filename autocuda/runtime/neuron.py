@@ -35,7 +35,14 @@ MIN_THREADS = 4096              # below this many threads, keep one word per thr
 # the compiler keep more steps' loads in flight. At (256, 64K) and (1024, 16K) on an H200 it sped up 8 of 12
 # training kernel pairs (LIF, QIF, Izhikevich in float32 and bfloat16; the other four slowed by 2-10%), e.g.
 # LIF bfloat16 at (1024, 16K) from 0.90 to 0.64 ms (`bench/results/2026-11-22-h200-suite2/unroll_sweep.txt`).
-LONG_LOOP, LONG_LOOP_STEPS, LONG_LOOP_NEURONS = (("unroll", 8),), 64, 128 * 1024
+# Such loops also replay saved states (ALIF's adaptation, `codegen.neuron.replay_steps`) in segments of 32 steps
+# rather than 8: a segment's replay loads its h values together, then its reverse pass its incoming gradients,
+# so 8-step segments kept only 8 steps of loads in flight. ALIF's float32 training on an H100 at (1024, 16K):
+# 52.0% of the floor saving `a` every step, 38.7% with 8-step segments, 72.0% with 32 (LIF 74.0%); at (256, 64K)
+# 70.2, 76.5 and 85.0%. At T = 8 a 32-step segment is one short segment with a test per step (58.8% at (8, 8M),
+# against 95.3% with 8), hence long loops only (`bench/results/2026-11-25-h100-replay-segments`).
+LONG_LOOP = (("replay", tuning.REPLAY), ("unroll", tuning.UNROLL))
+LONG_LOOP_STEPS, LONG_LOOP_NEURONS = 64, 128 * 1024
 # Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
 # Kernels alone at (8, 8M) and (64, 1M) on an H200 (`bench/results/2026-11-23-h200-half-arithmetic`): bfloat16
 # backward of ParametricLIF 0.163 -> 0.141 ms, Izhikevich 0.139 -> 0.121, EIF 0.126 -> 0.108, AdEx float32
@@ -342,7 +349,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
     time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
     rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
     per call matters more than their kernels' few microseconds."""
-    long = bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
+    long = long_loop(n, steps)
     tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
     if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
         tuned = config.tuned_layout(kind, flags, names, args, like, n, steps, long)
@@ -354,6 +361,17 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
     widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
     layout = {**choose_layout(n, like.dtype, _tensors(args), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
     return tuple(sorted(layout.items()))
+
+
+def long_loop(n: Any, steps: Any) -> bool:
+    """Whether a multi-step kernel over N neurons and T steps runs a long loop over few neurons (`LONG_LOOP`)."""
+    return bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
+
+
+def replay_option(n: Any, steps: Any) -> dict[str, int]:
+    """The `replay` option that `_layout` gives every kernel of such a shape (none: the kernels' default), for
+    callers that must know the shape of `<state>_checkpoints` without choosing a layout (fake kernels, tests)."""
+    return {"replay": tuning.REPLAY} if long_loop(n, steps) else {}
 
 
 def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:

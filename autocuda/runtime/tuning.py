@@ -32,6 +32,7 @@ REPEATS = 5
 # per block took 0.062 ms, 16 steps with 256 threads 0.082 ms, none (unrolled) 0.153 ms.
 CANDIDATES = ((1, 0, 256), (2, 0, 256), (4, 0, 256), (1, 32, 64), (2, 32, 64))
 UNROLL = 8
+REPLAY = 32  # steps per checkpoint of replayed states (`runtime.neuron.LONG_LOOP` says why)
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
 # twice (the fixed rule, `runtime.neuron.SHORT_LOOP`) or four times, 256 threads per block, nothing copied ahead.
 # Four times pays where a step has much arithmetic: TwoCompartment's bfloat16 inference at (64, 1M) reached
@@ -56,11 +57,11 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long:
             lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
         vector = lanes > 1
         layout = {"lanes": lanes if vector or pairs else 0, "vector": vector, "unroll": UNROLL,
-                  "prefetch": prefetch, "block": block}
+                  "prefetch": prefetch, "block": block, "replay": REPLAY}
         if fits(layout, n, dtype.itemsize, aligned) and layout not in out:
             out.append(layout)
     # Half precision with odd N fits none of them: one word per thread, element by element, still does.
-    return out or [{"lanes": 0, "vector": False, "unroll": UNROLL, "prefetch": 0, "block": 256}]
+    return out or [{"lanes": 0, "vector": False, "unroll": UNROLL, "prefetch": 0, "block": 256, "replay": REPLAY}]
 
 
 def _short_candidates(n: int, itemsize: int, aligned: Callable[[int], bool]) -> list[dict[str, Any]]:

@@ -415,11 +415,12 @@ def test_backward_launches_leave_the_autograd_thread_in_the_devices_context(monk
 @pytest.mark.parametrize("odd", [False, True], ids=["even", "odd"])
 @pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif"])
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif", "alif"])
 def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long, odd, tmp_path, monkeypatch):
     """Each layout the tuner may pick (shared-memory ring, pair copies for one half neuron per thread, vector
     accesses of 4, 8 or 16 bytes) gives bitwise the results of the fixed rule, for long loops over few neurons
-    and short ones over many, also for odd N (where half precision has no vector or pair layout left)."""
+    and short ones over many, also for odd N (where half precision has no vector or pair layout left); ALIF's
+    replay in 32-step segments (long loops) too."""
     from autocuda.runtime import neuron, tuning
 
     n = (2 * neuron.MIN_THREADS if long else neuron.LONG_LOOP_NEURONS) + odd
@@ -437,11 +438,11 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     def run(layout):
         out = neuron.forward(config, x, inits, params, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, **{f"{k}_init": v for k, v in inits.items()}}
-        saved |= {k: v for k, v in out.items() if k.endswith("_seq") and k not in ("spike_seq", "h_seq")}
+        saved |= {k: v for k, v in out.items() if k.endswith(("_seq", "_checkpoints")) and k != "spike_seq"}
         return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
                                      given_inits=False, layout=layout)
 
-    fixed = run({"lanes": 0, "unroll": 1})
+    fixed = run({"lanes": 0, "unroll": 1, **neuron.replay_option(n, steps)})
     layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long)
     assert layouts
     for layout in layouts:
