@@ -128,6 +128,8 @@ class DType:
     compute_type: DType | None = field(default=None, repr=False)   # the arithmetic's record; None: this one
     element_load: str = "{x}"          # one stored element -> compute type
     element_store: str = "{x}"         # compute type -> one stored element
+    element_store_up: str = ""         # compute type -> the nearest stored element above it (or equal)
+    element_store_down: str = ""       # ... below it (or equal)
     # Native packed arithmetic (a word of two lanes): building words and taking them apart.
     pair_elements: str = ""            # two stored elements {a}, {b} -> word
     pair_floats: str = ""              # two floats -> word
@@ -180,12 +182,13 @@ def _scalar_ops(funcs: dict[str, str], one: str, zero: str) -> MappingProxyType:
 def _packed(name: str, ctype: str, element: str, torch_dtype: torch.dtype, prefix: str, header: str,
             unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], load: str, store: str,
             pair: str, halves: tuple[str, str]) -> DType:
+    up, down = (store.replace("_rn(", f"_{mode}(") for mode in ("ru", "rd"))
     one, zero = f"{broadcast}(1.0f)", f"{broadcast}(0.0f)"
     ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{p}", prefix)
            for k, v in _PACKED_OPS.items()}
     prelude = _PACKED_PRELUDE.format(t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
     return DType(name, ctype, element, 2, torch_dtype, broadcast + "({v}f)", (header,), unpack, pack,
-                 MappingProxyType(ops), prelude, aliases, FLOAT32_UNDER_HALF, load, store,
+                 MappingProxyType(ops), prelude, aliases, FLOAT32_UNDER_HALF, load, store, up, down,
                  pair_elements=pair + "({a}, {b})", pair_floats=pack + "({a}, {b})",
                  halves=tuple(h + "({x})" for h in halves), float_halves=("__low2float({x})", "__high2float({x})"),
                  broadcast=broadcast + "({x})")

@@ -264,14 +264,16 @@ def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequen
 @neuron_forward.register_fake
 def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
                   final_states):
-    names = forward_outputs(key, x.dim() == 1, store_state_seq, save_for_backward, final_states)
-    n = x.shape[-1]
+    single, n = x.dim() == 1, x.shape[-1]
+    steps = None if single else x.shape[0]
+    kernel = entry(key).config.kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
+                                      save_for_backward=save_for_backward, final_states=final_states,
+                                      **({} if single else launch.replay_option(n, steps)))
     shapes = {"vector": (n,), "sequence": x.shape}
-    if any(name.endswith("_checkpoints") for name in names):  # multi-step only: rows by the dtype's kernel
-        steps = x.shape[0]
-        kernel = entry(key).config.kernel("fptt", x.dtype, save_for_backward=True, **launch.replay_option(n, steps))
+    if kernel.checkpoint_steps:  # multi-step only: a row every so many steps
         shapes["checkpoints"] = (launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
-    return [x.new_empty(shapes[launch.output_kind(name)]) for name in names]
+    return [x.new_empty(shapes[launch.output_kind(name)], dtype=p.torch_dtype) for name, p in kernel.cparams.items()
+            if p.pointer and not p.const]
 
 
 # -- backward ---------------------------------------------------------------------------------------------

@@ -42,19 +42,24 @@ def test_which_derivations_replay():
     assert not derivation(_adaptive("0.9 * a + s + 0.1 * v")).replayable, "v is not saved"
 
 
-def test_sources_write_and_read_checkpoints_only_where_arithmetic_is_the_storage():
+def test_sources_write_and_read_checkpoints():
     spec = load_spec("alif")
     saving = source(spec, "fptt", "float32")
     assert f"if (t % {K} == {K - 1})" in saving and f"a_checkpoints[t / {K} * N + ac_n0" in saving
-    assert "a_seq" not in saving
+    assert "a_seq" not in saving and "_ru(" not in saving, "float32 stores h as computed"
     both = source(spec, "fptt", "float32", store_state_seq=True)
     assert "a_seq[ac_row" in both and "a_checkpoints[t / " in both, "asked for, the sequence is written as well"
     bptt = source(spec, "bptt", "float64")
     assert f"a_checkpoints[(ac_s0 / {K} - 1) * N + ac_n0" in bptt and "ac_row - N" not in bptt
-    for dtype in ("bfloat16", "float16"):  # float arithmetic over rounded h: a checkpoint every step
-        assert "t % " not in source(spec, "fptt", dtype) and "a_checkpoints[ac_row" in source(spec, "fptt", dtype)
-        assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype)
-        assert "ac_s0" not in source(spec, "bptt", dtype)
+    for dtype, up in (("bfloat16", "__float2bfloat16_ru(ac_h)"), ("float16", "__float2half_ru(ac_h)")):
+        forward, backward = source(spec, "fptt", dtype), source(spec, "bptt", dtype)
+        # float arithmetic over h stored rounded: h rounded toward its side of the threshold, checkpoints in float
+        assert f"if (t % {K} == {K - 1})" in forward and up in forward
+        assert "float* __restrict__ a_checkpoints" in forward
+        assert "ac_s0" in backward and "const float* __restrict__ a_checkpoints" in backward
+        native = source(spec, "fptt", dtype, native=True, lanes=2)  # half2 arithmetic: every step, as stored
+        assert "t % " not in native and "a_checkpoints[ac_row" in native
+        assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype, native=True, lanes=2)
     assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=0)
 
 
@@ -117,3 +122,31 @@ def test_replayed_gradients_match_autograd_through_the_reference():
                     torch.autograd.grad([want, *want_finals], (x, a0), [g, *weights])):
         torch.testing.assert_close(a, b)
     assert sp.Symbol("a", real=True) in derivation(load_spec("alif")).system.states
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_h_is_stored_on_the_side_of_its_spike(dtype):
+    """float16 / bfloat16 kernels compute h in float and store it rounded; where rounding to nearest would
+    cross the threshold, h is stored rounded toward its own side, so a replay deciding the spike from the
+    stored h decides as forward did. ALIF with beta = 0 (a constant threshold, between two stored values) checks
+    it exactly."""
+    spec = load_spec("alif")
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    params = {p.name: p.default for p in spec.params} | {"beta": 0.0, "v_threshold": 1.001}
+    threshold = torch.tensor(1.001)  # as the kernel holds it: float32
+    x = (torch.rand(32, 4096, generator=torch.Generator().manual_seed(3)) * 2.5).to(dtype)
+    out = forward(config, x, {"v": 0.0, "a": 0.0}, params, backend="host")
+    h, spikes = out["h_seq"].float(), out["spike_seq"].float()
+    assert torch.equal((h >= threshold).float(), spikes), "the stored h decides every spike as forward did"
+    v, h32 = torch.zeros(x.shape[1]), []
+    for xt in x.float():  # forward's float arithmetic: h = v + (x - v) / 2, hard reset to 0
+        ht = v + (xt - v) * 0.5
+        h32.append(ht)
+        v = torch.where(ht >= threshold, 0.0, ht)
+    h32 = torch.stack(h32)
+    nearest = h32.to(dtype).float()
+    crossing = (nearest >= threshold) != (h32 >= threshold)
+    assert crossing.sum() > 0, "rounding to nearest would have crossed the threshold somewhere"
+    assert torch.equal(h[~crossing], nearest[~crossing]), "elsewhere h is rounded to nearest"
+    assert torch.equal(h[crossing] >= threshold, h32[crossing] >= threshold)
+    assert ((h - h32).abs() <= (h32.abs() * torch.finfo(dtype).eps)).all(), "within one unit of the last place"

@@ -33,6 +33,7 @@ from .printer import CudaPrinter
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
+_H_STORED = sp.Symbol("ac_h_stored", real=True)
 VECTOR_CTYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # bytes of one aligned access -> C type
 
 
@@ -239,14 +240,19 @@ class _Builder:
         self.plan.registers += [n for n in names if n not in self.plan.registers]
 
     def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None,
-             accumulate: bool = False) -> Transfer:
-        """register[lane] = element (converted to the compute type); added to it when `accumulate`."""
+             accumulate: bool = False, compute_type: bool = False) -> Transfer:
+        """register[lane] = element (converted to the compute type); added to it when `accumulate`. With
+        `compute_type` the element is of the arithmetic's type (as `pointer(..., compute_type=True)` declares)."""
         value, pair = self.storage.element_load, self.storage.pair_elements
+        if compute_type:
+            value, pair = "{x}", self.storage.pair_floats
         if accumulate:
             value = self.compute.op("add", f"{target}[lane]", value)
             pair = self.compute.op("add", f"{target}[lane]", pair)
-        return Transfer(comment, target, pointer, offset, value, self.storage.element, guard="t > 0" if otherwise
-                        else "", otherwise=otherwise or "", streamable=not accumulate, pair=pair)
+        element = (self.param_dtype if compute_type else self.storage).element
+        return Transfer(comment, target, pointer, offset, value, element, guard="t > 0" if otherwise
+                        else "", otherwise=otherwise or "", streamable=not accumulate, pair=pair,
+                        vectorizable=not compute_type)
 
     def initial(self, target: str, state: str) -> Transfer:
         """register[lane] = the initial value of `state`: its element of <state>_init, or the one number
@@ -416,18 +422,22 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
         b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
     b.statement("ac_out_spike[lane]", "ac_s", declare=False)
     b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
-    if saving:
-        b.statement("ac_out_h[lane]", "ac_h", declare=False)
-        b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
     segment = replay_steps(derivation, options)
+    if saving:
+        if segment > 1 and b.storage is not b.compute:
+            _h_stored_as_decided(b)
+        else:
+            b.statement("ac_out_h[lane]", "ac_h", declare=False)
+        b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
     for s, saved in zip(system.states, derivation.saved_states):
         if options.store_state_seq or (saved and saving and not segment):
             b.pointer(f"{s.name}_seq", const=False)
             b.plan.stores.append(b.store(f"{s.name}_seq", "ac_row", f"{s.name}", f"{s.name}[t] after reset"))
         if saved and saving and segment:  # backward replays the steps in between
-            b.pointer(f"{s.name}_checkpoints", const=False)
+            exact = segment > 1  # a replay starts from the value forward had
+            b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
             store = b.store(f"{s.name}_checkpoints", "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
-                            f"{s.name}", f"{s.name}[t] after reset: a checkpoint")
+                            f"{s.name}", f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
             b.plan.stores.append(dataclasses.replace(store, guard=f"t % {segment} == {segment - 1}")
                                  if segment > 1 else store)
     for s in system.states if options.final_states else ():
@@ -435,6 +445,25 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
         b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
     b.scalar_params()
     return b.done()
+
+
+def _h_stored_as_decided(b: _Builder) -> None:
+    """h for h_seq, rounded to the storage toward the side of the threshold forward's spike was decided on:
+    to nearest, unless that crosses the threshold, then up (a spike) or down (none). Within one unit of the
+    storage's last place of h either way, and a replay that compares it with the same threshold decides the
+    same spike."""
+    storage = b.storage
+    load = storage.element_load
+
+    def stored(rounding: str) -> str:
+        return load.replace("{x}", rounding.replace("{x}", "ac_h"))
+    b.printer.names[_H_STORED] = "ac_h_stored"
+    b.statement("ac_h_stored", stored(storage.element_store), comment="h as stored, rounded to nearest")
+    b.statement("ac_s_stored", sp.Heaviside(_H_STORED - THRESHOLD, 1))
+    b.statement("ac_out_h[lane]", "ac_h", declare=False, guard="ac_s_stored == ac_s",
+                otherwise=f"(ac_s != {b.compute.literal(0)}) ? {stored(storage.element_store_up)} : "
+                          f"{stored(storage.element_store_down)}",
+                comment="unless that decides the spike otherwise: then rounded toward the side h was on")
 
 
 def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> _Plan:
@@ -527,11 +556,11 @@ def _previous_states(b: _Builder, derivation: Derivation, saved_as: str) -> None
                         comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0",
                         otherwise=f"ac_init_{s.name}[lane]")
         elif b.plan.segment:
-            b.pointer(f"{s.name}_checkpoints", const=True)
+            b.pointer(f"{s.name}_checkpoints", const=True, compute_type=True)
             b.plan.histories.append(f"ac_hist_{s.name}")
             checkpoint = b.load(s.name, f"{s.name}_checkpoints", f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
                                 f"{s.name} before the segment: its checkpoint, or the initial value",
-                                otherwise=f"ac_init_{s.name}[lane]")
+                                otherwise=f"ac_init_{s.name}[lane]", compute_type=True)
             b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
             b.plan.loads.append(_recall(s.name, f"ac_hist_{s.name}", f"{s.name}[t-1], from the replay"))
         else:
@@ -572,13 +601,14 @@ def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
     """Steps per segment of a multi-step kernel of a replayable derivation (`Derivation.replayable`): forward
     writes the saved states every `options.replay` steps, backward replays the others; 0 for other kernels.
 
-    1 (a checkpoint every step, as a saved sequence) where the arithmetic is not the storage's own (float16,
-    bfloat16: a kernel computes in float, while its replay would see h rounded to the storage, and a spike
-    decided differently there would carry into every later step of the segment), or with `replay` 0 or 1. The
-    name of what is saved stays the same for every dtype: the ops' outputs are named alike."""
+    Checkpoints are kept in the arithmetic's type. In float16 and bfloat16 (float arithmetic) the replay sees h
+    as stored, so forward stores it rounded toward the side of the threshold it was on (`_h_stored_as_decided`):
+    the replay decides every spike as forward did. 1 (a checkpoint every step, as a saved sequence) with
+    `replay` 0 or 1, or native half2 arithmetic. The name of what is saved stays the same for every dtype: the
+    ops' outputs are named alike."""
     if not (derivation.replayable and options.kernel in ("fptt", "bptt")):
         return 0
-    return options.replay if options.replay > 1 and not options.dtype.packed else 1
+    return options.replay if options.replay > 1 and not options.native else 1
 
 
 def describe(spec_title: str, derivation: Derivation, options: KernelOptions) -> tuple[str, ...]:

@@ -90,17 +90,10 @@ def checkpoint_rows(steps: Any, every: int) -> Any:
     return steps // every
 
 
-def _output_dtype(name: str, storage: torch.dtype) -> torch.dtype:
-    """Sequences and states are stored in the input's dtype; parameter gradients in the compute dtype."""
-    if name.startswith("grad_") and not (name.endswith("_seq") or name.endswith("_init")):
-        return torch.float64 if storage == torch.float64 else torch.float32
-    return storage
-
-
 class Recipe:
     """How to fill one kernel's arguments, worked out once from its parameter list: each parameter is a size
     (N, T), a scalar or an input tensor taken from the caller's mapping, or an output allocated here (shaped
-    like the sequence, one value per neuron, or a row per `checkpoint_steps` steps, in `_output_dtype`).
+    like the sequence, one value per neuron, or a row per `checkpoint_steps` steps, of its parameter's type).
     Outputs come back in parameter order."""
 
     def __init__(self, kernel: KernelRecord, storage: torch.dtype):
@@ -114,7 +107,7 @@ class Recipe:
             elif param.const:
                 self.args.append(("input", name, param.torch_dtype))
             else:
-                self.args.append((output_kind(name), name, _output_dtype(name, storage)))
+                self.args.append((output_kind(name), name, param.torch_dtype))
         self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
         # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
         # arguments: (tag, name, dtype, output index or None).
@@ -163,7 +156,8 @@ class Recipe:
             elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
             else:
-                produced.append(like.new_empty((checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)))
+                rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
+                produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
         # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
         # the scalars), then put in parameter order by one itemgetter: a loop over the parameters with a branch
         # each cost 40% more (callgrind, LIF: 9), and a list of the scalars built per call 2.5 thousand
