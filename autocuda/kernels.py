@@ -37,7 +37,7 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
 def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
             grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
-            layout: tuple[int, bool, int, int, bool, int, int]) -> NeuronKernel:
+            layout: tuple[int, bool, int, int, int, int, bool, int, int]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -57,15 +57,17 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
-                  prefetch: int = 0, native: bool = False, block: int = 256, replay: int = REPLAY_STEPS
-                  ) -> NeuronKernel:
+                  prefetch: int = 0, staged: int = 0, staged_blocks: int = 1, native: bool = False,
+                  block: int = 256, replay: int = REPLAY_STEPS) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
     `per_neuron` hold one value per neuron, the others a single value. Other runtime parameters are scalars
     passed by value; `constants` are folded into the source. `lanes` (neurons per thread), `vector` (one
     aligned access per transfer; the caller guarantees N % lanes == 0 and 16-byte aligned tensors) and
-    `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight) only change speed. `native`
+    `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight through shared memory) or
+    `staged` with `staged_blocks` (blocks of that many steps of inputs loaded into registers so many blocks
+    ahead; vector accesses only) only change speed. `native`
     computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
     for it).
@@ -89,7 +91,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
                    tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   grad_finals, given_inits, final_states, (lanes, vector, unroll, prefetch, native, block, replay))
+                   grad_finals, given_inits, final_states,
+                   (lanes, vector, unroll, prefetch, staged, staged_blocks, native, block, replay))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

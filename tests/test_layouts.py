@@ -20,12 +20,18 @@ LAYOUTS = {
                     {"lanes": 1, "prefetch": 2}, {"lanes": 1, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 3}, {"unroll": 8, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64}, {"prefetch": 32, "block": 64},
-                    {"replay": 0}, {"lanes": 4, "vector": True, "replay": 0}],
+                    {"replay": 0}, {"lanes": 4, "vector": True, "replay": 0},
+                    {"lanes": 1, "vector": True, "staged": 4},
+                    {"lanes": 2, "vector": True, "staged": 2, "staged_blocks": 2},
+                    {"lanes": 4, "vector": True, "staged": 32, "block": 64}],
     torch.float16: [{"lanes": 8, "vector": True, "unroll": 4}, {"lanes": 2, "vector": True}, {"prefetch": 4},
                     {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 8},
                     {"lanes": 2, "vector": True, "prefetch": 32, "block": 64},
-                    {"lanes": 1, "prefetch": 32, "block": 64}],  # one neuron per thread: pair copies
-    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}, {"replay": 0}],
+                    {"lanes": 1, "prefetch": 32, "block": 64},  # one neuron per thread: pair copies
+                    {"lanes": 2, "vector": True, "staged": 4},
+                    {"lanes": 8, "vector": True, "staged": 2, "staged_blocks": 3}],
+    torch.float64: [{"lanes": 2, "vector": True, "unroll": 2}, {"prefetch": 5}, {"replay": 0},
+                    {"lanes": 1, "vector": True, "staged": 4}],
 }
 
 
@@ -117,7 +123,8 @@ NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}
 def test_native_packed_arithmetic_agrees_with_float(name, dtype):
     spec = load_spec(name)
     reference = _run_all(spec, dtype, {"lanes": 2})
-    for layout in ({"native": True}, {"native": True, "lanes": 4, "prefetch": 2}):
+    for layout in ({"native": True}, {"native": True, "lanes": 4, "prefetch": 2},
+                   {"native": True, "lanes": 4, "vector": True, "staged": 4}):
         result = _run_all(spec, dtype, layout)
         assert torch.equal(result["spike_seq"], reference["spike_seq"]), f"{name} {layout}: spikes differ"
         for key in reference:
@@ -151,3 +158,27 @@ def test_invariants_of_scalar_parameters_take_one_register_whatever_the_lanes(ki
                            vector=True).full_codes
     assert re.search(r"ac_kc?\d+\[lane\] = \(1\.0f / \(1\.0f \+ expf\(\(?-?ac_w\[lane\]", source)
     assert not re.search(r"const float ac_kc?\d+ = ", source)
+
+
+def test_staged_inputs_fit_the_register_budget_and_need_vector_accesses():
+    """`staged` keeps blocks of inputs in registers: halved until they fit STAGED_WORDS, none without vector
+    accesses, without a time loop or in replayed segments; and it is one way of loading ahead, the ring another."""
+    from autocuda.codegen.neuron import STAGED_WORDS
+
+    def staged(name, kind, **layout):
+        return neuron_kernel(load_spec(name), kind, "float32", **layout).plan.staged
+
+    assert STAGED_WORDS == 128  # the arithmetic below
+    assert staged("lif", "fptt", lanes=1, vector=True, staged=32) == 32  # 1 input x 1 word x 2 blocks x 32 steps
+    assert staged("lif", "bptt", lanes=2, vector=True, staged=32) == 16  # 2 inputs x 2 words x 2 blocks: 32 take 256
+    assert staged("lif", "bptt", lanes=4, vector=True, staged=32, staged_blocks=3) == 4
+    assert staged("lif", "fptt", lanes=2, staged=32) == 0, "element by element: nothing staged"
+    assert staged("lif", "step-forward", lanes=1, vector=True, staged=32) == 0, "no time loop"
+    assert staged("alif", "bptt", lanes=1, vector=True, staged=32) == 0, "replayed segments load their own way"
+    assert staged("alif", "fptt", lanes=1, vector=True, staged=32) == 32
+    lif = load_spec("lif")
+    with pytest.raises(ValueError, match="two ways of loading ahead"):
+        neuron_kernel(lif, "fptt", prefetch=8, staged=8)
+    for bad in ({"staged": True}, {"staged": -1}, {"staged": 8, "staged_blocks": 0}):
+        with pytest.raises(ValueError, match="staged"):
+            neuron_kernel(lif, "fptt", **bad)

@@ -77,7 +77,10 @@ class Mutation(NamedTuple):
     new: str
     fails: str          # a comparison that must fail, e.g. "bptt grad_x_seq"
     times: int = 1      # occurrences of `old` (a replayed segment is rendered twice: the short one, the full ones)
+    layout: tuple = ()  # kernel layout options, as `Setup.layout`
 
+
+STAGED = (("lanes", 1), ("staged", 2), ("vector", True))
 
 MUTATIONS = {
     "grad_x sign flipped": Mutation("lif", "float32", "hard", "bptt", "ac_out_grad_x[lane]", "", "bptt grad_x_seq"),
@@ -109,11 +112,19 @@ MUTATIONS = {
                                               "ac_acc_w[lane] = (ac_acc_w[lane] - ", "bptt grad_w"),
     "per-neuron parameter read as shared": Mutation("parametric_lif", "float32", "soft", "fptt", "w[ac_n0 + lane]",
                                                     "w[0]", "fptt h_seq"),
+    # inputs staged in registers two steps per block: a block that never moves up replays the first one's inputs
+    "staged blocks never move up": Mutation("lif", "float32", "hard", "bptt",
+                                            "ac_h_cur_staged[ac_b][ac_d] = ac_h_cur_staged[ac_b + 1][ac_d];",
+                                            "/* not moved */",
+                                            "bptt grad_x_seq", layout=STAGED),
+    "staged input read a step late": Mutation("qif", "float64", "soft", "fptt", "&x_staged[0][ac_d]",
+                                              "&x_staged[(ac_d + 1) / 2][(ac_d + 1) % 2]", "fptt v_seq",
+                                              layout=STAGED),
 }
 
 
 def _setup(m: Mutation) -> Setup:
-    return Setup(load_spec(m.spec), m.dtype, m.reset)
+    return Setup(load_spec(m.spec), m.dtype, m.reset, layout=m.layout)
 
 
 def _mutated(m: Mutation) -> MutatedConfig:

@@ -118,17 +118,23 @@ def test_records_survive_json():
 def test_long_loop_candidates_fit_the_dtype_and_the_neurons():
     from autocuda.runtime import tuning
 
-    def lanes(layouts):
-        return sorted({(layout["lanes"], layout["prefetch"]) for layout in layouts})
+    def lanes(layouts):  # (neurons per thread, steps in the shared ring, steps per block staged in registers)
+        return sorted({(layout["lanes"], layout["prefetch"], layout.get("staged", 0)) for layout in layouts})
 
     always = lambda width: True  # noqa: E731
-    assert lanes(tuning.candidates(16384, torch.float32, always)) == [(0, 0), (0, 32), (2, 0), (2, 32), (4, 0)]
-    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(1, 32), (2, 0), (2, 32), (4, 0)]
-    assert lanes(tuning.candidates(16383, torch.bfloat16, always)) == [(0, 0)], "odd N: no pairs, no vectors"
-    assert lanes(tuning.candidates(16384, torch.float64, always)) == [(0, 0), (0, 32), (2, 0), (2, 32)]
-    assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0), (0, 32)], "odd N: one per thread"
-    assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == [(0, 0), (0, 32), (2, 0),
-                                                                                      (2, 32)]
+    staged = [(1, 0, 32), (2, 0, 16), (2, 0, 32)]  # one 4-byte word per step at least
+    assert lanes(tuning.candidates(16384, torch.float32, always)) == sorted(
+        [(0, 0, 0), (0, 32, 0), (2, 0, 0), (2, 32, 0), (4, 0, 0), *staged])
+    assert lanes(tuning.candidates(16384, torch.bfloat16, always)) == [(1, 32, 0), (2, 0, 0), (2, 0, 16), (2, 0, 32),
+                                                                      (2, 32, 0), (4, 0, 0)]
+    assert lanes(tuning.candidates(16383, torch.bfloat16, always)) == [(0, 0, 0)], "odd N: no pairs, no vectors"
+    assert lanes(tuning.candidates(16384, torch.float64, always)) == sorted(
+        [(0, 0, 0), (0, 32, 0), (2, 0, 0), (2, 32, 0), *staged]), "no 32-byte vectors"
+    assert lanes(tuning.candidates(16385, torch.float32, always)) == [(0, 0, 0), (0, 32, 0), (1, 0, 32)], \
+        "odd N: one per thread"
+    assert lanes(tuning.candidates(16384, torch.float32, lambda width: width <= 8)) == sorted(
+        [(0, 0, 0), (0, 32, 0), (2, 0, 0), (2, 32, 0), *staged])
+    assert all(c["vector"] for c in tuning.candidates(16385, torch.float32, always) if c.get("staged"))
     assert {c["block"] for c in tuning.candidates(16384, torch.float32, always) if c["prefetch"]} == {64}
     assert all(c["unroll"] == tuning.UNROLL for c in tuning.candidates(64, torch.float16, always))
 

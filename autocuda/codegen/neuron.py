@@ -60,6 +60,8 @@ class KernelOptions:
     vector: bool = False                                 # one aligned access per transfer (needs N % lanes == 0)
     unroll: int = 1                                      # unrolling of the time loop (lets loads run ahead)
     prefetch: int = 0                                    # steps of streamed inputs kept in flight (0, 1: none)
+    staged: int = 0                                      # steps per block of streamed inputs loaded into registers
+    staged_blocks: int = 1                               # ... that many blocks ahead (`staged_steps`)
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
     block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
     replay: int = REPLAY_STEPS                           # steps per checkpoint of replayed states (`replay_steps`)
@@ -67,6 +69,13 @@ class KernelOptions:
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
+        for name in ("staged", "staged_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "staged_blocks"):
+                raise ValueError(f"{name}: an int >= {int(name == 'staged_blocks')}, got {value!r}")
+        if self.prefetch > 1 and self.staged > 1:
+            raise ValueError("prefetch (a ring in shared memory) and staged (registers) are two ways of loading "
+                             f"ahead: give one (got prefetch={self.prefetch}, staged={self.staged})")
         if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
             raise ValueError(f"replay: steps per checkpoint, an int >= 0 (0 or 1: every step), got {self.replay!r}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
@@ -144,6 +153,7 @@ class _Plan:
     constants: list[Statement] = field(default_factory=list)  # of scalar parameters alone: one per thread
     streamed: list[Transfer] = field(default_factory=list)   # per-step loads issued `depth` steps early
     depth: int = 0                                           # steps of `streamed` in flight (0: none)
+    staged: int = 0                                          # or: steps per block of `streamed` in registers
     setup: list[Transfer] = field(default_factory=list)
     loads: list[Transfer] = field(default_factory=list)
     body: list[Statement] = field(default_factory=list)
@@ -194,6 +204,7 @@ class NeuronKernel(CKernel):
                 "vector_t": VECTOR_CTYPES.get(self.lanes * storage.torch_dtype.itemsize, ""),
                 "unroll": f"#pragma unroll {self.options.unroll}" if self.options.unroll > 1 else "",
                 "depth": self.plan.depth, "block": self.options.block,
+                "staged": self.plan.staged, "staged_blocks": self.options.staged_blocks,
                 "element_bytes": storage.torch_dtype.itemsize, "pair_copy": pair_copies(self.options),
                 **{k: getattr(self.plan, k) for k in ("registers", "constants", "streamed", "setup", "loads", "body",
                                                      "stores", "finish", "segment", "histories", "replay_setup",
@@ -646,14 +657,41 @@ def pipeline_depth(options: KernelOptions, streamed: int) -> int:
     shared memory, none where an element cannot be copied asynchronously (cp.async moves 4, 8 or 16 bytes).
 
     Why shared memory and cp.async: a long loop over few neurons has few threads, each waiting on memory every
-    step. Loads issued steps ahead into registers did not help (ptxas waited on them at once), while a ring of
-    asynchronous copies waited on by count took a LIF forward at (T, N) = (1024, 16K) from 0.153 ms to 0.062 ms
-    on an H200 (`bench/results/2026-11-22-h200-async-ring/microbenchmark.txt`)."""
+    step. Loads issued steps ahead into registers and converted at once did not help (ptxas waited on them at
+    once; kept raw they do: `staged_steps`), while a ring of asynchronous copies waited on by count took a LIF
+    forward at (T, N) = (1024, 16K) from 0.153 ms to 0.062 ms on an H200
+    (`bench/results/2026-11-22-h200-async-ring/microbenchmark.txt`)."""
     element = options.dtype.torch_dtype.itemsize
     if options.prefetch <= 1 or not streamed or (not options.vector and element < 4 and not pair_copies(options)):
         return 0
     slot = 4 if pair_copies(options) else options.lanes * element
     return min(options.prefetch, SHARED_BYTES // (options.block * slot * streamed))
+
+
+# 32-bit registers a thread may give the staged inputs (every streamed input's blocks ahead and the running one):
+# long loops run few threads, so registers are plentiful, but not to spilling.
+STAGED_WORDS = 128
+
+
+def staged_steps(options: KernelOptions, streamed: list[Transfer]) -> int:
+    """Steps per block of the register pipeline: `options.staged`, halved until the staged inputs fit in
+    STAGED_WORDS registers; 0 (none) without the option, without streamed inputs or without vector accesses
+    (an input stays in registers in its storage form, one vector per step, until its step converts it).
+
+    Why registers after all: the ring in shared memory waits on its copies every step, and a long loop over few
+    threads pays for that wait step after step. Loads issued a block of steps ahead, into registers that nothing
+    reads until their step, took hand-written bfloat16 loops at (1024, 16K) on an H100 from the library's 60.5 to
+    46-52 us (LIF forward) and from 116 to 70 us (a LIF-like backward;
+    `bench/results/2026-11-25-h100-register-prefetch`); the generated kernels won 94 of 108 tunings of the core
+    six at (1024, 16K) and (256, 64K) on an H200, by up to 1.49x (`bench/results/2026-11-25-h200-staged`). The
+    raw values matter: converted on arrival, they make ptxas wait at once (as `pipeline_depth` found)."""
+    if options.staged <= 1 or not streamed or not options.vector or not all(t.vectorizable for t in streamed):
+        return 0
+    words = max(1, options.lanes * options.dtype.torch_dtype.itemsize // 4) * len(streamed)
+    steps = options.staged
+    while steps > 1 and steps * words * (options.staged_blocks + 1) > STAGED_WORDS:
+        steps //= 2
+    return steps if steps > 1 else 0
 
 
 def pair_copies(options: KernelOptions) -> bool:
@@ -671,9 +709,10 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     else:
         plan = _backward(derivation, options, surrogate_gradient)
     streamed = [t for t in plan.loads if t.streamable]
-    plan.depth = pipeline_depth(options, len(streamed)) if options.kernel in ("fptt", "bptt") and not plan.segment \
-        else 0
-    if plan.depth > 1:
+    if options.kernel in ("fptt", "bptt") and not plan.segment:
+        plan.depth = pipeline_depth(options, len(streamed))
+        plan.staged = staged_steps(options, streamed)
+    if plan.depth > 1 or plan.staged:
         plan.streamed, plan.loads = streamed, [t for t in plan.loads if not t.streamable]
     # Readable parts first; the digest tells apart variants that differ in anything else.
     # A forward kernel depends on detach_reset and the surrogate only through what it saves: leaving them out

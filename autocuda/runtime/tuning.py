@@ -26,11 +26,14 @@ import torch
 from .. import store
 
 REPEATS = 5
-# (neurons per thread, steps of inputs copied ahead into shared memory, threads per block) tried for each long
-# loop; every candidate is unrolled. Small blocks leave room for a deep ring: in the micro-benchmark of
-# `bench/results/2026-11-22-h200-async-ring` (LIF forward, (1024, 16K)) 32 steps ahead with 64 or 128 threads
-# per block took 0.062 ms, 16 steps with 256 threads 0.082 ms, none (unrolled) 0.153 ms.
-CANDIDATES = ((1, 0, 256), (2, 0, 256), (4, 0, 256), (1, 32, 64), (2, 32, 64))
+# (neurons per thread, steps of inputs copied ahead into shared memory, threads per block, steps per block of
+# inputs loaded a block ahead into registers) tried for each long loop; every candidate is unrolled. Small blocks
+# leave room for a deep ring: in the micro-benchmark of `bench/results/2026-11-22-h200-async-ring` (LIF forward,
+# (1024, 16K)) 32 steps ahead with 64 or 128 threads per block took 0.062 ms, 16 steps with 256 threads 0.082 ms,
+# none (unrolled) 0.153 ms. Registers served half precision and backward better still on an H100
+# (`codegen.neuron.staged_steps`).
+CANDIDATES = ((1, 0, 256, 0), (2, 0, 256, 0), (4, 0, 256, 0), (1, 32, 64, 0), (2, 32, 64, 0),
+              (1, 0, 64, 32), (2, 0, 64, 16), (2, 0, 64, 32))
 UNROLL = 8
 REPLAY = 32  # steps per checkpoint of replayed states (`runtime.neuron.LONG_LOOP` says why)
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
@@ -51,13 +54,13 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long:
     if not long:
         return _short_candidates(n, dtype.itemsize, aligned)
     out = []
-    for lanes, prefetch, block in CANDIDATES:
+    for lanes, prefetch, block, staged in CANDIDATES:
         pairs = _pair_copies(lanes, prefetch, dtype.itemsize)
         if not pairs:
             lanes = max(lanes, 4 // dtype.itemsize)  # a 4-byte word at least
-        vector = lanes > 1
+        vector = lanes > 1 or bool(staged)  # staged inputs sit in registers as vectors (one word at least)
         layout = {"lanes": lanes if vector or pairs else 0, "vector": vector, "unroll": UNROLL,
-                  "prefetch": prefetch, "block": block, "replay": REPLAY}
+                  "prefetch": prefetch, "block": block, "replay": REPLAY, **({"staged": staged} if staged else {})}
         if fits(layout, n, dtype.itemsize, aligned) and layout not in out:
             out.append(layout)
     # Half precision with odd N fits none of them: one word per thread, element by element, still does.
@@ -136,7 +139,8 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
     (`run(layout)` launches the kernel with one) and stored."""
     if len(layouts) == 1:
         return layouts[0]
-    name = store.key(repr(("layout", text, torch.cuda.get_device_name(device))))
+    # the candidates belong to the key: a new set of them is timed afresh rather than one of the old ones reused
+    name = store.key(repr(("layout", text, torch.cuda.get_device_name(device), layouts)))
     known = store.read("tuning", name)
     if known is not None:
         try:
