@@ -76,24 +76,27 @@ def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
     assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
 
 
-@pytest.mark.parametrize("dtype, forward_lanes, backward_lanes", [(torch.float32, 0, 2), (torch.bfloat16, 2, 2)],
-                         ids=["float32", "bfloat16"])
-def test_long_loops_take_one_neuron_forward_and_two_backward(dtype, forward_lanes, backward_lanes):
-    """Many steps over few neurons: the forward kernel runs one neuron per thread (half precision one 4-byte
-    pair), the backward kernel two, both unrolled (runtime.neuron.LONG_LOOP_LANES, LONG_LOOP)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_loops_stage_two_neurons_per_thread_where_nothing_is_timed(dtype):
+    """Many steps over few neurons, on the host runner (as under CUDA graph capture): both kernels run two
+    neurons per thread in one vector access, 64 threads per block, unrolled, 16 steps of inputs staged in
+    registers (runtime.neuron.LONG_LOOP_LANES, LONG_LOOP); too few neurons for that, one per thread."""
     from autocuda.runtime import neuron
 
-    steps, n = neuron.LONG_LOOP_STEPS, 2 * neuron.MIN_THREADS
     spec = load_spec("lif")
-    config = NeuronConfig(spec, spec.surrogate, "hard")
-    x = (torch.randn(steps, n) * 2).to(dtype)
-    out = forward(config, x, {"v": 0.0}, dict(tau=2.0, v_threshold=1.0, v_reset=0.0), backend="host")
-    backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]},
-             dict(tau=2.0, v_threshold=1.0, v_reset=0.0), grad_finals=False, given_inits=False, backend="host")
-    chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
-    long = {"unroll": 8, "replay": 32}  # replayed states (not LIF's) in 32-step segments
-    assert chosen["fptt"] == {"lanes": forward_lanes, "vector": forward_lanes > 0, **long}
-    assert chosen["bptt"] == {"lanes": backward_lanes, "vector": True, **long}
+    params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
+    long = {"block": 64, "unroll": 8, "replay": 32, "staged": 16}  # replayed states (not LIF's) in 32-step segments
+    for n, lanes in ((2 * neuron.MIN_THREADS, 2), (2 * neuron.MIN_THREADS - 2, 0)):
+        config = NeuronConfig(spec, spec.surrogate, "hard")
+        x = (torch.randn(neuron.LONG_LOOP_STEPS, n) * 2).to(dtype)
+        out = forward(config, x, {"v": 0.0}, params, backend="host")
+        backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
+                 grad_finals=False, given_inits=False, backend="host")
+        chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
+        expected = {"lanes": lanes, "vector": True, **long} if lanes else long  # below: the kernel's default lanes
+        assert chosen == {"fptt": expected, "bptt": expected}, n
+        staged = ["software pipeline in registers" in recipe.kernel.full_codes for recipe in config._recipes.values()]
+        assert staged == [lanes > 0] * 2, "staging needs vector accesses"
 
 
 def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():

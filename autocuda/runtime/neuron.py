@@ -41,7 +41,12 @@ MIN_THREADS = 4096              # below this many threads, keep one word per thr
 # 52.0% of the floor saving `a` every step, 38.7% with 8-step segments, 72.0% with 32 (LIF 74.0%); at (256, 64K)
 # 70.2, 76.5 and 85.0%. At T = 8 a 32-step segment is one short segment with a test per step (58.8% at (8, 8M),
 # against 95.3% with 8), hence long loops only (`bench/results/2026-11-25-h100-replay-segments`).
-LONG_LOOP = (("replay", tuning.REPLAY), ("unroll", tuning.UNROLL))
+# Where no layout is timed (CUDA graph capture, the host runner), such loops stage 16 steps of their inputs in
+# registers a block ahead (`codegen.neuron.staged_steps`, two neurons per thread where N allows) with 64 threads
+# per block, so that 16K neurons still spread over the SMs (with 256, 16K threads fill 64 blocks: half of an
+# H100's 132 SMs idle). Training of the core six on an H100 against one neuron per thread forward, unrolled, 256
+# per block: 0.24-0.51x the time at (1024, 16K), 0.47-0.76x at (256, 64K) (`bench/results/2026-11-25-h100-fixed-rule`).
+LONG_LOOP = (("block", 64), ("replay", tuning.REPLAY), ("staged", 16), ("unroll", tuning.UNROLL))
 LONG_LOOP_STEPS, LONG_LOOP_NEURONS = 64, 128 * 1024
 # Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
 # Kernels alone at (8, 8M) and (64, 1M) on an H200 (`bench/results/2026-11-23-h200-half-arithmetic`): bfloat16
@@ -54,11 +59,11 @@ SHORT_LOOP = (("unroll", tuning.SHORT_UNROLL),)
 # ParametricLIF 4.35 -> 4.00; float32 unchanged (3.7-4.0 us); unrolled eight times 5.0 us (T = 4 then runs
 # only the remainder loop).
 SMALL_LOOP = (("unroll", 4),)
-# Neurons per thread in such loops: forward one (half precision two, one 4-byte word), backward two. With
-# unrolling, in the kernel sweep `bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt` (LIF,
-# Izhikevich, AdEx at (256, 64K) and (1024, 16K)): LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms,
-# LIF bfloat16 training there 0.16 + 0.50 -> 0.14 + 0.23 ms, Izhikevich float32 forward-and-save 0.38 -> 0.17 ms.
-LONG_LOOP_LANES = {"fptt": 1, "bptt": 2}
+# Neurons per thread in such loops where no layout is timed: two, in one vector access (staged inputs need one).
+# Unrolled without staging, one per thread forward had been faster (`bench/results/2026-11-22-h200-warm-start/
+# long_layout_sweep.txt`: LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms); staged, two are
+# (`bench/results/2026-11-25-h200-staged/sweep.txt`).
+LONG_LOOP_LANES = 2
 
 
 def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
@@ -352,7 +357,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
         return LONG_LOOP if long else SMALL_LOOP
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
-    widths = (max(4, LONG_LOOP_LANES[kind] * like.dtype.itemsize),) if long else VECTOR_BYTES
+    widths = (max(4, LONG_LOOP_LANES * like.dtype.itemsize),) if long else VECTOR_BYTES
     layout = {**choose_layout(n, like.dtype, _tensors(args), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
     return tuple(sorted(layout.items()))
 
