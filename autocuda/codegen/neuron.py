@@ -69,10 +69,10 @@ class KernelOptions:
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
-        for name in ("staged", "staged_blocks"):
+        for name, least in (("staged", 0), ("staged_blocks", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "staged_blocks"):
-                raise ValueError(f"{name}: an int >= {int(name == 'staged_blocks')}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}: an int >= {least}, got {value!r}")
         if self.prefetch > 1 and self.staged > 1:
             raise ValueError("prefetch (a ring in shared memory) and staged (registers) are two ways of loading "
                              f"ahead: give one (got prefetch={self.prefetch}, staged={self.staged})")
@@ -687,7 +687,7 @@ def staged_steps(options: KernelOptions, streamed: list[Transfer]) -> int:
     raw values matter: converted on arrival, they make ptxas wait at once (as `pipeline_depth` found)."""
     if options.staged <= 1 or not streamed or not options.vector or not all(t.vectorizable for t in streamed):
         return 0
-    words = max(1, options.lanes * options.dtype.torch_dtype.itemsize // 4) * len(streamed)
+    words = options.lanes * options.dtype.torch_dtype.itemsize // 4 * len(streamed)  # a vector is 4 bytes at least
     steps = options.staged
     while steps > 1 and steps * words * (options.staged_blocks + 1) > STAGED_WORDS:
         steps //= 2
