@@ -10,7 +10,7 @@ import math
 import re
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,12 +34,22 @@ class KernelArgumentError(TypeError):
 
 @dataclass(frozen=True)
 class CParam:
-    """One kernel parameter: a pointer to tensor data or a scalar passed by value."""
+    """One kernel parameter: a pointer to tensor data or a scalar passed by value.
+
+    `name` is the key a caller passes its value under; `cname` its spelling in the source, where that differs
+    (generated kernels spell what holds a user's name through `cnames.c_name`). Only the signature reads the
+    spelling: checking and packing go by key, position and type, so the spelling is no part of a parameter's
+    identity."""
 
     name: str
     ctype: str
     pointer: bool
     const: bool
+    cname: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.cname:
+            object.__setattr__(self, "cname", self.name)
 
     @classmethod
     def parse(cls, ctype: str, name: str) -> CParam:
@@ -66,12 +76,13 @@ class CParam:
     def torch_dtype(self) -> torch.dtype:
         return self.dtype.torch_dtype if self.dtype else INTEGER_CTYPES[self.ctype][0]
 
-    def declaration(self, restrict: bool = False) -> str:
-        """C text; `restrict` only where the caller guarantees no two pointers alias (generated kernels)."""
-        const = "const " if self.const else ""
+    def declaration(self, restrict: bool = False, cname: str = "") -> str:
+        """C text declaring the parameter (as `cname`, by default its own spelling); `restrict` only where the
+        caller guarantees no two pointers alias (generated kernels)."""
+        const, cname = "const " if self.const else "", cname or self.cname
         if not self.pointer:
-            return f"{const}{self.ctype} {self.name}"
-        return f"{const}{self.ctype}* {'__restrict__ ' if restrict else ''}{self.name}"
+            return f"{const}{self.ctype} {cname}"
+        return f"{const}{self.ctype}* {'__restrict__ ' if restrict else ''}{cname}"
 
     def check(self, value: Any, device: torch.device | None) -> None:
         if self.pointer:

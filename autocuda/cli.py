@@ -76,12 +76,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from .cnames import identifier_problem
+    from .spec.names import spec_name_problem
 
     name = Path(args.name).stem
-    problem = identifier_problem(name)
+    problem = spec_name_problem(name)  # the spec's own rule: `show` and `check` load the skeleton by it
     if problem:
-        raise ValueError(f"spec name {name!r} {problem}")
+        raise ValueError(f"spec name {name!r}: {problem}")
     path = Path(args.name if args.name.endswith(".toml") else f"{args.name}.toml")
     if path.exists() and not args.force:
         raise FileExistsError(f"{path} exists (use --force to overwrite)")

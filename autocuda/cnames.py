@@ -1,15 +1,37 @@
-"""C/C++/CUDA names that generated code owns: nothing user-supplied may be called one of these."""
+"""Names in generated C/C++/CUDA: how a user's names are spelled there, and which names the builder layer takes.
+
+Generated kernels spell every name a user chose (a spec's parameters, states, ...) through `c_name`, behind a
+prefix that no C/C++ keyword, no macro or name of a header we include, and no name the generator makes up starts
+with; the generator's own names start with `ac_`. So a user's name can be anything `spec.names` allows, and no
+list of C names has to be complete. The builder layer (`CKernel` and its kinds) takes kernel and parameter names
+verbatim, as its user's own C: `identifier_problem` checks those.
+"""
 from __future__ import annotations
 
 import re
 
+GENERATED_PREFIX = "ac_"
+USER_PREFIX = "usr_"  # not "u_": the C library declares u_int, u_char, ...
+
+
+def c_name(user_name: str, role: str = "") -> str:
+    """The C spelling of a user's name: `usr_<name>`; with a `role` (a word such as "grad" or "next", never holding
+    "usr"), of what a kernel keeps for that name in that role: `ac_<role>_usr_<name>`. No two (name, role) pairs
+    share a spelling, and none is a name the generator makes up otherwise."""
+    if "usr" in role:
+        raise ValueError(f"role {role!r}: a role must not hold 'usr' (spellings would be ambiguous)")
+    spelled = USER_PREFIX + user_name
+    return f"{GENERATED_PREFIX}{role}_{spelled}" if role else spelled
+
+
+# Names a builder kernel's own names must not be (C/C++ keywords, CUDA built-ins and library names).
 C_KEYWORDS = frozenset("""
-alignas alignof and asm auto bool break case catch char char16_t char32_t class const constexpr const_cast
-continue decltype default delete do double dynamic_cast else enum explicit export extern false float for
-friend goto if inline int long mutable namespace new noexcept not nullptr operator or private protected
-public register reinterpret_cast restrict return short signed sizeof static static_assert static_cast
-struct switch template this thread_local throw true try typedef typeid typename union unsigned using
-virtual void volatile wchar_t while
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t class compl const
+constexpr const_cast continue decltype default delete do double dynamic_cast else enum explicit export extern false
+float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq
+private protected public register reinterpret_cast restrict return short signed sizeof static static_assert
+static_cast struct switch template this thread_local throw true try typedef typeid typename union unsigned using
+virtual void volatile wchar_t while xor xor_eq
 """.split())
 CUDA_NAMES = frozenset("""
 threadIdx blockIdx blockDim gridDim warpSize half half2 nv_bfloat16 nv_bfloat162 float2 float4 double2
@@ -19,22 +41,15 @@ char1 char2 char3 char4 uchar1 uchar2 uchar3 uchar4 short1 short2 short3 short4 
 int1 int3 uint1 uint2 uint3 uint4 long1 long2 long3 long4 ulong1 ulong2 ulong3 ulong4 longlong1 longlong2
 ulonglong1 ulonglong2 float1 float3 double1 double3 double4 dim3 uint ushort uchar ulong
 """.split())
-# Names the templates declare inside kernels.
-GENERATED_NAMES = frozenset({"index", "numel", "N", "T", "t", "dt", "lane", "word"})
-GENERATED_PREFIX = "ac_"
-# Kernel parameters are named after states and parameters (<state>_init, <state>_seq, <state>_final,
-# grad_<name>, x_seq, spike_seq, h_seq): a user name of these shapes could collide with one of them.
-GENERATED_SUFFIXES = ("_init", "_seq", "_final")
-GENERATED_PARAM_PREFIX = "grad_"
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 
 
 def identifier_problem(name: object) -> str | None:
-    """Why `name` cannot name something in generated C code, or None if it can."""
+    """Why `name` cannot name a builder kernel or one of its parameters in C, or None if it can."""
     if not isinstance(name, str) or not _IDENTIFIER.match(name):
         return "must be an ASCII identifier: a letter, then letters, digits or '_' (at most 63 characters)"
-    if name.startswith("__") or "__" in name:
+    if "__" in name:
         return "must not contain '__' (reserved for the compiler)"
     if name.startswith(GENERATED_PREFIX):
         return f"must not start with {GENERATED_PREFIX!r} (reserved for generated names)"
@@ -42,11 +57,6 @@ def identifier_problem(name: object) -> str | None:
         return "is a C/C++ keyword"
     if name in CUDA_NAMES:
         return "is a CUDA built-in or library name"
-    if name in GENERATED_NAMES:
-        return "is a name the generated kernels use"
-    if name.endswith(GENERATED_SUFFIXES) or name.startswith(GENERATED_PARAM_PREFIX):
-        return (f"must not start with {GENERATED_PARAM_PREFIX!r} or end with "
-                f"{', '.join(map(repr, GENERATED_SUFFIXES))} (the generated kernels' parameters are named so)")
     return None
 
 

@@ -108,6 +108,10 @@ __device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
 """
 
 
+class LiteralError(ValueError):
+    """A number cannot be written as a constant of a dtype: non-finite, or beyond its range."""
+
+
 @dataclass(frozen=True)
 class DType:
     """One CUDA number type as a kernel thread sees it."""
@@ -149,7 +153,7 @@ class DType:
         """A C expression of this word type holding `value` (in every lane)."""
         value = float(value)
         if not np.isfinite(value) or abs(value) > torch.finfo(self.torch_dtype).max:
-            raise ValueError(f"the constant {value} is non-finite or out of range for {self.name}")
+            raise LiteralError(f"the constant {value} is non-finite or out of range for {self.name}")
         text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"

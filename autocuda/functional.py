@@ -31,7 +31,8 @@ from .runtime.cache import (
     spec_ref,
     surrogate_ref,
 )
-from .spec.model import NeuronSpec
+from .spec.domain import problem as domain_problem
+from .spec.model import NeuronSpec, is_spec_path, load_spec
 from .surrogate import Surrogate
 
 __all__ = ["multi_step", "single_step"]
@@ -112,7 +113,9 @@ class _Layer:
                  x: Tensor, params: dict[str, Any], eager: bool = True):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
         self.objects = (spec, surrogate)  # held: `_layer` keys them by id
-        self.name, self.param_names, defaults, self.constant_names, init_rules = spec_facts(ref)
+        self.name, self.param_names, defaults, self.constant_names, init_rules, domains = spec_facts(ref)
+        # Parameters given as Python numbers are checked against their domains on every call (tensors are not)
+        self.domains = tuple((n, bounds) for n, bounds in domains if n in params)
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
@@ -165,9 +168,16 @@ class _Layer:
         return values, reset
 
     def values(self, params: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> dict[str, Any]:
-        """A call's parameter values by name (defaults filled in), its tensors checked against x."""
+        """A call's parameter values by name (defaults filled in), its tensors checked against x and its numbers
+        against their domains."""
         for name in self.given_tensors:
             _check_tensor_param(name, params[name], x, shape)
+        for name, bounds in self.domains:
+            value = params[name]
+            if value is not None and not isinstance(value, Tensor):
+                problem = domain_problem(bounds, value)
+                if problem is not None:
+                    raise ValueError(f"parameter {name!r} of {self.name!r} {problem}")
         if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
             return params
         if not self.skipped:
@@ -205,6 +215,8 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
     values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
     here."""
     types = tuple(map(type, params.values()))
+    if type(spec) is str and is_spec_path(spec):  # the file as it is now: an edited file is another spec
+        spec = load_spec(spec)
     try:
         spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
         constants = _CONSTANTS.get(spec_id)

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
-from .dtypes import DType, get_dtype
+from .dtypes import DType, LiteralError, get_dtype
 from .errors import SpecError
+from .spec.budget import symbolic_budget
 from .spec.derive import Derivation, Reset, derive
 from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
@@ -24,7 +25,8 @@ def _frozen(mapping: Mapping[str, Any] | None) -> tuple:
 
 @functools.lru_cache(maxsize=512)
 def _derivation(spec: NeuronSpec, reset: Reset | None, detach_reset: bool, constants: tuple) -> Derivation:
-    return derive(step_system(spec, reset, dict(constants)), detach_reset)
+    with symbolic_budget(spec.origin, "charge"):
+        return derive(step_system(spec, reset, dict(constants)), detach_reset)
 
 
 def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool = False,
@@ -38,6 +40,15 @@ def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, deta
             surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
             grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
             layout: tuple[int, bool, int, int, int, int, bool, int, int]) -> NeuronKernel:
+    with symbolic_budget(spec.origin, "charge"):
+        return _build(spec, kernel, dtype, reset, detach_reset, constants, surrogate, tensors, store_state_seq,
+                      save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout)
+
+
+def _build(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
+           surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
+           grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
+           layout: tuple[int, bool, int, int, int, int, bool, int, int]) -> NeuronKernel:
     d = _derivation(spec, reset, detach_reset, constants)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in tensors if name not in symbols]
@@ -48,7 +59,11 @@ def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, deta
                             store_state_seq, save_for_backward, grad_state_seq, grad_finals, given_inits,
                             final_states, *layout)
     title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
-    return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
+    try:
+        return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
+    except LiteralError as error:  # a number the derivation made from the spec's (constants folded, products)
+        raise SpecError(f"{error} in a {dtype} kernel: the equations, with their constants folded, hold a "
+                        "number this dtype cannot represent", source=spec.origin, field="params") from None
 
 
 def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,

@@ -96,6 +96,8 @@ class Neuron(nn.Module):
             value = params.get(p.name, _UNSET)
             if value is _UNSET:
                 value = nn.Parameter(torch.tensor(p.default)) if p.learnable else p.default
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                p.check(value)
             if isinstance(value, nn.Parameter):
                 self.register_parameter(p.name, value)
             elif isinstance(value, torch.Tensor):

@@ -45,7 +45,7 @@ def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], pa
     values |= {H: h, SPIKE: spike, SPIKE_RESET: reset_spike, THRESHOLD: threshold}
     new_states = (evaluate(membrane_update(system), values),
                   *(evaluate(update, values) for update in system.updates))
-    return spike, tuple(_like(s, x) for s in new_states), h
+    return _like(spike, x), tuple(_like(s, x) for s in new_states), _like(h, x)
 
 
 def multi_step(system: StepSystem, x_seq: torch.Tensor, initial: Sequence[torch.Tensor], params: Values,

@@ -3,53 +3,199 @@
 Kinds: `host` (host-runner libraries), `kernels` (generated kernel sources and parameter lists), `binaries`
 (compiled GPU code), `specs` (specs known to parse), `tuning` (the layouts timed fastest for long loops).
 `autocuda cache` shows what is stored; `autocuda cache --clear` removes it.
-A file is written atomically (a temporary file in the same folder, then os.replace) together with a sidecar
-holding the sha256 of its bytes; a file whose bytes do not match its sidecar (truncated, corrupted,
+
+What is read from the cache becomes code that runs, so the cache is private to its user (docs/cache.md):
+- the root is resolved once (symbolic links on the way to it are followed) and must be a directory owned by this
+  user and not writable by group or others; it is created with mode 0700 whatever the umask;
+- inside the root nothing is followed: a kind folder (or a subfolder such as the host runner's shim folder) must be
+  a real directory passing the same checks, and files are opened with O_NOFOLLOW and must be regular files of
+  this user's, not writable by group or others;
+- a refused root or kind folder is replaced, for this process, by a private temporary folder, with one warning
+  naming the folder and the reason (as is one that cannot be written).
+A file is written atomically (a temporary file of mode 0600 in the same folder, then os.replace) together with a
+sidecar holding the sha256 of its bytes; a file whose bytes do not match its sidecar (truncated, corrupted,
 half-written by an older version) counts as missing and is rebuilt, never used.
 Entries that depend on how autocuda generates code are named by `key`, which hashes `code_fingerprint()`: a
 changed generator never reads an older generator's entries.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
+import re
 import shutil
+import stat
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from .resources import resource_dir
 
 KINDS = ("specs", "kernels", "binaries", "tuning", "host")
-_fallbacks: dict[Path, Path] = {}
-_writable: set[Path] = set()  # folders found writable: probed once per process, not on every read
+FOLDER_MODE = 0o700
+ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # a plain file name: no separator, not hidden
+SIDECAR = ".sha256"
+# Reading never follows a symbolic link, never blocks on a FIFO, and leaks no descriptor into compilers it starts.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_POSIX = os.name == "posix"  # owners and mode bits mean something (elsewhere the folder's ACLs decide)
+
+_accepted: dict[Path, Path] = {}   # a folder asked for -> the checked folder used (checked once per process)
+_fallbacks: dict[Path, Path] = {}  # a refused folder -> this process's private temporary folder in its place
 
 
-def root() -> Path:
+class CacheWarning(UserWarning):
+    """The cache (or part of it) is not used: refused or not writable; a private temporary folder serves."""
+
+
+class UnsafeCachePath(OSError):
+    """A folder or file of the cache that this user does not control alone: reading it could run what another
+    user wrote."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path} {problem}")
+        self.path, self.problem = path, problem
+
+
+def _uid() -> int:
+    return os.geteuid()
+
+
+def _own(st: os.stat_result) -> bool:
+    return not _POSIX or st.st_uid == _uid()
+
+
+def _not_shared(st: os.stat_result) -> bool:
+    return not _POSIX or not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+# A rule: the test of a stat result, the error raised when it fails, and what that error says.
+_Rules = tuple[tuple[Callable[[os.stat_result], bool], type[OSError], str], ...]
+# What a folder of the cache must be, tested on its lstat (a symbolic link is refused, never followed); a
+# directory that is not one is unusable (as an unwritable folder is) rather than unsafe.
+_FOLDER_RULES: _Rules = (
+    (lambda st: not stat.S_ISLNK(st.st_mode), UnsafeCachePath, "is a symbolic link (never followed in the cache)"),
+    (lambda st: stat.S_ISDIR(st.st_mode), NotADirectoryError, "is not a directory"),
+    (_own, UnsafeCachePath, "is owned by uid {uid}, not by this user (uid {me})"),
+    (_not_shared, UnsafeCachePath, "is writable by group or others (mode {mode:03o})"),
+)
+# What a file read from the cache must be, tested on the descriptor opened without following a link.
+_FILE_RULES: _Rules = (
+    (lambda st: stat.S_ISREG(st.st_mode), UnsafeCachePath, "is not a regular file"),
+    (_own, UnsafeCachePath, "is owned by uid {uid}, not by this user (uid {me})"),
+    (_not_shared, UnsafeCachePath, "is writable by group or others (mode {mode:03o})"),
+)
+
+
+def _problem(st: os.stat_result, rules: _Rules) -> tuple[type[OSError], str] | None:
+    """The error and the reason of the first rule `st` breaks, or None."""
+    for test, error, message in rules:
+        if not test(st):
+            return error, message.format(uid=st.st_uid, me=_uid() if _POSIX else "-", mode=stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _check(path: Path, st: os.stat_result, rules: _Rules) -> None:
+    found = _problem(st, rules)
+    if found is not None:
+        error, problem = found
+        raise UnsafeCachePath(path, problem) if error is UnsafeCachePath else error(f"{path} {problem}")
+
+
+def folder_problem(st: os.stat_result) -> str | None:
+    """Why a folder with this lstat cannot hold cache entries, or None if it can."""
+    found = _problem(st, _FOLDER_RULES)
+    return None if found is None else found[1]
+
+
+def private_folder(path: Path) -> Path:
+    """`path` as a folder only this user controls: created with mode 0700 when missing; an OSError naming the path
+    and the reason when it cannot be made, and UnsafeCachePath when it is a symbolic link, another user's, or
+    writable by group or others."""
+    try:
+        os.mkdir(path, FOLDER_MODE)  # the umask can take bits away, never add them
+        if stat.S_IMODE(os.lstat(path).st_mode) != FOLDER_MODE:
+            os.chmod(path, FOLDER_MODE)  # a umask that took the owner's own bits away
+    except FileExistsError:
+        pass
+    _check(path, os.lstat(path), _FOLDER_RULES)
+    return path
+
+
+def temporary_folder(what: str) -> Path:
+    """A new private folder (mode 0700) for this process, removed when it exits."""
+    path = Path(tempfile.mkdtemp(prefix=f"autocuda-{what}-"))
+    atexit.register(_remove_own_temporary, path, os.getpid())
+    return path
+
+
+def _remove_own_temporary(path: Path, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # a forked child leaves its parent's folder alone
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def configured_root() -> Path:
+    """The cache root as configured, before it is resolved and checked."""
     return Path(os.environ.get("AUTOCUDA_CACHE_DIR") or Path.home() / ".cache" / "autocuda")
 
 
-def folder(kind: str) -> Path:
-    """The folder of one kind; a temporary folder for this process (and one warning) if that is unwritable."""
-    wanted = root() / kind
-    if wanted in _writable:
-        return wanted
-    if wanted in _fallbacks:
-        return _fallbacks[wanted]
+def _private_root(configured: Path) -> Path:
+    """The configured root resolved (links followed), missing folders on the way created 0700, then checked."""
+    resolved = Path(os.path.realpath(configured))
+    for parent in reversed(resolved.parents):
+        if not os.path.lexists(parent):
+            private_folder(parent)
+    return private_folder(resolved)
+
+
+def _writable(path: Path) -> Path:
+    # A real write: os.access says yes to root even on read-only mounts.
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+        pass
+    return path
+
+
+def _use(wanted: Path, what: str, check: Callable[[], Path]) -> Path:
+    """`check()`'s folder for `wanted`, checked once per process; where it fails, a private temporary folder for
+    this process, with one warning naming the folder and the reason."""
+    found = _accepted.get(wanted) or _fallbacks.get(wanted)
+    if found is not None:
+        return found
     try:
-        wanted.mkdir(parents=True, exist_ok=True)
-        # Try a real write: os.access says yes to root even on read-only mounts.
-        with tempfile.NamedTemporaryFile(dir=wanted, prefix=".probe-"):
-            pass
-        _writable.add(wanted)
-        return wanted
+        found = _accepted[wanted] = check()
+        return found
     except OSError as error:
-        fallback = Path(tempfile.mkdtemp(prefix=f"autocuda-{kind}-"))
-        warnings.warn(f"autocuda: cache folder {wanted} is not writable ({error}); {kind} go to {fallback} for "
-                      "this process (set AUTOCUDA_CACHE_DIR to a writable folder)", stacklevel=3)
-        _fallbacks[wanted] = fallback
+        fallback = _fallbacks[wanted] = temporary_folder(what)
+        warnings.warn(_refusal(wanted, what, error, fallback), CacheWarning, stacklevel=3)
         return fallback
+
+
+def _refusal(wanted: Path, what: str, error: OSError, fallback: Path) -> str:
+    if isinstance(error, UnsafeCachePath):
+        return (f"autocuda: cache folder {wanted} is refused: {error.path} {error.problem}; this process keeps its "
+                f"{what} in {fallback} (private, temporary) instead. Check what that folder holds, then remove it "
+                "(`autocuda cache --clear` for a kind folder) or make it yours alone (chown, chmod 700), or set "
+                "AUTOCUDA_CACHE_DIR to a folder only you can write")
+    return (f"autocuda: cache folder {wanted} is not writable ({error}); this process keeps its {what} in "
+            f"{fallback} (private, temporary) instead (set AUTOCUDA_CACHE_DIR to a writable folder)")
+
+
+def root() -> Path:
+    """The cache root of this process: the configured folder, resolved and checked (a private temporary folder,
+    with one warning, when that cannot be created or is not private to this user)."""
+    configured = configured_root()
+    return _use(configured, "cache", lambda: _private_root(configured))
+
+
+def folder(kind: str) -> Path:
+    """The folder of one kind, checked; a private temporary folder for this process (and one warning) if that
+    is refused or unwritable."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown cache kind {kind!r}; kinds: {', '.join(KINDS)}")
+    wanted = root() / kind
+    return _use(wanted, kind, lambda: _writable(private_folder(wanted)))
 
 
 def digest(data: bytes) -> str:
@@ -57,24 +203,38 @@ def digest(data: bytes) -> str:
 
 
 def _sidecar(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")
+    return path.with_name(path.name + SIDECAR)
+
+
+def _read_private(path: Path) -> bytes:
+    """The bytes of `path`, opened without following a symbolic link; UnsafeCachePath unless it is a regular
+    file of this user's that group and others cannot write."""
+    with os.fdopen(os.open(path, _READ_FLAGS), "rb") as file:
+        _check(path, os.fstat(file.fileno()), _FILE_RULES)
+        return file.read()
+
+
+def _checked_bytes(path: Path) -> bytes | None:
+    """The file's bytes when they match its sidecar; None when either is missing, unsafe or mismatched."""
+    try:
+        data = _read_private(path)
+        return data if _read_private(_sidecar(path)).strip() == digest(data).encode() else None
+    except OSError:  # missing, refused or unreadable (a damaged sidecar, even one not valid text, just mismatches)
+        return None
 
 
 def verified(path: Path) -> bool:
-    """The file exists and its bytes match its sidecar."""
-    try:
-        return _sidecar(path).read_bytes().strip() == digest(path.read_bytes()).encode()
-    except OSError:  # missing or unreadable (a damaged sidecar, even one not valid text, just mismatches)
-        return False
+    """The file exists, passes the file checks, and its bytes match its sidecar."""
+    return _checked_bytes(path) is not None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)  # it may have been removed since `folder` probed it
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    private_folder(path.parent)  # recreated if removed since it was checked; refused if no longer private
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
-        os.replace(temporary, path)
+        os.replace(temporary, path)  # replaces a link or file at `path` itself, never what a link points to
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
@@ -86,22 +246,25 @@ def write(path: Path, data: bytes) -> None:
     _write_atomically(_sidecar(path), digest(data).encode())
 
 
+def _entry(kind: str, name: str) -> Path:
+    if not isinstance(name, str) or not ENTRY_NAME.match(name) or name.endswith(SIDECAR):
+        raise ValueError(f"cache entry name {name!r}: expected a file name of letters, digits, '_', '.', '-' "
+                         f"(not starting with '.', not ending in {SIDECAR!r}, at most 128 characters)")
+    return folder(kind) / name
+
+
 def read(kind: str, name: str) -> bytes | None:
-    """An entry's bytes, or None when it is missing or fails its checksum."""
-    path = folder(kind) / name
-    try:
-        data = path.read_bytes()
-        return data if _sidecar(path).read_bytes().strip() == digest(data).encode() else None
-    except OSError:
-        return None
+    """An entry's bytes, or None when it is missing, fails the file checks, or fails its checksum."""
+    return _checked_bytes(_entry(kind, name))
 
 
 def save(kind: str, name: str, data: bytes) -> None:
     """Store an entry; a failed write only costs the next process a rebuild."""
+    path = _entry(kind, name)
     try:
-        write(folder(kind) / name, data)
+        write(path, data)
     except OSError as error:
-        warnings.warn(f"autocuda: could not write {kind} cache entry {name} ({error})", stacklevel=2)
+        warnings.warn(f"autocuda: could not write {kind} cache entry {name} ({error})", CacheWarning, stacklevel=2)
 
 
 @functools.cache
@@ -120,23 +283,39 @@ def key(text: str) -> str:
     return digest(f"{code_fingerprint()}\n{text}".encode())[:40]
 
 
+def _entries(path: Path) -> list[os.stat_result]:
+    """The stat of each entry of a kind folder (regular files, not hidden, not checksums); none in a symbolic link
+    or anything else that is not a directory."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        return []
+    with os.scandir(path) as found:
+        return [item.stat(follow_symlinks=False) for item in found if item.is_file(follow_symlinks=False)
+                and not item.name.startswith(".") and not item.name.endswith(SIDECAR)]
+
+
 def usage() -> list[tuple[str, int, int]]:
-    """(kind, entries, bytes) of each kind with a folder under the cache root."""
+    """(kind, entries, bytes) of each kind with a folder (or anything else of its name) under the cache root."""
     out = []
     for kind in KINDS:
-        folder = root() / kind
-        if folder.is_dir():
-            entries = [p for p in folder.iterdir()
-                       if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".sha256")]
-            out.append((kind, len(entries), sum(p.stat().st_size for p in entries)))
+        try:
+            entries = _entries(root() / kind)
+        except FileNotFoundError:
+            continue
+        out.append((kind, len(entries), sum(entry.st_size for entry in entries)))
     return out
 
 
 def clear() -> int:
-    """Remove every kind's folder under the cache root; the number of entries removed."""
+    """Remove every kind's folder under the cache root (a symbolic link in a folder's place is removed, never
+    followed); the number of entries removed."""
     removed = 0
     for kind, entries, _ in usage():
-        shutil.rmtree(root() / kind)
-        _writable.discard(root() / kind)
+        path = root() / kind
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        _accepted.pop(path, None)
+        _fallbacks.pop(path, None)
         removed += entries
     return removed

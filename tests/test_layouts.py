@@ -137,7 +137,7 @@ def test_native_packed_arithmetic_agrees_with_float(name, dtype):
 
 
 def test_spec_names_cannot_collide_with_kernel_locals():
-    """Names a template could also use (d, row, n0, t0, stage) are fine in a spec: generated locals carry ac_."""
+    """Names a template could also use (d, row, n0, t0, stage) are fine in a spec: its names carry usr_ in C."""
     from autocuda.spec.model import NeuronSpec
 
     spec = NeuronSpec(name="clash", params={"row": 2.0, "n0": 0.5, "v_threshold": 1.0, "v_reset": 0.0},
@@ -159,7 +159,7 @@ def test_invariants_of_scalar_parameters_take_one_register_whatever_the_lanes(ki
     assert len(constants) > 10 and not any(f"{name}[" in source for name in constants)
     source = neuron_kernel(load_spec("parametric_lif"), kind, "float32", per_neuron=["w"], lanes=4,
                            vector=True).full_codes
-    assert re.search(r"ac_kc?\d+\[lane\] = \(1\.0f / \(1\.0f \+ expf\(\(?-?ac_w\[lane\]", source)
+    assert re.search(r"ac_kc?\d+\[lane\] = \(1\.0f / \(1\.0f \+ expf\(\(?-?ac_param_usr_w\[lane\]", source)
     assert not re.search(r"const float ac_kc?\d+ = ", source)
 
 

@@ -187,16 +187,19 @@ def test_non_string_refused():
         p(3)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["v", "tau", "v_reset", "a0", "R", "theta_rh", "delta_T", "w" * 32])
+# C names too: generated C spells every user name behind a prefix (cnames.c_name); tests/test_security_names.py
+# compiles and runs kernels with such names.
+@pytest.mark.parametrize("name", ["v", "tau", "v_reset", "a0", "R", "theta_rh", "delta_T", "w" * 32, "int", "float",
+                                  "half2", "threadIdx", "blockDim", "warpSize", "expf", "fabs", "pow", "index", "t",
+                                  "numel", "dt", "uint4", "float4", "dim3", "xor", "M_LN2", "INT_MAX", "usr_v"])
 def test_identifiers_accepted(name):
     assert check_identifier(name) == name
 
 
 @pytest.mark.parametrize("name", [
-    "int", "float", "half2", "if", "return", "threadIdx", "blockDim", "warpSize", "exp", "expf", "sqrt",
-    "fabs", "pow", "min", "max", "abs", "sigmoid", "where", "heaviside", "pi", "e", "ac_v", "ac_", "index", "t",
-    "T", "N", "numel", "dt", "_v", "__v", "v__w", "1v", "v-w", "v w", "", "ß", "vé", "w" * 33, 3, None,
-    "x_seq", "spike_seq", "h_seq", "v_init", "w_final", "grad_tau", "uint4", "uint2", "float4", "dim3",
+    "if", "return", "lambda", "None", "exp", "sqrt", "min", "max", "abs", "sigmoid", "where", "heaviside", "pi",
+    "e", "ac_v", "ac_", "T", "N", "_v", "__v", "v__w", "1v", "v-w", "v w", "", "ß", "vé", "w" * 33, 3, None,
+    "x_seq", "spike_seq", "h_seq", "v_init", "w_final", "grad_tau", "v_checkpoints",
 ])
 def test_identifiers_refused(name):
     with pytest.raises(SpecError) as info:

@@ -300,10 +300,12 @@ def test_nan_and_inf_propagate_as_in_the_reference(name, reset, dtype):
 
 @needs_host
 @pytest.mark.parametrize("tau", [0.0, -1.0, 1e-30, INF, NAN], ids=str)
-def test_out_of_domain_parameters_are_not_checked_and_match_the_reference(tau):
-    """tau <= 0 (and NaN) are not refused: no check, the kernels compute what the reference computes (inf, NaN or
-    growing states). docs/bad-input.md records what each gives."""
+def test_out_of_domain_tensor_parameters_are_not_checked_and_match_the_reference(tau):
+    """tau <= 0 (and NaN) given as a tensor is not refused (numbers are: LIF's tau has the domain "> 0"): no check,
+    the kernels compute what the reference computes (inf, NaN or growing states). docs/bad-input.md records what
+    each gives."""
     x = seq(6, 5, seed=13) * 2
+    tau = torch.tensor(tau)
     (spikes, (v,), _), (want_spikes, (want_v,), _) = (F.multi_step("lif", x, tau=tau, backend=backend)
                                                       for backend in ("host", "reference"))
     assert torch.equal(spikes, want_spikes)
@@ -822,8 +824,9 @@ WORKER = textwrap.dedent("""
         pointer: bool
         const: bool
 
-        def declaration(self):
-            return ("const " if self.const else "") + self.ctype + ("* " if self.pointer else " ") + self.name
+        def declaration(self, restrict=False, cname=""):
+            const, star = "const " if self.const else "", "* " if self.pointer else " "
+            return const + self.ctype + star + (cname or self.name)
 
     PARAMS = (Param("x", "float", True, True), Param("y", "float", True, False),
               Param("n", "unsigned int", False, True))

@@ -45,22 +45,22 @@ def test_which_derivations_replay():
 def test_sources_write_and_read_checkpoints():
     spec = load_spec("alif")
     saving = source(spec, "fptt", "float32")
-    assert f"if (t % {K} == {K - 1})" in saving and f"a_checkpoints[t / {K} * N + ac_n0" in saving
+    assert f"if (t % {K} == {K - 1})" in saving and f"usr_a_checkpoints[t / {K} * N + ac_n0" in saving
     assert "a_seq" not in saving and "_ru(" not in saving, "float32 stores h as computed"
     both = source(spec, "fptt", "float32", store_state_seq=True)
-    assert "a_seq[ac_row" in both and "a_checkpoints[t / " in both, "asked for, the sequence is written as well"
+    assert "usr_a_seq[ac_row" in both and "usr_a_checkpoints[t / " in both, "asked for, the sequence is written as well"
     bptt = source(spec, "bptt", "float64")
-    assert f"a_checkpoints[(ac_s0 / {K} - 1) * N + ac_n0" in bptt and "ac_row - N" not in bptt
+    assert f"usr_a_checkpoints[(ac_s0 / {K} - 1) * N + ac_n0" in bptt and "ac_row - N" not in bptt
     for dtype, up in (("bfloat16", "__float2bfloat16_ru(ac_h)"), ("float16", "__float2half_ru(ac_h)")):
         forward, backward = source(spec, "fptt", dtype), source(spec, "bptt", dtype)
         # float arithmetic over h stored rounded: h rounded toward its side of the threshold, checkpoints in float
         assert f"if (t % {K} == {K - 1})" in forward and up in forward
-        assert "float* __restrict__ a_checkpoints" in forward
-        assert "ac_s0" in backward and "const float* __restrict__ a_checkpoints" in backward
+        assert "float* __restrict__ usr_a_checkpoints" in forward
+        assert "ac_s0" in backward and "const float* __restrict__ usr_a_checkpoints" in backward
         native = source(spec, "fptt", dtype, native=True, lanes=2)  # half2 arithmetic: every step, as stored
-        assert "t % " not in native and "a_checkpoints[ac_row" in native
-        assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype, native=True, lanes=2)
-    assert "a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=0)
+        assert "t % " not in native and "usr_a_checkpoints[ac_row" in native
+        assert "usr_a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", dtype, native=True, lanes=2)
+    assert "usr_a_checkpoints[ac_row - N + lane]" in source(spec, "bptt", "float32", replay=0)
 
 
 def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: int) -> dict[str, torch.Tensor]:

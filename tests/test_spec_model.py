@@ -107,8 +107,8 @@ def izhikevich_in_python() -> NeuronSpec:
     return NeuronSpec(
         name="izhikevich", doc="Izhikevich neuron (SpikingJelly IzhikevichNode): quadratic membrane with a recovery "
                                "current w",
-        params={"tau": 2.0, "v_c": 0.8, "a0": 1.0, "v_rest": -0.1, "tau_w": 2.0, "a": 0.0, "b": 0.0,
-                "v_threshold": 1.0, "v_reset": 0.0},
+        params={"tau": {"default": 2.0, "domain": "> 0"}, "v_c": 0.8, "a0": 1.0, "v_rest": -0.1,
+                "tau_w": {"default": 2.0, "domain": "> 0"}, "a": 0.0, "b": 0.0, "v_threshold": 1.0, "v_reset": 0.0},
         states={"v": "v_reset", "w": 0.0},
         charge="v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau",
         updates={"w": "w + (a * (h - v_rest) - w) / tau_w + b * s"},
@@ -119,8 +119,8 @@ def test_python_and_toml_agree():
     py, toml = izhikevich_in_python(), load_spec("izhikevich")
     assert py == toml and hash(py) == hash(toml) and py.origin == "<python>"
     lif = NeuronSpec("lif", "Leaky integrate-and-fire (SpikingJelly LIFNode): h = v + (x - (v - v_reset)) / tau",
-                     params=[Param("tau", 2.0, doc="membrane time constant, in steps"), Param("v_threshold", 1),
-                             Param("v_reset", 0)],
+                     params=[Param("tau", 2.0, doc="membrane time constant, in steps", domain="> 0"),
+                             Param("v_threshold", 1), Param("v_reset", 0)],
                      states=[State("v", "v_reset")],
                      charge="v + (x - (v - v_reset)) / tau if decay_input else v - (v - v_reset) / tau + x",
                      options=[("decay_input", True)])
@@ -267,8 +267,10 @@ P = {"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}
 VALIDATION = [
     ({"name": "bad name"}, "name", "bad name"),
     ({"name": 3}, "name", None),
-    ({"params": {**P, "int": 1.0}}, "params.int", "int"),
-    ({"params": {**P, "threadIdx": 1.0}}, "params.threadIdx", "threadIdx"),
+    ({"params": {**P, "lambda": 1.0}}, "params.lambda", "lambda"),
+    ({"params": {**P, "exp": 1.0}}, "params.exp", "exp"),
+    ({"params": {**P, "v_seq": 1.0}}, "params.v_seq", "v_seq"),
+    ({"states": {"v": 0.0, "N": 0.0}, "updates": {"N": "N"}}, "states.N", "N"),
     ({"params": {**P, "ac_v": 1.0}}, "params.ac_v", "ac_v"),
     ({"params": {**P, "_v": 1.0}}, "params._v", "_v"),
     ({"params": {**P, "x": 1.0}}, "params.x", "x"),

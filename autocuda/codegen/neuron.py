@@ -12,6 +12,8 @@ Tensor parameter names are the interface to the op layer:
               the state after step (j + 1)·K - 1, K = `replay_steps`)
 Single-step kernels use the same names with T = 1 and no time loop. With `given_inits=False` every
 <state>_init is one number for all neurons, passed by value, and backward returns no grad_<state>_init.
+In the source, every name made from a user's (states, parameters, the arguments named after them) is spelled by
+`cnames.c_name`; the arguments' keys above stay as they are (`CParam.name` is the key, `CParam.cname` the C).
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ from typing import Any
 import sympy as sp
 
 from ..ckernel import CKernel, CParam
-from ..cnames import comment_text
+from ..cnames import c_name, comment_text
 from ..dtypes import DType, get_dtype, headers_for
 from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol, previous_membrane
+from ..spec.names import FIXED_KEYS
 from .printer import CudaPrinter
 
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
@@ -144,6 +147,12 @@ class Statement:
     otherwise: str = ""
 
 
+def kernel_param(key: str, ctype: str, pointer: bool, const: bool) -> CParam:
+    """A parameter passed under `key`, spelled as the key where that holds no user's name (`FIXED_KEYS`), else
+    through `c_name`."""
+    return CParam(key, ctype, pointer, const, key if key in FIXED_KEYS else c_name(key))
+
+
 @dataclass
 class _Plan:
     """What the template needs, accumulated by the builders below."""
@@ -225,11 +234,11 @@ class _Builder:
         self.tensor_params = dict(options.tensor_params)
         names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", SURROGATE_GRAD: "ac_sg",
                  GRAD_SPIKE: "ac_grad_s[lane]", _H_PREVIOUS: "ac_h_prev[lane]"}
-        names |= {s: f"{s.name}[lane]" for s in system.states}
-        names |= {adjoint_symbol(s): f"ac_grad_{s.name}[lane]" for s in system.states}
+        names |= {s: f"{c_name(s.name)}[lane]" for s in system.states}
+        names |= {adjoint_symbol(s): f"{c_name(s.name, 'grad')}[lane]" for s in system.states}
         scalar = self.compute.broadcast or "{x}"  # scalars arrive as floats; native words need both lanes
-        names |= {p: (f"ac_{p.name}[lane]" if p in self.tensor_params else scalar.replace("{x}", p.name))
-                  for p in system.params}
+        names |= {p: (f"{c_name(p.name, 'param')}[lane]" if p in self.tensor_params
+                      else scalar.replace("{x}", c_name(p.name))) for p in system.params}
         self.printer = CudaPrinter(self.compute, names)
         self.temp_count = 0
         self.invariant_symbols = frozenset(system.params)
@@ -238,14 +247,17 @@ class _Builder:
         # kept in as many registers: TwoCompartment's float32 forward with four lanes took 64 registers.
         self.lane_free = {p for p in system.params if p not in self.tensor_params}
         self.invariants: dict[sp.Expr, sp.Symbol] = {}
-        self.plan.params += [CParam("N", "long long", False, True)]
+        self.plan.params += [kernel_param("N", "long long", False, True)]
         if self.multi:
-            self.plan.params += [CParam("T", "long long", False, True)]
+            self.plan.params += [kernel_param("T", "long long", False, True)]
 
     # -- declarations ---------------------------------------------------------------------------------
-    def pointer(self, name: str, const: bool, compute_type: bool = False) -> None:
+    def pointer(self, key: str, const: bool, compute_type: bool = False) -> str:
+        """Declare a pointer parameter passed under `key`; returns its C spelling."""
         ctype = (self.param_dtype if compute_type else self.storage).element
-        self.plan.params.append(CParam(name, ctype, True, const))
+        param = kernel_param(key, ctype, True, const)
+        self.plan.params.append(param)
+        return param.cname
 
     def register(self, *names: str) -> None:
         self.plan.registers += [n for n in names if n not in self.plan.registers]
@@ -268,15 +280,14 @@ class _Builder:
     def initial(self, target: str, state: str) -> Transfer:
         """register[lane] = the initial value of `state`: its element of <state>_init, or the one number
         passed by value for every neuron (`given_inits=False`: nothing to read, no tensor to fill)."""
-        name = f"{state}_init"
         if self.o.given_inits:
-            self.pointer(name, const=True)
-            return self.load(target, name, "ac_n0", f"initial {state}")
-        self.plan.params.append(CParam(name, self.param_dtype.ctype, False, True))
+            return self.load(target, self.pointer(f"{state}_init", const=True), "ac_n0", f"initial {state}")
+        param = kernel_param(f"{state}_init", self.param_dtype.ctype, False, True)
+        self.plan.params.append(param)
         if self.native:
-            value = self.compute.broadcast.replace("{x}", name)
+            value = self.compute.broadcast.replace("{x}", param.cname)
         else:  # rounded through the storage type, as an element of a tensor holding it would be
-            value = self.storage.element_load.replace("{x}", self.storage.element_store.replace("{x}", name))
+            value = self.storage.element_load.replace("{x}", self.storage.element_store.replace("{x}", param.cname))
         return Transfer(f"initial {state}: one value for every neuron", target, "", "", value, vectorizable=False)
 
     def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
@@ -290,10 +301,10 @@ class _Builder:
         system = self.d.system
         for p in system.params:
             if p in self.tensor_params:
-                self.pointer(p.name, const=True, compute_type=True)
-                self.register(f"ac_{p.name}")
+                pointer, register = self.pointer(p.name, const=True, compute_type=True), c_name(p.name, "param")
+                self.register(register)
                 per_neuron = self.tensor_params[p]
-                self.plan.setup.append(Transfer(f"parameter {p.name}", f"ac_{p.name}", p.name,
+                self.plan.setup.append(Transfer(f"parameter {p.name}", register, pointer,
                                                 "ac_n0" if per_neuron else "0", element=self.param_dtype.element,
                                                 vectorizable=False, per_lane=per_neuron,
                                                 pair=self.storage.pair_floats))
@@ -301,7 +312,7 @@ class _Builder:
     def scalar_params(self) -> None:
         for p in self.d.system.params:
             if p not in self.tensor_params:
-                self.plan.params.append(CParam(p.name, self.param_dtype.ctype, False, True))
+                self.plan.params.append(kernel_param(p.name, self.param_dtype.ctype, False, True))
 
     # -- printing -------------------------------------------------------------------------------------
     def hoist(self, expr: sp.Expr) -> sp.Expr:
@@ -413,10 +424,10 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     system, step = derivation.system, derivation.forward
     saving = options.save_for_backward
     b.pointer("x_seq", const=True)
-    b.register("x", *(s.name for s in system.states), "ac_out_spike")
+    b.register("x", *(c_name(s.name) for s in system.states), "ac_out_spike")
     b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
     for s in system.states:
-        b.plan.setup.append(b.initial(s.name, s.name))
+        b.plan.setup.append(b.initial(c_name(s.name), s.name))
     b.params_setup()
     b.pointer("spike_seq", const=False)
     if saving:
@@ -428,9 +439,9 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
     b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1), comment="fire")
     news = b.emit(list(step.new_states), comment="reset and state updates")
     for s, value in zip(system.states, news):
-        b.statement(f"ac_{s.name}_next", value)
+        b.statement(c_name(s.name, "next"), value)
     for s in system.states:
-        b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
+        b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
     b.statement("ac_out_spike[lane]", "ac_s", declare=False)
     b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
     segment = replay_steps(derivation, options)
@@ -442,18 +453,18 @@ def _forward(derivation: Derivation, options: KernelOptions) -> _Plan:
         b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
     for s, saved in zip(system.states, derivation.saved_states):
         if options.store_state_seq or (saved and saving and not segment):
-            b.pointer(f"{s.name}_seq", const=False)
-            b.plan.stores.append(b.store(f"{s.name}_seq", "ac_row", f"{s.name}", f"{s.name}[t] after reset"))
+            pointer = b.pointer(f"{s.name}_seq", const=False)
+            b.plan.stores.append(b.store(pointer, "ac_row", c_name(s.name), f"{s.name}[t] after reset"))
         if saved and saving and segment:  # backward replays the steps in between
             exact = segment > 1  # a replay starts from the value forward had
-            b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
-            store = b.store(f"{s.name}_checkpoints", "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
-                            f"{s.name}", f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
+            pointer = b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
+            store = b.store(pointer, "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
+                            c_name(s.name), f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
             b.plan.stores.append(dataclasses.replace(store, guard=f"t % {segment} == {segment - 1}")
                                  if segment > 1 else store)
     for s in system.states if options.final_states else ():
-        b.pointer(f"{s.name}_final", const=False)
-        b.plan.finish.append(b.store(f"{s.name}_final", "ac_n0", f"{s.name}", f"final {s.name}"))
+        pointer = b.pointer(f"{s.name}_final", const=False)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name), f"final {s.name}"))
     b.scalar_params()
     return b.done()
 
@@ -484,18 +495,17 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     b.register("ac_grad_s", "ac_h_cur", "ac_out_grad_x")
     b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "ac_row", "gradient of s[t]"))
     for s in system.states:
-        b.register(f"ac_grad_{s.name}")
+        grad = c_name(s.name, "grad")
+        b.register(grad)
         if options.grad_finals:
-            b.pointer(f"grad_{s.name}_final", const=True)
-            b.plan.setup.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_final", "ac_n0",
-                                       f"gradient of final {s.name}"))
+            pointer = b.pointer(f"grad_{s.name}_final", const=True)
+            b.plan.setup.append(b.load(grad, pointer, "ac_n0", f"gradient of final {s.name}"))
         else:  # no loss term on the final states: the caller passes no zero tensors
-            b.plan.setup.append(Transfer(f"gradient of final {s.name}: none", f"ac_grad_{s.name}", "", "",
+            b.plan.setup.append(Transfer(f"gradient of final {s.name}: none", grad, "", "",
                                          b.compute.literal(0), vectorizable=False))
         if options.grad_state_seq:
-            b.pointer(f"grad_{s.name}_seq", const=True)
-            b.plan.loads.append(b.load(f"ac_grad_{s.name}", f"grad_{s.name}_seq", "ac_row", f"gradient of {s.name}[t]",
-                                       accumulate=True))
+            pointer = b.pointer(f"grad_{s.name}_seq", const=True)
+            b.plan.loads.append(b.load(grad, pointer, "ac_row", f"gradient of {s.name}[t]", accumulate=True))
     b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
     segment = replay_steps(derivation, options)
@@ -524,26 +534,26 @@ def _backward(derivation: Derivation, options: KernelOptions, surrogate_gradient
     grad_x, grad_states, grad_params = outputs[0], outputs[1:1 + len(system.states)], outputs[1 + len(system.states):]
     b.statement("ac_out_grad_x[lane]", grad_x, declare=False)
     for s, value in zip(system.states, grad_states):
-        b.statement(f"ac_{s.name}_grad_prev", value)
+        b.statement(c_name(s.name, "grad_prev"), value)
     for s in system.states:
-        b.statement(f"ac_grad_{s.name}[lane]", f"ac_{s.name}_grad_prev", declare=False)
+        b.statement(f"{c_name(s.name, 'grad')}[lane]", c_name(s.name, "grad_prev"), declare=False)
     for p, value in zip(system.learnable, grad_params):
-        b.register(f"ac_acc_{p.name}")
-        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", f"ac_acc_{p.name}", "", "",
-                                     b.compute.literal(0), vectorizable=False))
-        b.statement(f"ac_acc_{p.name}[lane]", b.compute.op("add", f"ac_acc_{p.name}[lane]", value), declare=False)
+        acc = c_name(p.name, "acc")
+        b.register(acc)
+        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", acc, "", "", b.compute.literal(0),
+                                     vectorizable=False))
+        b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
     b.pointer("grad_x_seq", const=False)
     b.plan.stores.append(b.store("grad_x_seq", "ac_row", "ac_out_grad_x", "gradient of x[t]"))
     for s in system.states if options.given_inits else ():  # a number given for all neurons has no gradient
-        b.pointer(f"grad_{s.name}_init", const=False)
-        b.plan.finish.append(b.store(f"grad_{s.name}_init", "ac_n0", f"ac_grad_{s.name}",
-                                     f"gradient of {s.name}[-1]"))
+        pointer = b.pointer(f"grad_{s.name}_init", const=False)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name, "grad"), f"gradient of {s.name}[-1]"))
     for p in system.learnable:
-        b.pointer(f"grad_{p.name}", const=False, compute_type=True)
-        b.plan.finish.append(b.store(f"grad_{p.name}", "ac_n0", f"ac_acc_{p.name}",
-                                     f"per-neuron sum of d loss / d {p.name}", compute_type=True))
+        pointer = b.pointer(f"grad_{p.name}", const=False, compute_type=True)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(p.name, "acc"), f"per-neuron sum of d loss / d {p.name}",
+                                     compute_type=True))
     b.scalar_params()
     return b.done()
 
@@ -555,29 +565,28 @@ def _previous_states(b: _Builder, derivation: Derivation, saved_as: str) -> None
     for i, (s, needed) in enumerate(zip(system.states, derivation.backward.needs_states)):
         if not needed:
             continue
-        b.register(s.name, f"ac_init_{s.name}")
-        b.plan.setup.append(b.initial(f"ac_init_{s.name}", s.name))
+        state, initial = c_name(s.name), c_name(s.name, "init")
+        b.register(state, initial)
+        b.plan.setup.append(b.initial(initial, s.name))
         if not b.multi:
-            b.statement(f"{s.name}[lane]", f"ac_init_{s.name}[lane]", declare=False,
-                        comment=f"{s.name} before the step")
+            b.statement(f"{state}[lane]", f"{initial}[lane]", declare=False, comment=f"{s.name} before the step")
         elif i == 0 and derivation.recompute_membrane:
             b.register("ac_h_prev")
             b.plan.loads.append(b.load("ac_h_prev", "h_seq", "ac_row - N", "h[t-1]", otherwise=b.compute.literal(0)))
-            b.statement(f"{s.name}[lane]", previous_membrane(system, _H_PREVIOUS), declare=False,
-                        comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0",
-                        otherwise=f"ac_init_{s.name}[lane]")
+            b.statement(f"{state}[lane]", previous_membrane(system, _H_PREVIOUS), declare=False,
+                        comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0", otherwise=f"{initial}[lane]")
         elif b.plan.segment:
-            b.pointer(f"{s.name}_checkpoints", const=True, compute_type=True)
-            b.plan.histories.append(f"ac_hist_{s.name}")
-            checkpoint = b.load(s.name, f"{s.name}_checkpoints", f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
+            pointer, history = b.pointer(f"{s.name}_checkpoints", const=True, compute_type=True), c_name(s.name, "hist")
+            b.plan.histories.append(history)
+            checkpoint = b.load(state, pointer, f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
                                 f"{s.name} before the segment: its checkpoint, or the initial value",
-                                otherwise=f"ac_init_{s.name}[lane]", compute_type=True)
+                                otherwise=f"{initial}[lane]", compute_type=True)
             b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
-            b.plan.loads.append(_recall(s.name, f"ac_hist_{s.name}", f"{s.name}[t-1], from the replay"))
+            b.plan.loads.append(_recall(state, history, f"{s.name}[t-1], from the replay"))
         else:
-            b.pointer(f"{s.name}{saved_as}", const=True)
-            b.plan.loads.append(b.load(s.name, f"{s.name}{saved_as}", "ac_row - N", f"saved {s.name}[t-1]",
-                                       otherwise=f"ac_init_{s.name}[lane]"))
+            pointer = b.pointer(f"{s.name}{saved_as}", const=True)
+            b.plan.loads.append(b.load(state, pointer, "ac_row - N", f"saved {s.name}[t-1]",
+                                       otherwise=f"{initial}[lane]"))
 
 
 def _recall(register: str, history: str, comment: str) -> Transfer:
@@ -593,7 +602,7 @@ def _replay(b: _Builder, derivation: Derivation) -> None:
     kept = [(i, s) for i, (s, keep) in enumerate(zip(system.states, derivation.saved_states)) if keep]
     start = len(b.plan.body)
     for _, s in kept:
-        b.statement(f"ac_hist_{s.name}[ac_k][lane]", f"{s.name}[lane]", declare=False,
+        b.statement(f"{c_name(s.name, 'hist')}[ac_k][lane]", f"{c_name(s.name)}[lane]", declare=False,
                     comment=f"{s.name}[t-1]" if s is kept[0][1] else "")
     b.statement("ac_hist_h[ac_k][lane]", "ac_h_cur[lane]", declare=False)
     b.statement("ac_h", "ac_h_cur[lane]", comment="threshold and spike, then the saved states' updates")
@@ -601,9 +610,9 @@ def _replay(b: _Builder, derivation: Derivation) -> None:
     b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
     news = b.emit([derivation.forward.new_states[i] for i, _ in kept])
     for (_, s), value in zip(kept, news):
-        b.statement(f"ac_{s.name}_next", value)
+        b.statement(c_name(s.name, "next"), value)
     for _, s in kept:
-        b.statement(f"{s.name}[lane]", f"ac_{s.name}_next", declare=False)
+        b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
     b.plan.replay_body = b.plan.body[start:]
     del b.plan.body[start:]
 
@@ -723,5 +732,18 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset and not forward else ""
     kind = options.kernel.replace("-", "_")
-    name = f"{spec_name}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
+    name = f"{kernel_stem(spec_name)}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"
     return NeuronKernel(name, plan, options, description, replay_steps(derivation, options))
+
+
+# A kernel name is its stem and at most 42 more characters ('_step_backward_bfloat16_hard_detach_<digest>'), 63 in all.
+KERNEL_STEM = 21
+
+
+def kernel_stem(spec_name: str) -> str:
+    """The start of a spec's kernel names: its name, or where that is longer than KERNEL_STEM, its first characters
+    and a digest of the whole (specs whose names start alike still name their kernels apart)."""
+    if len(spec_name) <= KERNEL_STEM:
+        return spec_name
+    digest = hashlib.sha1(spec_name.encode()).hexdigest()[:6]
+    return f"{spec_name[:KERNEL_STEM - len(digest) - 1].rstrip('_')}_{digest}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import subprocess
 import tempfile
 from collections import Counter
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from .. import store
 from . import cache, toolchain
@@ -26,13 +28,15 @@ if TYPE_CHECKING:
 
 SHIM = Path(__file__).with_name("shim.h").read_text()
 MAX_THREADS_PER_BLOCK = 1024  # the GPU's limit: a launch the GPU would refuse is refused here too
+# A kernel's name becomes C text (symbols, #line file names) and a file name: a C identifier, nothing else.
+KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
 
 # How compiled kernels were obtained in this process: "memory", "disk" (cache hit) or "compiled".
 stats: Counter[str] = Counter()
 
 # The translation unit: #line makes compiler messages cite lines of the kernel source as numbered in
-# CompileError. Wrapper names start with ac_host_ (user names may not start with ac_), so a parameter
-# called e.g. `args` cannot shadow them.
+# CompileError. Every name the wrapper declares starts with ac_host_ (the arguments are ac_host_arg0, 1, ...,
+# whatever the kernel calls its parameters), so no name of the kernel's can shadow one.
 _UNIT = """{shim}
 #line 1 "{name}.cu"
 {source}
@@ -56,11 +60,14 @@ extern "C" AC_HOST_EXPORT void {name}__host_launch(unsigned ac_host_gx, unsigned
 
 
 def translation_unit(source: str, name: str, params: Sequence[CParam]) -> str:
-    """The C++ text compiled for one kernel; parameters are unpacked by their own declarations."""
-    unpack = "".join(f"    {p.declaration()} = ac_host_slot{{ac_host_args[{i}]}};\n" for i, p in enumerate(params))
+    """The C++ text compiled for one kernel; each parameter is unpacked by its declaration, under a name of the
+    wrapper's own."""
+    args = [f"ac_host_arg{i}" for i in range(len(params))]
+    unpack = "".join(f"    {p.declaration(cname=arg)} = ac_host_slot{{ac_host_args[{i}]}};\n"
+                     for i, (p, arg) in enumerate(zip(params, args)))
     sizes = "".join(f"sizeof({'void*' if p.pointer else p.ctype}), " for p in params)
     return _UNIT.format(shim=SHIM, name=name, source=source, unpack=unpack.rstrip("\n"), sizes=sizes,
-                        names=", ".join(p.name for p in params))
+                        names=", ".join(args))
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ _loaded: dict[tuple[str, str, tuple], HostKernel] = {}
 
 def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
     """Kernel `name` of `source` compiled for the host (memory cache, then disk cache, then the compiler)."""
+    _check_name(name)
     key = (source, name, tuple(params))
     if key in _loaded:
         stats["memory"] += 1
@@ -95,32 +103,52 @@ def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
     return _loaded[key]
 
 
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not KERNEL_NAME.match(name):
+        raise ValueError(f"kernel name {name!r:.80}: expected a C identifier ({KERNEL_NAME.pattern})")
+
+
 def _shim_header() -> Path | None:
     """The shim as a header beside its precompiled form (`shim.h.gch`), built once per toolchain in the host
     cache: a unit that includes it does not parse the CUDA half-precision headers again (0.5 -> 0.2 s a kernel
     with g++ on the development machine). A compiler that does not read `.gch` files parses the header, as it
-    would the shim inline. None where none could be built: units then carry the shim."""
+    would the shim inline. None where none could be built or written (the shim folder refused, the disk full):
+    units then carry the shim."""
     digest = hashlib.sha256(f"{toolchain.identity()}\n{SHIM}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
     header, precompiled = folder / "shim.h", folder / "shim.h.gch"
     if folder in _verified_headers and header.is_file() and precompiled.is_file():
         return header
-    if '"' in str(header) or "\\" in str(header):  # not writable in an #include
+    if folder in _unavailable_headers or '"' in str(header) or "\\" in str(header):  # not writable in an #include
         return None
-    if not (store.verified(header) and store.verified(precompiled)):  # a damaged .gch would stop g++
-        with tempfile.TemporaryDirectory(prefix="autocuda-pch-") as tmp:
-            source, built = Path(tmp) / "shim.h", Path(tmp) / "shim.h.gch"
-            source.write_text(SHIM)
-            if subprocess.run(toolchain.precompile_command(source, built), capture_output=True).returncode != 0:
+    try:
+        store.private_folder(folder)  # a link or another user's folder in its place is refused, never read
+        if not (store.verified(header) and store.verified(precompiled)):  # a damaged .gch would stop g++
+            if not _precompile(header, precompiled):
                 return None
-            data = built.read_bytes()
-        store.write(header, SHIM.encode())
-        store.write(precompiled, data)
+    except OSError:
+        _unavailable_headers.add(folder)
+        return None
     _verified_headers.add(folder)
     return header
 
 
+def _precompile(header: Path, precompiled: Path) -> bool:
+    """Build the precompiled shim into the cache; False when the compiler refuses (OSError when it cannot be
+    written)."""
+    with tempfile.TemporaryDirectory(prefix="autocuda-pch-") as tmp:
+        source, built = Path(tmp) / "shim.h", Path(tmp) / "shim.h.gch"
+        source.write_text(SHIM)
+        if subprocess.run(toolchain.precompile_command(source, built), capture_output=True).returncode != 0:
+            return False
+        data = built.read_bytes()
+    store.write(header, SHIM.encode())
+    store.write(precompiled, data)
+    return True
+
+
 _verified_headers: set[Path] = set()  # folders of shim headers checked in this process
+_unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in this process: units carry the shim
 
 
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
@@ -160,6 +188,8 @@ def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int]
         raise ValueError(f"block {tuple(block)} has more than {MAX_THREADS_PER_BLOCK} threads")
     if len(args) != len(params):
         raise TypeError(f"kernel {name}: {len(args)} arguments for {len(params)} parameters")
+    if device is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"kernel {name}: the host runner runs on CPU tensors, got device {device}")
     kernel = load_kernel(source, name, params)
     holders = [np.asarray(a) for a in args]  # owns each value's bytes until the call returns
     for param, held, size in zip(params, holders, kernel.arg_sizes, strict=True):

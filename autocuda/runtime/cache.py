@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..spec.model import NeuronSpec, check_reset, load_spec, runtime_params, spec_text, tensor_param_names
+from ..spec.model import NeuronSpec, check_reset, is_spec_path, load_spec, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
 from . import nvrtc
 
@@ -61,9 +61,10 @@ _SPEC_REFS: dict[int, tuple[NeuronSpec, str]] = {}
 
 
 def spec_ref(spec: NeuronSpec | str) -> str:
-    """A string that names `spec` for the functions below: a name as given, or a registered spec's token."""
+    """A string that names `spec` for the functions below: a shipped spec's name as given, or a registered
+    spec's token (a spec file is loaded here, so that an edited file is a new spec, not the old one's plans)."""
     if isinstance(spec, str):
-        return spec
+        return spec_ref(load_spec(spec)) if is_spec_path(spec) else spec
     if not isinstance(spec, NeuronSpec):
         raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(spec).__name__}")
     known = _SPEC_REFS.get(id(spec))
@@ -109,7 +110,8 @@ def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
 
 @constant_result
 def spec_facts(ref: str) -> tuple:
-    """(name, parameter names, (name, default) pairs, constant parameter names, (state, initial) pairs)."""
+    """(name, parameter names, (name, default) pairs, constant parameter names, (state, initial) pairs,
+    (name, bounds) pairs of the parameters with a domain, each bound an (operator, limit) pair)."""
     return _facts(ref)
 
 
@@ -117,7 +119,8 @@ def spec_facts(ref: str) -> tuple:
 def _facts(ref: str) -> tuple:
     spec = resolve_spec(ref)
     return (spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
-            tuple(p.name for p in spec.params if p.kind == "constant"), tuple((s.name, s.init) for s in spec.states))
+            tuple(p.name for p in spec.params if p.kind == "constant"), tuple((s.name, s.init) for s in spec.states),
+            tuple((p.name, tuple(map(tuple, p.bounds))) for p in spec.params if p.domain))
 
 
 @dataclasses.dataclass(frozen=True)

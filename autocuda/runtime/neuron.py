@@ -192,6 +192,9 @@ class Recipe:
             index = like.get_device()  # an int, without building `like.device`
             kernel.cuda_launcher(index)(grid, (block,), values, current_stream_ptr(index))
         else:
+            if like.device.type != "cpu":
+                raise ValueError(f"backend {backend!r} runs kernels on CPU tensors; got tensors on {like.device} "
+                                 "(use backend='reference' or move them to the CPU)")
             import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
 
             packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))

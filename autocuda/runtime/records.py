@@ -2,8 +2,9 @@
 disk so that a process running a configuration seen before neither derives nor renders (no sympy).
 
 A record is stored under a digest of the text that selects the kernel (the neuron configuration, the kernel
-kind, dtype and options) and of the generator's code (`store.key`); it is JSON, checked by the store's checksum
-and by its own fields: anything unreadable is rebuilt.
+kind, dtype and options) and of the generator's code (`store.key`); it is JSON, checked by the store (a private
+folder, the file's owner and mode, its checksum) and then field by field (`RECORD_FIELDS`): a record that is not
+exactly what `to_json` writes is rebuilt, never used.
 """
 from __future__ import annotations
 
@@ -15,6 +16,89 @@ import torch
 
 from .. import store
 from ..ckernel import CParam, _launcher
+from ..host.runner import KERNEL_NAME
+
+MAX_RECORD_BYTES = 1 << 24
+MAX_SOURCE = 1 << 22  # characters of kernel source; generated kernels have tens of thousands
+MAX_PARAMS = 256
+
+
+class RecordError(ValueError):
+    """A stored kernel record that is not what `KernelRecord.to_json` writes; the message names the field."""
+
+
+def _identifier(value: object, field: str) -> str:
+    if not isinstance(value, str) or not KERNEL_NAME.match(value):
+        raise RecordError(f"{field}: expected a C identifier ({KERNEL_NAME.pattern}), got {value!r:.80}")
+    return value
+
+
+def _source(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_SOURCE:
+        raise RecordError(f"{field}: expected kernel source text of 1 to {MAX_SOURCE} characters, "
+                          f"got {type(value).__name__} of length {len(value) if isinstance(value, str) else '-'}")
+    return value
+
+
+def _count(least: int, most: int) -> Callable[[object, str], int]:
+    def check(value: object, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            raise RecordError(f"{field}: expected an int from {least} to {most}, got {value!r:.80}")
+        return value
+    return check
+
+
+def _param(value: object, field: str) -> CParam:
+    """[name, ctype, pointer, const] of a parameter the builder accepts: `CParam.parse` must give it back."""
+    if not isinstance(value, list) or len(value) != 4:
+        raise RecordError(f"{field}: expected [name, C type, pointer, const], got {value!r:.80}")
+    name, ctype, pointer, const = value
+    if not isinstance(ctype, str) or not isinstance(pointer, bool) or not isinstance(const, bool):
+        raise RecordError(f"{field}: expected a C type text and two booleans, got {value!r:.80}")
+    param = CParam(_identifier(name, f"{field} name"), ctype, pointer, const)
+    try:
+        parsed = CParam.parse(f"{'const ' if const else ''}{ctype}{' *' if pointer else ''}", param.name)
+    except ValueError as error:
+        raise RecordError(f"{field}: {error}") from None
+    if parsed != param:
+        raise RecordError(f"{field}: C type {ctype!r} is not one the builder writes (it reads back as {parsed})")
+    return param
+
+
+def _params(value: object, field: str) -> tuple[CParam, ...]:
+    if not isinstance(value, list) or len(value) > MAX_PARAMS:
+        raise RecordError(f"{field}: expected a list of at most {MAX_PARAMS} parameters, got {value!r:.80}")
+    params = tuple(_param(item, f"{field}[{i}]") for i, item in enumerate(value))
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        raise RecordError(f"{field}: a parameter name repeats in {names}")
+    return params
+
+
+# Each field of a stored record -> its check (value, field name -> the value to use); the field order is the
+# constructor's.
+RECORD_FIELDS: Mapping[str, Callable[[object, str], Any]] = {
+    "name": _identifier,
+    "source": _source,
+    "params": _params,
+    "lanes": _count(1, 16),  # neurons per thread: the layouts use 1, 2, 4 and 8
+    "block": _count(1, 1024),  # threads per block: the GPU's limit
+    "checkpoint_steps": _count(0, 1 << 20),
+}
+
+
+def _record_fields(data: bytes) -> dict[str, Any]:
+    """The checked fields of a stored record; RecordError naming the first that is missing, extra or wrong."""
+    if len(data) > MAX_RECORD_BYTES:
+        raise RecordError(f"record of {len(data)} bytes, more than {MAX_RECORD_BYTES}")
+    try:
+        fields = json.loads(data)
+    except (ValueError, RecursionError) as error:  # not JSON; nested deeper than the parser goes
+        raise RecordError(f"not a JSON record ({type(error).__name__})") from None
+    if not isinstance(fields, dict) or set(fields) != set(RECORD_FIELDS):
+        found = sorted(fields) if isinstance(fields, dict) else type(fields).__name__
+        raise RecordError(f"expected the fields {sorted(RECORD_FIELDS)}, got {found}")
+    return {field: check(fields[field], field) for field, check in RECORD_FIELDS.items()}
 
 
 class KernelRecord:
@@ -44,10 +128,8 @@ class KernelRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> KernelRecord:
-        fields = json.loads(data)
-        params = tuple(CParam(str(n), str(c), bool(p), bool(k)) for n, c, p, k in fields["params"])
-        return cls(str(fields["name"]), str(fields["source"]), params, int(fields["lanes"]), int(fields["block"]),
-                   int(fields["checkpoint_steps"]))
+        """A record read back, every field checked (`RECORD_FIELDS`); RecordError (a ValueError) otherwise."""
+        return cls(*_record_fields(data).values())
 
     def cuda_launcher(self, device_index: int):
         """The packed-argument launcher of this kernel on a device."""
@@ -72,7 +154,7 @@ def kernel_record(text: str, build: Callable[[], Any]) -> KernelRecord:
     if data is not None:
         try:
             return KernelRecord.from_json(data)
-        except (ValueError, KeyError, TypeError):  # a damaged or foreign entry: rebuild it
+        except RecordError:  # a damaged or foreign entry: rebuild it
             pass
     record = KernelRecord.of(build())
     store.save("kernels", name, record.to_json())

@@ -133,6 +133,21 @@ def _l2_flush(device: torch.device) -> torch.Tensor | None:
         return None
 
 
+MAX_ENTRY_BYTES = 4096  # a stored layout is one small JSON object
+
+
+def stored_layout(data: bytes | None, layouts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The candidate of `layouts` that a tuning entry names, or None (time again) when the entry is missing or is
+    anything but one of them: small, JSON, an object equal to a candidate (whose own object is returned)."""
+    if data is None or len(data) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        layout = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON; nested deeper than the parser goes
+        return None
+    return next((candidate for candidate in layouts if isinstance(layout, dict) and layout == candidate), None)
+
+
 def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
             run: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
     """The fastest of `layouts` for the kernel call that `text` names: from the disk store, else timed
@@ -141,14 +156,9 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
         return layouts[0]
     # the candidates belong to the key: a new set of them is timed afresh rather than one of the old ones reused
     name = store.key(repr(("layout", text, torch.cuda.get_device_name(device), layouts)))
-    known = store.read("tuning", name)
+    known = stored_layout(store.read("tuning", name), layouts)
     if known is not None:
-        try:
-            layout = json.loads(known)
-            if layout in layouts:
-                return layout
-        except ValueError:  # a damaged entry: time again
-            pass
+        return known
     flush = _l2_flush(device)
     times = [_elapsed_ms(lambda layout=layout: run(layout), flush) for layout in layouts]
     best = layouts[times.index(min(times))]

@@ -60,8 +60,8 @@ import functools
 import math
 import numbers
 import os
-import re
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -72,6 +72,8 @@ from ..errors import SpecError
 from ..lazy import lazy_import
 from ..resources import resource_dir
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
+from . import budget, domain
+from .names import check_identifier, spec_name_problem
 from .ode import TIME_STEP, check_structure, discretise, with_jump
 
 sympy = lazy_import("sympy")
@@ -81,15 +83,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "load_spec", "list_specs", "spec_from_toml"]
+__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml"]
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
 RESETS = ("hard", "soft", "none")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
-# Kernel names are the spec's name and up to 42 more characters ('_step_backward_bfloat16_hard_detach_<digest>'),
-# and must be C identifiers of at most 63 without '__'. The name may be a C keyword ('if'): kernels extend it.
-_SPEC_NAME = re.compile(r"(?!ac_)[A-Za-z](?:[A-Za-z0-9]|_(?![_]|$)){0,20}")
 
 
 def _number(value: Any, field: str) -> float:
@@ -113,12 +112,19 @@ class Param:
     kind: Kind | None = None  # None: 'tensor' when learnable, else 'scalar'
     learnable: bool = False
     doc: str = ""
+    domain: str = ""  # the values it may take, e.g. "> 0" or ">= 1, <= 100" (autocuda.spec.domain)
 
     def __post_init__(self) -> None:
         field = f"params.{self.name}"
         object.__setattr__(self, "default", _number(self.default, f"{field}.default"))
         _expect(self.learnable, bool, f"{field}.learnable", "true or false")
         _expect(self.doc, str, f"{field}.doc", "a string")
+        try:
+            problem = domain.problem(domain.parse_domain(self.domain), self.default)
+        except ValueError as error:
+            raise SpecError(f"invalid domain: {error}", field=f"{field}.domain") from None
+        if problem is not None:
+            raise SpecError(f"the default {problem}", field=f"{field}.default")
         kind = self.kind if self.kind is not None else ("tensor" if self.learnable else "scalar")
         if kind not in KINDS:
             raise SpecError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", field=f"{field}.kind",
@@ -127,6 +133,16 @@ class Param:
             raise SpecError(f"a learnable parameter must be a tensor, not {kind!r}", field=f"{field}.kind",
                             symbol=kind)
         object.__setattr__(self, "kind", kind)
+
+    @property
+    def bounds(self) -> tuple[domain.Bound, ...]:
+        return domain.parse_domain(self.domain)
+
+    def check(self, value: float) -> None:
+        """Refuse a number outside the parameter's domain with a ValueError naming both."""
+        problem = domain.problem(self.bounds, value)
+        if problem is not None:
+            raise ValueError(f"parameter {self.name!r} {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,11 +226,11 @@ class NeuronSpec:
     def __post_init__(self) -> None:
         try:
             self._normalise()
-            # A spec that passed validation and parsing before (same text, same autocuda code) is not checked
-            # again: parsing needs sympy, which a process whose kernels are all cached never imports.
+            self._validate()  # always: cheap and sympy-free, and what keeps names and structure sound
+            # Parsing needs sympy, which a process whose kernels are all cached never imports: a spec whose text
+            # parsed before (same text, same autocuda code: the key hashes both) is parsed only when asked to.
             known = store.key(f"valid spec {spec_text(self)}")
             if store.read("specs", known) is None:
-                self._validate()
                 object.__setattr__(self, "_parsed", _parse_spec(self))
                 store.save("specs", known, b"valid")
         except SpecError as err:
@@ -238,10 +254,9 @@ class NeuronSpec:
 
     def _validate(self) -> None:
         _expect(self.name, str, "name", "a string")
-        if not _SPEC_NAME.fullmatch(self.name):
-            raise SpecError("a spec name is a letter then letters, digits or single '_' (not last, no 'ac_' "
-                            "prefix), 21 characters at most: kernel names are made from it", field="name",
-                            symbol=self.name)
+        problem = spec_name_problem(self.name)
+        if problem is not None:
+            raise SpecError(problem, field="name", symbol=self.name)
         _expect(self.doc, str, "doc", "a string")
         _expect(self.origin, str, "origin", "a string")
         if self.reset not in RESETS:
@@ -250,20 +265,18 @@ class NeuronSpec:
         self._check_structure()
 
     def _check_names(self) -> None:
-        from . import parse  # the expression language's names (imports sympy)
-
         seen: dict[str, str] = {}
         groups = {"params": [p.name for p in self.params], "states": [s.name for s in self.states],
                   "derived": [n for n, _ in self.derived], "options": [n for n, _ in self.options]}
         for group, names in groups.items():
             for name in names:
                 field = f"{group}.{name}"
+                check_identifier(name, field=field)
                 if name in RESERVED:
                     raise SpecError(f"'{name}' is reserved for {RESERVED[name]}", field=field, symbol=name)
-                if name == "dt":
-                    raise SpecError(f"'dt' is a name generated kernels use; the time step of [ode] is the "
-                                    f"parameter '{TIME_STEP}'", field=field, symbol=name)
-                parse.check_identifier(name, field=field)
+                if name == "dt":  # it would read as the time step, and be another parameter
+                    raise SpecError(f"'dt' is not the time step: the time step of [ode] is the parameter "
+                                    f"'{TIME_STEP}'", field=field, symbol=name)
                 if name in seen:
                     raise SpecError(f"'{name}' is declared twice (also in {seen[name]})", field=field, symbol=name)
                 seen[name] = group
@@ -358,7 +371,11 @@ class ParsedSpec:
 
     def expand(self, expr: sympy.Expr) -> sympy.Expr:
         """`expr` with every derived symbol replaced by its value in terms of params."""
-        return expr.xreplace({self.derived_symbols[n]: v for n, v in self.derived_values.items()})
+        return expr.xreplace(self.derived_substitution())
+
+    def derived_substitution(self) -> dict[sympy.Symbol, sympy.Expr]:
+        """Each derived symbol's value in terms of params."""
+        return {self.derived_symbols[n]: v for n, v in self.derived_values.items()}
 
     @property
     def charge_expanded(self) -> sympy.Expr:
@@ -382,6 +399,11 @@ def _symbols(names: Any) -> dict[str, sympy.Symbol]:
 
 
 def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
+    with budget.symbolic_budget(spec.origin, "charge"):
+        return _parse_spec_expressions(spec)
+
+
+def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
     from .parse import parse_expression
 
     x, h, s = (sympy.Symbol(n, real=True) for n in ("x", "h", "s"))
@@ -403,7 +425,8 @@ def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
     values: dict[str, sympy.Expr] = {}
     for name, text in spec.derived:
         derived[name] = parse(text, {**params, **derived_symbols}, f"derived.{name}")
-        values[name] = derived[name].xreplace({derived_symbols[n]: v for n, v in values.items()})
+        values[name] = budget.substituted(derived[name], {derived_symbols[n]: v for n, v in values.items()},
+                                          source=spec.origin, field=f"derived.{name}", what="derived values")
         derived_symbols[name] = sympy.Symbol(name, real=True)
     known = {**states, **params, **derived_symbols}
     rhs = {n: parse(t, {"x": x, **known}, f"ode.{n}") for n, t in spec.ode}
@@ -413,7 +436,8 @@ def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
     method = None
     if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
         jumps = {n: parse(t, {"x": x, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
-        method, integrated = _integrate(spec, rhs, jumps, states, params[TIME_STEP], h, s)
+        with budget.working_on("method" if spec.method else "ode"):
+            method, integrated = _integrate(spec, rhs, jumps, states, params[TIME_STEP], h, s)
         charge = integrated.pop(spec.membrane, charge)
         updates |= integrated
     ro = MappingProxyType
@@ -426,6 +450,8 @@ def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[s
                ) -> tuple[str, dict[str, sympy.Expr]]:
     """The ODE states' values after one step (docs/ode.md), after-spike jumps applied."""
     step = discretise({states[n]: f for n, f in rhs.items()}, dt, spec.method)
+    if step.note is not None:
+        warnings.warn(f"{spec.origin}: spec {spec.name!r}: {step.note}", stacklevel=5)
     values = {u.name: e for u, e in step.values.items()}
     at_end = {states[n]: e for n, e in values.items()}
     at_end[states[spec.membrane]] = h  # in a jump the membrane is h (before reset), whether ODE or charge
@@ -470,6 +496,8 @@ def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | Non
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"invalid TOML: {err}", source=source) from None
+    except RecursionError:
+        raise SpecError("invalid TOML: arrays or tables nested too deeply", source=source) from None
     for key in data:
         if key not in _TOML_KEYS:
             close = difflib.get_close_matches(key, _TOML_KEYS, n=1)
@@ -506,10 +534,17 @@ def _key(name: str) -> str:
     return name.lower().replace("_", "").replace("-", "")
 
 
-def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
-    """Load a TOML spec file, or a shipped spec by (case-insensitive) name, e.g. 'lif' or 'Izhikevich'."""
+def is_spec_path(name_or_path: str | os.PathLike[str]) -> bool:
+    """Whether `load_spec` reads this as a file path (else as a shipped spec's name)."""
     text = os.fspath(name_or_path)
-    if isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or "/" in text or os.sep in text:
+    return isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or "/" in text or os.sep in text
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
+    """Load a TOML spec file, or a shipped spec by (case-insensitive) name, e.g. 'lif' or 'Izhikevich'. A file
+    is read again when its modification time or size changed since it was last loaded."""
+    text = os.fspath(name_or_path)
+    if is_spec_path(name_or_path):
         return _load_path(Path(text), text)
     shipped = _shipped()
     path = shipped.get(_key(text))

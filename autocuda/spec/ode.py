@@ -29,8 +29,10 @@ the float32 step keeps float32's digits (docs/ode.md, Rounding). Where a rate ma
 is guarded to the limit (dt): exponential Euler gives u + dt b there too.
 
 Automatic choice: exact when f is linear in the states with coefficients free of the states (for three or more
-states only when A is triangular), else exponential_euler when each equation is linear in its own state, else
-euler. `with_jump` applies an after-spike jump: u' = u_integrated + s (jump - u_integrated).
+states only when A is diagonal, or triangular with at most MAX_EXACT_STATES states), else exponential_euler when
+each equation is linear in its own state, else euler. `exact` asked of a larger coupled system integrates with
+exponential_euler and warns (`discretise`).
+`with_jump` applies an after-spike jump: u' = u_integrated + s (jump - u_integrated).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ __all__ = ["METHODS", "TIME_STEP", "Discretised", "check_structure", "choose_met
            "exponential_euler", "exact", "exp_2x2", "with_jump"]
 
 METHODS = ("euler", "exponential_euler", "exact")
+MAX_EXACT_STATES = 3  # coupled (triangular) states whose exact step sympy builds in well under a second
 TIME_STEP = "time_step"  # `dt` is a name the generated kernels own (the time stride of CKernel2D)
 
 
@@ -59,6 +62,7 @@ class Discretised:
 
     method: str
     values: Mapping[sp.Symbol, sp.Expr]
+    note: str | None = None  # why the method differs from the one asked for
 
 
 # -- structure of a spec with [ode] ------------------------------------------------------------------------------
@@ -139,20 +143,37 @@ def _triangular(A: sp.Matrix) -> bool:
     return A.is_upper or A.is_lower
 
 
+def _exact_in_closed_form(A: sp.Matrix) -> bool:
+    """Whether `exact` builds e^{A dt} here: up to two states, a diagonal A (uncoupled states), or a triangular
+    A of at most MAX_EXACT_STATES states. sympy's matrix exponential of a larger or fuller A grows
+    combinatorially in size and time (minutes at seven triangular or three coupled states)."""
+    n = A.shape[0]
+    return n <= 2 or A.is_diagonal() or (_triangular(A) and n <= MAX_EXACT_STATES)
+
+
 def choose_method(rhs: Mapping[sp.Symbol, sp.Expr]) -> str:
     """exact, else exponential_euler, else euler: the first one the system qualifies for (module doc)."""
     A, _, problem = _linear_system(rhs)
-    if problem is None and (len(rhs) <= 2 or _triangular(A)):
+    if problem is None and _exact_in_closed_form(A):
         return "exact"
     return "exponential_euler" if _own_linear(rhs)[1] is None else "euler"
 
 
 def discretise(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr, method: str | None = None) -> Discretised:
     """One step of dS/dt = rhs with the given method (None: `choose_method`). `rhs` maps each integrated state
-    symbol to its right-hand side; every other symbol is constant over the step."""
-    method = method or choose_method(rhs)
+    symbol to its right-hand side; every other symbol is constant over the step. `exact` asked of a linear
+    system it cannot solve in closed form (`_exact_in_closed_form`) integrates with exponential_euler instead,
+    and says so in the result's `note`."""
+    method, note = method or choose_method(rhs), None
+    if method == "exact":
+        A, _, problem = _linear_system(rhs)
+        if problem is None and not _exact_in_closed_form(A):
+            method = "exponential_euler"
+            note = (f"the exact solution of {A.shape[0]} coupled linear states has no closed form of bounded size "
+                    f"(at most {MAX_EXACT_STATES} triangular or any number of uncoupled states); integrated with "
+                    "exponential_euler instead")
     integrators = {"euler": euler, "exponential_euler": exponential_euler, "exact": exact}
-    return Discretised(method, integrators[method](rhs, dt))
+    return Discretised(method, integrators[method](rhs, dt), note)
 
 
 # -- e^z - 1 without cancellation ---------------------------------------------------------------------------------
@@ -236,6 +257,8 @@ def exact(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.E
         return {S[0]: _exponential(S[0], A[0, 0], b[0], dt)}
     if len(rhs) == 2:
         new = _exact_2x2(A, b, S, dt)
+    elif A.is_diagonal():  # uncoupled: each state's own exponential step
+        return {u: _exponential(u, A[i, i], b[i], dt) for i, u in enumerate(S)}
     else:
         new = _exact_sympy(A, b, S, dt)
     return dict(zip(S, new))

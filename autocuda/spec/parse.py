@@ -19,16 +19,16 @@ from types import MappingProxyType
 
 import sympy
 
-from ..cnames import identifier_problem
 from ..errors import SpecError
+from . import budget
+from .names import LANGUAGE_NAMES, check_identifier
 
 __all__ = ["parse_expression", "check_identifier", "FUNCTIONS", "CONSTANTS", "RESERVED_NAMES"]
 
 MAX_TEXT = 2000
 MAX_DEPTH = 64  # expression nodes from root to leaf; a neuron equation needs a handful
-MAX_MAGNITUDE = 1e30  # larger literals are typos or attacks; they also overflow fp16/bf16 anyway
+MAX_MAGNITUDE = budget.MAX_MAGNITUDE
 MAX_INT_DIGITS = 30
-MAX_IDENTIFIER = 32
 _NO_OPTIONS: Mapping[str, bool] = MappingProxyType({})
 
 
@@ -42,7 +42,7 @@ def _heaviside(z: sympy.Expr) -> sympy.Expr:
 
 # name -> (min args, max args or None for unbounded, builder)
 FUNCTIONS: Mapping[str, tuple[int, int | None, Callable[..., sympy.Expr]]] = MappingProxyType({
-    "exp": (1, 1, sympy.exp),
+    "exp": (1, 1, lambda z: _exp(z)),
     "log": (1, 1, sympy.log),
     "sqrt": (1, 1, sympy.sqrt),
     "abs": (1, 1, sympy.Abs),
@@ -70,34 +70,17 @@ _UNARY = {ast.USub: lambda a: -a, ast.UAdd: lambda a: a}
 _COMPARE = {ast.Lt: sympy.StrictLessThan, ast.LtE: sympy.LessThan,
             ast.Gt: sympy.StrictGreaterThan, ast.GtE: sympy.GreaterThan}
 
-# Beyond cnames (C/CUDA keywords, built-ins, generated names): more math functions a printer may emit, our
-# own function and constant names, and a length short enough to leave room for generated suffixes.
-EXTRA_MATH_NAMES = frozenset("""
-    exp2 exp2f exp10 exp10f expm1 expm1f log2 log2f log10 log10f log1p log1pf rsqrt rsqrtf cbrt sinh cosh asin
-    acos atan2 erfc erfcf floor ceil round rint trunc fma fmaf copysign signbit isnan isinf isfinite hexp hlog
-    hsqrt hrcp hsin hcos habs hmax hmin h2exp h2log h2sqrt h2rcp h2sin h2cos size_t int32_t int64_t uint32_t
-    uint64_t dim3 std cuda M_PI M_E HUGE_VAL NULL
-""".split())
-RESERVED_NAMES = EXTRA_MATH_NAMES | set(FUNCTIONS) | set(CONSTANTS)
-
-
-def check_identifier(name: object, *, source: str = "<python>", field: str = "") -> str:
-    """Return `name` if it can name a parameter, state, derived quantity or option; raise SpecError otherwise."""
-    problem = identifier_problem(name)
-    if problem is None and len(name) > MAX_IDENTIFIER:
-        problem = f"must be at most {MAX_IDENTIFIER} characters"
-    if problem is None and name in RESERVED_NAMES:
-        problem = "is a function or constant of the expression language or a CUDA math name"
-    if problem is not None:
-        raise SpecError(f"invalid name {name!r}: {problem}", source=source, field=field, symbol=str(name))
-    return name
+# Names a spec may not declare: the functions and constants above, listed without sympy in `spec.names` (which
+# checks a spec's names on every construction); tests/test_security_names.py holds the two lists equal.
+RESERVED_NAMES = LANGUAGE_NAMES
 
 
 def parse_expression(text: str, symbols: Mapping[str, sympy.Basic], *, source: str = "<python>",
                      field: str = "", options: Mapping[str, bool] = _NO_OPTIONS) -> sympy.Expr:
     """Parse one expression of the spec language into sympy, refusing anything outside the whitelist."""
     tree = _parse_tree(text, source=source, field=field)
-    return _Builder(text, symbols, options, source, field).build(tree.body)
+    with budget.symbolic_budget(source, field):
+        return _Builder(text, symbols, options, source, field).build(tree.body)
 
 
 def _parse_tree(text: object, *, source: str, field: str) -> ast.Expression:
@@ -133,12 +116,21 @@ def _check_depth(tree: ast.AST, *, source: str, field: str) -> None:
 
 
 def _power(base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:
-    # sympy evaluates number**number exactly: 10**100000 builds a huge integer, 9**9**9 never ends.
-    if base.is_Number and exponent.is_Number and base != 0:
+    # sympy evaluates powers eagerly and exactly: (2*v)**(10**29) builds a 10**29-bit integer in one C call.
+    problem = budget.check_exponent(exponent)
+    if problem is None and base.is_Number and exponent.is_Number and base != 0:
         magnitude = abs(float(exponent)) * abs(math.log10(abs(float(base))))
-        if magnitude > math.log10(MAX_MAGNITUDE):
-            raise ValueError("numeric power out of range")
+        problem = "numeric power out of range" if magnitude > math.log10(MAX_MAGNITUDE) else None
+    if problem is not None:
+        raise ValueError(problem)
     return sympy.Pow(base, exponent)
+
+
+def _exp(argument: sympy.Expr) -> sympy.Expr:
+    problem = budget.exp_problem(argument)  # sympy rewrites exp(c*log(b)) as the power b**c
+    if problem is not None:
+        raise ValueError(problem)
+    return sympy.exp(argument)
 
 
 class _Builder:
@@ -172,8 +164,9 @@ class _Builder:
             raise self.refuse("division by zero or an infinite value", node)
         if result.has(sympy.I):
             raise self.refuse("a complex value (e.g. sqrt or log of a negative number)", node)
-        if result.is_Number and abs(result) > MAX_MAGNITUDE:
-            raise self.refuse(f"a constant larger than {MAX_MAGNITUDE:g}", node)
+        problem = budget.check_node(result)
+        if problem is not None:
+            raise self.refuse(problem, node)
         return result
 
     def _constant(self, node: ast.Constant) -> sympy.Expr:

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 
 import sympy as sp
 
+from .budget import substituted, symbolic_budget, working_on
 from .derive import SPIKE, H, Reset, StepSystem
 from .model import NeuronSpec, check_reset, runtime_params
 
@@ -27,6 +28,11 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
     """
     reset = reset or spec.reset
     check_reset(spec, reset)
+    with symbolic_budget(spec.origin, "charge"):
+        return _step_system(spec, reset, constants)
+
+
+def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] | None) -> StepSystem:
     parsed = spec.parsed()
     params = {p.name: p for p in spec.params}
     folded = {name: float(p.default) for name, p in params.items() if p.kind == "constant"}
@@ -36,8 +42,12 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
     replace = {parsed.param_symbols[n]: sp.Float(v) for n, v in folded.items()}
     replace |= {parsed.h: H, parsed.s: SPIKE}
 
-    def prepare(expr: sp.Expr) -> sp.Expr:
-        return parsed.expand(expr).xreplace(replace)
+    def prepare(expr: sp.Expr, field: str) -> sp.Expr:
+        with working_on(field):
+            once = substituted(expr, parsed.derived_substitution(), source=spec.origin, field=field,
+                               what="derived values")
+            return substituted(once, replace, source=spec.origin, field=field,
+                               what="derived values and constant parameters")
 
     kept = runtime_params(spec, reset)
     symbols = tuple(parsed.param_symbols[n] for n in kept if n not in folded)
@@ -47,9 +57,9 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
         states=states,
         params=symbols,
         learnable=tuple(parsed.param_symbols[p.name] for p in spec.params if p.learnable and p.name not in folded),
-        charge=prepare(parsed.charge),
-        threshold=prepare(parsed.threshold),
-        updates=tuple(prepare(parsed.updates[s.name]) for s in states[1:]),
+        charge=prepare(parsed.charge, "charge"),
+        threshold=prepare(parsed.threshold, "threshold"),
+        updates=tuple(prepare(parsed.updates[s.name], f"updates.{s.name}") for s in states[1:]),
         reset=reset,
         v_reset=parsed.param_symbols.get("v_reset") if reset == "hard" and "v_reset" not in folded else (
             sp.Float(folded["v_reset"]) if reset == "hard" else None),

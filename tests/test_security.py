@@ -1,0 +1,440 @@
+"""The attack suite of specs: every way found to hang the process, exhaust its memory, crash it, or get a raw
+Python error out of a spec, each as a test; a fuzzer over generated specs; parameter domains.
+
+The cache's trust model is tested in test_security_cache.py, user names in generated C in test_security_names.py.
+Hangs are guarded by running each attack under a small symbolic budget and a wall-clock ceiling far above it:
+a regression shows up as a failure, not as a suite that never ends.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autocuda import functional as F
+from autocuda import kernels
+from autocuda import nn as ann
+from autocuda.errors import SpecError
+from autocuda.spec import budget
+from autocuda.spec.domain import parse_domain
+from autocuda.spec.model import NeuronSpec, Param, load_spec, spec_from_toml
+from autocuda.surrogate import Custom
+from autocuda.testing import check_spec
+
+REPO = Path(__file__).resolve().parents[1]
+CEILING = 30.0  # seconds: far above the budget the attacks run under, far below "hangs"
+LIF_PARAMS = {"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}
+
+
+@pytest.fixture(autouse=True)
+def small_budget(monkeypatch, tmp_path):
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "2")
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def lif(charge: str = "v + (x - v) / tau", **fields) -> NeuronSpec:
+    return NeuronSpec(name="attack", params=fields.pop("params", LIF_PARAMS), states=fields.pop("states", {"v": 0.0}),
+                      charge=charge, **fields)
+
+
+def derived_everything(spec: NeuronSpec) -> None:
+    """Every symbolic stage a spec goes through before compiling: parse, step, derivation, rendering."""
+    kernels.source(spec, "fptt")
+    kernels.source(spec, "bptt")
+
+
+def refused_in_time(make, field: str | None = None) -> SpecError:
+    start = time.perf_counter()
+    with pytest.raises(SpecError) as caught:
+        derived_everything(make())
+    assert time.perf_counter() - start < CEILING
+    if field is not None:
+        assert caught.value.field == field, caught.value
+    return caught.value
+
+
+# -- 2. specs that made sympy evaluate without end ------------------------------------------------------------------
+def chain_of_squares(depth: int) -> list[tuple[str, str]]:
+    return [("d0", "2"), *((f"d{i}", f"d{i - 1} * d{i - 1}") for i in range(1, depth))]
+
+
+EXPLOSIVE = {
+    "symbolic base, huge exponent": lambda: lif("(2*v)**(10**29) + x"),
+    "root of two, huge exponent": lambda: lif("v + sqrt(2)**(10**29) + x"),
+    "exp of a huge multiple of a log": lambda: lif("v + exp(10**29*log(2)) + x"),
+    "derived value to a huge power": lambda: lif(
+        "v + x * b", params={**LIF_PARAMS, "a": 2.0}, derived={"c": "a + 1", "b": "c**(10**29)"}),
+    "chain of derived squares": lambda: lif("v + x * d39", derived=dict(chain_of_squares(40))),
+    "parameter to a huge power": lambda: lif("v + x * (2*tau)**(10**12)"),
+    "ode with a huge power": lambda: NeuronSpec(
+        name="attack", params=LIF_PARAMS, states={"v": 0.0}, ode={"v": "-v / (tau + 1)**100000000 + x"}),
+    "learnable parameter in a high power": lambda: lif(
+        "(v*tau + 1)**1000 + x", params={**LIF_PARAMS, "tau": {"default": 2.0, "learnable": True}}),
+    "nested powers": lambda: lif("v + x * (((tau**64)**64)**64)**64"),
+}
+
+
+@pytest.mark.parametrize("attack", EXPLOSIVE)
+def test_explosive_powers_are_refused_in_time(attack):
+    error = refused_in_time(EXPLOSIVE[attack])
+    assert error.field, error
+
+
+def test_a_custom_surrogate_gradient_cannot_explode():
+    start = time.perf_counter()
+    with pytest.raises(SpecError) as caught:
+        Custom("(2*x)**(10**29)")
+    assert time.perf_counter() - start < CEILING
+    assert caught.value.field == "surrogate.gradient"
+
+
+def test_chains_that_stay_small_are_accepted():
+    # the limits refuse size, not structure: a short chain of derived squares is an ordinary spec
+    spec = lif("v + x * d3 / 256", derived=dict(chain_of_squares(4)))
+    derived_everything(spec)
+
+
+# -- the wall-clock budget --------------------------------------------------------------------------------------------
+def three_state_cascade(**fields) -> NeuronSpec:
+    return NeuronSpec(name="cascade", params={**LIF_PARAMS, "tau1": 3.0, "tau2": 5.0},
+                      states={"v": 0.0, "i1": 0.0, "i2": 0.0},
+                      ode={"v": "-v / tau + i2", "i2": "-i2 / tau2 + i1", "i1": "-i1 / tau1 + x"}, **fields)
+
+
+def test_symbolic_work_past_the_budget_is_refused_naming_the_field(monkeypatch):
+    three_state_cascade()  # the exact solution of three triangular states: well within the default budget
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.01")
+    with pytest.raises(SpecError, match="budget of 0.01 s") as caught:  # new symbols: nothing in sympy's cache
+        NeuronSpec(name="slow", params={**LIF_PARAMS, "r1": 3.0, "r2": 5.0}, states={"v": 0.0, "j1": 0.0, "j2": 0.0},
+                   ode={"v": "-v / tau + j2", "j2": "-j2 / r2 + j1", "j1": "-j1 / r1 + x"})
+    assert caught.value.field in ("ode", "method"), caught.value
+
+
+def test_a_budget_never_interrupts_after_its_stage(monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.001")
+    for _ in range(200):  # stages that end right at their budget: a late interruption would land below
+        try:
+            with budget.symbolic_budget("<test>", "charge"):
+                sum(range(20_000))
+        except SpecError:
+            pass
+    time.sleep(0.05)
+    assert sum(range(1000)) == 499500
+
+
+def test_budgets_in_threads_are_their_own(monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.2")
+    errors: list[BaseException] = []
+
+    def slow() -> None:
+        try:
+            with budget.symbolic_budget("<thread>", "charge"):
+                while True:
+                    time.sleep(0.001)
+        except SpecError as error:
+            errors.append(error)
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    with budget.symbolic_budget("<main>", "charge"):
+        time.sleep(0.01)  # this thread's own stage ends in time and is not interrupted by the other's
+    worker.join(CEILING)
+    assert len(errors) == 1 and errors[0].source == "<thread>"
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "soon"])
+def test_the_budget_setting_is_checked(monkeypatch, text):
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, text)
+    with pytest.raises(ValueError, match=budget.BUDGET_VARIABLE):
+        budget.budget_seconds()
+
+
+# -- 3. the exact ODE method -------------------------------------------------------------------------------------------
+def cascade(states: int) -> NeuronSpec:
+    names = [f"u{i}" for i in range(states)]
+    ode = {names[0]: "-u0 / tau + x"} | {names[i]: f"-{names[i]} / tau{i} + {names[i - 1]}" for i in range(1, states)}
+    params = {**LIF_PARAMS, **{f"tau{i}": 2.0 + i for i in range(1, states)}}
+    return NeuronSpec(name="cascade", params=params, states=dict.fromkeys(names, 0.0), ode=ode)
+
+
+@pytest.mark.parametrize("states", [5, 6, 7, 8])
+def test_long_linear_cascades_are_fast(states):
+    start = time.perf_counter()
+    spec = cascade(states)
+    derived_everything(spec)
+    assert time.perf_counter() - start < CEILING
+    assert spec.parsed().method == "exponential_euler"  # chosen: no closed form of bounded size
+
+
+def test_exact_on_coupled_states_falls_back_with_a_note():
+    ode = {"v": "-v / tau + 0.1 * w - 0.2 * u + x", "w": "-w + 0.1 * v + 0.2 * u", "u": "-u / tau + 0.2 * v - 0.1 * w"}
+    start = time.perf_counter()
+    with pytest.warns(UserWarning, match="exponential_euler instead"):
+        spec = NeuronSpec(name="coupled", params=LIF_PARAMS, states={"v": 0.0, "w": 0.0, "u": 0.0}, ode=ode,
+                          method="exact")
+        derived_everything(spec)
+    assert time.perf_counter() - start < CEILING
+    assert spec.parsed().method == "exponential_euler"
+
+
+def test_three_triangular_states_keep_the_exact_solution():
+    spec = three_state_cascade()
+    assert spec.parsed().method == "exact"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        uncoupled = NeuronSpec(name="uncoupled", params={**LIF_PARAMS, "t1": 3.0, "t2": 4.0, "t3": 5.0},
+                               states={"v": 0.0, "a": 0.0, "b": 0.0, "c": 0.0}, method="exact",
+                               ode={"v": "-v / tau + x", "a": "-a / t1 + x", "b": "-b / t2", "c": "-c / t3 + 1"})
+    assert uncoupled.parsed().method == "exact"  # four uncoupled states: each its own exponential
+
+
+@pytest.mark.parametrize("make", [lambda: cascade(6), three_state_cascade], ids=["fallback", "exact"])
+def test_integrated_cascades_match_their_reference(make):
+    check_spec(make(), "host", dtypes=("float64",), detach=(False,), examples=2, raise_on_failure=True)
+
+
+# -- 4. a tensor without CPU storage on the host runner ----------------------------------------------------------------
+def test_meta_tensors_on_the_host_runner_are_refused_not_a_crash():
+    code = ("import torch\nfrom autocuda import functional\n"
+            "try:\n    functional.multi_step('lif', torch.randn(4, 3, device='meta'), backend='host')\n"
+            "except ValueError as error:\n    print('refused:', error)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "refused:" in result.stdout and "meta" in result.stdout
+
+
+# -- 6. a spec file edited between two calls ---------------------------------------------------------------------------
+SPEC_FILE = """params = {{ tau = 2.0, v_threshold = 1.0, v_reset = 0.0 }}
+states = {{ v = 0.0 }}
+charge = "{charge}"
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "host"])
+def test_an_edited_spec_file_is_read_again(tmp_path, backend):
+    path = tmp_path / "my_neuron.toml"
+    x = torch.full((3, 2), 0.6, dtype=torch.float64)
+    path.write_text(SPEC_FILE.format(charge="v + x"))
+    first = F.multi_step(str(path), x, backend=backend)[0]
+    path.write_text(SPEC_FILE.format(charge="v + 2.0 * x"))
+    second = F.multi_step(str(path), x, backend=backend)[0]
+    assert first.tolist() == [[0, 0], [1, 1], [0, 0]]
+    assert second.tolist() == [[1, 1]] * 3
+    assert load_spec(path).charge == "v + 2.0 * x"
+
+
+# -- 7. raw Python errors ----------------------------------------------------------------------------------------------
+def nested(function: str, depth: int, inner: str = "v") -> str:
+    for _ in range(depth):
+        inner = f"{function}({inner})"
+    return inner
+
+
+RAW = {
+    "sigmoid nested 30 deep": lambda: lif(nested("sigmoid", 30) + " + x"),
+    "product of large literals": lambda: lif("1e30*v*1e30*1e30 + x"),
+    "constants folded out of range": lambda: lif(
+        "v + c * c * x", params={**LIF_PARAMS, "c": {"default": 1e30, "kind": "constant"}}),
+}
+
+
+@pytest.mark.parametrize("attack", RAW)
+def test_raw_errors_are_spec_errors(attack):
+    error = refused_in_time(RAW[attack])
+    assert error.field and error.source == "<python>"
+
+
+def test_deeply_nested_toml_is_a_spec_error():
+    with pytest.raises(SpecError, match="nested too deeply"):
+        spec_from_toml("a = " + "[" * 5000 + "]" * 5000)
+
+
+# -- 10. parameter domains ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [lambda: ann.LIFNode(tau=-1.0), lambda: ann.Neuron("lif", tau=0.0),
+                                  lambda: ann.Neuron("eif", delta_T=0.0)], ids=["LIFNode", "Neuron", "EIF"])
+def test_modules_refuse_numbers_outside_a_domain(make):
+    with pytest.raises(ValueError, match="must be > 0"):
+        make()
+
+
+@pytest.mark.parametrize("backend", ["reference", "host"])
+def test_calls_refuse_numbers_outside_a_domain(backend):
+    x = torch.rand(3, 2)
+    with pytest.raises(ValueError, match="parameter 'tau' of 'lif' must be > 0, got -2"):
+        F.multi_step("lif", x, tau=-2.0, backend=backend)
+    with pytest.raises(ValueError, match="must be > 0"):
+        F.single_step("lif", x[0], tau=0.0, backend=backend)
+    F.multi_step("lif", x, tau=0.5, backend=backend)  # inside: runs
+
+
+def test_a_module_whose_number_is_changed_later_is_checked_at_the_call():
+    layer = ann.LIFNode(tau=2.0, step_mode="m", backend="reference")
+    layer.tau = -1.0
+    with pytest.raises(ValueError, match="must be > 0"):
+        layer(torch.rand(3, 2))
+
+
+def test_tensors_are_not_checked_and_compute_what_the_equations_give():
+    # documented: a check would read the tensor back from the GPU on every call
+    spikes = F.multi_step("lif", torch.rand(3, 2), tau=torch.tensor(0.0), backend="reference")[0]
+    assert spikes.shape == (3, 2)
+
+
+@pytest.mark.parametrize("text, bounds", [("> 0", [(">", 0.0)]), (">= 1, <= 100", [(">=", 1.0), ("<=", 100.0)]),
+                                          ("< -0.5", [("<", -0.5)]), ("", [])])
+def test_domains_parse(text, bounds):
+    assert [tuple(b) for b in parse_domain(text)] == bounds
+
+
+@pytest.mark.parametrize("domain", ["> zero", "== 1", "> 0, > 1", "> 1e999", "tau > 0", 3, "> 0;" * 20])
+def test_bad_domains_are_spec_errors_naming_the_field(domain):
+    with pytest.raises(SpecError) as caught:
+        lif(params={**LIF_PARAMS, "tau": {"default": 2.0, "domain": domain}})
+    assert caught.value.field == "params.tau.domain"
+
+
+def test_a_default_outside_its_domain_is_refused():
+    with pytest.raises(SpecError, match="must be >= 1") as caught:
+        Param("tau", 0.5, domain=">= 1")
+    assert caught.value.field == "params.tau.default"
+
+
+def test_shipped_time_constants_have_domains():
+    for name in ("lif", "izhikevich", "eif", "adex", "alif", "cuba_lif"):
+        spec = load_spec(name)
+        assert next(p for p in spec.params if p.name == "tau").domain == "> 0", name
+
+
+# -- the fuzzer --------------------------------------------------------------------------------------------------------
+FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", "10000"))
+# Valid tokens are listed several times so that most generated specs get through to the derivation; the attacks
+# (names that are not the field's, Python escapes, operators outside the language, huge numbers) stay frequent.
+ATTACKS = ["nope", "__import__", "x.__class__", "v[0]", "'s'", "lambda: 0", "1e31", "10**29", "2**64", "(9**9**9)"]
+NUMBERS = ["0", "1", "2", "0.5", "3", "64", "1e30", "1e-300", "1000"]
+UNARY = ["exp", "log", "sqrt", "sigmoid", "tanh", "abs", "heaviside", "erf", "sin", "atan"] * 2 + ["eval", "open"]
+BINARY = ["+", "-", "*", "/", "**"] * 4 + ["%", "//", "<<", "&", " and ", " if ", ","]
+FIELD_NAMES = {"charge": ["v", "w", "x", "tau", "k", "d", "pi"], "threshold": ["v", "w", "tau", "k", "d", "e"],
+               "updates": ["v", "w", "x", "h", "s", "tau", "d"], "derived": ["tau", "k", "pi", "e"]}
+
+
+def _expressions(names: list[str]) -> st.SearchStrategy[str]:
+    leaves = st.sampled_from(names * 4 + NUMBERS * 2 + ATTACKS)
+
+    def grow(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, st.sampled_from(BINARY), inner).map(lambda t: f"({t[0]}{t[1]}{t[2]})"),
+            st.tuples(st.sampled_from(UNARY), inner).map(lambda t: f"{t[0]}({t[1]})"),
+            st.tuples(st.sampled_from(["min", "max"]), inner, inner).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+            st.tuples(inner, inner, inner).map(lambda t: f"where({t[0]} < {t[1]}, {t[2]}, {t[0]})"),
+            inner.map(lambda e: f"-{e}"),
+        )
+
+    return st.recursive(leaves, grow, max_leaves=12)
+
+
+# built once: building them per draw made generation cost 20 times the checks
+EXPRESSIONS = {field: _expressions(names) for field, names in FIELD_NAMES.items()}
+
+
+@st.composite
+def fuzzed_specs(draw) -> str:
+    charge, threshold, update, derived = (draw(EXPRESSIONS[f]) for f in ("charge", "threshold", "updates", "derived"))
+    reset = draw(st.sampled_from(["hard", "soft", "none"]))
+    kind = draw(st.sampled_from(["scalar", "constant", "tensor"]))
+    return (f'charge = {_toml(charge)}\nthreshold = {_toml(threshold)}\nreset = "{reset}"\n'
+            f'[params]\ntau = {{ default = 2.0, kind = "{kind}" }}\nk = 0.5\nv_threshold = 1.0\nv_reset = 0.0\n'
+            f'[states]\nv = 0.0\nw = 0.0\n[updates]\nw = {_toml(update)}\n[derived]\nd = {_toml(derived)}\n')
+
+
+def _toml(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class FuzzLog:
+    def __init__(self) -> None:
+        self.accepted: list = []
+        self.refused = 0
+        self.slowest = 0.0
+
+
+@pytest.fixture(scope="module")
+def fuzz_log() -> FuzzLog:
+    return FuzzLog()
+
+
+def test_fuzzed_specs_are_refused_in_time_or_derive(fuzz_log, tmp_path, monkeypatch):
+    workdir, scratch = tmp_path / "cwd", tmp_path / "tmp"
+    workdir.mkdir()
+    scratch.mkdir()
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(fuzzed_specs())
+    def run(text: str) -> None:
+        start = time.perf_counter()
+        try:
+            spec = spec_from_toml(text, source="fuzz.toml", default_name="fuzzed")
+            kernels.derivation(spec)
+        except SpecError as error:
+            assert error.source == "fuzz.toml" and (error.field or "TOML" in error.message), error
+            fuzz_log.refused += 1
+        else:
+            fuzz_log.accepted.append(spec)
+        fuzz_log.slowest = max(fuzz_log.slowest, time.perf_counter() - start)
+
+    run()
+    assert fuzz_log.accepted and fuzz_log.refused
+    assert fuzz_log.slowest < budget.budget_seconds() * 4 + 1
+    assert not list(workdir.iterdir()), "a fuzzed spec wrote into the working folder"
+    assert not [p for p in scratch.iterdir() if not p.name.startswith("autocuda-")], "stray temporary files"
+
+
+def test_accepted_fuzzed_specs_compile_and_match_their_reference(fuzz_log):
+    if not fuzz_log.accepted:
+        pytest.skip("the fuzzing test did not run in this session")
+    from autocuda.runtime.compile import nvcc_check
+
+    sample = fuzz_log.accepted[:: max(1, len(fuzz_log.accepted) // 6)][:6]
+    for spec in sample:
+        try:
+            nvcc_check("\n".join(kernels.source(spec, kind, "float32") for kind in ("fptt", "bptt")),
+                       archs=("sm_80",))
+        except RuntimeError as error:
+            if "nvcc was not found" not in str(error):
+                raise
+        _assert_kernels_match_reference(spec)
+
+
+def _assert_kernels_match_reference(spec: NeuronSpec) -> None:
+    """The host runner's kernels against the reference, float64, forward and backward (NaN and inf included:
+    random equations produce them, and both paths must agree on them too)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    results = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        spikes, finals, _ = F.multi_step(spec, leaf, backend=backend)
+        loss = spikes.sum() + sum(final.nan_to_num(0.0, 0.0, 0.0).sum() for final in finals)
+        grad = torch.autograd.grad(loss, leaf, allow_unused=True)[0] if loss.requires_grad else None
+        results.append((spikes, *finals, torch.zeros_like(x) if grad is None else grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_a_charge_free_of_input_and_states_still_gives_one_spike_per_neuron():
+    # found by the fuzzer: the reference returned spikes of shape [T] for a constant charge
+    spec = NeuronSpec(name="constant", params={"v_threshold": 1.0}, states={"v": 0.0}, charge="1", reset="none")
+    _assert_kernels_match_reference(spec)
