@@ -19,6 +19,7 @@ import torch
 from .cnames import identifier_problem
 from .codegen.render import render, render_block
 from .dtypes import DTYPES, INTEGER_CTYPES, DType, get_dtype, headers_for
+from .errors import KernelArgumentError
 
 _CTYPE = re.compile(r"^\s*(const\s+)?([A-Za-z_][A-Za-z0-9_ ]*?)\s*([*&]?)\s*(__restrict__)?\s*$")
 _FLOAT_CTYPES = {d.ctype: d for d in DTYPES.values()} | {"nv_bfloat162": DTYPES["bfloat16"]}
@@ -26,10 +27,6 @@ _SPELLINGS = {"int64_t": "long long"}  # NVRTC has no <cstdint>: declare with th
 # Single half / bfloat16 elements: pointers only (generated kernels address neurons one by one).
 _ELEMENT_CTYPES = {d.element: d for d in DTYPES.values() if d.packed}
 INDEX_CTYPE = "long long"  # 64-bit: T*N past 2**31 elements must not overflow
-
-
-class KernelArgumentError(TypeError):
-    """A launch argument does not match the kernel's declared parameter."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,7 @@ class CParam:
     def parse(cls, ctype: str, name: str) -> CParam:
         match = _CTYPE.match(ctype)
         base = " ".join(match.group(2).split()) if match else ""
-        pointer = bool(match) and match.group(3) == "*"
+        pointer = match is not None and match.group(3) == "*"
         allowed = set(_FLOAT_CTYPES) | set(INTEGER_CTYPES) | (set(_ELEMENT_CTYPES) if pointer else set())
         if not match or base not in allowed:
             known = ", ".join(sorted(allowed))
@@ -169,7 +166,7 @@ class CKernel:
         if problem:
             raise ValueError(f"parameter name {cname!r} {problem}")
         self.cparams[cname] = CParam.parse(ctype, cname)
-        self._source = None
+        self._source: str | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Any change to what the source is made of (core, reverse, ...) forgets the rendered text.
@@ -195,9 +192,10 @@ class CKernel:
     @property
     def full_codes(self) -> str:
         """The whole source, rendered once and kept until the kernel is changed."""
-        if self.__dict__.get("_source") is None:
-            self._source = render(self.template, **self._context())
-        return self._source
+        source = self.__dict__.get("_source")
+        if source is None:
+            source = self._source = render(self.template, **self._context())
+        return source
 
     def check_attributes(self, **kwargs: Any) -> bool:
         return all(getattr(self, k) == v for k, v in kwargs.items())

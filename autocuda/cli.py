@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from . import __version__
 from .codegen.neuron import KERNELS
@@ -187,15 +190,45 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .benchmark import run
+# The benchmark is not in the package: it is the bench/ folder of a checkout, beside the package's source tree or
+# in the current directory (which must then be a checkout: it holds autocuda/ too).
+NO_BENCHMARK = ("the benchmark is not part of the installed package: clone the repository and run "
+                "`python bench/run.py` (or `autocuda bench` inside the checkout)")
 
-    return run(args)
+
+def bench_folder() -> Path | None:
+    """The checkout's bench/ folder, or None when autocuda is installed without one."""
+    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (root / "bench" / "suite.py").is_file() and (root / "autocuda" / "__init__.py").is_file():
+            return root / "bench"
+    return None
+
+
+def bench_package() -> ModuleType:
+    """The checkout's bench/ imported as the package `bench` (once per process); its modules import as bench.*."""
+    if "bench" in sys.modules:
+        return sys.modules["bench"]
+    folder = bench_folder()
+    if folder is None:
+        raise RuntimeError(NO_BENCHMARK)
+    spec = importlib.util.spec_from_file_location("bench", folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"{folder} cannot be imported as the benchmark package; {NO_BENCHMARK}")
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = package
+    spec.loader.exec_module(package)
+    return package
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """The benchmark's own command line, on the options after `bench` (its --help lists them)."""
+    bench_package()
+    suite = importlib.import_module("bench.suite")
+    return suite.main(args.options, prog="autocuda bench")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .benchmark import add_arguments
-
     parser = argparse.ArgumentParser(prog="autocuda", description=__doc__)
     parser.add_argument("--version", action="version", version=f"autocuda {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -225,15 +258,24 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="show what autocuda's disk cache holds, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every cached entry")
     cache.set_defaults(run=cmd_cache)
-    bench = sub.add_parser("bench", help="benchmark against SpikingJelly 2.0, torch.compile and an eager loop "
-                           "(a GPU; --device cpu --quick tests the logic)")
-    add_arguments(bench)
-    bench.set_defaults(run=cmd_bench)
+    bench = sub.add_parser("bench", add_help=False, help="benchmark against SpikingJelly 2.0, torch.compile and an "
+                           "eager loop, in a checkout of the repository (`autocuda bench --help` for its options)")
+    bench.set_defaults(run=cmd_bench, options=[])
     return parser
 
 
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed command line; what follows `bench` is left to the benchmark's own parser."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.options = rest if args.command == "bench" else []
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _arguments(argv)
     try:
         return args.run(args)
     except Exception as error:  # one clear line for users; the traceback with --debug

@@ -4,13 +4,16 @@ Generated kernels spell every name a user chose (a spec's parameters, states, ..
 prefix that no C/C++ keyword, no macro or name of a header we include, and no name the generator makes up starts
 with; the generator's own names start with `ac_`. So a user's name can be anything `spec.names` allows, and no
 list of C names has to be complete. The builder layer (`CKernel` and its kinds) takes kernel and parameter names
-verbatim, as its user's own C: `identifier_problem` checks those.
+verbatim, as its user's own C: `identifier_problem` checks those. A neuron kernel's arguments are passed by key
+(`codegen.neuron`); a spec may declare no name shaped like a key (`argument_key_problem`).
 """
 from __future__ import annotations
 
 import re
 
-GENERATED_PREFIX = "ac_"
+from .spec.names import RESERVED_PREFIX
+
+GENERATED_PREFIX = RESERVED_PREFIX  # the generator's own names: a prefix no name a spec declares starts with
 USER_PREFIX = "usr_"  # not "u_": the C library declares u_int, u_char, ...
 
 
@@ -67,3 +70,19 @@ def comment_text(text: str, limit: int = 200) -> str:
     """`text` made safe inside a `//` comment: printable ASCII only, no backslash (a line continuation would
     swallow the next line of code), no trigraphs, no `*/`; cut to `limit` characters."""
     return _COMMENT_UNSAFE.sub(" ", str(text))[:limit]
+
+
+# Kernel argument keys (`codegen.neuron`) that hold no user's name; every other key is made from one, in a shape
+# below: `<state>_init`, `<state>_seq`, `<state>_final`, `<state>_checkpoints`, `grad_<state or param>...`.
+FIXED_KEYS = frozenset({"x_seq", "spike_seq", "h_seq", "grad_spike_seq", "grad_x_seq", "N", "T"})
+KEY_SUFFIXES = ("_init", "_seq", "_final", "_checkpoints")
+KEY_PREFIXES = ("grad_",)
+
+
+def argument_key_problem(name: str) -> str | None:
+    """Why a spec cannot declare `name`: it is, or is shaped like, a kernel argument's key (callers pass arguments
+    by key, so it would make two arguments one); None if it is not."""
+    if name in FIXED_KEYS or name.endswith(KEY_SUFFIXES) or name.startswith(KEY_PREFIXES):
+        return (f"is, or is shaped like, the name of a kernel argument ({', '.join(sorted(FIXED_KEYS))}; starting "
+                f"with {', '.join(map(repr, KEY_PREFIXES))} or ending in {', '.join(map(repr, KEY_SUFFIXES))})")
+    return None

@@ -7,7 +7,7 @@ per load and store).
 """
 from __future__ import annotations
 
-import dataclasses
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -15,8 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-# Operation templates over C expressions. `{x}`, `{y}`, `{m}` are operand texts, already parenthesised
-# where needed by the caller (the templates wrap their own result in parentheses).
+from .errors import LiteralError
+
+# Operation spellings over C expressions, filled in by `fill`: {x}, {y}, {m} are operand texts, already
+# parenthesised where needed by the caller (a spelling wraps its own result in parentheses); {one}, {zero}, {exp}
+# and {p} are the dtype's own (`DType.constants`).
 _SCALAR_OPS = {
     "add": "({x} + {y})",
     "sub": "({x} - {y})",
@@ -87,17 +90,17 @@ BINARY = ("add", "sub", "mul", "div", "power", "minimal", "maximum",
 _PACKED_PRELUDE = """\
 #ifndef {P}_PRELUDE
 #define {P}_PRELUDE
-__device__ __forceinline__ {t} {p}_lanes(float a, float b) {{ return {pack}(a, b); }}
-__device__ __forceinline__ {t} {p}_select({t} m, {t} a, {t} b) {{
+__device__ __forceinline__ {t} {p}_lanes(float a, float b) { return {pack}(a, b); }
+__device__ __forceinline__ {t} {p}_select({t} m, {t} a, {t} b) {
     const float2 fm = {unpack}(m), fa = {unpack}(a), fb = {unpack}(b);
     return {p}_lanes(fm.x != 0.0f ? fa.x : fb.x, fm.y != 0.0f ? fa.y : fb.y);
-}}
-__device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
+}
+__device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {
     const float2 fa = {unpack}(a), fb = {unpack}(b);
     return {p}_lanes(powf(fa.x, fb.x), powf(fa.y, fb.y));
-}}
-#define {P}_LANEWISE(fn, cfn) __device__ __forceinline__ {t} {p}_##fn({t} a) {{ \\
-    const float2 fa = {unpack}(a); return {p}_lanes(cfn(fa.x), cfn(fa.y)); }}
+}
+#define {P}_LANEWISE(fn, cfn) __device__ __forceinline__ {t} {p}_##fn({t} a) { \\
+    const float2 fa = {unpack}(a); return {p}_lanes(cfn(fa.x), cfn(fa.y)); }
 {P}_LANEWISE(expm1, expm1f)
 {P}_LANEWISE(tan, tanf)
 {P}_LANEWISE(tanh, tanhf)
@@ -108,8 +111,19 @@ __device__ __forceinline__ {t} {p}_pow({t} a, {t} b) {{
 """
 
 
-class LiteralError(ValueError):
-    """A number cannot be written as a constant of a dtype: non-finite, or beyond its range."""
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill(spelling: str, **fields: str) -> str:
+    """`spelling` with each named field ({x}, {p}, ...) replaced by its text, in one pass (a text filled in is
+    never read again): the one way C text of the table, and of the kernels' transfers, takes its operands. Any
+    other brace is C's own; a field not given is an error, fields the spelling does not name are ignored."""
+    def field_text(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fields:
+            raise KeyError(f"spelling {spelling!r} names the field {name!r}, which was not given")
+        return fields[name]
+    return _FIELD.sub(field_text, spelling)
 
 
 @dataclass(frozen=True)
@@ -125,13 +139,14 @@ class DType:
     headers: tuple[str, ...]   # includes needed where this type appears
     to_float2: str | None      # packed word -> float2; None for scalar words
     from_floats: str | None    # two floats -> packed word
-    ops: MappingProxyType = field(repr=False)
+    ops: MappingProxyType = field(repr=False)        # operation name -> spelling (`fill`)
+    constants: MappingProxyType = field(repr=False)  # fields its ops name besides the operands ({one}, {p}, ...)
     prelude: str = field(default="", repr=False)
     aliases: tuple[str, ...] = ()
     # Storage with arithmetic in another type (half and bfloat16 compute in float by default):
     compute_type: DType | None = field(default=None, repr=False)   # the arithmetic's record; None: this one
-    element_load: str = "{x}"          # one stored element -> compute type
-    element_store: str = "{x}"         # compute type -> one stored element
+    element_load: str = "{x}"           # one stored element -> compute type
+    element_store: str = "{x}"          # compute type -> one stored element
     element_store_up: str = ""         # compute type -> the nearest stored element above it (or equal)
     element_store_down: str = ""       # ... below it (or equal)
     # Native packed arithmetic (a word of two lanes): building words and taking them apart.
@@ -157,67 +172,63 @@ class DType:
         text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"
-        return self.literal_format.format(v=text)
+        return fill(self.literal_format, v=text)
 
     def pack_scalar(self, value: float) -> np.generic:
         """`value` as the bytes of one word, for passing a scalar parameter of this type by value."""
         if not self.packed:
             return np.dtype(str(self.torch_dtype).removeprefix("torch.")).type(value)
         pair = torch.tensor([value, value], dtype=self.torch_dtype)
-        return np.uint32(pair.view(torch.int32).item() & 0xFFFFFFFF)
+        return np.uint32(int(pair.view(torch.int32).item()) & 0xFFFFFFFF)
 
     def op(self, name: str, x: str = "", y: str = "", m: str = "") -> str:
         """The C text of operation `name` on operand texts x, y (and mask m for if_else)."""
         try:
-            template = self.ops[name]
+            spelling = self.ops[name]
         except KeyError:
             raise ValueError(f"operation {name!r} is not defined for dtype {self.name}") from None
-        return template.format(x=x, y=y, m=m)
+        return fill(spelling, x=x, y=y, m=m, **self.constants)
 
 
-def _scalar_ops(funcs: dict[str, str], one: str, zero: str) -> MappingProxyType:
-    ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{exp}", funcs["exp"])
-           for k, v in _SCALAR_OPS.items()}
-    ops.update({k: f"{fn}({{x}})" for k, fn in funcs.items() if k in UNARY})
-    ops.update({k: f"{fn}({{x}}, {{y}})" for k, fn in funcs.items() if k in BINARY})
-    return MappingProxyType(ops)
+def _scalar(name: str, ctype: str, torch_dtype: torch.dtype, literal: str, funcs: dict[str, str],
+            aliases: tuple[str, ...] = ()) -> DType:
+    """A one-lane type: operators from `_SCALAR_OPS`, functions from `funcs` (name -> C function)."""
+    ops = {**_SCALAR_OPS, **{k: fn + "({x})" for k, fn in funcs.items() if k in UNARY},
+           **{k: fn + "({x}, {y})" for k, fn in funcs.items() if k in BINARY}}
+    one, zero = fill(literal, v="1.0"), fill(literal, v="0.0")
+    return DType(name, ctype, ctype, 1, torch_dtype, literal, (), None, None, MappingProxyType(ops),
+                 MappingProxyType({"one": one, "zero": zero, "exp": funcs["exp"]}), aliases=aliases)
 
 
 def _packed(name: str, ctype: str, element: str, torch_dtype: torch.dtype, prefix: str, header: str,
-            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], load: str, store: str,
+            unpack: str, pack: str, broadcast: str, aliases: tuple[str, ...], to_float: str, from_float: str,
             pair: str, halves: tuple[str, str]) -> DType:
-    up, down = (store.replace("_rn(", f"_{mode}(") for mode in ("ru", "rd"))
-    one, zero = f"{broadcast}(1.0f)", f"{broadcast}(0.0f)"
-    ops = {k: v.replace("{one}", one).replace("{zero}", zero).replace("{p}", prefix)
-           for k, v in _PACKED_OPS.items()}
-    prelude = _PACKED_PRELUDE.format(t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
+    """A two-lane type; `from_float` is the stem of the conversions rounding to nearest (_rn), up and down."""
+    constants = {"one": f"{broadcast}(1.0f)", "zero": f"{broadcast}(0.0f)", "p": prefix}
+    prelude = fill(_PACKED_PRELUDE, t=ctype, p=prefix, P=prefix.upper(), pack=pack, unpack=unpack)
+    low, high = halves
     return DType(name, ctype, element, 2, torch_dtype, broadcast + "({v}f)", (header,), unpack, pack,
-                 MappingProxyType(ops), prelude, aliases, FLOAT32_UNDER_HALF, load, store, up, down,
+                 MappingProxyType(_PACKED_OPS), MappingProxyType(constants), prelude, aliases, FLOAT32_UNDER_HALF,
+                 element_load=to_float + "({x})", element_store=f"{from_float}_rn" + "({x})",
+                 element_store_up=f"{from_float}_ru" + "({x})", element_store_down=f"{from_float}_rd" + "({x})",
                  pair_elements=pair + "({a}, {b})", pair_floats=pack + "({a}, {b})",
-                 halves=tuple(h + "({x})" for h in halves), float_halves=("__low2float({x})", "__high2float({x})"),
+                 halves=(low + "({x})", high + "({x})"), float_halves=("__low2float({x})", "__high2float({x})"),
                  broadcast=broadcast + "({x})")
 
 
-FLOAT32 = DType("float32", "float", "float", 1, torch.float32, "{v}f", (), None, None,
-                _scalar_ops(_FLOAT_FUNCS, "1.0f", "0.0f"), aliases=("float", "fp32", "f32"))
-# The float arithmetic of kernels storing float16 / bfloat16. Every value they store keeps 11 / 8 significant
-# bits (relative rounding 4.9e-4 / 3.9e-3), so exp may be the hardware approximation: `__expf` is off by at
-# most 2 + floor(1.173 |x|) units of float32's last place (CUDA Programming Guide), under 1e-5 relative for
-# |x| < 60. It takes two instructions where `expf` takes eight, and with half the bytes to move these kernels
-# are bound by arithmetic: AdEx's bfloat16 time loops lose a quarter of their instructions with it (SASS for
-# sm_90, per step of four neurons: forward 125 -> 95, backward 244 -> 189).
-FLOAT32_UNDER_HALF = dataclasses.replace(FLOAT32, ops=_scalar_ops({**_FLOAT_FUNCS, "exp": "__expf"}, "1.0f", "0.0f"),
-                                         aliases=())
-FLOAT64 = DType("float64", "double", "double", 1, torch.float64, "{v}", (), None, None,
-                _scalar_ops(_DOUBLE_FUNCS, "1.0", "0.0"), aliases=("double", "fp64", "f64"))
+FLOAT32 = _scalar("float32", "float", torch.float32, "{v}f", _FLOAT_FUNCS, ("float", "fp32", "f32"))
+# The float arithmetic of kernels storing float16 / bfloat16: every value they store keeps 11 / 8 significant
+# bits, so exp may be the hardware approximation `__expf` (within 2 + floor(1.173 |x|) units of float32's last
+# place, CUDA Programming Guide; under 1e-5 relative for |x| < 60).
+FLOAT32_UNDER_HALF = _scalar("float32", "float", torch.float32, "{v}f", {**_FLOAT_FUNCS, "exp": "__expf"})
+FLOAT64 = _scalar("float64", "double", torch.float64, "{v}", _DOUBLE_FUNCS, ("double", "fp64", "f64"))
 FLOAT16 = _packed("float16", "half2", "__half", torch.float16, "ac_h2", "#include <cuda_fp16.h>",
                   "__half22float2", "__floats2half2_rn", "__float2half2_rn", ("half2", "half", "fp16", "f16"),
-                  "__half2float({x})", "__float2half_rn({x})", "__halves2half2", ("__low2half", "__high2half"))
+                  "__half2float", "__float2half", "__halves2half2", ("__low2half", "__high2half"))
 BFLOAT16 = _packed("bfloat16", "__nv_bfloat162", "__nv_bfloat16", torch.bfloat16, "ac_bf2",
                    "#include <cuda_bf16.h>", "__bfloat1622float2", "__floats2bfloat162_rn",
                    "__float2bfloat162_rn", ("nv_bfloat162", "__nv_bfloat162", "bf16", "bfloat162"),
-                   "__bfloat162float({x})", "__float2bfloat16_rn({x})", "__halves2bfloat162",
-                   ("__low2bfloat16", "__high2bfloat16"))
+                   "__bfloat162float", "__float2bfloat16", "__halves2bfloat162", ("__low2bfloat16", "__high2bfloat16"))
 
 # Integer pointer and scalar parameters of hand-written kernels (index arrays, counts, masks).
 INTEGER_CTYPES: MappingProxyType = MappingProxyType({

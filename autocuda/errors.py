@@ -1,14 +1,22 @@
-"""Errors raised for bad user input: a spec, an expression, a surrogate.
+"""Every error autocuda raises of its own, under one base: `except autocuda.errors.AutocudaError` catches them all.
 
-One class, so callers can catch every user mistake with one `except`, and every message names where the
-mistake is (file, field, offending symbol) instead of where in our code it was noticed.
+Each class keeps the builtin base that callers caught before (a SpecError is a ValueError, a KernelArgumentError a
+TypeError, an UnsafeCachePath an OSError, ...). Errors in a spec name where the mistake is (file, field,
+offending symbol), not where in our code it was noticed.
 """
 from __future__ import annotations
 
-__all__ = ["SpecError"]
+from pathlib import Path
+
+__all__ = ["AutocudaError", "SpecError", "LiteralError", "PrintError", "KernelArgumentError", "CompileError",
+           "NvrtcError", "DriverError", "RecordError", "UnsafeCachePath", "CacheWarning"]
 
 
-class SpecError(ValueError):
+class AutocudaError(Exception):
+    """The base of every error and warning class of autocuda."""
+
+
+class SpecError(AutocudaError, ValueError):
     """A spec (TOML file or Python object) is invalid.
 
     `source` is the file path or '<python>'; `field` the spec field ('charge', 'params.tau.default', ...);
@@ -38,3 +46,44 @@ class SpecError(ValueError):
 
 def _rebuild(message: str, source: str, field: str, symbol: str | None) -> SpecError:
     return SpecError(message, source=source, field=field, symbol=symbol)
+
+
+class LiteralError(AutocudaError, ValueError):
+    """A number cannot be written as a constant of a dtype: non-finite, or beyond its range."""
+
+
+class PrintError(AutocudaError, ValueError):
+    """An expression has no C spelling in a dtype."""
+
+
+class KernelArgumentError(AutocudaError, TypeError):
+    """A launch argument does not match the kernel's declared parameter."""
+
+
+class CompileError(AutocudaError, RuntimeError):
+    """The CUDA compiler refused generated source; the message holds its diagnostics and the source."""
+
+
+class NvrtcError(AutocudaError, RuntimeError):
+    """NVRTC refused a program; the message holds its log."""
+
+
+class DriverError(AutocudaError, RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+class RecordError(AutocudaError, ValueError):
+    """A stored kernel record that is not what `KernelRecord.to_json` writes; the message names the field."""
+
+
+class UnsafeCachePath(AutocudaError, OSError):
+    """A folder or file of the cache that this user does not control alone: reading it could run what another
+    user wrote."""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path} {problem}")
+        self.path, self.problem = path, problem
+
+
+class CacheWarning(AutocudaError, UserWarning):
+    """The cache (or part of it) is not used: refused or not writable; a private temporary folder serves."""

@@ -2,11 +2,11 @@
 
 Where it runs (`backend`): "cuda" launches the generated kernels through the `autocuda::neuron_*` ops;
 "host" runs the same ops on CPU tensors through the host runner (for tests); "reference" evaluates the step
-with torch ops (differentiable by autograd; any device). The default is "cuda" for CUDA tensors when CuPy is
-installed, else "reference".
+with torch ops (differentiable by autograd; any device). The default is "cuda" for CUDA tensors when NVRTC can
+be loaded, else "reference".
 
 Everything that depends only on the layer's configuration (spec, reset, which parameters are tensors, ...) is
-resolved once per process into a `Plan` (see `autocuda.runtime.cache`), outside what torch.compile traces, so
+resolved once per process into a `Plan` (see `autocuda.runtime.plans`), outside what torch.compile traces, so
 a compiled model sees shape checks, reshapes and one custom op per layer. In eager mode a call's configuration
 is also checked and matched to its plan once (`_layer`), and the ops skip the dispatcher (`autocuda.ops.forward`):
 a call's host time is then mostly the checks of its tensors, two allocations and the launch.
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from . import ops
-from .runtime.cache import (
+from .runtime.plans import (
     compute_dtype,
+    constant_result,
     default_backend,
-    layout,
     plan,
     plan_for,
     plan_info,
@@ -41,7 +41,7 @@ Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, surrogate: Any = None,
+def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor | float, surrogate: Any = None,
                detach_reset: bool = False, reset: str | None = None, store_state_seq: bool = False,
                final_states: bool = True, backend: str | None = None, **params: Any
                ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
@@ -74,7 +74,7 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor, s
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
 
 
-def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor, surrogate: Any = None,
+def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor | float, surrogate: Any = None,
                 detach_reset: bool = False, reset: str | None = None, backend: str | None = None, **params: Any
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
@@ -104,6 +104,13 @@ def _check_input(x: Any, name: str, min_dim: int) -> None:
                          f"got shape {tuple(x.shape)}")
 
 
+@constant_result
+def output_names(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
+                 ) -> tuple[str, ...]:
+    """Names of the forward op's outputs, in order (`ops.forward_outputs`)."""
+    return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)
+
+
 class _Layer:
     """What a call's configuration decides, worked out and checked once: the spec's facts, the backend, the
     parameters given (names, numbers' types, which are tensors), the plan (the ops' key and argument order),
@@ -113,9 +120,11 @@ class _Layer:
                  x: Tensor, params: dict[str, Any], eager: bool = True):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
         self.objects = (spec, surrogate)  # held: `_layer` keys them by id
-        self.name, self.param_names, defaults, self.constant_names, init_rules, domains = spec_facts(ref)
+        facts = spec_facts(ref)
+        self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
+        defaults, init_rules = facts.defaults, facts.initial
         # Parameters given as Python numbers are checked against their domains on every call (tensors are not)
-        self.domains = tuple((n, bounds) for n, bounds in domains if n in params)
+        self.domains = tuple((n, bounds) for n, bounds in facts.domains if n in params)
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
@@ -129,7 +138,7 @@ class _Layer:
         # an eager call's scalars in kernel order; this layer's parameter types are fixed (part of its key)
         # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
         self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars)) \
-            if eager else None
+            if eager else _compiled_only
         # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
         # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
@@ -187,8 +196,8 @@ class _Layer:
     def positions(self, single_step: bool, store_state_seq: bool, save: bool, final_states: bool
                   ) -> tuple[int, tuple, tuple]:
         """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence), under
-        torch.compile (a constant for Dynamo: `layout` is one); eager calls read them from the op's form."""
-        names = layout(self.key, single_step, store_state_seq, save, final_states)
+        torch.compile (a constant for Dynamo: `output_names` is one); eager calls read them from the op's form."""
+        names = output_names(self.key, single_step, store_state_seq, save, final_states)
         seqs = tuple(names.index(f"{s}_seq") for s in self.state_names) if store_state_seq else ()
         finals = tuple(names.index(f"{s}_final") for s in self.state_names) if final_states else ()
         return names.index("spike_seq"), finals, seqs
@@ -205,10 +214,10 @@ _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 
 def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
            params: dict[str, Any]) -> _Layer:
-    """The layer of an eager call: built (and checked) once per configuration. Working it out on every call
-    (defaults merged, constants and the tensor signature collected, the plan looked up) took a third of a small
-    call's host time (LIF T=4 N=4096 on a CPU host: 9 of 27 us). Under torch.compile, Dynamo traces the
-    construction instead (`_Call`); its lookups are constant results.
+    """The layer of an eager call: built (and checked) once per configuration, not on every call (defaults
+    merged, constants and the tensor signature collected, the plan looked up: a large share of a small call's
+    host time). Under torch.compile, Dynamo traces the construction instead (`_Call`); its lookups are constant
+    results.
 
     The key: the spec and surrogate by identity (`_surrogate_identity`), the other arguments, x's device kind
     (the default backend), and of the parameters their names, their types (bool, for one, is refused), the
@@ -221,7 +230,7 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
         spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
         constants = _CONSTANTS.get(spec_id)
         if constants is None:
-            constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec))[3])
+            constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
         key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, x.is_cuda, tuple(params), types,
                () if _PLAIN.issuperset(types) else _tensor_facts(params),
                tuple(params.get(n) for n in constants[1]) if constants[1] else ())
@@ -270,7 +279,7 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 class _Call:
     """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
 
-    def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor], surrogate: Any,
+    def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
@@ -284,7 +293,7 @@ class _Call:
         self.values = layer.values(params, x, self.shape)
         self.states = self._states(states)
 
-    def _states(self, states: Sequence[Tensor]) -> list[Tensor | float]:
+    def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
         """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
         names = self.state_names
         self.numbers = len(states) == len(names) and _FLOAT.issuperset(map(type, states))
@@ -340,7 +349,7 @@ class _Call:
                ) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`_Layer.positions`)."""
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
-            states, initial = [], self.states
+            states, initial = [], cast(list[float], self.states)
         else:
             states, initial = [_flat(s, (self.numel,)) for s in self.state_tensors()], []
         layer = self.layer
@@ -364,9 +373,13 @@ class _Call:
         return x.to(compute), states, params, layer.surrogate, layer.detach_reset
 
 
+def _compiled_only(values: dict[str, Any]) -> Sequence[float]:
+    raise RuntimeError("a layer built under torch.compile reads its scalars in the traced code")
+
+
 def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
-    """The values of `names`, in order, as floats: one itemgetter where they are floats already (a list built
-    per call cost a small call three thousand instructions, a tenth of its Python)."""
+    """The values of `names`, in order, as floats: one itemgetter where they are floats already (no list built
+    per call)."""
     if floats and len(names) > 1:
         return operator.itemgetter(*names)
     return lambda values: [float(values[n]) for n in names]
@@ -399,5 +412,5 @@ def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool, final_st
     x, states, params, surrogate, detach = call.reference_args(x_seq)
     spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
     dtype = x_seq.dtype
-    finals = tuple(s.to(dtype) for s in finals) if final_states else None
-    return spikes.to(dtype), finals, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)
+    kept = tuple(s.to(dtype) for s in finals) if final_states else None
+    return spikes.to(dtype), kept, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

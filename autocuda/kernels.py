@@ -5,14 +5,16 @@ cached by the derivation and the rendering options.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
-from .dtypes import DType, LiteralError, get_dtype
-from .errors import SpecError
-from .spec.budget import symbolic_budget
+from .dtypes import DType, get_dtype
+from .errors import LiteralError, SpecError
+from .layout import Layout
+from .spec.budget import bounded
 from .spec.derive import Derivation, Reset, derive
 from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
@@ -25,8 +27,7 @@ def _frozen(mapping: Mapping[str, Any] | None) -> tuple:
 
 @functools.lru_cache(maxsize=512)
 def _derivation(spec: NeuronSpec, reset: Reset | None, detach_reset: bool, constants: tuple) -> Derivation:
-    with symbolic_budget(spec.origin, "charge"):
-        return derive(step_system(spec, reset, dict(constants)), detach_reset)
+    return bounded(spec.origin, "charge", lambda: derive(step_system(spec, reset, dict(constants)), detach_reset))
 
 
 def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool = False,
@@ -35,34 +36,49 @@ def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool 
     return _derivation(spec, reset, bool(detach_reset), _frozen(constants))
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelRequest:
+    """Everything that selects one generated kernel of a spec (hashable: kernels are cached by it)."""
+
+    spec: NeuronSpec
+    kernel: str                              # one of KERNELS
+    dtype: str                               # torch's name of the storage dtype
+    reset: Reset | None
+    detach_reset: bool
+    constants: tuple[tuple[str, float], ...]  # folded into the source
+    surrogate: Surrogate
+    tensors: tuple[tuple[str, bool], ...]    # runtime tensor parameters: (name, one value per neuron?)
+    store_state_seq: bool
+    save_for_backward: bool
+    grad_state_seq: bool
+    grad_finals: bool
+    given_inits: bool
+    final_states: bool
+    layout: Layout
+
+
 @functools.lru_cache(maxsize=1024)
-def _kernel(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
-            surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
-            grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
-            layout: tuple[int, bool, int, int, int, int, bool, int, int]) -> NeuronKernel:
-    with symbolic_budget(spec.origin, "charge"):
-        return _build(spec, kernel, dtype, reset, detach_reset, constants, surrogate, tensors, store_state_seq,
-                      save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout)
+def _kernel(request: KernelRequest) -> NeuronKernel:
+    return bounded(request.spec.origin, "charge", _build, request)
 
 
-def _build(spec: NeuronSpec, kernel: str, dtype: str, reset: Reset | None, detach_reset: bool, constants: tuple,
-           surrogate: Surrogate, tensors: tuple, store_state_seq: bool, save_for_backward: bool,
-           grad_state_seq: bool, grad_finals: bool, given_inits: bool, final_states: bool,
-           layout: tuple[int, bool, int, int, int, int, bool, int, int]) -> NeuronKernel:
-    d = _derivation(spec, reset, detach_reset, constants)
+def _build(r: KernelRequest) -> NeuronKernel:
+    spec = r.spec
+    d = _derivation(spec, r.reset, r.detach_reset, r.constants)
     symbols = {p.name: p for p in d.system.params}
-    unknown = [name for name, _ in tensors if name not in symbols]
+    unknown = [name for name, _ in r.tensors if name not in symbols]
     if unknown:
         raise ValueError(f"{spec.name}: {unknown[0]!r} is not a runtime parameter of this kernel "
                          f"(runtime parameters: {sorted(symbols)})")
-    options = KernelOptions(kernel, get_dtype(dtype), tuple((symbols[n], per) for n, per in tensors),
-                            store_state_seq, save_for_backward, grad_state_seq, grad_finals, given_inits,
-                            final_states, *layout)
+    options = KernelOptions(r.kernel, get_dtype(r.dtype), tuple((symbols[n], per) for n, per in r.tensors),
+                            store_state_seq=r.store_state_seq, save_for_backward=r.save_for_backward,
+                            grad_state_seq=r.grad_state_seq, grad_finals=r.grad_finals, given_inits=r.given_inits,
+                            final_states=r.final_states, **r.layout.options())
     title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
     try:
-        return build_kernel(spec.name, d, options, surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
+        return build_kernel(spec.name, d, options, r.surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
     except LiteralError as error:  # a number the derivation made from the spec's (constants folded, products)
-        raise SpecError(f"{error} in a {dtype} kernel: the equations, with their constants folded, hold a "
+        raise SpecError(f"{error} in a {r.dtype} kernel: the equations, with their constants folded, hold a "
                         "number this dtype cannot represent", source=spec.origin, field="params") from None
 
 
@@ -104,10 +120,11 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
         raise ValueError(f"{spec.name}: per_neuron names {sorted(stray)} are not tensor parameters {list(names)}")
     chosen = get_surrogate(surrogate) if surrogate is not None else spec.surrogate
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
-    return _kernel(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants), chosen,
-                   tuple((n, n in per_neuron) for n in names), store_state_seq, save_for_backward, grad_state_seq,
-                   grad_finals, given_inits, final_states,
-                   (lanes, vector, unroll, prefetch, staged, staged_blocks, native, block, replay))
+    layout = Layout(lanes=lanes, vector=vector, unroll=unroll, prefetch=prefetch, staged=staged,
+                    staged_blocks=staged_blocks, native=native, block=block, replay=replay)
+    return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants),
+                                 chosen, tuple((n, n in per_neuron) for n in names), store_state_seq,
+                                 save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

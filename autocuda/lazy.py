@@ -1,6 +1,6 @@
 """Modules imported on their first use, not when autocuda is imported.
 
-sympy takes about a second to import. Only parsing, deriving and rendering need it, and a process whose kernels
+sympy is slow to import. Only parsing, deriving and rendering need it, and a process whose kernels
 are all in the disk cache does none of them. Modules on the path of every call bind it through `lazy_import`;
 the derive and print stages, which always need it, import it as usual.
 """

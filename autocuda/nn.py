@@ -18,7 +18,7 @@ SpikingJelly class -> spec, and its argument names where they differ from the sp
 | `ALIFNode` (new)    | `alif`           |                                                              |
 
 `backend`: None picks the kernels for CUDA tensors (the reference on CPU); SpikingJelly's 'torch' means our
-torch-op reference, 'cupy' our kernels.
+torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through the CUDA driver).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from . import functional as F
-from .runtime.cache import resolve_spec, spec_ref, surrogate_ref
+from .runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from .spec.model import NeuronSpec
 from .surrogate import Sigmoid, get_surrogate
 
@@ -64,7 +64,7 @@ class Neuron(nn.Module):
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
         self.surrogate_function = surrogate_function
         self._surrogate = get_surrogate(surrogate_function)
-        # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.cache)
+        # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
         self._state_names = tuple(s.name for s in self.spec.states)
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
@@ -112,8 +112,7 @@ class Neuron(nn.Module):
 
     def reset(self) -> None:
         """Restore every state to its initial value (a number, or the value of the parameter it names)."""
-        # Stores as `_set_states` does, inline: with `is_compiling` asked once, a LIF layer's reset fell from 12.6
-        # to 8.1 thousand instructions (callgrind)
+        # Stores as `_set_states` does, inline, with `is_compiling` asked once
         compiling = torch.compiler.is_compiling()
         d = self.__dict__
         for name, init in self._initial.items():  # by state, in order
@@ -155,7 +154,8 @@ class Neuron(nn.Module):
                                             surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                             store_state_seq=self.store_v_seq, backend=_BACKENDS[self.backend],
                                             **_params(self, compiling))
-        _set_states(self, self._state_names, finals, compiling)
+        if finals is not None:  # always: this module keeps its final states
+            _set_states(self, self._state_names, finals, compiling)
         if seqs is not None:
             _set_states(self, ("v_seq",), seqs[:1], compiling)
         return spikes
@@ -175,15 +175,14 @@ class Neuron(nn.Module):
 
 
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
-# specializing attribute and method lookups on layers, and a method's lookup costs 700 instructions more than a
-# function's (callgrind); `self.__dict__` is read once for the names that follow.
+# specializing attribute and method lookups on layers, so a method's lookup costs more than a function's;
+# `self.__dict__` is read once for the names that follow.
 
 def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
     """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
     refuses clashing state names), so eager calls store them in the instance's dict: nn.Module.__setattr__'s
-    checks (isinstance against Parameter in Python, three dict lookups) cost 15 thousand instructions a state,
-    a tenth of a small layer's call (dict.update, 1.2 thousand for two, is dearer than storing them one by one).
-    Callers ask `is_compiling` once (2 thousand instructions); torch.compile traces the usual setattr."""
+    checks (isinstance against Parameter in Python, three dict lookups) are skipped, and the states are stored
+    one by one (dearer with dict.update). Callers ask `is_compiling` once; torch.compile traces the usual setattr."""
     if compiling:
         for name, value in zip(names, values):
             setattr(layer, name, value)
@@ -204,7 +203,7 @@ def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool) -> list
         if not isinstance(value, torch.Tensor):
             value = float(value)
         else:
-            if shape is None:  # sliced only for tensors: 2.6 thousand instructions
+            if shape is None:  # sliced only for tensors
                 shape = x.shape[first:]
             if value.shape != shape:  # an initial value held by a broadcast parameter
                 value = value.expand(shape).clone()
@@ -217,8 +216,7 @@ def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool) -> list
 def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:
     """The parameters by name, as getattr reads them, read afresh on every call (users change them between
     calls). Eager calls look in the instance's dict, then in the parameters and buffers, as getattr and then
-    nn.Module.__getattr__ do, without the latter's Python frame (6 thousand instructions a parameter; the dict
-    comprehension of getattr this replaces cost a LIF call 6.4 thousand for three floats). nn.Module keeps a name
+    nn.Module.__getattr__ do, without the latter's Python frame. nn.Module keeps a name
     in one of these dicts at most (its __setattr__ moves names between them) and refuses to register a parameter
     or buffer named like a class attribute, which getattr would read first; a name in none of them (a
     parametrization's property, say) is left to getattr."""

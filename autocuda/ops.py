@@ -23,8 +23,9 @@ state sequences or none, and returns grad_x, the gradient of each initial state,
 sum per learnable parameter (`Entry.learnable`); with `initial` numbers, no gradients of initial states.
 
 Keys are a readable spec name plus a digest of everything that selects the kernels, identical in every
-process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels through
-CuPy on torch's current stream; CPU tensors run the same generated source through the host runner.
+process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels, compiled by
+NVRTC, through the CUDA driver on torch's current stream; CPU tensors run the same generated source through the
+host runner.
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .runtime import neuron as launch
-from .runtime.cache import compute_dtype
-from .runtime.neuron import NeuronConfig
+from .runtime import neuron_launch
+from .runtime.neuron_launch import NeuronConfig
+from .runtime.plans import compute_dtype, find_plan
 from .spec.model import runtime_params
 
 Tensor = torch.Tensor
@@ -76,11 +77,16 @@ def register(config: NeuronConfig) -> str:
 
 
 def entry(key: str) -> Entry:
-    try:
-        return _REGISTRY[key]
-    except KeyError:
+    """The layer an op key names: registered here, else the kernel plan of that key (`runtime.plans`)."""
+    found = _REGISTRY.get(key)
+    if found is not None:
+        return found
+    built = find_plan(key)
+    if built is None or built.config.key != key:  # none, or a reference plan (no kernels)
         raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.functional / autocuda.nn) "
-                       "in this process before calling its ops") from None
+                       "in this process before calling its ops")
+    register(built.config)
+    return _REGISTRY[key]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -125,7 +131,7 @@ class ForwardForm:
         self.n_states = len(e.states)
         self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
         inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
-        self.kernel = launch.KernelCall(e.config, "step-forward" if single else "fptt",
+        self.kernel = neuron_launch.KernelCall(e.config, "step-forward" if single else "fptt",
                                         (store_state_seq, save, given_inits, final_states), inputs)
         self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
         self.outputs = forward_outputs(key, single, store_state_seq, save, final_states)
@@ -153,11 +159,10 @@ class ForwardForm:
         _, outputs = self.kernel((x, *chosen, *tensor_params, *scalars), x, n, steps,
                                  "cuda" if x.is_cuda else "host")
         if steps == 0:  # no step ran: the final states are the initial ones
-            for i, state in zip(self.finals, chosen):
-                if states:
-                    outputs[i].copy_(state)
-                else:
-                    outputs[i].fill_(state)
+            for i, state in zip(self.finals, states):
+                outputs[i].copy_(state)
+            for i, value in zip(self.finals, initial):
+                outputs[i].fill_(value)
         return outputs
 
     def run_backward(self, key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
@@ -204,7 +209,7 @@ class _BackwardForm:
         seqs = tuple(f"grad_{s}_seq" for s in e.states) if grad_state_seq else ()
         numbers = () if given_inits else tuple(f"{s}_init" for s in e.states)
         inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars)
-        self.kernel = launch.KernelCall(e.config, "step-backward" if single else "bptt",
+        self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt",
                                         (grad_state_seq, grad_finals, given_inits), inputs)
         self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars))
         self.returns = ("grad_x_seq", *(f"grad_{s}_init" for s in e.states if given_inits),
@@ -268,12 +273,12 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
     steps = None if single else x.shape[0]
     kernel = entry(key).config.kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
                                       save_for_backward=save_for_backward, final_states=final_states,
-                                      **({} if single else launch.replay_option(n, steps)))
+                                      **({} if single else neuron_launch.replay_option(n, steps)))
     shapes = {"vector": (n,), "sequence": x.shape}
     if kernel.checkpoint_steps:  # multi-step only: a row every so many steps
-        shapes["checkpoints"] = (launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
-    return [x.new_empty(shapes[launch.output_kind(name)], dtype=p.torch_dtype) for name, p in kernel.cparams.items()
-            if p.pointer and not p.const]
+        shapes["checkpoints"] = (neuron_launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
+    return [x.new_empty(shapes[neuron_launch.output_kind(name)], dtype=p.torch_dtype)
+            for name, p in kernel.cparams.items() if p.pointer and not p.const]
 
 
 # -- backward ---------------------------------------------------------------------------------------------
@@ -439,8 +444,8 @@ class _Eager(torch.autograd.Function):
 
 
 # `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
-# functorch wrappers among the arguments (done here for the tensors) before calling this: the wrapper cost 14
-# thousand instructions (callgrind), a fifth of what wiring autograd costs a small training step's forward.
+# functorch wrappers among the arguments (done here for the tensors) before calling this: the wrapper is host time
+# every small call pays.
 _APPLY = super(torch.autograd.Function, _Eager).apply
 _unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
@@ -459,7 +464,7 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
 
 
 def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
-                  tensor_params: list[Tensor], scalars: list[float]) -> list[Tensor]:
+                  tensor_params: list[Tensor], scalars: Sequence[float]) -> list[Tensor]:
     """`forward` in eager mode, for a caller that holds the call's form (`forward_form`)."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
         return form.run(x, states, initial, tensor_params, scalars)

@@ -2,7 +2,7 @@
 
 It is the oracle of every test and the CPU execution path. It evaluates the sympy step of a `StepSystem`
 (never the printed C), with the spike through the surrogate's autograd function and, with detach_reset,
-a detached spike inside the membrane reset — exactly the semantics of design.md §4.
+a detached spike inside the membrane reset — exactly the semantics of docs/semantics.md.
 
 `derived_backward` evaluates the *derived* adjoint (what the BPTT kernel computes, including the recomputed
 v[t-1]) with torch, so the derivation can be checked against autograd without any kernel.
@@ -53,7 +53,8 @@ def multi_step(system: StepSystem, x_seq: torch.Tensor, initial: Sequence[torch.
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """Over x_seq [T, *]: (spike_seq, final states, state sequences [T, *] per state)."""
     states = tuple(initial)
-    spikes, sequences = [], [[] for _ in states]
+    spikes: list[torch.Tensor] = []
+    sequences: list[list[torch.Tensor]] = [[] for _ in states]
     for x in x_seq:
         spike, states, _ = step(system, x, states, params, surrogate, detach_reset)
         spikes.append(spike)

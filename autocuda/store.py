@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import CacheWarning, UnsafeCachePath
 from .resources import resource_dir
 
 KINDS = ("specs", "kernels", "binaries", "tuning", "host")
@@ -44,19 +45,6 @@ _POSIX = os.name == "posix"  # owners and mode bits mean something (elsewhere th
 
 _accepted: dict[Path, Path] = {}   # a folder asked for -> the checked folder used (checked once per process)
 _fallbacks: dict[Path, Path] = {}  # a refused folder -> this process's private temporary folder in its place
-
-
-class CacheWarning(UserWarning):
-    """The cache (or part of it) is not used: refused or not writable; a private temporary folder serves."""
-
-
-class UnsafeCachePath(OSError):
-    """A folder or file of the cache that this user does not control alone: reading it could run what another
-    user wrote."""
-
-    def __init__(self, path: Path, problem: str):
-        super().__init__(f"{path} {problem}")
-        self.path, self.problem = path, problem
 
 
 def _uid() -> int:
@@ -267,15 +255,37 @@ def save(kind: str, name: str, data: bytes) -> None:
         warnings.warn(f"autocuda: could not write {kind} cache entry {name} ({error})", CacheWarning, stacklevel=2)
 
 
+# The parts of the package that decide generated code and how kernels are compiled, tuned and launched: what
+# `code_fingerprint` hashes. A folder stands for every file under it (renames inside it need no edit here).
+GENERATOR = ("spec", "codegen", "runtime", "host", "cfunction.py", "ckernel.py", "cnames.py", "dtypes.py",
+             "kernels.py", "layout.py", "parse_marks.py", "surrogate.py", "store.py")
+# The rest of the package: it runs or reports kernels without changing what is generated, compiled or tuned, so
+# editing it keeps every cached entry. A new module goes in one of the two tables (tests/test_fingerprint.py).
+NOT_GENERATOR = ("__init__.py", "__main__.py", "cli.py", "errors.py", "functional.py", "lazy.py", "nn.py", "ops.py",
+                 "reference.py", "resources.py", "testing.py")
+GENERATOR_SUFFIXES = (".py", ".h", ".j2")  # source, the host runner's shim header, templates
+
+
+def generator_files(package: Path, templates: Path) -> list[Path]:
+    """The files of the GENERATOR table under `package`, then the templates."""
+    entries = [package / entry for entry in GENERATOR] + [templates]
+    found = [path for entry in entries for path in ([entry] if entry.is_file() else sorted(entry.rglob("*")))]
+    return [path for path in found if path.suffix in GENERATOR_SUFFIXES and path.is_file()]
+
+
+def fingerprint(package: Path, templates: Path) -> str:
+    """A digest of the generator's files (their paths and bytes)."""
+    h = hashlib.sha256()
+    for path in generator_files(package, templates):
+        name = path.relative_to(package if path.is_relative_to(package) else templates.parent).as_posix()
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 @functools.cache
 def code_fingerprint() -> str:
-    """A digest of autocuda's own code and templates: everything that decides what it generates."""
-    package = Path(__file__).parent
-    files = sorted([*package.rglob("*.py"), *resource_dir("templates").rglob("*.j2")])
-    h = hashlib.sha256()
-    for path in files:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    """The fingerprint of this installation's generator: cached entries are named under it (`key`)."""
+    return fingerprint(Path(__file__).parent, resource_dir("templates"))
 
 
 def key(text: str) -> str:

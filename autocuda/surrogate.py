@@ -1,7 +1,7 @@
 """Surrogate gradients: the forward is always the Heaviside step Θ(z) = 1 if z >= 0 else 0; a surrogate
 object says which derivative backward uses instead of Θ's (zero almost everywhere).
 
-Names, parameters and formulas follow SpikingJelly's `surrogate` module (see design.md §4), except where its
+Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md), except where its
 reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its
 primitive, not 1/w. `primitive()` is the smooth function the gradient is the derivative of, where SpikingJelly
 documents one (None for SuperSpike and FakeNumericalGradient). Objects are immutable and hashable; `key()` is
@@ -13,14 +13,17 @@ import functools
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from .errors import SpecError
 from .lazy import lazy_import
 
-sympy = lazy_import("sympy")
+if TYPE_CHECKING:
+    import sympy
+else:
+    sympy = lazy_import("sympy")
 
 __all__ = [
     "Surrogate", "Sigmoid", "ATan", "PiecewiseQuadratic", "PiecewiseExp", "SoftSign", "SuperSpike",
@@ -65,6 +68,8 @@ def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> fl
 
 class Surrogate:
     """Base class: subclasses list DEFAULTS (name, value) and DOMAIN, and define _gradient/_primitive."""
+
+    _values: tuple[tuple[str, float], ...]
 
     DEFAULTS: ClassVar[tuple[tuple[str, float], ...]] = ()
     DOMAIN: ClassVar[Mapping[str, str]] = {}
@@ -316,6 +321,9 @@ class LogTailedReLU(Surrogate):
 
 class Custom(Surrogate):
     """A user gradient: an expression of `x` (parsed through the spec whitelist) and named parameters."""
+
+    _text: str
+    _expr: sympy.Expr
 
     def __init__(self, gradient: str, **params: float):
         from .spec.parse import check_identifier, parse_expression

@@ -5,7 +5,7 @@ One *case* is a setup (spec x dtype x reset x detach_reset) with one random inpu
      dtype; parameters to the arithmetic dtype), so kernel and reference compute from identical values;
   2. the reference (`autocuda.reference`, float64, autograd through the surrogate) gives spikes, h, states and
      the gradients of x, of the initial states and of every learnable parameter (per neuron);
-  3. the generated kernels run through `autocuda.runtime.neuron` on the chosen backend: FPTT, then BPTT on what
+  3. the generated kernels run through `autocuda.runtime.neuron_launch` on the chosen backend: FPTT, then BPTT on what
      that forward saved; step-forward, then step-backward, for one step from states the dynamics reached;
   4. every output is compared within the dtype's tolerance (TOLERANCES), spikes exactly.
 
@@ -38,8 +38,8 @@ import torch
 from . import reference
 from .codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
 from .dtypes import get_dtype
-from .runtime.neuron import NeuronConfig, backward, forward, replay_option
-from .spec.model import NeuronSpec, Param, load_spec
+from .runtime.neuron_launch import NeuronConfig, backward, forward, replay_option
+from .spec.model import NeuronSpec, Param, check_reset, load_spec
 from .spec.system import initial_value
 from .spec.torch_eval import evaluate
 from .surrogate import Surrogate, get_surrogate
@@ -106,8 +106,8 @@ class Setup:
     def config(self) -> NeuronConfig:
         runtime = {p.name for p in _base_config(self).derivation().system.params}
         tensors = tuple((p.name, self.per_neuron) for p in self.spec.params if p.kind == "tensor" and p.name in runtime)
-        return NeuronConfig(self.spec, self.surrogate or self.spec.surrogate, self.reset, self.detach_reset,
-                            self.constants, tensors)
+        return NeuronConfig(self.spec, self.surrogate or self.spec.surrogate, check_reset(self.spec, self.reset),
+                            self.detach_reset, self.constants, tensors)
 
     @property
     def label(self) -> str:
@@ -117,7 +117,8 @@ class Setup:
 
 
 def _base_config(setup: Setup) -> NeuronConfig:
-    return NeuronConfig(setup.spec, setup.spec.surrogate, setup.reset, setup.detach_reset, setup.constants)
+    return NeuronConfig(setup.spec, setup.spec.surrogate, check_reset(setup.spec, setup.reset), setup.detach_reset,
+                        setup.constants)
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +167,7 @@ def make_params(setup: Setup, neurons: int, offsets: Mapping[str, float], seed: 
     generator = torch.Generator().manual_seed(seed)
     values: dict[str, Any] = {}
     for p in _runtime_params(setup):
-        u = offsets.get(p.name, 0.0)
+        u: float | torch.Tensor = offsets.get(p.name, 0.0)
         if p.kind == "tensor":
             size = neurons if setup.per_neuron else 1
             u = u + 0.5 * (2 * torch.rand(size, generator=generator, dtype=F64) - 1)
@@ -190,7 +191,7 @@ def _membrane_scale(setup: Setup, params: Mapping[str, Any]) -> float:
 def _initial(setup: Setup, state: str, params: Mapping[str, Any]) -> torch.Tensor | float:
     """A state's initial value under the given parameters (a parameter's value, possibly one per neuron)."""
     values = {**{p.name: p.default for p in setup.spec.params}, **params}
-    init = initial_value(setup.spec, state, setup.reset, values)
+    init = initial_value(setup.spec, state, check_reset(setup.spec, setup.reset), values)
     return values.get(init, init) if isinstance(init, str) else init
 
 
@@ -399,7 +400,8 @@ def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, An
     system = d.system
     x = inputs.x.clone().requires_grad_(True)
     initial = [inputs.initial[s.name].clone().requires_grad_(True) for s in system.states]
-    states, rows = tuple(initial), {"spike_seq": [], "h_seq": [], "threshold": []}
+    states = tuple(initial)
+    rows: dict[str, list[torch.Tensor]] = {"spike_seq": [], "h_seq": [], "threshold": []}
     for t in range(x.shape[0]):
         values = {**params, system.x: x[t], **dict(zip(system.states, states))}
         rows["threshold"].append(torch.broadcast_to(evaluate(system.threshold, values).detach(), x[t].shape))
@@ -475,7 +477,8 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
         if name not in expected and not name.endswith("_checkpoints"):
             raise KeyError(f"kernel output {name!r} has no reference value")
         is_grad = name.startswith("grad_")
-        want, kernel, scale = expected.get(name), kernels[is_grad], family[is_grad]
+        want = expected[name] if name in expected else expected[f"{name[:-12]}_seq"]  # checkpoints: rows below
+        kernel, scale = kernels[is_grad], family[is_grad]
         valid = before_first if name.endswith(("_seq", "_checkpoints")) and not is_grad else clean.expand_as(want)
         if name.endswith("_checkpoints"):  # rows K-1, 2K-1, ... of the state's sequence
             want, valid = (v[segment - 1::segment][:got.shape[0]] for v in (expected[f"{name[:-12]}_seq"], valid))
@@ -520,7 +523,7 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
 def _replay_steps(config: NeuronConfig, setup: Setup, steps: int, n: int) -> int:
     """Steps between the rows of <state>_checkpoints: the setup's layout's, else what the launch chose."""
     layout = dict(setup.layout) if setup.layout else replay_option(n, steps)
-    options = KernelOptions("fptt", setup.dtype, replay=layout.get("replay", REPLAY_STEPS))
+    options = KernelOptions("fptt", get_dtype(setup.dtype), replay=layout.get("replay", REPLAY_STEPS))
     return replay_steps(config.derivation(), options)
 
 

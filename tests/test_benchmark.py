@@ -16,20 +16,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda import benchmark as bench
+from autocuda import cli
+from autocuda.cli import bench_package
 from autocuda.functional import multi_step
 from autocuda.spec.model import load_spec
 from autocuda.surrogate import Sigmoid
 
+bench_package()  # the checkout's bench/ folder, imported as the package `bench`
+from bench import measure, report, suite, systems, workloads  # noqa: E402
+
 SHAPE = (4, 32)
 DTYPES = ("float32", "bfloat16")
-RUN = (*bench.CORE, *bench.ZOO)  # --workloads all
+RUN = (*workloads.CORE, *workloads.ZOO)  # --workloads all
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("bench")
-    code = bench.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
+    code = suite.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
                        "--workloads", "all", "--parts", "speed,memory,host", "--out", str(out)])
     return code, out
 
@@ -44,19 +48,19 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
     assert env["device"] == "cpu" and env["torch"] == torch.__version__ and env["autocuda"]
     assert results["copy_bandwidth_GBps"] > 0
     rows = results["speed"]
-    assert len(rows) == len(RUN) * len(DTYPES) * len(bench.MODES)
+    assert len(rows) == len(RUN) * len(DTYPES) * len(workloads.MODES)
     assert [r["spec"] for r in rows[::len(DTYPES) * 2]] == list(RUN)  # sorted by workload
     for r in rows:
         assert r["check"] == "ok", r
         assert r["check_figures"]["spike_agreement"] == 1.0 and 0 < r["check_figures"]["spike_rate"] < 1
         assert r["ours_ms"] > 0 and r["eager_ms"] > 0 and r["compile_ms"] is None
-        zoo = r["spec"] in bench.ZOO
-        assert r["notes"]["compile"] == f"skipped: {bench.SPEC_NO_COMPILE if zoo else '--quick'}"
+        zoo = r["spec"] in workloads.ZOO
+        assert r["notes"]["compile"] == f"skipped: {workloads.SPEC_NO_COMPILE if zoo else '--quick'}"
         if zoo:
             assert 0.05 <= r["check_figures"]["spike_rate"] <= 0.4, r  # the input keeps the zoo firing
             assert r["sj_ms"] is None and "sj" in r["notes"]
-        element = torch.empty((), dtype=bench.DTYPES[r["dtype"]]).element_size()
-        nbytes = r["T"] * r["N"] * bench.ACCESSES[r["mode"]] * element
+        element = torch.empty((), dtype=workloads.DTYPES[r["dtype"]]).element_size()
+        nbytes = r["T"] * r["N"] * measure.ACCESSES[r["mode"]] * element
         assert r["floor_ms"] == pytest.approx(nbytes / (results["copy_bandwidth_GBps"] * 1e9) * 1e3)
         assert r["pct_floor"] == pytest.approx(100 * r["floor_ms"] / r["ours_ms"])
         if r["mode"] == "training":
@@ -70,7 +74,7 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
     assert results["memory"]["rows"] == [] and "needs a CUDA device" in results["memory"]["note"]
     host = {(r["system"], r["mode"], r["multithreaded_backward"]): r for r in results["host"]["rows"]}
     assert len(host) == len(results["host"]["rows"]) == 9  # three systems, three kinds of call
-    assert all(host["ours", mode, threads]["us_per_call"] > 0 for mode, threads in bench.HOST_CALLS)
+    assert all(host["ours", mode, threads]["us_per_call"] > 0 for mode, threads in measure.HOST_CALLS)
 
 
 def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
@@ -78,7 +82,7 @@ def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
     assert "ours ms" in text and "% floor" in text and "×compile" in text and "copy bandwidth" in text
     assert "training, backward on the calling thread" in text
     assert "compile: skipped: --quick" in text and "ParametricLIF" in text
-    assert "TwoCompartment" in text and f"compile: skipped: {bench.SPEC_NO_COMPILE}" in text
+    assert "TwoCompartment" in text and f"compile: skipped: {workloads.SPEC_NO_COMPILE}" in text
 
 
 def test_quick_run_plots(quick_run: tuple[int, Path]) -> None:
@@ -89,8 +93,8 @@ def test_quick_run_plots(quick_run: tuple[int, Path]) -> None:
 
 def test_first_use_child_script(tmp_path: Path) -> None:
     """The child that the first-use part starts, run once here (the CPU runs the reference path)."""
-    env = bench._child_env(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", bench._FIRST_USE, "cpu", "ours", "lif"], env=env,
+    env = measure.child_env(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", measure.FIRST_USE, "cpu", "ours", "lif"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     times = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,9 +105,9 @@ def test_first_use_runs_cold_then_warm(tmp_path: Path, monkeypatch: pytest.Monke
     child = ("import json, os, sys; print(json.dumps({'first_use_s': 0.5, 'first_forward_s': 0.25, "
              "'cache_dir': os.environ['AUTOCUDA_CACHE_DIR'], 'cupy_dir': os.environ['CUPY_CACHE_DIR'], "
              "'writes_bytecode': not sys.flags.dont_write_bytecode, 'bytecode_dir': sys.pycache_prefix}))")
-    monkeypatch.setattr(bench, "_FIRST_USE", child)
+    monkeypatch.setattr(measure, "FIRST_USE", child)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as on the lent GPU machines: the children must write it
-    assert bench.main(["--device", "cpu", "--quick", "--parts", "first-use", "--out", str(tmp_path)]) == 0
+    assert suite.main(["--device", "cpu", "--quick", "--parts", "first-use", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     rows = [r for r in results["first_use"]["rows"] if r["system"] == "ours"]
     assert [r["cache"] for r in rows] == ["cold", "warm"] and rows[0]["cache_dir"] == rows[1]["cache_dir"]
@@ -115,24 +119,24 @@ def test_first_use_runs_cold_then_warm(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_spike_function_is_our_sigmoid_surrogate() -> None:
     z = torch.linspace(-3, 3, 101, dtype=torch.float64, requires_grad=True)
-    ours = Sigmoid(alpha=bench.ALPHA)
-    (grad,) = torch.autograd.grad(bench.spike(z).sum(), z)
+    ours = Sigmoid(alpha=workloads.ALPHA)
+    (grad,) = torch.autograd.grad(workloads.spike(z).sum(), z)
     (expected,) = torch.autograd.grad(ours(z).sum(), z)
     torch.testing.assert_close(grad, expected)
-    assert torch.equal(bench.spike(z), ours(z))
+    assert torch.equal(workloads.spike(z), ours(z))
 
 
-@pytest.mark.parametrize("key", list(bench.WORKLOADS))
+@pytest.mark.parametrize("key", list(workloads.WORKLOADS))
 def test_step_functions_are_the_shipped_specs(key: str) -> None:
     """The eager loop and our reference agree in float64: spikes, final states and gradients."""
-    w = bench.WORKLOADS[key]
+    w = workloads.WORKLOADS[key]
     torch.manual_seed(1)
-    case = bench.Case.draw(w, torch.float64, 6, 40, torch.device("cpu"))
+    case = workloads.Case.draw(w, torch.float64, 6, 40, torch.device("cpu"))
     case.tensors = {k: v.double() for k, v in case.tensors.items()}  # parameters in the compute dtype
     case = case.mode(True)
-    spikes, finals, _ = multi_step(w.key, case.x, *case.states, surrogate=Sigmoid(alpha=bench.ALPHA),
+    spikes, finals, _ = multi_step(w.key, case.x, *case.states, surrogate=Sigmoid(alpha=workloads.ALPHA),
                                    backend="reference", **w.params, **case.tensors)
-    eager_spikes, eager_finals = bench.run_loop(w.step, case.x, case.states, {**w.params, **case.tensors})
+    eager_spikes, eager_finals = workloads.run_loop(w.step, case.x, case.states, {**w.params, **case.tensors})
     assert torch.equal(spikes, eager_spikes) and spikes.float().mean() > 0
     for a, b in zip(finals, eager_finals):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
@@ -142,60 +146,87 @@ def test_step_functions_are_the_shipped_specs(key: str) -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("key", bench.ZOO)
+@pytest.mark.parametrize("key", workloads.ZOO)
 def test_zoo_workloads_take_the_spec_defaults(key: str) -> None:
     """Every parameter passed explicitly, at the spec's default; initial states as the spec's."""
-    w, spec = bench.WORKLOADS[key], load_spec(key)
+    w, spec = workloads.WORKLOADS[key], load_spec(key)
     assert w.params == {p.name: p.default for p in spec.params}
     assert w.initial == tuple(s.init for s in spec.states)
-    assert w.sj is None and w.no_compile == bench.SPEC_NO_COMPILE and isinstance(w.step, bench.SpecStep)
+    assert w.sj is None and w.no_compile == workloads.SPEC_NO_COMPILE and isinstance(w.step, workloads.SpecStep)
 
 
 def test_spikingjelly_keyword_mismatch_is_a_note() -> None:
     fake = types.SimpleNamespace(eif_multi_step=lambda x_seq, v, tau=2.0, surrogate_function=None: None)
-    sj = bench.SpikingJelly(functional=fake, surrogate=None, version="fake")
-    with pytest.raises(bench.Skip, match="takes no .*delta_t"):
-        sj.kwargs(bench.WORKLOADS["eif"])
-    with pytest.raises(bench.Skip, match="no SpikingJelly counterpart"):
-        sj.kwargs(bench.WORKLOADS["adex"])
-    assert bench._why(bench.Skip("why")) == "skipped: why"
-    assert bench._why(ValueError("bad\nmore")) == "error: ValueError: bad"
+    sj = systems.SpikingJelly(functional=fake, surrogate=None, version="fake")
+    with pytest.raises(systems.Skip, match="takes no .*delta_t"):
+        sj.kwargs(workloads.WORKLOADS["eif"])
+    with pytest.raises(systems.Skip, match="no SpikingJelly counterpart"):
+        sj.kwargs(workloads.WORKLOADS["adex"])
+    assert measure.why(systems.Skip("why")) == "skipped: why"
+    assert measure.why(ValueError("bad\nmore")) == "error: ValueError: bad"
 
 
-def test_shapes_and_cli() -> None:
-    assert bench._shape("8x8M") == (8, 8 << 20) and bench._shape("4x4096") == (4, 4096)
-    assert bench._count(64 << 10) == "64K" and bench._count(4096) == "4096"
-    from autocuda.cli import _parser, cmd_bench
-
-    args = _parser().parse_args(["bench", "--quick", "--device", "cpu", "--workloads", "plif,lif"])
-    assert args.run is cmd_bench and args.workloads == ["parametric_lif", "lif"]
-    assert _parser().parse_args(["bench"]).workloads == list(bench.CORE)
-    assert bench.CORE == ("lif", "parametric_lif", "qif", "eif", "izhikevich", "adex")
-    assert bench.ZOO == ("alif", "cuba_lif", "sfa_lif", "resonate_fire", "fitzhugh_nagumo", "two_compartment")
-    assert bench._workloads("zoo") == list(bench.ZOO) and bench._workloads("all") == list(bench.WORKLOADS)
-    assert bench._workloads("alif,core,lif") == ["alif", *bench.CORE]  # in order given, each once
+def test_shapes_and_workloads() -> None:
+    assert suite._shape("8x8M") == (8, 8 << 20) and suite._shape("4x4096") == (4, 4096)
+    assert report.count(64 << 10) == "64K" and report.count(4096) == "4096"
+    assert suite._shape_list(suite.FULL_SHAPES) == "8x8M,64x1M,256x64K,1024x16K,4x4096"
+    assert all(suite._shape(text) == shape for shape in suite.FULL_SHAPES
+               for text in suite._shape_list([shape]).split(","))
+    assert workloads.CORE == ("lif", "parametric_lif", "qif", "eif", "izhikevich", "adex")
+    assert workloads.ZOO == ("alif", "cuba_lif", "sfa_lif", "resonate_fire", "fitzhugh_nagumo", "two_compartment")
+    assert suite._workloads("zoo") == list(workloads.ZOO) and suite._workloads("all") == list(workloads.WORKLOADS)
+    assert suite._workloads("alif,core,lif") == ["alif", *workloads.CORE]  # in order given, each once
     with pytest.raises(argparse.ArgumentTypeError, match="unknown workload nope .*groups: core, zoo, all"):
-        bench._workloads("lif,nope")
+        suite._workloads("lif,nope")
+
+
+def test_cli_hands_the_options_to_the_checkouts_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    monkeypatch.setattr(suite, "main", lambda argv, prog: seen.append((argv, prog)) or 0)
+    options = ["--quick", "--device", "cpu", "--workloads", "plif,lif"]
+    assert cli.main(["bench", *options]) == 0
+    assert cli.main(["bench"]) == 0
+    assert seen == [(options, "autocuda bench"), ([], "autocuda bench")]
+    assert cli.bench_folder() == Path(suite.__file__).parent
+    with pytest.raises(SystemExit):
+        cli.main(["list", "--quick"])  # options after another command are still refused
+
+
+def test_bench_help_names_the_default_shapes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        suite.main(["--help"], prog="autocuda bench")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "usage: autocuda bench" in help_text and "8x8M,64x1M,256x64K,1024x16K,4x4096" in help_text
+    assert "issue" not in help_text
+
+
+def test_without_a_checkout_bench_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(sys.modules, "bench")
+    monkeypatch.setattr(cli, "bench_folder", lambda: None)
+    assert cli.main(["bench", "--quick"]) == 2
+    error = capsys.readouterr().err
+    assert "not part of the installed package" in error and "python bench/run.py" in error
 
 
 def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["--device", "cpu", "--quick", "--shapes", "4x32,3x16", "--dtypes", "float32", "--workloads", "lif",
             "--parts", "speed", "--out", str(tmp_path)]
-    assert bench.main(args) == 0
+    assert suite.main(args) == 0
     first = json.loads((tmp_path / "results.json").read_text())["speed"]
     lines = (tmp_path / "progress.jsonl").read_text().splitlines()
     assert len(lines) == 4
     # cut short after the first shape's two rows, in the middle of the third
     (tmp_path / "progress.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:20])
     measured = []
-    real = bench.Runner.speed_row
+    real = measure.Runner.speed_row
 
     def recording(self, case, ref):
         measured.append(tuple(case.x.shape))
         return real(self, case, ref)
 
-    monkeypatch.setattr(bench.Runner, "speed_row", recording)
-    assert bench.main([*args, "--resume"]) == 0
+    monkeypatch.setattr(measure.Runner, "speed_row", recording)
+    assert suite.main([*args, "--resume"]) == 0
     again = json.loads((tmp_path / "results.json").read_text())["speed"]
     assert measured == [(3, 16), (3, 16)], "only the shape that was not finished is measured"
     assert again[:2] == first[:2] and len(again) == 4
@@ -206,11 +237,11 @@ def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: p
 def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
     """Both forms of the torch.compile peer (the unrolled loop; the step alone, for long loops) compute what the
     eager loop does, forward and backward (aot_eager: the graphs Dynamo captures, without a C++ compiler)."""
-    w = bench.WORKLOADS["parametric_lif"]
+    w = workloads.WORKLOADS["parametric_lif"]
     torch.manual_seed(2)
-    case = bench.Case.draw(w, torch.float32, 5, 24, torch.device("cpu")).mode(True)
-    spikes, finals = bench.compiled(case, whole_loop=whole_loop, backend="aot_eager")()
-    eager_spikes, eager_finals = bench.eager(case)()
+    case = workloads.Case.draw(w, torch.float32, 5, 24, torch.device("cpu")).mode(True)
+    spikes, finals = systems.compiled(case, whole_loop=whole_loop, backend="aot_eager")()
+    eager_spikes, eager_finals = systems.eager(case)()
     assert torch.equal(spikes, eager_spikes) and spikes.sum() > 0
     torch.testing.assert_close(finals, eager_finals)
     grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
@@ -218,20 +249,20 @@ def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
 
 
 def test_modes_option_measures_only_the_modes_named(tmp_path: Path) -> None:
-    assert bench.main(["--device", "cpu", "--quick", "--workloads", "lif", "--parts", "speed", "--dtypes", "float32",
+    assert suite.main(["--device", "cpu", "--quick", "--workloads", "lif", "--parts", "speed", "--dtypes", "float32",
                        "--shapes", "4x16", "--modes", "inference", "--no-peers", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["speed"]
     assert [(r["mode"], r["check"]) for r in rows] == [("inference", "ok")]
     with pytest.raises(SystemExit):
-        bench.main(["--modes", "inference,backward"])
+        suite.main(["--modes", "inference,backward"])
 
 
 def test_timed_calls_return_the_spikes_of_the_checked_calls_without_final_states() -> None:
     """The timed forms of ours and of the compiled loop (`TIMED_FINAL_STATES`) give the spikes and gradients of
     the forms that return final states, and no final states."""
     torch.manual_seed(3)
-    case = bench.Case.draw(bench.WORKLOADS["izhikevich"], torch.float32, 5, 24, torch.device("cpu")).mode(True)
-    for make in (bench.ours, lambda c, **kw: bench.compiled(c, backend="aot_eager", **kw)):
+    case = workloads.Case.draw(workloads.WORKLOADS["izhikevich"], torch.float32, 5, 24, torch.device("cpu")).mode(True)
+    for make in (systems.ours, lambda c, **kw: systems.compiled(c, backend="aot_eager", **kw)):
         (spikes, finals), (timed, none) = make(case)(), make(case, final_states=False)()
         assert len(finals) == 2 and none == () and torch.equal(spikes, timed)
         grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
@@ -239,9 +270,9 @@ def test_timed_calls_return_the_spikes_of_the_checked_calls_without_final_states
 
 
 def test_table_marks_compile_times_of_the_step_form() -> None:
-    row = dict(dataclasses.asdict(bench.Row("LIF", "lif", "float32", "training", 1024, 16 << 10, 0.1, ours_ms=0.2,
+    row = dict(dataclasses.asdict(measure.Row("LIF", "lif", "float32", "training", 1024, 16 << 10, 0.1, ours_ms=0.2,
                                             compile_ms=9.0, compile_form="step")))
-    text = bench.table([row | bench.Row(**row).derived()])
-    assert f"9.000{bench.STEP_MARK}" in text and "step alone, called by a Python loop" in text
+    text = report.table([row | measure.Row(**row).derived()])
+    assert f"9.000{report.STEP_MARK}" in text and "step alone, called by a Python loop" in text
     row["compile_form"] = "loop"
-    assert bench.STEP_MARK not in bench.table([row | bench.Row(**row).derived()])
+    assert report.STEP_MARK not in report.table([row | measure.Row(**row).derived()])

@@ -9,7 +9,7 @@ import torch
 
 from autocuda import functional as F
 from autocuda import ops
-from autocuda.runtime.neuron import KIND_OPTIONS
+from autocuda.runtime.neuron_launch import KIND_OPTIONS
 from autocuda.spec.model import list_specs, load_spec
 
 SPECS = [name for name, _ in list_specs()]
@@ -199,10 +199,10 @@ def test_reduced_precision_runs_in_float32():
 
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
 def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: str):
-    """T >= 64 with few neurons selects kernels whose time loop is unrolled (runtime.neuron.LONG_LOOP); a
+    """T >= 64 with few neurons selects kernels whose time loop is unrolled (runtime.neuron_launch.LONG_LOOP); a
     backward that replays checkpoints (ALIF) runs segments of steps, each loop over a segment unrolled whole."""
-    from autocuda.runtime import neuron
-    from autocuda.runtime.cache import get_plan
+    from autocuda.runtime import neuron_launch as neuron
+    from autocuda.runtime.plans import get_plan
 
     assert neuron.LONG_LOOP_STEPS <= 80
     x = (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
@@ -215,7 +215,7 @@ def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: 
     recipes = ops.entry(get_plan(name).key).config._recipes
     segments = f"ac_s0 -= {neuron.tuning.REPLAY}"
     used = {kind for (kind, _, _, layout), recipe in recipes.items()
-            if dict(layout).get("unroll", 1) > 1 and ("#pragma unroll 8" in recipe.kernel.full_codes
+            if layout.unroll > 1 and ("#pragma unroll 8" in recipe.kernel.full_codes
                                                        or segments in recipe.kernel.full_codes)}
     assert used >= {"fptt", "bptt"}
 
@@ -226,7 +226,7 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
     """Initial states given as numbers start the kernels from them (no tensor filled or read); the results are
     bitwise those of tensors filled with the numbers (rounded through the storage dtype alike), and backward
     gives the same input gradient without computing one for the numbers."""
-    from autocuda.runtime.cache import get_plan
+    from autocuda.runtime.plans import get_plan
 
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(7, 9, generator=g) * 2 + 0.5).to(dtype)
@@ -251,7 +251,7 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
 def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
     """`final_states=False` returns None for them, and its kernel has no final-state outputs; spikes, stored
     sequences and gradients are bitwise those of the default call, on the kernels and on the reference."""
-    from autocuda.runtime.cache import get_plan
+    from autocuda.runtime.plans import get_plan
 
     g = torch.Generator().manual_seed(8)
     x = (torch.randn(6, 3, 5, generator=g) * 2 + 0.5).to(dtype)
@@ -268,7 +268,7 @@ def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
     for a, b in zip(*runs):
         assert torch.equal(a, b)
     config = ops.entry(get_plan(name).key).config
-    skipping = [key for key in config._kernels if key[0] == "fptt" and ("final_states", False) in key]
+    skipping = [key for key in config._kernels if key[0] == "fptt" and ("final_states", False) in key[2]]
     assert skipping and all(not any(p.endswith("_final") for p in config._kernels[k].cparams) for k in skipping)
     reference = F.multi_step(name, x.double(), backend="reference", final_states=False)
     assert reference[1] is None and torch.equal(reference[0], F.multi_step(name, x.double(), backend="reference")[0])

@@ -23,7 +23,7 @@ from autocuda import reference
 from autocuda.codegen.neuron import NeuronKernel
 from autocuda.dtypes import get_dtype
 from autocuda.host import load_kernel
-from autocuda.runtime.neuron import choose_layout
+from autocuda.runtime.neuron_launch import choose_layout
 from autocuda.spec.model import NeuronSpec, list_specs, load_spec
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 
@@ -66,9 +66,9 @@ def _setups() -> Iterator[Setup]:
 
 
 def _kernels(setup: Setup) -> list[NeuronKernel]:
-    """The kernels check_case launches for `setup` (with the options runtime.neuron passes)."""
+    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes)."""
     config, seqs = setup.config(), setup.store_state_seq
-    layout = dict(setup.layout) or choose_layout(1, get_dtype(setup.dtype).torch_dtype, [])
+    layout = dict(setup.layout) or choose_layout(1, get_dtype(setup.dtype).torch_dtype, []).options()
     return [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
             config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout),
             config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),

@@ -11,7 +11,8 @@ import torch
 
 from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.neuron import NeuronConfig, backward, choose_layout, forward
+from autocuda.layout import Layout
+from autocuda.runtime.neuron_launch import NeuronConfig, backward, choose_layout, forward
 from autocuda.spec.model import load_spec
 
 T, N = 7, 32
@@ -68,32 +69,32 @@ def test_every_layout_gives_identical_results(name, dtype):
 
 def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
     big = torch.zeros(1 << 20)
-    assert choose_layout(1 << 20, torch.float32, [big]) == {"lanes": 2, "vector": True}
-    assert choose_layout((1 << 20) - 4, torch.float32, [big[2:(1 << 20) - 2]]) == {"lanes": 2, "vector": True}
-    assert choose_layout(1 << 20, torch.float64, [big.double()]) == {"lanes": 2, "vector": True}, "16-byte next"
-    assert choose_layout((1 << 20) - 1, torch.float32, [big])["vector"] is False
-    assert choose_layout(1 << 20, torch.float32, [big[1:(1 << 20) - 3]])["vector"] is False
-    assert choose_layout(1000, torch.float32, [big])["vector"] is False, "too few threads: keep one per neuron"
+    assert choose_layout(1 << 20, torch.float32, [big]) == Layout(lanes=2, vector=True)
+    assert choose_layout((1 << 20) - 4, torch.float32, [big[2:(1 << 20) - 2]]) == Layout(lanes=2, vector=True)
+    assert choose_layout(1 << 20, torch.float64, [big.double()]) == Layout(lanes=2, vector=True), "16-byte next"
+    assert choose_layout((1 << 20) - 1, torch.float32, [big]).vector is False
+    assert choose_layout(1 << 20, torch.float32, [big[1:(1 << 20) - 3]]).vector is False
+    assert choose_layout(1000, torch.float32, [big]).vector is False, "too few threads: keep one per neuron"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_long_loops_stage_two_neurons_per_thread_where_nothing_is_timed(dtype):
     """Many steps over few neurons, on the host runner (as under CUDA graph capture): both kernels run two
     neurons per thread in one vector access, 64 threads per block, unrolled, 16 steps of inputs staged in
-    registers (runtime.neuron.LONG_LOOP_LANES, LONG_LOOP); too few neurons for that, one per thread."""
-    from autocuda.runtime import neuron
+    registers (runtime.neuron_launch.LONG_LOOP_LANES, LONG_LOOP); too few neurons for that, one per thread."""
+    from autocuda.runtime import neuron_launch as neuron
 
     spec = load_spec("lif")
     params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
-    long = {"block": 64, "unroll": 8, "replay": 32, "staged": 16}  # replayed states (not LIF's) in 32-step segments
+    long = Layout(block=64, unroll=8, replay=32, staged=16)  # replayed states (not LIF's) in 32-step segments
     for n, lanes in ((2 * neuron.MIN_THREADS, 2), (2 * neuron.MIN_THREADS - 2, 0)):
         config = NeuronConfig(spec, spec.surrogate, "hard")
         x = (torch.randn(neuron.LONG_LOOP_STEPS, n) * 2).to(dtype)
         out = forward(config, x, {"v": 0.0}, params, backend="host")
         backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
                  grad_finals=False, given_inits=False, backend="host")
-        chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
-        expected = {"lanes": lanes, "vector": True, **long} if lanes else long  # below: the kernel's default lanes
+        chosen = {kind: layout for kind, _, _, layout in config._recipes}
+        expected = long.replace(lanes=lanes, vector=True) if lanes else long  # below: the kernel's default lanes
         assert chosen == {"fptt": expected, "bptt": expected}, n
         staged = ["software pipeline in registers" in recipe.kernel.full_codes for recipe in config._recipes.values()]
         assert staged == [lanes > 0] * 2, "staging needs vector accesses"
@@ -101,18 +102,18 @@ def test_long_loops_stage_two_neurons_per_thread_where_nothing_is_timed(dtype):
 
 def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():
     """Below LONG_LOOP_STEPS with enough neurons for vector accesses, both kernels unroll the time loop twice
-    (runtime.neuron.SHORT_LOOP); too few neurons for two per thread unroll it four times (SMALL_LOOP)."""
-    from autocuda.runtime import neuron
+    (runtime.neuron_launch.SHORT_LOOP); too few neurons for two per thread unroll it four times (SMALL_LOOP)."""
+    from autocuda.runtime import neuron_launch as neuron
 
     spec = load_spec("lif")
     params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
-    for n, expected in ((2 * neuron.MIN_THREADS * 2, {"lanes": 2, "vector": True, "unroll": 2}), (1000, {"unroll": 4})):
+    for n, expected in ((2 * neuron.MIN_THREADS * 2, Layout(lanes=2, vector=True, unroll=2)), (1000, Layout(unroll=4))):
         config = NeuronConfig(spec, spec.surrogate, "hard")
         x = torch.randn(3, n) * 2
         out = forward(config, x, {"v": 0.0}, params, backend="host")
         backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
                  grad_finals=False, given_inits=False, backend="host")
-        chosen = {kind: dict(layout) for kind, _, _, layout in config._recipes}
+        chosen = {kind: layout for kind, _, _, layout in config._recipes}
         assert chosen == {"fptt": expected, "bptt": expected}, n
 
 

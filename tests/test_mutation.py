@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from autocuda.runtime.neuron import NeuronConfig
+from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.records import KernelRecord
 from autocuda.spec.model import load_spec
 from autocuda.testing import Report, Setup, check_case, make_case

@@ -9,7 +9,7 @@ import torch
 
 from autocuda import functional as F
 from autocuda import ops
-from autocuda.runtime.cache import get_plan, resolve_spec
+from autocuda.runtime.plans import get_plan, resolve_spec
 
 # Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
 # order only; float32 adds one rounding per operation over a few steps.
@@ -128,7 +128,7 @@ def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, num
 @pytest.mark.parametrize(("steps", "every"), [(63, 8), (67, 32)])
 def test_fake_checkpoints_follow_the_long_loop_rule(steps: int, every: int):
     """Long loops over few neurons replay ALIF's adaptation in 32-step segments, others in 8-step ones
-    (`runtime.neuron.LONG_LOOP`): the fake kernel shapes a_checkpoints as the launched kernel does."""
+    (`runtime.neuron_launch.LONG_LOOP`): the fake kernel shapes a_checkpoints as the launched kernel does."""
     args = _op_args("alif", False, False, True, steps=steps)
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, (*args, True))
     key, x, states, initial, tensors, scalars, store, save = args
@@ -168,8 +168,8 @@ def test_op_with_no_steps_passes_states_through():
 
 def test_whole_number_scalars_run_as_their_floats():
     """The kernels take scalars as given on the ops' path (floats by the op's schema; ints are packed as such)
-    and converted on the mapping path (`runtime.neuron.forward`)."""
-    from autocuda.runtime import neuron
+    and converted on the mapping path (`runtime.neuron_launch.forward`)."""
+    from autocuda.runtime import neuron_launch as neuron
 
     key, x, _, initial, tensors, scalars, _, _ = _op_args("lif", False, False, False, numbers=True)
     x = x.detach()
@@ -217,7 +217,7 @@ def test_unwritable_kernel_cache_falls_back_to_a_temporary_folder_with_one_warni
 def test_constant_result_marks_functions_as_torch_does():
     """Our decorator stands in for torch.compiler.assume_constant_result (which imports Dynamo): both must leave
     a function with the same attributes, or torch.compile would trace into our plan builders."""
-    from autocuda.runtime.cache import constant_result
+    from autocuda.runtime.plans import constant_result
 
     def ours():
         return 1

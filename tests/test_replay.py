@@ -10,7 +10,7 @@ import torch
 from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.kernels import derivation, source
 from autocuda.runtime import tuning
-from autocuda.runtime.neuron import NeuronConfig, backward, forward
+from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
 from autocuda.spec.model import NeuronSpec, load_spec, spec_from_toml
 
 K = REPLAY_STEPS

@@ -119,36 +119,72 @@ def test_symbolic_work_past_the_budget_is_refused_naming_the_field(monkeypatch):
     assert caught.value.field in ("ode", "method"), caught.value
 
 
-def test_a_budget_never_interrupts_after_its_stage(monkeypatch):
+def test_a_budget_never_interrupts_the_caller(monkeypatch):
     monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.001")
-    for _ in range(200):  # stages that end right at their budget: a late interruption would land below
+    refused = 0
+    for size in [2_000, 200_000, 2_000_000] * 40:  # stages ending before, about at, and after their budget
         try:
-            with budget.symbolic_budget("<test>", "charge"):
-                sum(range(20_000))
+            budget.bounded("<test>", "charge", _spin, size)
         except SpecError:
-            pass
-    time.sleep(0.05)
+            refused += 1
+    time.sleep(0.3)  # an interruption meant for a stage's worker would land in this thread by now
     assert sum(range(1000)) == 499500
+    assert 0 < refused
 
 
-def test_budgets_in_threads_are_their_own(monkeypatch):
+def _spin(steps: int) -> int:
+    total = 0
+    for step in range(steps):
+        total += step
+    return total
+
+
+def test_an_abandoned_stage_is_stopped(monkeypatch):
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.05")
+    seen = []
+
+    def endless() -> None:
+        seen.append(threading.current_thread())
+        while True:
+            time.sleep(0.001)
+
+    with pytest.raises(SpecError, match="budget of 0.05 s"):
+        budget.bounded("<test>", "charge", endless)
+    seen[0].join(CEILING)
+    assert not seen[0].is_alive()
+
+
+def test_stages_in_threads_have_their_own_budgets(monkeypatch):
     monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.2")
     errors: list[BaseException] = []
 
+    def endless() -> None:
+        while True:
+            time.sleep(0.001)
+
     def slow() -> None:
         try:
-            with budget.symbolic_budget("<thread>", "charge"):
-                while True:
-                    time.sleep(0.001)
+            budget.bounded("<thread>", "charge", endless)
         except SpecError as error:
             errors.append(error)
 
     worker = threading.Thread(target=slow)
     worker.start()
-    with budget.symbolic_budget("<main>", "charge"):
-        time.sleep(0.01)  # this thread's own stage ends in time and is not interrupted by the other's
+    assert budget.bounded("<main>", "charge", lambda: time.sleep(0.01) or 7) == 7  # in time, not interrupted
     worker.join(CEILING)
     assert len(errors) == 1 and errors[0].source == "<thread>"
+
+
+def test_errors_of_a_stage_reach_the_caller_unchanged():
+    with pytest.raises(KeyError, match="inside"):
+        budget.bounded("<test>", "charge", lambda: {}["inside"])
+    with pytest.raises(SpecError, match="nested too deeply") as caught:
+        budget.bounded("<test>", "threshold", lambda: _recurse(0))
+    assert caught.value.field == "threshold"
+
+
+def _recurse(depth: int) -> int:
+    return _recurse(depth + 1) + 1
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "soon"])

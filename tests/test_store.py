@@ -13,8 +13,8 @@ import torch
 
 from autocuda import store
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.cache import get_plan
-from autocuda.runtime.neuron import NeuronConfig
+from autocuda.runtime.neuron_launch import NeuronConfig
+from autocuda.runtime.plans import get_plan
 from autocuda.runtime.records import KernelRecord, kernel_record
 from autocuda.spec.model import load_spec
 

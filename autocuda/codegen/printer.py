@@ -12,6 +12,7 @@ import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
 from ..dtypes import DType, get_dtype
+from ..errors import PrintError
 
 _FUNCTIONS: dict[type, str] = {
     sp.exp: "exp", expm1: "expm1", sp.log: "log", sp.Abs: "abs", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan",
@@ -22,10 +23,6 @@ _COMPARISONS: dict[type, str] = {
 }
 _FOLDS: dict[type, str] = {sp.Min: "minimal", sp.Max: "maximum"}
 _MAX_UNROLLED_POWER = 4
-
-
-class PrintError(ValueError):
-    pass
 
 
 class CudaPrinter:

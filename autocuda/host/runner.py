@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .. import store
+from ..codegen.code import Code, braced
 from . import cache, toolchain
 
 if TYPE_CHECKING:
@@ -34,40 +35,38 @@ KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
 # How compiled kernels were obtained in this process: "memory", "disk" (cache hit) or "compiled".
 stats: Counter[str] = Counter()
 
-# The translation unit: #line makes compiler messages cite lines of the kernel source as numbered in
-# CompileError. Every name the wrapper declares starts with ac_host_ (the arguments are ac_host_arg0, 1, ...,
-# whatever the kernel calls its parameters), so no name of the kernel's can shadow one.
-_UNIT = """{shim}
-#line 1 "{name}.cu"
-{source}
-#line 1 "{name}__host_wrapper.cpp"
-extern "C" AC_HOST_EXPORT const unsigned {name}__host_arg_sizes[] = {{{sizes}0u}};
-
-extern "C" AC_HOST_EXPORT void {name}__host_launch(unsigned ac_host_gx, unsigned ac_host_gy, unsigned ac_host_gz,
-        unsigned ac_host_bx, unsigned ac_host_by, unsigned ac_host_bz, void** ac_host_args) {{
-{unpack}
-    gridDim = uint3{{ac_host_gx, ac_host_gy, ac_host_gz}};
-    blockDim = uint3{{ac_host_bx, ac_host_by, ac_host_bz}};
-    for (blockIdx.z = 0; blockIdx.z < ac_host_gz; ++blockIdx.z)
-    for (blockIdx.y = 0; blockIdx.y < ac_host_gy; ++blockIdx.y)
-    for (blockIdx.x = 0; blockIdx.x < ac_host_gx; ++blockIdx.x)
-    for (threadIdx.z = 0; threadIdx.z < ac_host_bz; ++threadIdx.z)
-    for (threadIdx.y = 0; threadIdx.y < ac_host_by; ++threadIdx.y)
-    for (threadIdx.x = 0; threadIdx.x < ac_host_bx; ++threadIdx.x)
-        {name}({names});
-}}
-"""
+# Every name the wrapper declares starts with ac_host_ (the arguments are ac_host_arg0, 1, ..., whatever the
+# kernel calls its parameters), so no name of the kernel's can shadow one.
+_LAUNCH_PARAMS = ("unsigned ac_host_gx, unsigned ac_host_gy, unsigned ac_host_gz,\n"
+                  "        unsigned ac_host_bx, unsigned ac_host_by, unsigned ac_host_bz, void** ac_host_args")
 
 
 def translation_unit(source: str, name: str, params: Sequence[CParam]) -> str:
-    """The C++ text compiled for one kernel; each parameter is unpacked by its declaration, under a name of the
-    wrapper's own."""
+    """The C++ text compiled for one kernel: the shim, the kernel, and a wrapper that unpacks each parameter by
+    its declaration, under a name of its own, and runs every thread in turn. #line makes compiler messages cite
+    lines of the kernel source as numbered in CompileError."""
     args = [f"ac_host_arg{i}" for i in range(len(params))]
-    unpack = "".join(f"    {p.declaration(cname=arg)} = ac_host_slot{{ac_host_args[{i}]}};\n"
-                     for i, (p, arg) in enumerate(zip(params, args)))
     sizes = "".join(f"sizeof({'void*' if p.pointer else p.ctype}), " for p in params)
-    return _UNIT.format(shim=SHIM, name=name, source=source, unpack=unpack.rstrip("\n"), sizes=sizes,
-                        names=", ".join(args))
+    code = Code()
+    code.line(SHIM)
+    code.line(f'#line 1 "{name}.cu"')
+    code.line(source)
+    code.line(f'#line 1 "{name}__host_wrapper.cpp"')
+    code.line(f'extern "C" AC_HOST_EXPORT const unsigned {name}__host_arg_sizes[] = {braced(sizes + "0u")};')
+    code.blank()
+    with code.block(f'extern "C" AC_HOST_EXPORT void {name}__host_launch({_LAUNCH_PARAMS})'):
+        for i, (param, arg) in enumerate(zip(params, args)):
+            code.line(f"{param.declaration(cname=arg)} = ac_host_slot{braced(f'ac_host_args[{i}]')};")
+        code.line(f"gridDim = uint3{braced('ac_host_gx, ac_host_gy, ac_host_gz')};")
+        code.line(f"blockDim = uint3{braced('ac_host_bx, ac_host_by, ac_host_bz')};")
+        for dim in ("z", "y", "x"):
+            code.line(f"for (blockIdx.{dim} = 0; blockIdx.{dim} < ac_host_g{dim}; ++blockIdx.{dim})")
+        for dim in ("z", "y", "x"):
+            code.line(f"for (threadIdx.{dim} = 0; threadIdx.{dim} < ac_host_b{dim}; ++threadIdx.{dim})")
+        code.depth += 1
+        code.line(f"{name}({', '.join(args)});")
+        code.depth -= 1
+    return code.text + "\n"
 
 
 @dataclass(frozen=True)
@@ -110,10 +109,9 @@ def _check_name(name: object) -> None:
 
 def _shim_header() -> Path | None:
     """The shim as a header beside its precompiled form (`shim.h.gch`), built once per toolchain in the host
-    cache: a unit that includes it does not parse the CUDA half-precision headers again (0.5 -> 0.2 s a kernel
-    with g++ on the development machine). A compiler that does not read `.gch` files parses the header, as it
-    would the shim inline. None where none could be built or written (the shim folder refused, the disk full):
-    units then carry the shim."""
+    cache: a unit that includes it does not parse the CUDA half-precision headers again. A compiler that does
+    not read `.gch` files parses the header, as it would the shim inline. None where none could be built or
+    written (the shim folder refused, the disk full): units then carry the shim."""
     digest = hashlib.sha256(f"{toolchain.identity()}\n{SHIM}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
     header, precompiled = folder / "shim.h", folder / "shim.h.gch"
@@ -152,7 +150,7 @@ _unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in
 
 
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
-    from ..runtime.compile import CompileError
+    from ..errors import CompileError
 
     header = _shim_header() if unit.startswith(SHIM) else None
     text = f'#include "{header}"{unit[len(SHIM):]}' if header is not None else unit
@@ -171,7 +169,8 @@ def _dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
     dims = tuple(int(d) for d in shape)
     if not 1 <= len(dims) <= 3 or any(d < 1 or d >= 2**31 for d in dims):
         raise ValueError(f"{what} must be 1 to 3 positive integers, got {tuple(shape)}")
-    return (dims + (1, 1))[:3]
+    x, y, z = (dims + (1, 1))[:3]
+    return x, y, z
 
 
 def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int], block: Sequence[int],
@@ -194,7 +193,7 @@ def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int]
     holders = [np.asarray(a) for a in args]  # owns each value's bytes until the call returns
     for param, held, size in zip(params, holders, kernel.arg_sizes, strict=True):
         if held.nbytes != size:
-            from ..ckernel import KernelArgumentError
+            from ..errors import KernelArgumentError
             raise KernelArgumentError(f"kernel {name}: argument {param.name} ({param.ctype}) packed in "
                                       f"{held.nbytes} bytes, the kernel reads {size}")
     pointers = (ctypes.c_void_p * max(1, len(holders)))(*(h.ctypes.data for h in holders))

@@ -19,21 +19,15 @@ from pathlib import Path
 import torch
 
 from .. import store
+from ..errors import CompileError, DriverError
 from . import nvrtc
-from .driver import DriverError, load_function
+from .driver import load_function
 
 # Single-precision division without IEEE rounding (at most 2 ulp): the IEEE path branches to a slow path, and a
-# branch in the time loop keeps the compiler from issuing later steps' loads early. In the same-day H200 runs
-# (`bench/results/2026-11-22-h200-long-unrolled` against `-ieee-division`) LIF float32 training at
-# (T, N) = (1024, 16K) took 0.42 ms with it and 0.82 ms without; float64 is unaffected.
-# Denormals flushed to zero, as CuPy's RawModule compiled every kernel measured before we called NVRTC ourselves
-# (sessions 1-12).
+# branch in the time loop keeps the compiler from issuing later steps' loads early (float64 is unaffected).
+# Denormals flushed to zero.
 NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false", "-ftz=true")
 CHECK_ARCHS = ("sm_80", "sm_90")
-
-
-class CompileError(RuntimeError):
-    """The CUDA compiler refused generated source; the message holds its diagnostics and the source."""
 
 
 def _numbered(source: str) -> str:

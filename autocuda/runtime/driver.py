@@ -12,11 +12,9 @@ import functools
 import os
 import threading
 
+from ..errors import DriverError
+
 _SUCCESS = 0
-
-
-class DriverError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
 @functools.cache
@@ -51,7 +49,7 @@ def primary_context(device_index: int) -> int:
     device, context = ctypes.c_int(), ctypes.c_void_p()
     _check(lib, lib.cuDeviceGet(ctypes.byref(device), device_index), "cuDeviceGet")
     _check(lib, lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
-    return context.value
+    return _address(context, "cuDevicePrimaryCtxRetain")
 
 
 def load_function(image: bytes, name: str, device_index: int) -> int:
@@ -61,7 +59,14 @@ def load_function(image: bytes, name: str, device_index: int) -> int:
     with _in_context(lib, primary_context(device_index)):
         _check(lib, lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
         _check(lib, lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()), "cuModuleGetFunction")
-    return function.value
+    return _address(function, "cuModuleGetFunction")
+
+
+def _address(pointer: ctypes.c_void_p, call: str) -> int:
+    """The address a successful driver call wrote (never NULL)."""
+    if pointer.value is None:
+        raise DriverError(f"{call} succeeded but returned a null handle")
+    return pointer.value
 
 
 class _in_context:
@@ -95,8 +100,7 @@ class Launcher:
     The driver copies the values during the launch call, so a lock around writing and launching suffices.
 
     The two driver calls of a launch go through unprototyped ctypes functions with their pointer arguments
-    prepared once: ctypes' conversion through argtypes made cuLaunchKernel cost 16 thousand instructions of host
-    time and cuCtxGetCurrent 4 thousand, against 7.5 and 2 thousand this way (callgrind, a stub driver)."""
+    prepared once: ctypes' conversion through argtypes would cost each launch about twice the host time."""
 
     def __init__(self, function: int, device_index: int, slots: int):
         self.lib = _library()
@@ -121,7 +125,7 @@ class Launcher:
                     return self.launch(grid, block, stream)
             # No context on this thread yet (torch's autograd worker runs every backward on one): make the
             # device's primary context current, as cudaSetDevice would, rather than pushing and popping it on
-            # every launch. That cost a training step two more driver calls (H200 host, LIF T=4 N=4096).
+            # every launch (two more driver calls each).
             _check(self.lib, self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         # Grid and block sizes and shared memory bytes are unsigned ints in C, passed as C ints: the same bits
         # for 0 <= size < 2**31, while ctypes would silently mask other values (CUDA's limits are lower: the

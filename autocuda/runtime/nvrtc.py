@@ -1,9 +1,9 @@
 """NVRTC, the CUDA runtime compiler, through ctypes.
 
-Compiling needs neither CuPy nor NumPy: importing CuPy alone took 0.3-0.5 s on the lent GPU hosts, a seventh
-of a cold first use. The library comes with PyTorch's CUDA wheels (nvidia-cuda-nvrtc, which torch loads
-itself) or with a CUDA toolkit; the half-precision headers (cuda_fp16.h, cuda_bf16.h) come with the CUDA
-runtime wheel or the toolkit. ctypes releases the GIL while NVRTC compiles, so threads can compile in parallel.
+Compiling needs neither CuPy nor NumPy (importing either is a large share of a cold first use). The library
+comes with PyTorch's CUDA wheels (nvidia-cuda-nvrtc, which torch loads itself) or with a CUDA toolkit; the
+half-precision headers (cuda_fp16.h, cuda_bf16.h) come with the CUDA runtime wheel or the toolkit.
+ctypes releases the GIL while NVRTC compiles, so threads can compile in parallel.
 """
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
+from ..errors import NvrtcError
+
 _SUCCESS = 0
 _HEADER = "cuda_fp16.h"
-
-
-class NvrtcError(RuntimeError):
-    """NVRTC refused a program; the message holds its log."""
 
 
 def _toolkit_roots() -> Iterator[str]:

@@ -16,15 +16,12 @@ import torch
 
 from .. import store
 from ..ckernel import CParam, _launcher
+from ..errors import RecordError
 from ..host.runner import KERNEL_NAME
 
 MAX_RECORD_BYTES = 1 << 24
 MAX_SOURCE = 1 << 22  # characters of kernel source; generated kernels have tens of thousands
 MAX_PARAMS = 256
-
-
-class RecordError(ValueError):
-    """A stored kernel record that is not what `KernelRecord.to_json` writes; the message names the field."""
 
 
 def _identifier(value: object, field: str) -> str:

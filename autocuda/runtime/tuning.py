@@ -1,45 +1,36 @@
-"""The thread layout of a time loop, chosen by timing candidates on the GPU once per shape.
+"""The layout of a long time loop, chosen by timing candidates on the GPU once per shape.
 
-Many steps over few neurons (T >= 64, N < 128K) leave each thread a long loop whose speed depends on memory
-latency, and which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models,
-dtypes and directions by up to 4x in the kernel sweeps on an H200
-(`bench/results/2026-11-22-h200-warm-start/long_layout_sweep.txt`, `prefetch_sweep.txt`): Izhikevich's float32
-backward at (1024, 16K) took 0.51 ms without prefetching and 0.22 ms with it, LIF's 0.26 and 0.48 ms (before
-prefetching went through shared memory). Loops over many neurons (N >= 128K) differ less, but still by model:
-ParametricLIF's float32 backward at (8, 8M) took 0.221 ms with two neurons per thread and 0.208 ms with four,
-while LIF's was 0.193 and 0.194 ms, and at (64, 1M) 0.201 and 0.212 ms
-(`bench/results/2026-11-23-h200-half-arithmetic/sweep_f32.txt`). Every layout gives bitwise the same results
-(tests/test_layouts.py, and a GPU test per candidate), so the first call of a shape times each candidate a few
-times and keeps the fastest for shapes of its size (N and T to the next power of two), in memory and in the
-disk store (per GPU model). Nothing is timed while a CUDA graph is being captured: the fixed rule of
-`runtime.neuron` serves there.
+Which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models, dtypes and
+directions, while every layout gives bitwise the same results. So the first call of a shape times each candidate
+a few times and keeps the fastest for shapes of its size (N and T to the next power of two), in memory and in
+the disk store (per GPU model). Nothing is timed while a CUDA graph is being captured: the fixed rules of
+`runtime.neuron_launch` serve there. Candidates are the generator's keyword options (`kernels.neuron_kernel`);
+`Layout.of` reads one as a `Layout`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from .. import store
+from ..layout import Layout
+
+Options = Mapping[str, Any]  # some of a Layout's fields by name: the generator's keyword options
 
 REPEATS = 5
-# (neurons per thread, steps of inputs copied ahead into shared memory, threads per block, steps per block of
-# inputs loaded a block ahead into registers) tried for each long loop; every candidate is unrolled. Small blocks
-# leave room for a deep ring: in the micro-benchmark of `bench/results/2026-11-22-h200-async-ring` (LIF forward,
-# (1024, 16K)) 32 steps ahead with 64 or 128 threads per block took 0.062 ms, 16 steps with 256 threads 0.082 ms,
-# none (unrolled) 0.153 ms. Registers served half precision and backward better still on an H100
-# (`codegen.neuron.staged_steps`).
+# Long loops: (neurons per thread, steps of inputs copied ahead into shared memory, threads per block, steps per
+# block of inputs loaded a block ahead into registers); every candidate is unrolled UNROLL times.
 CANDIDATES = ((1, 0, 256, 0), (2, 0, 256, 0), (4, 0, 256, 0), (1, 32, 64, 0), (2, 32, 64, 0),
               (1, 0, 64, 32), (2, 0, 64, 16), (2, 0, 64, 32))
 UNROLL = 8
-REPLAY = 32  # steps per checkpoint of replayed states (`runtime.neuron.LONG_LOOP` says why)
+REPLAY = 32  # steps per checkpoint of replayed states in long loops
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
-# twice (the fixed rule, `runtime.neuron.SHORT_LOOP`) or four times, 256 threads per block, nothing copied ahead.
-# Four times pays where a step has much arithmetic: TwoCompartment's bfloat16 inference at (64, 1M) reached
-# 85.4% of the floor with it, 81.7% unrolled twice (H200, `bench/results/2026-11-23-h200-short-unroll`).
+# twice (the fixed rule, `runtime.neuron_launch.SHORT_LOOP`) or four times, 256 threads per block.
 SHORT_WIDTHS, SHORT_UNROLL, SHORT_UNROLLS = (4, 8, 16), 2, (2, 4)
 
 
@@ -78,13 +69,14 @@ def _short_candidates(n: int, itemsize: int, aligned: Callable[[int], bool]) -> 
     return out or [{"lanes": 0, "vector": False, "unroll": SHORT_UNROLL}]  # odd N in half precision
 
 
-def fits(layout: dict[str, Any], n: int, itemsize: int, aligned: Callable[[int], bool]) -> bool:
-    """Whether `layout` serves N neurons whose tensors pass `aligned(width)`: vector accesses and pair copies
+def fits(options: Layout | Options, n: int, itemsize: int, aligned: Callable[[int], bool]) -> bool:
+    """Whether a layout serves N neurons whose tensors pass `aligned(width)`: vector accesses and pair copies
     move several elements at once, so N must be a multiple of them and the tensors aligned to their width."""
-    lanes = layout["lanes"]
-    if _pair_copies(lanes, layout.get("prefetch", 0), itemsize):
+    layout = Layout.of(options)
+    lanes = layout.lanes
+    if _pair_copies(lanes, layout.prefetch, itemsize):
         multiple, width = 2, 4
-    elif layout["vector"]:
+    elif layout.vector:
         multiple, width = lanes, lanes * itemsize
     else:
         return True
@@ -99,9 +91,7 @@ def _pair_copies(lanes: int, prefetch: int, itemsize: int) -> bool:
 def _elapsed_ms(run: Callable[[], Any], flush: torch.Tensor | None = None) -> float:
     """The median of REPEATS runs, each timed alone after `flush` (a buffer the size of the L2 cache) is
     written: in a network a layer's kernels follow other layers' kernels, never their own, and timed back to back
-    the candidates ranked differently. At (64, 1M) float32 inference on an H200, 8-byte accesses beat 16-byte
-    ones by 0.5-1.7% back to back, and lost to them by 2.5-2.7% after the flush, as in the benchmark (which
-    writes 256 MiB before each call; `bench/results/2026-11-23-h200-tuner-flush`)."""
+    the candidates ranked differently than after a flush."""
     run()  # loads the kernel (compiles it the first time) and warms up
     # The device waits while the host queues the run, so the events time the kernel rather than the host's
     # launch (which takes longer than a short kernel).
@@ -136,7 +126,11 @@ def _l2_flush(device: torch.device) -> torch.Tensor | None:
 MAX_ENTRY_BYTES = 4096  # a stored layout is one small JSON object
 
 
-def stored_layout(data: bytes | None, layouts: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _fields(layout: Layout | Options) -> dict[str, Any]:
+    return layout.options() if isinstance(layout, Layout) else dict(layout)
+
+
+def stored_layout(data: bytes | None, layouts: list[Any]) -> Any | None:
     """The candidate of `layouts` that a tuning entry names, or None (time again) when the entry is missing or is
     anything but one of them: small, JSON, an object equal to a candidate (whose own object is returned)."""
     if data is None or len(data) > MAX_ENTRY_BYTES:
@@ -145,11 +139,10 @@ def stored_layout(data: bytes | None, layouts: list[dict[str, Any]]) -> dict[str
         layout = json.loads(data)
     except (ValueError, RecursionError):  # not JSON; nested deeper than the parser goes
         return None
-    return next((candidate for candidate in layouts if isinstance(layout, dict) and layout == candidate), None)
+    return next((candidate for candidate in layouts if isinstance(layout, dict) and layout == _fields(candidate)), None)
 
 
-def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
-            run: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+def fastest(text: str, device: torch.device, layouts: list[Layout], run: Callable[[Layout], Any]) -> Layout:
     """The fastest of `layouts` for the kernel call that `text` names: from the disk store, else timed
     (`run(layout)` launches the kernel with one) and stored."""
     if len(layouts) == 1:
@@ -160,7 +153,7 @@ def fastest(text: str, device: torch.device, layouts: list[dict[str, Any]],
     if known is not None:
         return known
     flush = _l2_flush(device)
-    times = [_elapsed_ms(lambda layout=layout: run(layout), flush) for layout in layouts]
+    times = [_elapsed_ms(functools.partial(run, layout), flush) for layout in layouts]
     best = layouts[times.index(min(times))]
-    store.save("tuning", name, json.dumps(best).encode())
+    store.save("tuning", name, json.dumps(_fields(best)).encode())
     return best

@@ -6,31 +6,34 @@ integer of 10**29 bits inside one C call that nothing can interrupt. So two kind
 - limits checked *before* sympy evaluates (`check_exponent`) or on every expression built (`check_size`):
   numeric exponents of at most MAX_EXPONENT, numbers of magnitude at most MAX_MAGNITUDE, expressions of at most
   MAX_NODES nodes;
-- a wall-clock budget (`symbolic_budget`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on each
-  stage that runs sympy (parse, step system, derivation, kernel rendering). Past it, the stage is interrupted and
-  the spec refused with a SpecError naming the field being worked on and the limit. Stack exhaustion in sympy's
-  recursive algorithms is refused the same way.
+- a wall-clock budget (`bounded`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on each stage that
+  runs sympy (parse, step system, derivation, kernel rendering). The stage runs in a worker thread; past the
+  budget the caller refuses the spec with a SpecError naming the field being worked on and the limit, and the
+  worker is interrupted. Stack exhaustion in sympy's recursive algorithms is refused the same way.
 
-The interruption is an asynchronous exception raised in the working thread by a timer thread: it lands between
-two Python bytecodes, which is why the C-level evaluations above are refused beforehand instead.
+The interruption is an asynchronous exception raised in the worker: it lands between two Python bytecodes, which
+is why the C-level evaluations above are refused beforehand instead.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import threading
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import SpecError
 
 if TYPE_CHECKING:
     import sympy
 
+T = TypeVar("T")
+
 __all__ = ["MAX_EXPONENT", "MAX_MAGNITUDE", "MAX_NODES", "DEFAULT_SECONDS", "budget_seconds", "check_exponent",
-           "check_node", "check_size", "exp_problem", "substituted", "symbolic_budget", "working_on"]
+           "check_node", "check_size", "exp_problem", "bounded", "substituted", "working_on"]
 
 MAX_EXPONENT = 64        # a neuron equation raises to small powers; larger ones only serve to blow sympy up
 MAX_MAGNITUDE = 1e30     # numbers beyond it are typos or attacks, and overflow float16/bfloat16/float32 anyway
@@ -146,89 +149,89 @@ def _short(number: sympy.Expr) -> str:
 
 # -- the wall-clock budget ----------------------------------------------------------------------------------------
 class _Interrupted(BaseException):
-    """Raised inside the working thread when its budget runs out (a BaseException, so that no `except
-    Exception` inside sympy swallows it)."""
+    """Raised inside an abandoned stage's worker thread (a BaseException, so that no `except Exception` inside
+    sympy swallows it)."""
 
 
-class _Budget:
-    """One stage's budget: the field in progress, and the watcher thread that interrupts the stage's thread
-    when the budget runs out, and again every REPEAT seconds after that: an interruption that lands inside a
-    finaliser or a weakref callback is reported and dropped by Python, so one is not enough."""
+class _Stage:
+    """One symbolic stage run in a worker thread while the calling thread waits at most the budget. Past it, the
+    caller refuses the spec at once, and the worker is interrupted by an asynchronous exception, raised again
+    every REPEAT seconds until it ends (an interruption landing in a finaliser is dropped by Python). Only the
+    worker ever receives one: it lands between two bytecodes wherever the worker is, cleanup code included, so
+    it must never reach a thread that goes on with other work."""
 
     REPEAT = 0.05
+    MAX_REPEATS = 200
 
-    def __init__(self, source: str, field: str, seconds: float):
-        self.source, self.field, self.seconds = source, field, seconds
-        self.field_fired = field
-        self.thread = threading.get_ident()
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.fired = False
-        self.watcher = threading.Thread(target=self._watch, name="autocuda-symbolic-budget", daemon=True)
+    def __init__(self, source: str, field: str, seconds: float, work: Callable[[], T]):
+        self.source, self.field, self.seconds, self.work = source, field, seconds, work
+        self.finished = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
 
-    def _watch(self) -> None:
-        wait = self.seconds
-        while not self.done.wait(wait):
-            with self.lock:
-                if self.done.is_set():
-                    return
-                if not self.fired:
-                    self.field_fired = self.field
-                self.fired = True
-                _set_async_exception(self.thread, _Interrupted)
-            wait = self.REPEAT
+    def run(self) -> Any:
+        worker = threading.Thread(target=self._work, name="autocuda-symbolic-stage", daemon=True)
+        worker.start()
+        if not self.finished.wait(self.seconds):
+            field = self.field
+            threading.Thread(target=self._interrupt, args=(worker,), name="autocuda-stage-interrupt",
+                             daemon=True).start()
+            raise SpecError(f"symbolic work ran past its budget of {self.seconds:g} s (set {BUDGET_VARIABLE} to "
+                            "allow more); simplify the expressions", source=self.source, field=field)
+        if self.error is not None:
+            raise self.error
+        return self.result
 
-    def close(self) -> None:
-        with self.lock:
-            self.done.set()
-            if self.fired:  # raised but maybe not yet delivered: withdraw it, the stage is over
-                _set_async_exception(self.thread, None)
+    def _work(self) -> None:
+        _current.stage = self
+        try:
+            self.result = self.work()
+        except _Interrupted:
+            pass  # abandoned: the caller has refused the spec already
+        except RecursionError:
+            self.error = SpecError("the expressions are nested too deeply for the derivation (the stack ran out); "
+                                   "simplify them", source=self.source, field=self.field)
+        except BaseException as error:  # handed to the caller, which raises it
+            self.error = error
+        finally:
+            self.finished.set()
 
-    def refusal(self) -> SpecError:
-        return SpecError(f"symbolic work ran past its budget of {self.seconds:g} s (set {BUDGET_VARIABLE} to "
-                         "allow more); simplify the expressions", source=self.source, field=self.field_fired)
+    def _interrupt(self, worker: threading.Thread) -> None:
+        for _ in range(self.MAX_REPEATS):
+            if self.finished.is_set() or worker.ident is None:
+                return
+            _set_async_exception(worker.ident, _Interrupted)
+            if self.finished.wait(self.REPEAT):
+                return
 
 
-def _set_async_exception(thread: int, exception: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exception)
-                                               if exception is not None else None)
+def _set_async_exception(thread: int, exception: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exception))
 
 
 _current = threading.local()
 
 
-@contextlib.contextmanager
-def symbolic_budget(source: str, field: str) -> Iterator[None]:
-    """Run a symbolic stage under the wall-clock budget; nested stages share the outermost one's. Running past
-    it, or exhausting the stack, raises a SpecError naming `source` and the field in progress."""
-    outer = getattr(_current, "budget", None)
+def bounded(source: str, field: str, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`work(*args, **kwargs)`, a symbolic stage, run under the wall-clock budget; a stage called from inside
+    another shares the outermost one's. Running past it, or exhausting the stack, raises a SpecError naming
+    `source` and the field in progress."""
+    outer = getattr(_current, "stage", None)
     if outer is not None:
         with working_on(field):
-            yield
-        return
-    budget = _current.budget = _Budget(source, field, budget_seconds())
-    budget.watcher.start()
-    try:
-        yield
-    except _Interrupted:
-        raise budget.refusal() from None
-    except RecursionError:
-        raise SpecError("the expressions are nested too deeply for the derivation (the stack ran out); "
-                        "simplify them", source=budget.source, field=budget.field) from None
-    finally:
-        budget.close()
-        _current.budget = None
+            return work(*args, **kwargs)
+    return _Stage(source, field, budget_seconds(), functools.partial(work, *args, **kwargs)).run()
 
 
 @contextlib.contextmanager
 def working_on(field: str) -> Iterator[None]:
-    """Name `field` as the one in progress in the current budget's refusals (no-op outside a budget)."""
-    budget = getattr(_current, "budget", None)
-    if budget is None:
+    """Name `field` as the one in progress in the current stage's refusals (no-op outside a stage)."""
+    stage = getattr(_current, "stage", None)
+    if stage is None:
         yield
         return
-    previous, budget.field = budget.field, field
+    previous, stage.field = stage.field, field
     try:
         yield
     finally:
-        budget.field = previous
+        stage.field = previous

@@ -84,7 +84,7 @@ class Derivation:
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
-    """v' from h and the reset spike: the reset rule of design.md §4."""
+    """v' from h and the reset spike: the reset rule of docs/semantics.md."""
     if system.reset == "hard":
         return H * (1 - SPIKE_RESET) + system.v_reset * SPIKE_RESET
     if system.reset == "soft":

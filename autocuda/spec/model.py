@@ -65,18 +65,21 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from .. import store
 from ..errors import SpecError
 from ..lazy import lazy_import
 from ..resources import resource_dir
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
-from . import budget, domain
+from . import budget, domain, hooks
+from .domain import Bound
 from .names import check_identifier, spec_name_problem
 from .ode import TIME_STEP, check_structure, discretise, with_jump
 
-sympy = lazy_import("sympy")
+if TYPE_CHECKING:
+    import sympy
+else:
+    sympy = lazy_import("sympy")
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,7 +90,8 @@ __all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_s
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
-RESETS = ("hard", "soft", "none")
+Reset = Literal["hard", "soft", "none"]
+RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
 
 
@@ -135,7 +139,7 @@ class Param:
         object.__setattr__(self, "kind", kind)
 
     @property
-    def bounds(self) -> tuple[domain.Bound, ...]:
+    def bounds(self) -> tuple[Bound, ...]:
         return domain.parse_domain(self.domain)
 
     def check(self, value: float) -> None:
@@ -213,7 +217,7 @@ class NeuronSpec:
     states: tuple[State, ...] = ()
     charge: str = ""
     threshold: str = "v_threshold"
-    reset: Literal["hard", "soft", "none"] = "hard"
+    reset: Reset = "hard"
     updates: tuple[tuple[str, str], ...] = ()
     derived: tuple[tuple[str, str], ...] = ()
     options: tuple[tuple[str, bool], ...] = ()
@@ -228,11 +232,11 @@ class NeuronSpec:
             self._normalise()
             self._validate()  # always: cheap and sympy-free, and what keeps names and structure sound
             # Parsing needs sympy, which a process whose kernels are all cached never imports: a spec whose text
-            # parsed before (same text, same autocuda code: the key hashes both) is parsed only when asked to.
-            known = store.key(f"valid spec {spec_text(self)}")
-            if store.read("specs", known) is None:
+            # parsed before (the installed parse cache knows it) is parsed only when asked to.
+            text = spec_text(self)
+            if not hooks.parsed_before(text):
                 object.__setattr__(self, "_parsed", _parse_spec(self))
-                store.save("specs", known, b"valid")
+                hooks.remember_parsed(text)
         except SpecError as err:
             raise (err.with_source(self.origin) if err.source == "<python>" else err) from None
 
@@ -329,9 +333,7 @@ class NeuronSpec:
     def source(self, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
         """Readable CUDA source of one generated kernel: 'fptt', 'bptt', 'step-forward' or 'step-backward',
         dtype by its torch name; options as `autocuda.neuron_kernel` (reset, detach_reset, ...)."""
-        from ..kernels import source  # a later pipeline stage: imported on use, never at import time
-
-        return source(self, kernel, dtype, **options)
+        return hooks.kernel_source(self, kernel, dtype, **options)
 
     def with_defaults(self, **defaults: float) -> NeuronSpec:
         """The same neuron with some parameter defaults changed."""
@@ -391,7 +393,8 @@ class ParsedSpec:
 
 
 def _parsed_spec(*values: Any) -> ParsedSpec:
-    return ParsedSpec(*(MappingProxyType(v) if isinstance(v, dict) else v for v in values))
+    fields: list[Any] = [MappingProxyType(v) if isinstance(v, dict) else v for v in values]
+    return ParsedSpec(*fields)
 
 
 def _symbols(names: Any) -> dict[str, sympy.Symbol]:
@@ -399,8 +402,7 @@ def _symbols(names: Any) -> dict[str, sympy.Symbol]:
 
 
 def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
-    with budget.symbolic_budget(spec.origin, "charge"):
-        return _parse_spec_expressions(spec)
+    return budget.bounded(spec.origin, "charge", _parse_spec_expressions, spec)
 
 
 def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
@@ -476,13 +478,15 @@ def runtime_params(spec: NeuronSpec, reset: str) -> tuple[str, ...]:
                  if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
 
 
-def check_reset(spec: NeuronSpec, reset: str) -> None:
-    """Refuse an unknown reset rule, or a hard reset in a spec without v_reset."""
-    if reset not in RESETS:
+def check_reset(spec: NeuronSpec, reset: str) -> Reset:
+    """`reset` as a reset rule of `spec`; SpecError for an unknown one, or a hard reset in a spec without v_reset."""
+    known = next((rule for rule in RESETS if rule == reset), None)
+    if known is None:
         raise SpecError(f"reset must be one of {', '.join(RESETS)}", source=spec.origin, field="reset",
                         symbol=str(reset))
-    if reset == "hard" and all(p.name != "v_reset" for p in spec.params):
+    if known == "hard" and all(p.name != "v_reset" for p in spec.params):
         raise SpecError("hard reset needs a parameter 'v_reset'", source=spec.origin, field="reset")
+    return known
 
 
 def spec_text(spec: NeuronSpec) -> str:

@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING
 from ..errors import SpecError
 from ..lazy import lazy_import
 
-sp = lazy_import("sympy")
-
 if TYPE_CHECKING:
+    import sympy as sp
+
     from .model import NeuronSpec
+else:
+    sp = lazy_import("sympy")
 
 __all__ = ["METHODS", "TIME_STEP", "Discretised", "check_structure", "choose_method", "discretise", "euler",
            "exponential_euler", "exact", "exp_2x2", "with_jump"]

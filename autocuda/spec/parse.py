@@ -16,6 +16,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 import sympy
 
@@ -79,8 +80,7 @@ def parse_expression(text: str, symbols: Mapping[str, sympy.Basic], *, source: s
                      field: str = "", options: Mapping[str, bool] = _NO_OPTIONS) -> sympy.Expr:
     """Parse one expression of the spec language into sympy, refusing anything outside the whitelist."""
     tree = _parse_tree(text, source=source, field=field)
-    with budget.symbolic_budget(source, field):
-        return _Builder(text, symbols, options, source, field).build(tree.body)
+    return budget.bounded(source, field, _Builder(text, symbols, options, source, field).build, tree.body)
 
 
 def _parse_tree(text: object, *, source: str, field: str) -> ast.Expression:
@@ -244,7 +244,7 @@ class _Builder:
         self.build(other)  # the branch not taken must still be valid: catch typos in either setting
         return self.build(chosen)
 
-    _DISPATCH: dict[type, Callable[[_Builder, ast.AST], sympy.Expr]] = {
+    _DISPATCH: dict[type, Callable[[_Builder, Any], sympy.Expr]] = {
         ast.Constant: _constant, ast.Name: _name, ast.BinOp: _binop, ast.UnaryOp: _unaryop,
         ast.Call: _call, ast.IfExp: _ifexp,
     }

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 
 import sympy as sp
 
-from .budget import substituted, symbolic_budget, working_on
+from .budget import bounded, substituted, working_on
 from .derive import SPIKE, H, Reset, StepSystem
 from .model import NeuronSpec, check_reset, runtime_params
 
@@ -24,12 +24,11 @@ def step_system(spec: NeuronSpec, reset: Reset | None = None, constants: Mapping
                 ) -> StepSystem:
     """The spec's step with a reset rule (default: the spec's) and its constant parameters as numbers.
 
-    Under a soft reset or none, v_reset is taken as 0 wherever it appears (design.md §4).
+    Under a soft reset or none, v_reset is taken as 0 wherever it appears (docs/semantics.md).
     """
     reset = reset or spec.reset
     check_reset(spec, reset)
-    with symbolic_budget(spec.origin, "charge"):
-        return _step_system(spec, reset, constants)
+    return bounded(spec.origin, "charge", _step_system, spec, reset, constants)
 
 
 def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] | None) -> StepSystem:

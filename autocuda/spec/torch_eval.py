@@ -95,7 +95,9 @@ def _pow(w: _Walker, e: sympy.Pow) -> Value:
     if exponent.is_Integer and isinstance(b, torch.Tensor):
         return b ** int(exponent)  # integer powers stay exact and defined for negative bases
     x = w.eval(exponent)
-    if isinstance(b, torch.Tensor) or isinstance(x, torch.Tensor):
+    if isinstance(b, torch.Tensor):
+        return torch.pow(b, x)
+    if isinstance(x, torch.Tensor):
         return torch.pow(b, x)
     return torch.pow(torch.tensor(b, dtype=torch.float64), x).item()
 
@@ -115,20 +117,18 @@ def _fold(pair: Callable[[Value, Value], Value]) -> Callable[[_Walker, sympy.Exp
 
 
 def _minimum(a: Value, b: Value) -> Value:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.minimum(a, b)
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        t, s = (a, b) if isinstance(a, torch.Tensor) else (b, a)
-        return torch.clamp(t, max=s)
+    if isinstance(a, torch.Tensor):
+        return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
+    if isinstance(b, torch.Tensor):
+        return torch.clamp(b, max=a)
     return min(a, b)
 
 
 def _maximum(a: Value, b: Value) -> Value:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.maximum(a, b)
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        t, s = (a, b) if isinstance(a, torch.Tensor) else (b, a)
-        return torch.clamp(t, min=s)
+    if isinstance(a, torch.Tensor):
+        return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
+    if isinstance(b, torch.Tensor):
+        return torch.clamp(b, min=a)
     return max(a, b)
 
 
@@ -137,7 +137,7 @@ def _select(w: _Walker, cond: Value, a: Value, b: Value) -> Value:
         return a if cond else b
     if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
         a = w.tensor(a)  # torch.where(cond, 1.0, 2.0) would pick the default dtype, not ours
-    return torch.where(cond, a, b)
+    return torch.where(cond, a, b)  # type: ignore[arg-type]  # the stubs want tensors; torch takes numbers too
 
 
 def _heaviside(w: _Walker, e: sympy.Heaviside) -> Value:

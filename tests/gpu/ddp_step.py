@@ -1,11 +1,13 @@
 """One DistributedDataParallel training step of a small spiking network, for tests and docs/distributed.md.
 
-    torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE
+    torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE [--cpu]
 
 Every process takes one GPU (its LOCAL_RANK) and its share of a fixed, seeded batch (split along the batch
 dimension, dim 1 of [T, B, features]); DDP averages the parameter gradients over the processes through NCCL.
-Rank 0 saves them, with the gathered outputs of the whole batch, to OUTFILE (torch.save of a dict).
-`single_process_step` computes the same on one GPU from the whole batch: the gradients must agree.
+With `--cpu`, the processes run on the CPU, their neurons on the host runner (the generated kernels compiled for
+the CPU), and DDP averages through gloo. Rank 0 saves the gradients, with the gathered outputs of the whole batch,
+to OUTFILE (torch.save of a dict). `single_process_step` computes the same in one process from the whole batch:
+the gradients must agree.
 """
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ from autocuda import nn as ann
 STEPS, BATCH, FEATURES, HIDDEN, OUTPUTS = 6, 8, 16, 32, 8
 
 
-def build_model() -> nn.Module:
+def build_model(backend: str | None = None) -> nn.Module:
     """Linear -> LIF -> Linear -> ParametricLIF (a learnable decay), the same initial weights in every process."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), ann.LIFNode(step_mode="m"),
-                          nn.Linear(HIDDEN, OUTPUTS), ann.ParametricLIFNode(init_tau=3.0, step_mode="m"))
+    model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), ann.LIFNode(step_mode="m", backend=backend), nn.Linear(
+        HIDDEN, OUTPUTS), ann.ParametricLIFNode(init_tau=3.0, step_mode="m", backend=backend))
     for layer in (model[0], model[2]):  # enough drive for both neuron layers to fire
         nn.init.uniform_(layer.weight, -0.1, 0.3)
     return model
@@ -52,25 +54,36 @@ def step(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tenso
     return out.detach()
 
 
-def single_process_step(device: torch.device) -> dict:
-    """The same step on one GPU from the whole batch: {'grads': {name: grad}, 'output': [T, B, OUTPUTS]}."""
-    model = build_model().to(device)
+def single_process_step(device: torch.device, backend: str | None = None) -> dict:
+    """The same step in one process from the whole batch: {'grads': {name: grad}, 'output': [T, B, OUTPUTS]}."""
+    model = build_model(backend).to(device)
     x, target = batch()
     out = step(model, x.to(device), target.to(device))
     return {"grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()}, "output": out.cpu()}
 
 
-def main(outfile: str) -> None:
+def _process_group(on_cpu: bool) -> tuple[torch.device, str | None, list[int] | None]:
+    """This process's device, neuron backend and DDP device ids, the process group started."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
+    if on_cpu:
+        dist.init_process_group("gloo")
+        return torch.device("cpu"), "host", None
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)  # before anything touches CUDA: NCCL and the kernels use this GPU
     device = torch.device("cuda", local_rank)
     dist.init_process_group("nccl", device_id=device)
+    return device, None, [local_rank]
+
+
+def main(outfile: str, on_cpu: bool = False) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    device, backend, device_ids = _process_group(on_cpu)
     rank, world = dist.get_rank(), dist.get_world_size()
     assert BATCH % world == 0, f"the batch of {BATCH} does not split over {world} processes"
-    model = DistributedDataParallel(build_model().to(device), device_ids=[local_rank])
+    model = DistributedDataParallel(build_model(backend).to(device), device_ids=device_ids)
     x, target = batch()
     share = BATCH // world
     mine = slice(rank * share, (rank + 1) * share)
@@ -85,6 +98,6 @@ def main(outfile: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE")
-    main(sys.argv[1])
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--cpu"]):
+        sys.exit("usage: torchrun --standalone --nproc_per_node=2 tests/gpu/ddp_step.py OUTFILE [--cpu]")
+    main(sys.argv[1], on_cpu=sys.argv[2:] == ["--cpu"])

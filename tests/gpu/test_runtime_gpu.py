@@ -28,7 +28,7 @@ from torch import nn
 from autocuda import functional as F
 from autocuda import nn as ann
 from autocuda import ops, reference
-from autocuda.runtime.cache import get_plan, resolve_spec
+from autocuda.runtime.plans import get_plan, resolve_spec
 from autocuda.spec.model import list_specs
 from autocuda.spec.torch_eval import evaluate
 
@@ -421,7 +421,8 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     accesses of 4, 8 or 16 bytes) gives bitwise the results of the fixed rule, for long loops over few neurons
     and short ones over many, also for odd N (where half precision has no vector or pair layout left); ALIF's
     replay in 32-step segments (long loops) too."""
-    from autocuda.runtime import neuron, tuning
+    from autocuda.runtime import neuron_launch as neuron
+    from autocuda.runtime import tuning
 
     n = (2 * neuron.MIN_THREADS if long else neuron.LONG_LOOP_NEURONS) + odd
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
@@ -459,7 +460,8 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     """A loop's first call (a long one over few neurons, or a short one over many) times the candidate layouts
     and keeps the fastest, on disk too; a later configuration reads it back without timing; the results are
     those of the fixed rule, bitwise."""
-    from autocuda.runtime import neuron, tuning
+    from autocuda.runtime import neuron_launch as neuron
+    from autocuda.runtime import tuning
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec("izhikevich")

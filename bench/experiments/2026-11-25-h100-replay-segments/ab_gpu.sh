@@ -8,4 +8,4 @@ ARGS="--workloads lif,alif --dtypes float32,bfloat16 --shapes 1024x16K,256x64K,6
 (cd scratch/old && AUTOCUDA_CACHE_DIR=/tmp/c_old PYTHONPATH=$PWD python3 bench/run.py $ARGS --out /tmp/old > /tmp/old.log 2>&1) || tail -20 /tmp/old.log
 AUTOCUDA_CACHE_DIR=/tmp/c_new PYTHONPATH=$PWD python3 bench/run.py $ARGS --out /tmp/new > /tmp/new.log 2>&1 || tail -20 /tmp/new.log
 cp /tmp/old/results.json $OUT/results_old.json; cp /tmp/new/results.json $OUT/results_new.json; cp /tmp/new/table.txt $OUT/table_new.txt
-python3 bench/results/2026-11-24-h100-replay/ab.py /tmp/old/results.json /tmp/new/results.json | tee $OUT/ab.txt
+python3 bench/experiments/2026-11-24-h100-replay/ab.py /tmp/old/results.json /tmp/new/results.json | tee $OUT/ab.txt

@@ -3,10 +3,10 @@ is divided by 1e3 once too often; `short_sweep.py` measures the layouts.)"""
 import sys
 
 import torch
+from autocuda.runtime.cache import get_plan
 
 from autocuda import benchmark as bench
 from autocuda import ops
-from autocuda.runtime.cache import get_plan
 
 name, steps, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 dev = torch.device("cuda")

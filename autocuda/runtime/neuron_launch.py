@@ -16,58 +16,31 @@ from typing import Any
 
 import torch
 
-from ..ckernel import KernelArgumentError
 from ..dtypes import get_dtype
-from ..spec.model import NeuronSpec, spec_text
+from ..errors import KernelArgumentError
+from ..layout import FIELDS, Layout
+from ..spec.model import NeuronSpec, Reset, spec_text
 from ..surrogate import Surrogate
 from . import tuning
 from .launch import current_stream_ptr
 from .records import KernelRecord, kernel_record
 
-# Preferred aligned access widths, in order. Measured on an H200 (LIF and Izhikevich, kernels alone,
-# 2026-11-22): 8-byte accesses are within a few percent of 16-byte ones at (8, 8M) and (64, 1M), and beat one
-# word per thread at the long shapes: LIF float32 at (1024, 16K) trains in 0.48 ms with them, 0.70 without.
-# Loading inputs steps ahead (the `prefetch` option) no longer pays once loop-invariant divisions are hoisted:
-# it slowed most of those shapes down, so no layout uses it.
-VECTOR_BYTES = (8, 16, 4)
+# The fixed rules: the layout of a call that is not timed (`runtime.tuning` times long loops on a GPU).
+VECTOR_BYTES = (8, 16, 4)       # preferred aligned access widths, in order
 MIN_THREADS = 4096              # below this many threads, keep one word per thread: latency needs parallelism
-# Many steps over few neurons: each thread's loop is long and latency-bound, and unrolling it eight times lets
-# the compiler keep more steps' loads in flight. At (256, 64K) and (1024, 16K) on an H200 it sped up 8 of 12
-# training kernel pairs (LIF, QIF, Izhikevich in float32 and bfloat16; the other four slowed by 2-10%), e.g.
-# LIF bfloat16 at (1024, 16K) from 0.90 to 0.64 ms (`bench/results/2026-11-22-h200-suite2/unroll_sweep.txt`).
-# Such loops also replay saved states (ALIF's adaptation, `codegen.neuron.replay_steps`) in segments of 32 steps
-# rather than 8: a segment's replay loads its h values together, then its reverse pass its incoming gradients,
-# so 8-step segments kept only 8 steps of loads in flight. ALIF's float32 training on an H100 at (1024, 16K):
-# 52.0% of the floor saving `a` every step, 38.7% with 8-step segments, 72.0% with 32 (LIF 74.0%); at (256, 64K)
-# 70.2, 76.5 and 85.0%. At T = 8 a 32-step segment is one short segment with a test per step (58.8% at (8, 8M),
-# against 95.3% with 8), hence long loops only (`bench/results/2026-11-25-h100-replay-segments`).
-# Where no layout is timed (CUDA graph capture, the host runner), such loops stage 16 steps of their inputs in
-# registers a block ahead (`codegen.neuron.staged_steps`, two neurons per thread where N allows) with 64 threads
-# per block, so that 16K neurons still spread over the SMs (with 256, 16K threads fill 64 blocks: half of an
-# H100's 132 SMs idle). Training of the core six on an H100 against one neuron per thread forward, unrolled, 256
-# per block: 0.24-0.51x the time at (1024, 16K), 0.47-0.76x at (256, 64K) (`bench/results/2026-11-25-h100-fixed-rule`).
-LONG_LOOP = (("block", 64), ("replay", tuning.REPLAY), ("staged", 16), ("unroll", tuning.UNROLL))
+# Many steps over few neurons: unrolled eight times, replayed states in 32-step segments, 16 steps of inputs
+# staged in registers a block ahead, 64 threads per block (so that 16K neurons still spread over the SMs).
+LONG_LOOP = Layout(block=64, replay=tuning.REPLAY, staged=16, unroll=tuning.UNROLL)
 LONG_LOOP_STEPS, LONG_LOOP_NEURONS = 64, 128 * 1024
+LONG_LOOP_LANES = 2             # neurons per thread there, in one vector access (staged inputs need one)
 # Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
-# Kernels alone at (8, 8M) and (64, 1M) on an H200 (`bench/results/2026-11-23-h200-half-arithmetic`): bfloat16
-# backward of ParametricLIF 0.163 -> 0.141 ms, Izhikevich 0.139 -> 0.121, EIF 0.126 -> 0.108, AdEx float32
-# 0.219 -> 0.199; LIF within 2%.
-SHORT_LOOP = (("unroll", tuning.SHORT_UNROLL),)
-# Short loops over too few neurons for two per thread (the tiny problems of the host benchmark) unroll four
-# times: four steps' loads issue at once. On an H200 at (4, 4096), forward calls timed as the benchmark times
-# them (`bench/results/2026-11-23-h200-small-layouts`): bfloat16 4.19 -> 3.84-3.87 us for LIF, QIF and EIF,
-# ParametricLIF 4.35 -> 4.00; float32 unchanged (3.7-4.0 us); unrolled eight times 5.0 us (T = 4 then runs
-# only the remainder loop).
-SMALL_LOOP = (("unroll", 4),)
-# Neurons per thread in such loops where no layout is timed: two, in one vector access (staged inputs need one).
-# Unrolled without staging, one per thread forward had been faster (`bench/results/2026-11-22-h200-warm-start/
-# long_layout_sweep.txt`: LIF float32 inference at (1024, 16K) 0.157 -> 0.104 ms); staged, two are
-# (`bench/results/2026-11-25-h200-staged/sweep.txt`).
-LONG_LOOP_LANES = 2
+SHORT_LOOP = Layout(unroll=tuning.SHORT_UNROLL)
+# Short loops over too few neurons for two per thread unroll four times: four steps' loads issue at once.
+SMALL_LOOP = Layout(unroll=4)
 
 
 def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
-                  widths: tuple[int, ...] = VECTOR_BYTES) -> dict[str, Any]:
+                  widths: tuple[int, ...] = VECTOR_BYTES) -> Layout:
     """Neurons per thread and vector access for N neurons: the first of `widths` (bytes per access) that keeps
     enough threads. Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
     size = dtype.itemsize
@@ -75,8 +48,8 @@ def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
         lanes = width // size
         if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS \
                 and all(t.data_ptr() % width == 0 for t in tensors):
-            return {"lanes": lanes, "vector": True}
-    return {"lanes": 0, "vector": False}
+            return Layout(lanes=lanes, vector=True)
+    return Layout()
 
 
 OUTPUT_KINDS = ("vector", "sequence", "checkpoints")
@@ -150,10 +123,9 @@ class Recipe:
         """`run_ordered` with the caller's values as a sequence (`args`, in the order `binding` was made for):
         the ops' path, which builds no mapping per call. Scalars pass as given (the ops' float[] arguments). `like`
         is the contiguous sequence input (x or the spikes' gradient), in the storage dtype."""
-        # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs 40% more
-        # host time (callgrind: 9.5 against 13-18 thousand instructions per tensor), and without the dtype
-        # keyword where it is like's (8.2 thousand). `like` is the sequence input, refused below unless
-        # contiguous, so a tensor laid out like it is contiguous.
+        # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs more host
+        # time, and without the dtype keyword where it is like's. `like` is the sequence input, refused below
+        # unless contiguous, so a tensor laid out like it is contiguous.
         produced = []
         for kind, dtype in self._allocations:
             if kind == "vector":
@@ -164,9 +136,8 @@ class Recipe:
                 rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
         # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
-        # the scalars), then put in parameter order by one itemgetter: a loop over the parameters with a branch
-        # each cost 40% more (callgrind, LIF: 9), and a list of the scalars built per call 2.5 thousand
-        # instructions.
+        # the scalars), then put in parameter order by one itemgetter: no loop over the parameters with a branch
+        # each, no list of the scalars built per call.
         pool = [n, steps, *map(_data_ptr, produced)]
         for at, name, dtype in binding.inputs:
             value = args[at]
@@ -227,7 +198,7 @@ class NeuronConfig:
 
     spec: NeuronSpec
     surrogate: Surrogate
-    reset: str
+    reset: Reset
     detach_reset: bool = False
     constants: tuple[tuple[str, float], ...] = ()
     tensors: tuple[tuple[str, bool], ...] = ()   # runtime tensor parameters: (name, one value per neuron?)
@@ -252,12 +223,16 @@ class NeuronConfig:
         return f"{self.spec.name}_{hashlib.sha1(self.text.encode()).hexdigest()[:16]}"
 
     def kernel(self, kind: str, dtype: Any, **options: Any) -> KernelRecord:
-        """The kernel for these options: from this object, else from the disk cache, else generated."""
-        key = (kind, dtype, *sorted(options.items()))
+        """The kernel for these options (the kind's flags and layout fields, as `kernels.neuron_kernel` takes
+        them): from this object, else from the disk cache, else generated."""
+        layout = Layout.of({k: v for k, v in options.items() if k in FIELDS})
+        flags = tuple(sorted((k, v) for k, v in options.items() if k not in FIELDS))
+        key = (kind, get_dtype(dtype).name, flags, layout)
         found = self._kernels.get(key)
         if found is None:
-            text = repr(("neuron kernel", self.text, kind, get_dtype(dtype).name, sorted(options.items())))
-            found = self._kernels[key] = kernel_record(text, lambda: self._generate(kind, dtype, options))
+            chosen = {**dict(flags), **layout.options()}
+            text = repr(("neuron kernel", self.text, kind, get_dtype(dtype).name, sorted(chosen.items())))
+            found = self._kernels[key] = kernel_record(text, lambda: self._generate(kind, dtype, chosen))
         return found
 
     def _generate(self, kind: str, dtype: Any, options: Mapping[str, Any]):
@@ -268,22 +243,21 @@ class NeuronConfig:
                              tensors=[n for n, _ in self.tensors], per_neuron=[n for n, p in self.tensors if p],
                              **options)
 
-    def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: tuple[tuple[str, Any], ...]
-               ) -> Recipe:
-        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, `layout` the
-        speed options as sorted (name, value) pairs (every call's path: one dict lookup once built)."""
+    def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: Layout) -> Recipe:
+        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order (every call's
+        path: one dict lookup once built)."""
         key = (kind, dtype, flags, layout)
         found = self._recipes.get(key)
         if found is None:
             options = dict(zip(KIND_OPTIONS[kind], flags))
-            kernel = self.kernel(kind, dtype, **options, **dict(layout))
+            kernel = self.kernel(kind, dtype, **options, **layout.options())
             found = self._recipes[key] = Recipe(kernel, dtype)
         return found
 
     def tuned_layout(self, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
-                     like: torch.Tensor, n: int, steps: int, long: bool) -> tuple | None:
+                     like: torch.Tensor, n: int, steps: int, long: bool) -> Layout | None:
         """The layout timed fastest for shapes like this call's (its arguments: `args`, named by `names`; once per
-        process, or read from the disk store), as sorted (name, value) pairs; None when it does not fit this
+        process, or read from the disk store); None when it does not fit this
         call's N or tensors' alignment. Shapes are grouped by powers of two of N and T: sequence lengths that
         vary from batch to batch are timed once per group, not once per length. `long`: a long loop over few
         neurons (its own candidates)."""
@@ -292,16 +266,16 @@ class NeuronConfig:
         found = self._tuned.get(key)
         tensors = _tensors(args)
         if found is None:
-            layouts = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width), long)
+            candidates = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width), long)
+            layouts = [Layout.of(c) for c in candidates]
             text = repr((self.text, kind, str(like.dtype), flags, group))
             given = dict(zip(names, args))  # only to time the candidates: calls that find a layout build none
 
-            def run(layout: dict[str, Any]) -> None:
-                self.recipe(kind, like.dtype, flags, tuple(sorted(layout.items()))).run(given, like, n, steps, "cuda")
+            def run(layout: Layout) -> None:
+                self.recipe(kind, like.dtype, flags, layout).run(given, like, n, steps, "cuda")
 
-            found = self._tuned[key] = tuple(sorted(tuning.fastest(text, like.device, layouts, run).items()))
-        return found if tuning.fits(dict(found), n, like.dtype.itemsize, lambda width: _aligned(tensors, width)) \
-            else None
+            found = self._tuned[key] = tuning.fastest(text, like.device, layouts, run)
+        return found if tuning.fits(found, n, like.dtype.itemsize, lambda width: _aligned(tensors, width)) else None
 
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:
@@ -316,11 +290,12 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", 
 
 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
-         n: int, steps: int | None, backend: str, layout: Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
+         n: int, steps: int | None, backend: str, layout: Layout | Mapping[str, Any] | None
+         ) -> dict[str, torch.Tensor]:
     if layout is None:
         chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
     else:
-        chosen = tuple(sorted(layout.items()))
+        chosen = Layout.of(layout)
     return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
 
@@ -346,23 +321,23 @@ class KernelCall:
 
 
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
-            like: torch.Tensor, n: int, steps: int | None, backend: str) -> tuple:
-    """The speed options of a call (its arguments: `args`, named by `names`), as sorted (name, value) pairs:
+            like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
+    """The layout of a call (its arguments: `args`, named by `names`):
     time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
     rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
     per call matters more than their kernels' few microseconds."""
     long = long_loop(n, steps)
     tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
     if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
-        tuned = config.tuned_layout(kind, flags, names, args, like, n, steps, long)
+        tuned = config.tuned_layout(kind, flags, names, args, like, n, steps or 0, long)
         if tuned is not None:
             return tuned
     if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
         return LONG_LOOP if long else SMALL_LOOP
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES * like.dtype.itemsize),) if long else VECTOR_BYTES
-    layout = {**choose_layout(n, like.dtype, _tensors(args), widths), **dict(LONG_LOOP if long else SHORT_LOOP)}
-    return tuple(sorted(layout.items()))
+    access = choose_layout(n, like.dtype, _tensors(args), widths)
+    return (LONG_LOOP if long else SHORT_LOOP).replace(lanes=access.lanes, vector=access.vector)
 
 
 def long_loop(n: Any, steps: Any) -> bool:
@@ -395,10 +370,10 @@ def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:
 def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor | float],
             params: Mapping[str, Any], *, single_step: bool = False, store_state_seq: bool = False,
             save_for_backward: bool = True, final_states: bool = True, backend: str = "cuda",
-            layout: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+            layout: Layout | Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final
     (unless `final_states` is False), in the kernel's parameter order. `initial`: every state's [N] tensor, or
-    every state's one number. `layout` (speed options: lanes, vector, ...) overrides `choose_layout`."""
+    every state's one number. `layout` (a Layout, or some of its fields by name) overrides the fixed rules."""
     given = {"x_seq": x, **{f"{s}_init": v for s, v in initial.items()}, **params}
     kind = "step-forward" if single_step else "fptt"
     flags = (store_state_seq, save_for_backward, given_inits(initial), final_states)
@@ -408,7 +383,7 @@ def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.T
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
              params: Mapping[str, Any], *, single_step: bool = False, grad_state_seq: bool = False,
              grad_finals: bool = True, given_inits: bool = True, backend: str = "cuda",
-             layout: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+             layout: Layout | Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (unless `grad_finals` is False:
     they are zero) and grad_<state>_seq (when `grad_state_seq`);
     `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init: tensors, or numbers

@@ -1,9 +1,9 @@
 """Short loops over many neurons: float32 inference (spikes alone) by layout, % of the floor (kernels alone)."""
 import torch
+from autocuda.runtime.cache import resolve_spec
 
 from autocuda import benchmark as bench
 from autocuda.runtime import neuron
-from autocuda.runtime.cache import resolve_spec
 
 dev = torch.device("cuda")
 clock = bench.Clock(dev, quick=False)

@@ -1,10 +1,10 @@
 """float32 inference (spikes alone) by layout for zoo models vs LIF, % of the floor, kernels as the benchmark times
 them (Clock: L2 flushed, GPU sleep); best of three medians; the five fastest per model and shape, and the tuner's."""
 import torch
+from autocuda.runtime.cache import resolve_spec
 
 from autocuda import benchmark as bench
 from autocuda.runtime import neuron
-from autocuda.runtime.cache import resolve_spec
 
 dev = torch.device("cuda")
 clock = bench.Clock(dev, quick=False)

@@ -1,9 +1,9 @@
 """TwoCompartment bfloat16 inference (spikes alone) at (64, 1M) and (8, 8M) by layout, % of the floor, beside LIF."""
 import torch
+from autocuda.runtime.cache import resolve_spec
 
 from autocuda import benchmark as bench
 from autocuda.runtime import neuron
-from autocuda.runtime.cache import resolve_spec
 
 dev = torch.device("cuda")
 clock = bench.Clock(dev, quick=False)

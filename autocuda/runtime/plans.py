@@ -7,6 +7,7 @@ result as a constant.
 Dynamo can hand such functions only plain constants, so they take and return strings, numbers, bools and
 tuples; specs and surrogates travel as *references*: a shipped spec's name, a surrogate's name, or the token
 of an object registered here (`spec_ref`, `surrogate_ref`; modules register theirs when they are built).
+The ops (a layer above) look a kernel plan up by its key; nothing here imports them.
 """
 from __future__ import annotations
 
@@ -14,13 +15,23 @@ import dataclasses
 import functools
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from ..spec.model import NeuronSpec, check_reset, is_spec_path, load_spec, runtime_params, spec_text, tensor_param_names
+from ..spec.model import (
+    NeuronSpec,
+    Reset,
+    check_reset,
+    is_spec_path,
+    load_spec,
+    runtime_params,
+    spec_text,
+    tensor_param_names,
+)
 from ..surrogate import Surrogate, get_surrogate
 from . import nvrtc
+from .neuron_launch import NeuronConfig
 
 if TYPE_CHECKING:
     import sympy as sp
@@ -108,19 +119,30 @@ def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
     return found if isinstance(found, Surrogate) else get_surrogate(ref)
 
 
+class SpecFacts(NamedTuple):
+    """What a call needs to know of a spec, as constants Dynamo can hold (strings, numbers, tuples)."""
+
+    name: str
+    param_names: tuple[str, ...]
+    defaults: tuple[tuple[str, float], ...]          # (parameter, default)
+    constant_names: tuple[str, ...]                  # parameters folded into the source
+    initial: tuple[tuple[str, Any], ...]             # (state, initial value or rule)
+    domains: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]  # (parameter, its (operator, limit) bounds)
+
+
 @constant_result
-def spec_facts(ref: str) -> tuple:
-    """(name, parameter names, (name, default) pairs, constant parameter names, (state, initial) pairs,
-    (name, bounds) pairs of the parameters with a domain, each bound an (operator, limit) pair)."""
+def spec_facts(ref: str) -> SpecFacts:
+    """The facts of the spec that `ref` names (`spec_ref`)."""
     return _facts(ref)
 
 
 @functools.lru_cache(maxsize=256)
-def _facts(ref: str) -> tuple:
+def _facts(ref: str) -> SpecFacts:
     spec = resolve_spec(ref)
-    return (spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
-            tuple(p.name for p in spec.params if p.kind == "constant"), tuple((s.name, s.init) for s in spec.states),
-            tuple((p.name, tuple(map(tuple, p.bounds))) for p in spec.params if p.domain))
+    return SpecFacts(spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
+                     tuple(p.name for p in spec.params if p.kind == "constant"),
+                     tuple((s.name, s.init) for s in spec.states),
+                     tuple((p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +151,7 @@ class Plan:
 
     spec: NeuronSpec                         # with any extra learnable parameters marked
     surrogate: Surrogate
-    reset: str
+    reset: Reset
     detach_reset: bool
     constants: tuple[tuple[str, float], ...]
     tensors: tuple[tuple[str, bool], ...]    # tensor parameters: (name, one value per neuron?), op order
@@ -151,13 +173,19 @@ class Plan:
     def info(self) -> tuple:
         return self.states, self.tensors, self.scalars, self.reset
 
+    @functools.cached_property
+    def config(self) -> NeuronConfig:
+        """What selects this layer's kernels (the ops run it under `key`)."""
+        return NeuronConfig(self.spec, self.surrogate, self.reset, self.detach_reset, self.constants, self.tensors)
+
 
 @constant_result
 def plan_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
              constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
              kernels: bool) -> str:
     """The id of a layer's plan (for kernel plans, the ops' key). `signature` lists the parameters given as
-    tensors: (name, per neuron?, needs grad?); `kernels` registers the ops' configuration."""
+    tensors: (name, per neuron?, needs grad?); `kernels`: a plan of the generated kernels (the ops find its
+    configuration by the key: `autocuda.ops.entry`), else of the reference."""
     return _plan_id(spec, surrogate, reset, detach_reset, constants, signature, kernels)
 
 
@@ -179,6 +207,11 @@ def plan(plan_id: str) -> Plan:
     return _PLANS[plan_id]
 
 
+def find_plan(plan_id: str) -> Plan | None:
+    """The plan of this id, or None where this process built none."""
+    return _PLANS.get(plan_id)
+
+
 def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
              constants: tuple = (), signature: tuple = (), kernels: bool = True) -> Plan:
     """The plan of a layer, from objects or names (for introspection and tests; calls use `plan_for`)."""
@@ -189,7 +222,7 @@ def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = 
 @functools.lru_cache(maxsize=1024)
 def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool, constants: tuple,
           signature: tuple, kernels: bool) -> Plan:
-    check_reset(spec, reset)
+    rule = check_reset(spec, reset)
     given = {name: per_neuron for name, per_neuron, _ in signature}
     # The kernels differentiate only what the spec calls learnable: a tensor that needs a gradient makes its
     # parameter learnable in a variant of the spec (the reference path gets every gradient from autograd).
@@ -199,27 +232,18 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
                        for p in spec.params)
         spec = dataclasses.replace(spec, params=params)
     folded = dict(constants)
-    runtime = [n for n in runtime_params(spec, reset) if n not in folded]
+    runtime = [n for n in runtime_params(spec, rule) if n not in folded]
     tensor_names = set(tensor_param_names(spec)) | set(given)
     tensors = tuple((n, given.get(n, False)) for n in runtime if n in tensor_names)
     scalars = tuple(n for n in runtime if n not in tensor_names)
     states = tuple(s.name for s in spec.states)
     if kernels:
-        from .. import ops
-        from .neuron import NeuronConfig
-
-        key = ops.register(NeuronConfig(spec, surrogate, reset, detach_reset, constants, tensors))
+        key = NeuronConfig(spec, surrogate, rule, detach_reset, constants, tensors).key
     else:
-        text = repr((spec_text(spec), surrogate.key(), reset, detach_reset, constants, tensors))
+        text = repr((spec_text(spec), surrogate.key(), rule, detach_reset, constants, tensors))
         key = f"reference_{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
-    result = _PLANS[key] = Plan(spec, surrogate, reset, detach_reset, constants, tensors, scalars, states, key)
-    return result
-
-
-@constant_result
-def layout(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
-           ) -> tuple[str, ...]:
-    """Names of the forward op's outputs, in order (see `autocuda.ops.forward_outputs`)."""
-    from .. import ops
-
-    return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)
+    built = Plan(spec, surrogate, rule, detach_reset, constants, tensors, scalars, states, key)
+    known = _PLANS.setdefault(key, built)
+    if known != built:  # a digest collision: never run one neuron's kernels for another
+        raise RuntimeError(f"autocuda plan key {key!r} already names a different neuron configuration")
+    return known

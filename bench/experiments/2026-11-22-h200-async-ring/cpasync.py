@@ -1,7 +1,7 @@
 """Micro-benchmark behind microbenchmark.txt: a hand-written LIF forward (float32, one neuron per thread, saves h)
 over (T, N), as a plain loop, unrolled, and with a cp.async ring of D steps of x in shared memory. Kernel-only
 CUDA-event medians with L2 flushed; every variant's outputs are checked bitwise against the first.
-Run from the repository root on a GPU machine: `python3 bench/results/2026-11-22-h200-async-ring/cpasync.py`.
+Run from the repository root on a GPU machine: `python3 bench/experiments/2026-11-22-h200-async-ring/cpasync.py`.
 """
 import statistics
 

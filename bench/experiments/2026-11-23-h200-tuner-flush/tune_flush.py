@@ -7,9 +7,9 @@ each layout timed four ways, interleaved, ms per call (median of 7 repetitions o
 import statistics
 
 import torch
+from autocuda.runtime.cache import resolve_spec
 
 from autocuda.runtime import neuron
-from autocuda.runtime.cache import resolve_spec
 
 dev = torch.device("cuda")
 L2 = torch.cuda.get_device_properties(dev).L2_cache_size

@@ -1,0 +1,219 @@
+"""The vocabulary the forward and backward plans are written in: parameters, registers, loads and stores, and
+statements printed from sympy (with invariants hoisted out of the time loop and common subexpressions shared)."""
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+
+from ..ckernel import CParam
+from ..cnames import FIXED_KEYS, c_name
+from ..dtypes import fill
+from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol
+from .options import KernelOptions, Plan, Statement, Transfer
+from .printer import CudaPrinter
+
+H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
+
+
+def kernel_param(key: str, ctype: str, pointer: bool, const: bool) -> CParam:
+    """A parameter passed under `key`, spelled as the key where that holds no user's name (`FIXED_KEYS`), else
+    through `c_name`."""
+    return CParam(key, ctype, pointer, const, key if key in FIXED_KEYS else c_name(key))
+
+
+
+class Builder:
+    """Shared vocabulary of the forward and backward builders: names, loads, stores, printing."""
+
+    def __init__(self, derivation: Derivation, options: KernelOptions):
+        self.d, self.o, self.plan = derivation, options, Plan()
+        self.storage, self.native = options.dtype, options.native
+        self.compute = self.storage if self.native else self.storage.compute
+        # Tensor parameters and their gradients live in float (double for float64), whatever the arithmetic.
+        self.param_dtype = self.storage.compute
+        self.multi = options.multi_step
+        system = derivation.system
+        self.tensor_params = dict(options.tensor_params)
+        names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", SURROGATE_GRAD: "ac_sg",
+                 GRAD_SPIKE: "ac_grad_s[lane]", H_PREVIOUS: "ac_h_prev[lane]"}
+        names |= {s: f"{c_name(s.name)}[lane]" for s in system.states}
+        names |= {adjoint_symbol(s): f"{c_name(s.name, 'grad')}[lane]" for s in system.states}
+        scalar = self.compute.broadcast or "{x}"  # scalars arrive as floats; native words need both lanes
+        names |= {p: (f"{c_name(p.name, 'param')}[lane]" if p in self.tensor_params
+                      else fill(scalar, x=c_name(p.name))) for p in system.params}
+        self.printer = CudaPrinter(self.compute, names)
+        self.temp_count = 0
+        self.invariant_symbols = frozenset(system.params)
+        # Invariants of these alone are the same for every lane: one register per thread, not one per lane.
+        self.lane_free = {p for p in system.params if p not in self.tensor_params}
+        self.invariants: dict[sp.Expr, sp.Symbol] = {}
+        self.plan.params += [kernel_param("N", "long long", False, True)]
+        if self.multi:
+            self.plan.params += [kernel_param("T", "long long", False, True)]
+
+    # -- declarations ---------------------------------------------------------------------------------
+    def pointer(self, key: str, const: bool, compute_type: bool = False) -> str:
+        """Declare a pointer parameter passed under `key`; returns its C spelling."""
+        ctype = (self.param_dtype if compute_type else self.storage).element
+        param = kernel_param(key, ctype, True, const)
+        self.plan.params.append(param)
+        return param.cname
+
+    def register(self, *names: str) -> None:
+        self.plan.registers += [n for n in names if n not in self.plan.registers]
+
+    def load(self, target: str, pointer: str, offset: str, comment: str, otherwise: str | None = None,
+             accumulate: bool = False, compute_type: bool = False) -> Transfer:
+        """register[lane] = element (converted to the compute type); added to it when `accumulate`. With
+        `compute_type` the element is of the arithmetic's type (as `pointer(..., compute_type=True)` declares)."""
+        value, pair = self.storage.element_load, self.storage.pair_elements
+        if compute_type:
+            value, pair = "{x}", self.storage.pair_floats
+        if accumulate:
+            value = self.compute.op("add", f"{target}[lane]", value)
+            pair = self.compute.op("add", f"{target}[lane]", pair)
+        element = (self.param_dtype if compute_type else self.storage).element
+        return Transfer(comment, target, pointer, offset, value, element, guard="t > 0" if otherwise
+                        else "", otherwise=otherwise or "", streamable=not accumulate, pair=pair,
+                        vectorizable=not compute_type)
+
+    def initial(self, target: str, state: str) -> Transfer:
+        """register[lane] = the initial value of `state`: its element of <state>_init, or the one number
+        passed by value for every neuron (`given_inits=False`: nothing to read, no tensor to fill)."""
+        if self.o.given_inits:
+            return self.load(target, self.pointer(f"{state}_init", const=True), "ac_n0", f"initial {state}")
+        param = kernel_param(f"{state}_init", self.param_dtype.ctype, False, True)
+        self.plan.params.append(param)
+        if self.native:
+            value = fill(self.compute.broadcast, x=param.cname)
+        else:  # rounded through the storage type, as an element of a tensor holding it would be
+            value = fill(self.storage.element_load, x=fill(self.storage.element_store, x=param.cname))
+        return Transfer(f"initial {state}: one value for every neuron", target, "", "", value, vectorizable=False)
+
+    def store(self, pointer: str, offset: str, register: str, comment: str, compute_type: bool = False) -> Transfer:
+        value = "{x}" if compute_type else self.storage.element_store
+        element = (self.param_dtype if compute_type else self.storage).element
+        halves = self.storage.float_halves if compute_type else self.storage.halves
+        return Transfer(comment, register, pointer, offset, value, element, store=True,
+                        vectorizable=not compute_type, halves=halves)
+
+    def params_setup(self) -> None:
+        system = self.d.system
+        for p in system.params:
+            if p in self.tensor_params:
+                pointer, register = self.pointer(p.name, const=True, compute_type=True), c_name(p.name, "param")
+                self.register(register)
+                per_neuron = self.tensor_params[p]
+                self.plan.setup.append(Transfer(f"parameter {p.name}", register, pointer,
+                                                "ac_n0" if per_neuron else "0", element=self.param_dtype.element,
+                                                vectorizable=False, per_lane=per_neuron,
+                                                pair=self.storage.pair_floats))
+
+    def scalar_params(self) -> None:
+        for p in self.d.system.params:
+            if p not in self.tensor_params:
+                self.plan.params.append(kernel_param(p.name, self.param_dtype.ctype, False, True))
+
+    # -- printing -------------------------------------------------------------------------------------
+    def hoist(self, expr: sp.Expr) -> sp.Expr:
+        """`expr` with its subexpressions of parameters alone (1/tau, exp(-1/tau_w), ...) replaced by registers
+        computed once before the time loop: a division by a runtime value inside the loop stops the compiler
+        from issuing later steps' loads early."""
+        found: dict[sp.Expr, sp.Symbol] = {}
+        kinds: dict[sp.Basic, bool | None] = {}
+
+        def kind(e: sp.Basic) -> bool | None:
+            """True: parameters alone; False: depends on the step; None: no symbols (one pass, bottom up)."""
+            if e not in kinds:
+                if e.is_Symbol:
+                    kinds[e] = e in self.invariant_symbols
+                else:
+                    parts = [kind(a) for a in e.args]
+                    kinds[e] = False if False in parts else (True if True in parts else None)
+            return kinds[e]
+
+        def take(e: sp.Basic) -> None:
+            """Hoist `e`, of parameters alone, or the largest expressions within it."""
+            if isinstance(e, sp.Expr):
+                if e.args and not (-e).is_Symbol:  # a negated parameter costs nothing in the loop
+                    found[e] = self._invariant(e)
+                return
+            for arg in e.args:
+                if kind(arg):
+                    take(arg)
+
+        def visit(e: sp.Basic) -> None:
+            for arg in e.args:
+                (take if kind(arg) else visit)(arg)
+        (take if kind(expr) else visit)(expr)
+        return expr.xreplace(found) if found else expr
+
+    def _invariant(self, expr: sp.Expr) -> sp.Symbol:
+        symbol = self.invariants.get(expr)
+        if symbol is None:
+            symbol = self.invariants[expr] = sp.Symbol(f"ac_k{len(self.invariants) + 1}", real=True)
+            self._name_invariant(symbol, expr)
+        return symbol
+
+    def _name_invariant(self, symbol: sp.Symbol, value: sp.Expr) -> bool:
+        """Name `symbol` for the printer: a register per thread where `value` is lane free, else one per lane.
+        Returns whether it is lane free."""
+        free = value.free_symbols <= self.lane_free
+        if free:
+            self.lane_free.add(symbol)
+            self.printer.names[symbol] = symbol.name
+        else:
+            self.register(symbol.name)
+            self.printer.names[symbol] = f"{symbol.name}[lane]"
+        return free
+
+    def _compute_once(self, comment: str, symbol: sp.Symbol, value: sp.Expr, free: bool) -> None:
+        if free:
+            self.plan.constants.append(Statement(symbol.name, self.printer(value), comment=comment))
+        else:
+            self.plan.setup.append(Transfer(comment, symbol.name, "", "", self.printer(value), vectorizable=False))
+
+    def done(self) -> Plan:
+        """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
+        They share common subexpressions like the loop body does: the coefficients of a discretised linear system
+        repeat each other, and printed one by one they make sources that are slow to compile."""
+        def names():
+            for i in itertools.count(1):
+                yield sp.Symbol(f"ac_kc{i}", real=True)
+        replacements, reduced = sp.cse(list(self.invariants), symbols=names(), order="none")
+        for symbol, value in replacements:
+            self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
+        for (expr, symbol), value in zip(self.invariants.items(), reduced):
+            comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
+            self._compute_once(comment, symbol, value, symbol in self.lane_free)
+        return self.plan
+
+    def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
+        """Common subexpressions of `exprs` as declared temporaries; returns the printed reduced exprs."""
+        exprs = [self.hoist(e) for e in exprs]
+
+        def names():
+            while True:
+                self.temp_count += 1
+                yield sp.Symbol(f"ac_c{self.temp_count}", real=True)
+        replacements, reduced = sp.cse(exprs, symbols=names(), order="none")
+        for i, (symbol, value) in enumerate(replacements):
+            self.printer.names[symbol] = symbol.name
+            self.plan.body.append(Statement(symbol.name, self.printer(value), comment=comment if i == 0 else ""))
+        return [self.printer(e) for e in reduced]
+
+    def statement(self, target: str, expr: sp.Expr | str, comment: str = "", declare: bool = True,
+                  guard: str = "", otherwise: str = "") -> None:
+        value = expr if isinstance(expr, str) else self.printer(self.hoist(expr))
+        self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
+
+
+def _nodes(expr: sp.Basic, limit: int = 100) -> int:
+    """The number of nodes of `expr`, counted up to `limit` (printing a large expression is slow)."""
+    count = 0
+    for _ in sp.preorder_traversal(expr):
+        count += 1
+        if count >= limit:
+            break
+    return count

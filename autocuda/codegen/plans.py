@@ -1,0 +1,219 @@
+"""The plans of the four neuron kernels: what forward (FPTT and its single step) and backward (BPTT and its single
+step) load, compute and store, written in the builder's vocabulary. Tensor names are the op layer's interface
+(`codegen.neuron`)."""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy as sp
+
+from ..cnames import c_name
+from ..dtypes import fill
+from ..spec.derive import THRESHOLD, Derivation, H, previous_membrane
+from .builder import H_PREVIOUS, Builder
+from .options import KernelOptions, Plan, Transfer, replay_steps
+
+SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
+_H_STORED = sp.Symbol("ac_h_stored", real=True)
+
+
+def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
+    """FPTT or its single step: charge, fire, reset and update the states; store the spikes and what backward
+    reads (h, the saved states or their checkpoints), and the final states."""
+    b = Builder(derivation, options)
+    system, step = derivation.system, derivation.forward
+    saving = options.save_for_backward
+    b.pointer("x_seq", const=True)
+    b.register("x", *(c_name(s.name) for s in system.states), "ac_out_spike")
+    b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
+    for s in system.states:
+        b.plan.setup.append(b.initial(c_name(s.name), s.name))
+    b.params_setup()
+    b.pointer("spike_seq", const=False)
+    if saving:
+        b.pointer("h_seq", const=False)
+        b.register("ac_out_h")
+    charge, threshold = b.emit([step.charge, step.threshold], comment="charge and threshold")
+    b.statement("ac_h", charge)
+    b.statement("ac_thr", threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1), comment="fire")
+    news = b.emit(list(step.new_states), comment="reset and state updates")
+    for s, value in zip(system.states, news):
+        b.statement(c_name(s.name, "next"), value)
+    for s in system.states:
+        b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
+    b.statement("ac_out_spike[lane]", "ac_s", declare=False)
+    b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
+    segment = replay_steps(derivation, options)
+    if saving:
+        if segment > 1 and b.storage is not b.compute:
+            h_stored_as_decided(b)
+        else:
+            b.statement("ac_out_h[lane]", "ac_h", declare=False)
+        b.plan.stores.append(b.store("h_seq", "ac_row", "ac_out_h", "h[t], saved for backward"))
+    for s, saved in zip(system.states, derivation.saved_states):
+        if options.store_state_seq or (saved and saving and not segment):
+            pointer = b.pointer(f"{s.name}_seq", const=False)
+            b.plan.stores.append(b.store(pointer, "ac_row", c_name(s.name), f"{s.name}[t] after reset"))
+        if saved and saving and segment:  # backward replays the steps in between
+            exact = segment > 1  # a replay starts from the value forward had
+            pointer = b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
+            store = b.store(pointer, "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
+                            c_name(s.name), f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
+            b.plan.stores.append(dataclasses.replace(store, guard=f"t % {segment} == {segment - 1}")
+                                 if segment > 1 else store)
+    for s in system.states if options.final_states else ():
+        pointer = b.pointer(f"{s.name}_final", const=False)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name), f"final {s.name}"))
+    b.scalar_params()
+    return b.done()
+
+
+def h_stored_as_decided(b: Builder) -> None:
+    """h for h_seq, rounded to the storage toward the side of the threshold forward's spike was decided on:
+    to nearest, unless that crosses the threshold, then up (a spike) or down (none). Within one unit of the
+    storage's last place of h either way, and a replay that compares it with the same threshold decides the
+    same spike."""
+    storage = b.storage
+    load = storage.element_load
+
+    def stored(rounding: str) -> str:
+        return fill(load, x=fill(rounding, x="ac_h"))
+    b.printer.names[_H_STORED] = "ac_h_stored"
+    b.statement("ac_h_stored", stored(storage.element_store), comment="h as stored, rounded to nearest")
+    b.statement("ac_s_stored", sp.Heaviside(_H_STORED - THRESHOLD, 1))
+    b.statement("ac_out_h[lane]", "ac_h", declare=False, guard="ac_s_stored == ac_s",
+                otherwise=f"(ac_s != {b.compute.literal(0)}) ? {stored(storage.element_store_up)} : "
+                          f"{stored(storage.element_store_down)}",
+                comment="unless that decides the spike otherwise: then rounded toward the side h was on")
+
+
+def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> Plan:
+    """BPTT or its single step: threshold, spike and surrogate gradient recomputed from h, then the adjoint of one
+    step; store the gradient of x, and those of the initial states and of the learnable parameters."""
+    b = Builder(derivation, options)
+    system, step = derivation.system, derivation.backward
+    b.pointer("grad_spike_seq", const=True)
+    b.register("ac_grad_s", "ac_h_cur", "ac_out_grad_x")
+    b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "ac_row", "gradient of s[t]"))
+    for s in system.states:
+        grad = c_name(s.name, "grad")
+        b.register(grad)
+        if options.grad_finals:
+            pointer = b.pointer(f"grad_{s.name}_final", const=True)
+            b.plan.setup.append(b.load(grad, pointer, "ac_n0", f"gradient of final {s.name}"))
+        else:  # no loss term on the final states: the caller passes no zero tensors
+            b.plan.setup.append(Transfer(f"gradient of final {s.name}: none", grad, "", "",
+                                         b.compute.literal(0), vectorizable=False))
+        if options.grad_state_seq:
+            pointer = b.pointer(f"grad_{s.name}_seq", const=True)
+            b.plan.loads.append(b.load(grad, pointer, "ac_row", f"gradient of {s.name}[t]", accumulate=True))
+    b.pointer("h_seq", const=True)
+    carry_h = derivation.recompute_membrane and b.multi
+    segment = replay_steps(derivation, options)
+    b.plan.segment = segment if segment > 1 else 0  # one step: the saved sequence's loop, read at t-1
+    if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
+        b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + ac_n0", "h[T-1]"))
+    elif b.plan.segment:  # loaded by the replay, kept for the reverse pass
+        b.plan.histories.append("ac_hist_h")
+        b.plan.replay_loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
+        b.plan.loads.append(_recall("ac_h_cur", "ac_hist_h", "h[t], from the replay"))
+    else:
+        b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
+    _previous_states(b, derivation, "_checkpoints" if segment else "_seq")
+    if step.needs_x:
+        b.pointer("x_seq", const=True)
+        b.register("x")
+        b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
+    b.params_setup()
+    if segment:
+        _replay(b, derivation)
+    b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
+    b.statement("ac_thr", system.threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
+    b.statement("ac_sg", surrogate_gradient.subs(SURROGATE_INPUT, H - THRESHOLD))
+    outputs = b.emit([step.grad_x, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    grad_x, grad_states, grad_params = outputs[0], outputs[1:1 + len(system.states)], outputs[1 + len(system.states):]
+    b.statement("ac_out_grad_x[lane]", grad_x, declare=False)
+    for s, value in zip(system.states, grad_states):
+        b.statement(c_name(s.name, "grad_prev"), value)
+    for s in system.states:
+        b.statement(f"{c_name(s.name, 'grad')}[lane]", c_name(s.name, "grad_prev"), declare=False)
+    for p, value in zip(system.learnable, grad_params):
+        acc = c_name(p.name, "acc")
+        b.register(acc)
+        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", acc, "", "", b.compute.literal(0),
+                                     vectorizable=False))
+        b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
+    if carry_h:
+        b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
+    b.pointer("grad_x_seq", const=False)
+    b.plan.stores.append(b.store("grad_x_seq", "ac_row", "ac_out_grad_x", "gradient of x[t]"))
+    for s in system.states if options.given_inits else ():  # a number given for all neurons has no gradient
+        pointer = b.pointer(f"grad_{s.name}_init", const=False)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name, "grad"), f"gradient of {s.name}[-1]"))
+    for p in system.learnable:
+        pointer = b.pointer(f"grad_{p.name}", const=False, compute_type=True)
+        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(p.name, "acc"), f"per-neuron sum of d loss / d {p.name}",
+                                     compute_type=True))
+    b.scalar_params()
+    return b.done()
+
+
+def _previous_states(b: Builder, derivation: Derivation, saved_as: str) -> None:
+    """Registers holding each needed state of step t-1: loaded (from <state>`saved_as`), replayed, recomputed
+    from h[t-1], or the initial value."""
+    system = derivation.system
+    for i, (s, needed) in enumerate(zip(system.states, derivation.backward.needs_states)):
+        if not needed:
+            continue
+        state, initial = c_name(s.name), c_name(s.name, "init")
+        b.register(state, initial)
+        b.plan.setup.append(b.initial(initial, s.name))
+        if not b.multi:
+            b.statement(f"{state}[lane]", f"{initial}[lane]", declare=False, comment=f"{s.name} before the step")
+        elif i == 0 and derivation.recompute_membrane:
+            b.register("ac_h_prev")
+            b.plan.loads.append(b.load("ac_h_prev", "h_seq", "ac_row - N", "h[t-1]", otherwise=b.compute.literal(0)))
+            b.statement(f"{state}[lane]", previous_membrane(system, H_PREVIOUS), declare=False,
+                        comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0", otherwise=f"{initial}[lane]")
+        elif b.plan.segment:
+            pointer, history = b.pointer(f"{s.name}_checkpoints", const=True, compute_type=True), c_name(s.name, "hist")
+            b.plan.histories.append(history)
+            checkpoint = b.load(state, pointer, f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
+                                f"{s.name} before the segment: its checkpoint, or the initial value",
+                                otherwise=f"{initial}[lane]", compute_type=True)
+            b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
+            b.plan.loads.append(_recall(state, history, f"{s.name}[t-1], from the replay"))
+        else:
+            pointer = b.pointer(f"{s.name}{saved_as}", const=True)
+            b.plan.loads.append(b.load(state, pointer, "ac_row - N", f"saved {s.name}[t-1]",
+                                       otherwise=f"{initial}[lane]"))
+
+
+def _recall(register: str, history: str, comment: str) -> Transfer:
+    """register[lane] = its value at this step of the segment, kept by the replay."""
+    return Transfer(comment, register, "", "", f"{history}[ac_k][lane]", vectorizable=False, streamable=False)
+
+
+def _replay(b: Builder, derivation: Derivation) -> None:
+    """The replay's step (`Plan`): the saved states before step t and h[t] into their histories, then the
+    saved states' updates as forward ran them (the same expressions, printed alike: the replay rebuilds the
+    values forward had, bit for bit, where the arithmetic is the storage's own)."""
+    system = derivation.system
+    kept = [(i, s) for i, (s, keep) in enumerate(zip(system.states, derivation.saved_states)) if keep]
+    start = len(b.plan.body)
+    for _, s in kept:
+        b.statement(f"{c_name(s.name, 'hist')}[ac_k][lane]", f"{c_name(s.name)}[lane]", declare=False,
+                    comment=f"{s.name}[t-1]" if s is kept[0][1] else "")
+    b.statement("ac_hist_h[ac_k][lane]", "ac_h_cur[lane]", declare=False)
+    b.statement("ac_h", "ac_h_cur[lane]", comment="threshold and spike, then the saved states' updates")
+    b.statement("ac_thr", system.threshold)
+    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
+    news = b.emit([derivation.forward.new_states[i] for i, _ in kept])
+    for (_, s), value in zip(kept, news):
+        b.statement(c_name(s.name, "next"), value)
+    for _, s in kept:
+        b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
+    b.plan.replay_body = b.plan.body[start:]
+    del b.plan.body[start:]

@@ -1,0 +1,59 @@
+"""DistributedDataParallel on CPU processes: two processes under torchrun, gloo averaging the gradients, the
+neurons on the host runner (the generated kernels compiled for the CPU), give the gradients and outputs of one
+process over the whole batch. The same script over two GPUs with NCCL is a GPU test (tests/gpu)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autocuda.host import toolchain
+
+REPO = Path(__file__).resolve().parents[1]
+DDP_SCRIPT = REPO / "tests" / "gpu" / "ddp_step.py"
+
+
+def _host_missing() -> str | None:
+    try:
+        toolchain.compiler()
+        toolchain.cuda_include()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
+HOST_MISSING = _host_missing()
+
+
+def _load_ddp_script():
+    spec = importlib.util.spec_from_file_location("ddp_step", DDP_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path):
+    outfile = tmp_path / "ddp_grads.pt"
+    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+                        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(DDP_SCRIPT), str(outfile), "--cpu"], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    ddp = torch.load(outfile)
+    assert ddp["world_size"] == 2
+    single = _load_ddp_script().single_process_step(torch.device("cpu"), backend="host")
+    assert single["output"].sum() > 0 and 0 < (single["output"] == 0).sum()  # the output layer fires, not always
+    assert torch.equal(ddp["output"], single["output"]), "the processes' outputs differ from the single process's"
+    assert ddp["grads"].keys() == single["grads"].keys()
+    for name, grad in single["grads"].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(ddp["grads"][name], grad, rtol=1e-5, atol=1e-6 * float(grad.abs().max()),
+                                   msg=lambda m, name=name: f"{name}: {m}")

@@ -1,0 +1,229 @@
+"""Imports point down the layers, and no two modules import each other, even through function-level imports.
+
+Every import statement of the package counts, at module level or inside a function, except those under
+`if TYPE_CHECKING:` (they never run). Each module has a layer (`LAYERS`, by the longest dotted prefix that names
+it); a module may import modules of its own layer or below, and the whole graph has no cycle.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "autocuda"
+
+# Module (or package prefix) -> layer. Lower layers know nothing of higher ones.
+LAYERS: Mapping[str, int] = {
+    # 0 foundation: errors, lazy imports, where the data folders are
+    "autocuda.errors": 0, "autocuda.lazy": 0, "autocuda.resources": 0,
+    # 1 spec: the description of a neuron, its expression language and its derivation (no CUDA, no disk cache)
+    "autocuda.spec": 1, "autocuda.surrogate": 1,
+    # 2 toolchain: CUDA text compiled and launched, knowing no neuron (NVRTC, the driver, the host runner,
+    #   the disk cache, C naming facts)
+    "autocuda.store": 2, "autocuda.parse_marks": 2, "autocuda.cnames": 2, "autocuda.runtime": 2,
+    "autocuda.runtime.nvrtc": 2, "autocuda.runtime.driver": 2, "autocuda.runtime.compile": 2,
+    "autocuda.runtime.launch": 2, "autocuda.host": 2,
+    # 3 codegen: dtypes, printers, templates, the builder DSL, spec -> kernel source
+    "autocuda.dtypes": 3, "autocuda.cfunction": 3, "autocuda.ckernel": 3, "autocuda.codegen": 3,
+    "autocuda.kernels": 3, "autocuda.layout": 3,
+    "autocuda.codegen.code": 2,  # C text helpers (no generator), shared with the host runner
+    # 4 runtime: neuron kernels on tensors (records, layouts, plans) and the torch reference of a step
+    "autocuda.runtime.records": 4, "autocuda.runtime.tuning": 4, "autocuda.runtime.neuron_launch": 4,
+    "autocuda.runtime.plans": 4, "autocuda.reference": 4,
+    # 5-7 the user's API: ops, then functional, then modules
+    "autocuda.ops": 5, "autocuda.functional": 6, "autocuda.nn": 7,
+    # 8 tools and the package itself (which wires the spec layer's hooks)
+    "autocuda": 8, "autocuda.testing": 8, "autocuda.cli": 8, "autocuda.__main__": 8,
+}
+
+Graph = Mapping[str, set[str]]
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str, layers: Mapping[str, int] = LAYERS) -> int:
+    """The layer of the longest prefix of `module` in `layers`."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        found = layers.get(".".join(parts[:end]))
+        if found is not None:
+            return found
+    raise KeyError(f"{module} has no layer: add it to LAYERS")
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, outside `if TYPE_CHECKING:` blocks."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            yield from (n for child in node.orelse for n in _import_nodes_of(child))
+            continue
+        yield from _import_nodes_of(node)
+
+
+def _import_nodes_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+    yield from _import_nodes(node)
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    if node.level:
+        anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+        base = ".".join([*anchor, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    for alias in node.names:
+        candidate = f"{base}.{alias.name}"
+        yield candidate if candidate in known else base
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (module and function level)."""
+    paths = {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    known = set(paths)
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(), str(path))
+        targets = {target for node in _import_nodes(tree)
+                   for target in _imported(node, module, path.name == "__init__.py", known)}
+        graph[module] = {t for t in targets if t in known and t != module}
+    return graph
+
+
+def upward_edges(graph: Graph, layers: Mapping[str, int] = LAYERS) -> list[str]:
+    return sorted(f"{a} (layer {layer(a, layers)}) imports {b} (layer {layer(b, layers)})"
+                  for a, targets in graph.items() for b in targets if layer(b, layers) > layer(a, layers))
+
+
+def cycle(graph: Graph) -> list[str] | None:
+    """One cycle of the graph as a path (its first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+GRAPH = import_graph()
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in GRAPH if not any(m == p or m.startswith(f"{p}.") for p in LAYERS)]
+    assert not unplaced
+
+
+def test_imports_point_down_the_layers():
+    assert upward_edges(GRAPH) == []
+
+
+def test_no_import_cycle():
+    assert cycle(GRAPH) is None
+
+
+def test_the_spec_layer_knows_no_cuda_and_no_disk_cache():
+    spec_modules = [m for m in GRAPH if layer(m) == LAYERS["autocuda.spec"]]
+    assert spec_modules and all(layer(t) <= LAYERS["autocuda.spec"] for m in spec_modules for t in GRAPH[m])
+
+
+def test_the_graph_sees_function_level_and_relative_imports():
+    assert "autocuda.kernels" in GRAPH["autocuda.runtime.neuron_launch"]  # imported inside a method
+    assert "autocuda.spec.hooks" in GRAPH["autocuda.spec.model"]  # `from . import budget, domain, hooks`
+    assert "autocuda.host" in GRAPH["autocuda.ckernel"]
+
+
+FAKE_LAYERS = {"p.low": 0, "p.mid": 1, "p.high": 2}
+
+
+@pytest.mark.parametrize("graph, upward, has_cycle", [
+    ({"p.low": set(), "p.mid": {"p.low"}, "p.high": {"p.mid", "p.low"}}, [], False),
+    ({"p.low": {"p.high"}, "p.mid": set(), "p.high": set()}, ["p.low (layer 0) imports p.high (layer 2)"], False),
+    ({"p.low": set(), "p.mid": {"p.mid.a"}, "p.mid.a": {"p.mid.b"}, "p.mid.b": {"p.mid"}, "p.high": set()},
+     [], True),
+])
+def test_the_checks_can_fail(graph, upward, has_cycle):
+    assert upward_edges(graph, FAKE_LAYERS) == upward
+    assert (cycle(graph) is not None) == has_cycle
+
+
+def test_a_cycle_is_reported_as_a_path():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_relative_imports_resolve(tmp_path):
+    root = tmp_path / "autocuda"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "low.py").write_text("")
+    (root / "sub" / "__init__.py").write_text("from . import mod\n")
+    (root / "sub" / "mod.py").write_text("def f():\n    from ..low import x\n    from .. import low\n")
+    assert import_graph(root) == {"autocuda": set(), "autocuda.low": set(), "autocuda.sub": {"autocuda.sub.mod"},
+                                  "autocuda.sub.mod": {"autocuda.low"}}
+
+
+# -- one base for every error ----------------------------------------------------------------------------------
+# Exception classes that are not errors a caller sees: raised and caught inside one module.
+INTERNAL_EXCEPTIONS = {("autocuda.spec.budget", "_Interrupted")}  # a BaseException that no `except Exception` eats
+
+
+def _exception_classes() -> list[tuple[str, str]]:
+    """(module, class) of every class of the package whose base is named like an exception or a warning."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in getattr(node, "bases", ())]
+            if isinstance(node, ast.ClassDef) and any(b.endswith(("Error", "Exception", "Warning")) for b in bases):
+                found.append((module_name(path), node.name))
+    return found
+
+
+def test_every_error_class_derives_from_one_base():
+    import importlib
+
+    from autocuda.errors import AutocudaError
+
+    classes = [c for c in _exception_classes() if c not in INTERNAL_EXCEPTIONS]
+    assert len(classes) >= 10
+    strays = [f"{m}.{c}" for m, c in classes if not issubclass(getattr(importlib.import_module(m), c), AutocudaError)]
+    assert strays == []
+
+
+def test_errors_keep_their_builtin_bases():
+    from autocuda import errors
+
+    expected = {"SpecError": ValueError, "LiteralError": ValueError, "PrintError": ValueError,
+                "RecordError": ValueError, "KernelArgumentError": TypeError, "CompileError": RuntimeError,
+                "NvrtcError": RuntimeError, "DriverError": RuntimeError, "UnsafeCachePath": OSError,
+                "CacheWarning": UserWarning}
+    assert {name: issubclass(getattr(errors, name), base) for name, base in expected.items()} == \
+        dict.fromkeys(expected, True)
+    assert set(expected) < set(errors.__all__)
