@@ -31,6 +31,7 @@ from .runtime.plans import (
     spec_ref,
     surrogate_ref,
 )
+from .spec.domain import checks as domain_checks
 from .spec.domain import problem as domain_problem
 from .spec.model import NeuronSpec, is_spec_path, load_spec
 from .surrogate import Surrogate
@@ -123,8 +124,10 @@ class _Layer:
         facts = spec_facts(ref)
         self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
         defaults, init_rules = facts.defaults, facts.initial
-        # Parameters given as Python numbers are checked against their domains on every call (tensors are not)
-        self.domains = tuple((n, bounds) for n, bounds in facts.domains if n in params)
+        # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
+        # a layer's parameter types are part of its key)
+        self.domains = tuple((n, bounds, domain_checks(bounds)) for n, bounds in facts.domains
+                             if n in params and isinstance(params[n], (int, float)))
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
@@ -181,12 +184,11 @@ class _Layer:
         against their domains."""
         for name in self.given_tensors:
             _check_tensor_param(name, params[name], x, shape)
-        for name, bounds in self.domains:
+        for name, bounds, checks in self.domains:
             value = params[name]
-            if value is not None and not isinstance(value, Tensor):
-                problem = domain_problem(bounds, value)
-                if problem is not None:
-                    raise ValueError(f"parameter {name!r} of {self.name!r} {problem}")
+            for holds, limit in checks:
+                if not holds(value, limit):
+                    raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, value)}")
         if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
             return params
         if not self.skipped:

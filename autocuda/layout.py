@@ -27,6 +27,12 @@ class Layout:
     block: int = 256             # threads per block
     replay: int = REPLAY_STEPS   # steps per checkpoint of replayed states
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+
+    def __hash__(self) -> int:  # a cache key of every call: hashed once
+        return self._hash  # type: ignore[attr-defined]
+
     @classmethod
     def of(cls, options: Mapping[str, Any] | Layout | None) -> Layout:
         """The layout that `options` (a mapping of some fields, or a layout) names; the defaults elsewhere."""

@@ -134,7 +134,7 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)  # kernels launch on the current device's current stream
     shapes = args.shapes or list(QUICK_SHAPES.get(device.type, QUICK_SHAPES["cuda"]) if args.quick else FULL_SHAPES)
-    gpu = torch.cuda.get_devicedtype_name(device) if device.type == "cuda" else "cpu"
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     out = args.out or results_root / f"{datetime.date.today().isoformat()}-{_slug(gpu)}{'-quick' if args.quick else ''}"
     return Config(device, [WORKLOADS[k] for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
                   args.parts, args.quick, not args.no_peers, out, args.compile_budget, args.compile_max_t,

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .. import store
 from ..codegen.code import Code, braced
@@ -187,7 +186,7 @@ def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int]
         raise ValueError(f"block {tuple(block)} has more than {MAX_THREADS_PER_BLOCK} threads")
     if len(args) != len(params):
         raise TypeError(f"kernel {name}: {len(args)} arguments for {len(params)} parameters")
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and getattr(device, "type", device) != "cpu":
         raise ValueError(f"kernel {name}: the host runner runs on CPU tensors, got device {device}")
     kernel = load_kernel(source, name, params)
     holders = [np.asarray(a) for a in args]  # owns each value's bytes until the call returns

@@ -163,7 +163,7 @@ class Recipe:
             index = like.get_device()  # an int, without building `like.device`
             kernel.cuda_launcher(index)(grid, (block,), values, current_stream_ptr(index))
         else:
-            if like.device.type != "cpu":
+            if not like.is_cpu:
                 raise ValueError(f"backend {backend!r} runs kernels on CPU tensors; got tensors on {like.device} "
                                  "(use backend='reference' or move them to the CPU)")
             import numpy as np  # the host runner's packing only: a GPU process need not import NumPy

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["Bound", "parse_domain", "problem"]
+__all__ = ["Bound", "checks", "parse_domain", "problem"]
 
 _COMPARISONS: dict[str, tuple[Callable[[float, float], bool], str]] = {
     ">": (operator.gt, "lower"), ">=": (operator.ge, "lower"), "<": (operator.lt, "upper"),
@@ -55,6 +55,11 @@ def parse_domain(text: object) -> tuple[Bound, ...]:
         sides.add(side)
         bounds.append(Bound(match.group(1), limit))
     return tuple(bounds)
+
+
+def checks(bounds: tuple[tuple[str, float], ...]) -> tuple[tuple[Callable[[float, float], bool], float], ...]:
+    """(comparison, limit) pairs that hold for a value inside the domain: what a per-call check runs."""
+    return tuple((_COMPARISONS[op][0], limit) for op, limit in bounds)
 
 
 def problem(bounds: tuple[tuple[str, float], ...], value: float) -> str | None:

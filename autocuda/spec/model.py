@@ -540,8 +540,9 @@ def _key(name: str) -> str:
 
 def is_spec_path(name_or_path: str | os.PathLike[str]) -> bool:
     """Whether `load_spec` reads this as a file path (else as a shipped spec's name)."""
-    text = os.fspath(name_or_path)
-    return isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or "/" in text or os.sep in text
+    if type(name_or_path) is not str:  # a path object (str first: this is asked on every call by name)
+        return isinstance(name_or_path, os.PathLike) or is_spec_path(os.fspath(name_or_path))
+    return name_or_path.endswith(".toml") or "/" in name_or_path or os.sep in name_or_path
 
 
 def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
