@@ -18,16 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 DDP_SCRIPT = REPO / "tests" / "gpu" / "ddp_step.py"
 
 
-def _host_missing() -> str | None:
-    try:
-        toolchain.compiler()
-        toolchain.cuda_include()
-    except RuntimeError as error:
-        return str(error)
-    return None
-
-
-HOST_MISSING = _host_missing()
+HOST_MISSING = toolchain.missing()
 
 
 def _load_ddp_script():

@@ -45,6 +45,7 @@ from autocuda import nn as ann
 from autocuda.errors import SpecError
 from autocuda.host import cache as host_cache
 from autocuda.host import runner as host_runner
+from autocuda.host import toolchain
 from autocuda.runtime.compile import nvcc_check, nvcc_path
 from autocuda.spec.model import NeuronSpec, spec_from_toml
 
@@ -53,18 +54,7 @@ F32, F64 = torch.float32, torch.float64
 NAN, INF = float("nan"), float("inf")
 
 
-def _host_missing() -> str | None:
-    from autocuda.host import toolchain
-
-    try:
-        toolchain.compiler()
-        toolchain.cuda_include()
-    except RuntimeError as error:
-        return str(error)
-    return None
-
-
-HOST_MISSING = _host_missing()
+HOST_MISSING = toolchain.missing()
 needs_host = pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
 BACKENDS = [pytest.param("host", marks=needs_host), "reference"]
 

@@ -32,6 +32,7 @@ from autocuda.ckernel import CParam
 from autocuda.cli import main
 from autocuda.host import cache as host_cache
 from autocuda.host import runner as host_runner
+from autocuda.host import toolchain
 from autocuda.runtime import tuning
 from autocuda.runtime.records import KernelRecord, RecordError, kernel_record
 
@@ -40,18 +41,7 @@ IS_ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not IS_ROOT, reason="giving a folder to another user (chown) needs root")
 
 
-def _host_missing() -> str | None:
-    from autocuda.host import toolchain
-
-    try:
-        toolchain.compiler()
-        toolchain.cuda_include()
-    except RuntimeError as error:
-        return str(error)
-    return None
-
-
-HOST_MISSING = _host_missing()
+HOST_MISSING = toolchain.missing()
 needs_host = pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
 
 
@@ -472,7 +462,6 @@ def test_a_full_disk_leaves_the_host_runner_running_with_one_warning(cache_root,
 
 @needs_host
 def test_a_link_in_place_of_the_shim_folder_is_not_followed(tmp_path, cache_root, monkeypatch):
-    from autocuda.host import toolchain
 
     monkeypatch.setattr(host_runner, "_verified_headers", set())
     monkeypatch.setattr(host_runner, "_unavailable_headers", set())

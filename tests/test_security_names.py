@@ -43,16 +43,8 @@ PLAIN = {"membrane": "v", "state": "w", "learnable": "g", "scalar": "k", "derive
 P = {"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}
 
 
-def _host_missing() -> str | None:
-    try:
-        toolchain.compiler()
-        toolchain.cuda_include()
-    except RuntimeError as error:
-        return str(error)
-    return None
-
-
-needs_host = pytest.mark.skipif(_host_missing() is not None, reason=f"host runner unavailable: {_host_missing()}")
+HOST_MISSING = toolchain.missing()
+needs_host = pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
 
 
 def spec_of(roles: Mapping[str, Sequence[str]], name: str = "named") -> NeuronSpec:

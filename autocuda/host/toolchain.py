@@ -53,6 +53,16 @@ def cuda_include() -> Path:
                        "and set CUDA_HOME to its root (the folder holding include/cuda_fp16.h)")
 
 
+def missing() -> str | None:
+    """Why the host runner cannot compile here (no C++ compiler, no CUDA headers), or None when it can."""
+    try:
+        compiler()
+        cuda_include()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 def compile_command(source: Path, output: Path) -> list[str]:
     return [*compiler(), *CXX_FLAGS, f"-I{cuda_include()}", "-o", str(output), str(source)]
 
