@@ -24,7 +24,7 @@ _HOMES = {
                      "parse_expression"), ".spec"),
     **dict.fromkeys(("SURROGATES", "Surrogate", "get_surrogate"), ".surrogate"),
 }
-_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference")
+_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference", "nir")
 
 __all__ = ["cfunction", *_HOMES, "__version__"]
 

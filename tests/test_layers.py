@@ -35,7 +35,7 @@ LAYERS: Mapping[str, int] = {
     # 5-7 the user's API: ops, then functional, then modules
     "autocuda.ops": 5, "autocuda.functional": 6, "autocuda.nn": 7,
     # 8 tools and the package itself (which wires the spec layer's hooks)
-    "autocuda": 8, "autocuda.testing": 8, "autocuda.cli": 8, "autocuda.__main__": 8,
+    "autocuda": 8, "autocuda.nir": 8, "autocuda.testing": 8, "autocuda.cli": 8, "autocuda.__main__": 8,
 }
 
 Graph = Mapping[str, set[str]]

@@ -1,0 +1,165 @@
+"""`NIRModule`: runs a graph of torch modules in the order of its edges, with recurrence.
+
+A node's input is the sum of its predecessors' outputs. Edges that close a cycle (found by a depth-first walk
+from the inputs, in the graph's node order) carry the output of the previous time step (nothing at the first
+step). A graph without such edges runs each node once over the whole sequence (neurons in step_mode 'm': one
+fused kernel per layer); a graph with them runs one time step at a time through every node (step_mode 's').
+Stateless nodes see [T * B, *] in the first case and [B, *] in the second; stateful ones (those with a
+`step_mode`: our neurons, autocuda.nir.modules) get [T, B, *] or [B, *].
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+__all__ = ["NIRModule"]
+
+
+def _stateful(module: nn.Module) -> bool:
+    return hasattr(module, "step_mode")
+
+
+def _walk(names: Sequence[str], edges: Sequence[tuple[str, str]], inputs: Sequence[str]
+          ) -> tuple[list[str], set[tuple[str, str]]]:
+    """(evaluation order, back edges): reverse post-order of a depth-first walk from the inputs."""
+    successors: dict[str, list[str]] = {name: [] for name in names}
+    for source, target in edges:
+        successors[source].append(target)
+    on_path, done, post, back = set(), set(), [], set()
+
+    def visit(name: str) -> None:
+        on_path.add(name)
+        for target in successors[name]:
+            if target in on_path:
+                back.add((name, target))
+            elif target not in done:
+                visit(target)
+        on_path.discard(name)
+        done.add(name)
+        post.append(name)
+
+    for name in inputs:
+        if name not in done:
+            visit(name)
+    unreachable = [name for name in names if name not in done]
+    if unreachable:
+        raise ValueError(f"graph: node {unreachable[0]!r} cannot be reached from the inputs {list(inputs)}")
+    return post[::-1], back
+
+
+class NIRModule(nn.Module):
+    """A graph of modules: `nodes` by name, `edges` (source, target), named `inputs` and `outputs`.
+
+    step_mode 'm' (default): forward(x [T, B, *]) -> [T, B, *]; 's': forward(x [B, *]) -> [B, *], one step,
+    keeping every state until `reset()`. Several inputs: pass a dict by input name; several outputs come back
+    as a dict by output name.
+    """
+
+    def __init__(self, nodes: Mapping[str, nn.Module], edges: Sequence[tuple[str, str]], inputs: Sequence[str],
+                 outputs: Sequence[str], step_mode: str = "m"):
+        super().__init__()
+        self.names = list(nodes)
+        self.keys = {name: name.replace(".", "__") for name in self.names}  # ModuleDict keys hold no dots
+        self.nodes = nn.ModuleDict({self.keys[name]: module for name, module in nodes.items()})
+        self.edges = [(source, target) for source, target in edges]
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        self.order, self.back_edges = _walk(self.names, self.edges, self.inputs)
+        self.sources = {name: [s for s, t in self.edges if t == name] for name in self.names}
+        self._previous: dict[str, torch.Tensor] = {}
+        self.step_mode = step_mode
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.back_edges)
+
+    @property
+    def step_mode(self) -> str:
+        return self._step_mode
+
+    @step_mode.setter
+    def step_mode(self, mode: str) -> None:
+        if mode not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' (one step) or 'm' (a sequence), got {mode!r}")
+        self._step_mode = mode
+        inner = "m" if mode == "m" and not self.recurrent else "s"
+        for module in self.nodes.values():
+            if _stateful(module):
+                cast(Any, module).step_mode = inner
+
+    def module(self, name: str) -> nn.Module:
+        """The module of node `name`."""
+        return self.nodes[self.keys[name]]
+
+    def reset(self) -> None:
+        """Start again: every state to its initial value, no previous outputs on recurrent edges."""
+        self._previous = {}
+        for module in self.nodes.values():
+            reset = getattr(module, "reset", None)
+            if callable(reset):
+                reset()
+
+    def forward(self, x: torch.Tensor | Mapping[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        given = self._named_inputs(x)
+        if self._step_mode == "s":
+            return self._pack(self._run(given, 1))
+        if not self.recurrent:
+            return self._pack(self._run(given, 2))
+        steps = [self._run({k: v[t] for k, v in given.items()}, 1) for t in range(_length(given))]
+        return self._pack({name: torch.stack([step[name] for step in steps]) for name in self.outputs})
+
+    def _named_inputs(self, x: torch.Tensor | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if isinstance(x, torch.Tensor):
+            if len(self.inputs) != 1:
+                raise ValueError(f"x: this graph has inputs {self.inputs}; pass a dict of tensors by input name")
+            return {self.inputs[0]: x}
+        missing = set(self.inputs) - set(x)
+        if missing:
+            raise ValueError(f"x: missing input {sorted(missing)[0]!r} (inputs: {self.inputs})")
+        return dict(x)
+
+    def _pack(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        return outputs[self.outputs[0]] if len(self.outputs) == 1 else outputs
+
+    def _run(self, given: Mapping[str, torch.Tensor], batch_dims: int) -> dict[str, torch.Tensor]:
+        """Every node once, in order; batch_dims 2: tensors are [T, B, *], 1: [B, *] (one step)."""
+        values: dict[str, torch.Tensor] = {}
+        for name in self.order:
+            if name in given:
+                values[name] = given[name]
+                continue
+            arriving = self._arriving(name, values)
+            if not arriving:  # fed only by recurrent edges, at the first step
+                raise ValueError(f"node {name!r} has no input at the first step (only recurrent edges reach it)")
+            total = arriving[0]
+            for value in arriving[1:]:
+                total = total + value
+            values[name] = _call(self.module(name), total, batch_dims)
+        if self.recurrent:
+            self._previous = {source: values[source] for source, _ in self.back_edges}
+        return {name: values[name] for name in self.outputs}
+
+    def _arriving(self, name: str, values: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        found = []
+        for source in self.sources[name]:
+            if (source, name) not in self.back_edges:
+                found.append(values[source])
+            elif source in self._previous:  # a recurrent edge: the previous step's output (none at the first)
+                found.append(self._previous[source])
+        return found
+
+
+def _call(module: nn.Module, x: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    if batch_dims == 1 or _stateful(module):
+        return module(x)
+    y = module(x.flatten(0, 1))  # [T * B, *]: one call over the whole sequence
+    return y.unflatten(0, x.shape[:2])
+
+
+def _length(given: Mapping[str, torch.Tensor]) -> int:
+    lengths = {value.shape[0] for value in given.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"x: every input needs the same number of time steps, got {sorted(lengths)}")
+    return lengths.pop()
