@@ -13,9 +13,10 @@ a call's host time is then mostly the checks of its tensors, two allocations and
 """
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -126,8 +127,11 @@ class _Layer:
         defaults, init_rules = facts.defaults, facts.initial
         # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
         # a layer's parameter types are part of its key)
-        self.domains = tuple((n, bounds, domain_checks(bounds)) for n, bounds in facts.domains
+        self.domains = tuple((n, bounds) for n, bounds in facts.domains
                              if n in params and isinstance(params[n], (int, float)))
+        # One (name, comparison, limit) per bound, flat: the per-call check is one loop
+        self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
+                                   for holds, limit in domain_checks(bounds))
         self.backend = backend or default_backend(x.device.type)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
@@ -184,11 +188,10 @@ class _Layer:
         against their domains."""
         for name in self.given_tensors:
             _check_tensor_param(name, params[name], x, shape)
-        for name, bounds, checks in self.domains:
-            value = params[name]
-            for holds, limit in checks:
-                if not holds(value, limit):
-                    raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, value)}")
+        for name, holds, limit in self.domain_checks:
+            if not holds(params[name], limit):
+                bounds = dict(self.domains)[name]
+                raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, params[name])}")
         if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
             return params
         if not self.skipped:
@@ -226,7 +229,7 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
     values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
     here."""
     types = tuple(map(type, params.values()))
-    if type(spec) is str and is_spec_path(spec):  # the file as it is now: an edited file is another spec
+    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
         spec = load_spec(spec)
     try:
         spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
@@ -245,6 +248,10 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
             _LAYERS.clear()
         _LAYERS[key] = found
     return found
+
+
+# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
+_names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
 
 
 def _surrogate_identity(surrogate: Any) -> Any:
@@ -350,8 +357,10 @@ class _Call:
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool
                ) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`_Layer.positions`)."""
+        states: list[Tensor]
+        initial: list[float]
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
-            states, initial = [], cast(list[float], self.states)
+            states, initial = [], self.states  # type: ignore[assignment]  # all numbers here
         else:
             states, initial = [_flat(s, (self.numel,)) for s in self.state_tensors()], []
         layer = self.layer
