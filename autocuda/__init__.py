@@ -23,8 +23,10 @@ _HOMES = {
     **dict.fromkeys(("NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs", "spec_from_toml",
                      "parse_expression"), ".spec"),
     **dict.fromkeys(("SURROGATES", "Surrogate", "get_surrogate"), ".surrogate"),
+    "neuron": ".spec.python",
 }
-_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference", "nir")
+_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference", "nir", "monitor", "plot", "encoding",
+               "progress")
 
 __all__ = ["cfunction", *_HOMES, "__version__"]
 

@@ -130,6 +130,10 @@ leaky_k_relu_backward = _surrogate_backward("leaky_k_relu_backward", "LeakyKReLU
 fake_numerical_gradient_backward = _surrogate_backward("fake_numerical_gradient_backward",
                                                        "FakeNumericalGradient", ("alpha",))
 log_tailed_relu_backward = _surrogate_backward("log_tailed_relu_backward", "LogTailedReLU", ("alpha",))
+rect_backward = _surrogate_backward("rect_backward", "Rect", ("alpha",))
+squarewave_fourier_series_backward = _surrogate_backward("squarewave_fourier_series_backward",
+                                                         "SquarewaveFourierSeries", ("n", "T_period"))
+deterministic_pass_backward = _surrogate_backward("deterministic_pass_backward", "DeterministicPass", ())
 SURROGATE_EMITTERS = tuple(n for n in dir() if n.endswith("_backward") and not n.startswith("_"))
 
 EMITTERS = ("constant", "abs", "neg", "exp", "log", "sqrt", "power", "add", "sub", "mul", "div", "minimal",

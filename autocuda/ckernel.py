@@ -20,6 +20,7 @@ from .cnames import identifier_problem
 from .codegen.render import render, render_block
 from .dtypes import DTYPES, INTEGER_CTYPES, DType, get_dtype, headers_for
 from .errors import KernelArgumentError
+from .runtime import arrays
 
 _CTYPE = re.compile(r"^\s*(const\s+)?([A-Za-z_][A-Za-z0-9_ ]*?)\s*([*&]?)\s*(__restrict__)?\s*$")
 _FLOAT_CTYPES = {d.ctype: d for d in DTYPES.values()} | {"nv_bfloat162": DTYPES["bfloat16"]}
@@ -84,14 +85,15 @@ class CParam:
     def check(self, value: Any, device: torch.device | None) -> None:
         if self.pointer:
             self._check_tensor(value, device)
-        elif isinstance(value, (torch.Tensor, np.ndarray)):
+        elif isinstance(value, (torch.Tensor, np.ndarray)) or arrays.is_array(value):
             raise KernelArgumentError(f"{self.name}: a {self.ctype} scalar is passed by value; got an array")
         elif not isinstance(value, (int, float, np.number, bool)):
             raise KernelArgumentError(f"{self.name}: expected a number for {self.ctype}, got {type(value).__name__}")
 
     def _check_tensor(self, value: Any, device: torch.device | None) -> None:
         if not isinstance(value, torch.Tensor):
-            raise KernelArgumentError(f"{self.name}: expected a torch.Tensor, got {type(value).__name__}")
+            raise KernelArgumentError(f"{self.name}: expected a torch.Tensor (or, passed to the kernel, an array with "
+                                      f"__dlpack__ or __cuda_array_interface__), got {type(value).__name__}")
         if value.dtype != self.torch_dtype:
             raise KernelArgumentError(f"{self.name}: expected dtype {self.torch_dtype} (C type {self.ctype}), "
                                       f"got {value.dtype}")
@@ -208,20 +210,23 @@ class CKernel:
             raise KernelArgumentError(f"kernel {self.kernel_name}: missing arguments {missing}, "
                                       f"unexpected arguments {extra}; parameters are {list(self.cparams)}")
 
-    def get_device(self, py_dict: Mapping[str, Any], backend: str = "cuda") -> torch.device:
-        if backend not in BACKEND_DEVICE_TYPES:
+    def get_device(self, py_dict: Mapping[str, Any], backend: str | None = None) -> torch.device:
+        """The device of the first tensor argument, which `backend` (None: the device's own) must run."""
+        if backend is not None and backend not in BACKEND_DEVICE_TYPES:
             raise ValueError(f"unknown backend {backend!r}; expected one of {sorted(BACKEND_DEVICE_TYPES)}")
-        expected = BACKEND_DEVICE_TYPES[backend]
         for name, param in self.cparams.items():
             value = py_dict[name]
             if param.pointer and isinstance(value, torch.Tensor):
-                if value.device.type != expected:
-                    raise KernelArgumentError(f"{name}: on {value.device}; kernel {self.kernel_name} on backend "
-                                              f"{backend!r} needs {expected} tensors")
+                runs = DEVICE_BACKENDS.get(value.device.type)
+                if runs is None or backend not in (None, runs):
+                    wanted = f"backend {backend!r} needs {BACKEND_DEVICE_TYPES[backend]} tensors" if backend else \
+                        "kernels run on cuda tensors (backend 'cuda') or cpu tensors (backend 'host')"
+                    raise KernelArgumentError(f"{name}: on {value.device}; kernel {self.kernel_name}: {wanted}"
+                                              f"{WHERE_ELSE.get((backend or '', runs or ''), '')}")
                 return value.device
         raise KernelArgumentError(f"kernel {self.kernel_name}: no tensor argument to take the device from")
 
-    def check_args(self, py_dict: Mapping[str, Any], backend: str = "cuda") -> torch.device:
+    def check_args(self, py_dict: Mapping[str, Any], backend: str | None = None) -> torch.device:
         self.check_keys(py_dict)
         device = self.get_device(py_dict, backend)
         for name, param in self.cparams.items():
@@ -231,14 +236,23 @@ class CKernel:
     def pack_args(self, py_dict: Mapping[str, Any]) -> tuple[np.generic, ...]:
         return tuple(p.pack(py_dict[name]) for name, p in self.cparams.items())
 
-    def __call__(self, grid: tuple, block: tuple, py_dict: Mapping[str, Any], *, backend: str = "cuda") -> None:
+    def __call__(self, grid: tuple, block: tuple, py_dict: Mapping[str, Any], *, backend: str | None = None
+                 ) -> None:
         """Launch with explicit grid/block; `py_dict` maps every parameter name to its value.
 
-        backend "cuda" runs on the tensors' GPU (torch's current stream); "host" runs the same source on
-        the CPU through `autocuda.host` (CPU tensors), for testing without a GPU.
+        Arrays are torch tensors, or arrays of other libraries (CuPy, NumPy, ...: anything with `__dlpack__` or
+        `__cuda_array_interface__`), used in place without a copy. backend "cuda" runs on the arrays' GPU, on
+        torch's current stream (CuPy's current stream when a CuPy array is among them); "host" runs the same
+        source on the CPU through `autocuda.host` (CPU arrays), for testing without a GPU; None (the default)
+        picks the one of the arrays' device.
         """
-        device = self.check_args(py_dict, backend)
-        self.launch(grid, block, self.pack_args(py_dict), device, backend)
+        with arrays.torch_views(py_dict, self._pointers(), backend) as args:
+            device = self.check_args(args, backend)
+            self.launch(grid, block, self.pack_args(args), device, backend or DEVICE_BACKENDS[device.type])
+
+    def _pointers(self) -> dict[str, bool]:
+        """The pointer parameters, each with whether the kernel may write what it points to."""
+        return {name: not param.const for name, param in self.cparams.items() if param.pointer}
 
     def launch(self, grid: tuple, block: tuple, packed: tuple, device: torch.device, backend: str = "cuda") -> None:
         """Launch with arguments already checked and packed in parameter order (the generated ops' fast path)."""
@@ -247,6 +261,11 @@ class CKernel:
 
 
 BACKEND_DEVICE_TYPES = {"cuda": "cuda", "host": "cpu"}
+DEVICE_BACKENDS = {device: backend for backend, device in BACKEND_DEVICE_TYPES.items()}  # where backend is None
+# What to do instead, by (backend asked for, backend the tensors' device needs)
+WHERE_ELSE = {("cuda", "host"): " (leave backend out, or pass backend='host', to run the same source on CPU tensors "
+                                "through the host runner)",
+              ("host", "cuda"): " (leave backend out to run on the tensors' GPU)"}
 
 
 def _launcher(backend: str):
@@ -297,16 +316,22 @@ class CKernel1D(CKernel):
     builtin_params = (("const long long", "numel"),)
     reserved_cnames = ("index", "numel", "backend")
 
-    def simple_call(self, backend: str = "cuda", **kwargs: Any) -> None:
-        """Launch over all elements; `numel`, grid and block are computed from the tensors."""
+    def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
+        """Launch over all elements of tensors of one shape; `numel`, grid and block are computed from them.
+        Arrays and `backend` as in `CKernel.__call__`."""
+        with arrays.torch_views(kwargs, self._pointers(), backend) as views:
+            self._simple_call(backend, views)
+
+    def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         if not tensors:
             raise KernelArgumentError(f"kernel {self.kernel_name}: simple_call needs at least one tensor")
+        shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+        if len(set(shapes.values())) > 1:  # element i of one is element i of every other, in any layout
+            raise KernelArgumentError(f"kernel {self.kernel_name}: an element-wise kernel's tensors have one "
+                                      f"shape, got {shapes}")
         flat = {k: (v.reshape(-1) if isinstance(v, torch.Tensor) and v.is_contiguous() else v)
                 for k, v in kwargs.items()}
-        sizes = {k: v.numel() for k, v in tensors.items()}
-        if len(set(sizes.values())) > 1:
-            raise KernelArgumentError(f"kernel {self.kernel_name}: tensors differ in size: {sizes}")
         padded = _PaddedCall(self, flat | {"numel": 0}, row_dim=0)
         words = [_packed_words(v.numel(), self.cparams[k]) for k, v in tensors.items() if k in self.cparams]
         numel = max(words) if words else 0
@@ -337,8 +362,13 @@ class CKernel2D(CKernel):
         return super()._context() | {"reverse": self.reverse, "pre_core": _tidy(self.pre_core),
                                      "post_core": _tidy(self.post_core)}
 
-    def simple_call(self, backend: str = "cuda", **kwargs: Any) -> None:
-        """Launch over [T, N] tensors (1-D tensors are per-neuron [N]); N, numel, grid and block computed."""
+    def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
+        """Launch over [T, N] tensors (1-D tensors are per-neuron [N]); N, numel, grid and block computed.
+        Arrays and `backend` as in `CKernel.__call__`."""
+        with arrays.torch_views(kwargs, self._pointers(), backend) as views:
+            self._simple_call(backend, views)
+
+    def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
         shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         rows = {s for s in shapes.values() if len(s) == 2}
         if len(rows) != 1 or any(len(s) not in (1, 2) for s in shapes.values()):

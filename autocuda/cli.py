@@ -1,4 +1,4 @@
-"""The `autocuda` command: list, show, check, new, tour, bench, cache."""
+"""The `autocuda` command: list, show, check, new, tour, plot, bench, cache."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +9,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .codegen.neuron import KERNELS
 from .dtypes import DTYPES
+
+if TYPE_CHECKING:
+    from .spec.model import NeuronSpec
 
 _SKELETON = '''# {name}: a neuron for autocuda. Every field is documented in docs/spec-format.md.
 name = "{name}"
@@ -45,7 +49,16 @@ alpha = 4.0
 def _spec(name_or_path: str):
     from .spec.model import load_spec
 
+    if name_or_path.endswith(".py") or ".py:" in name_or_path:
+        from .spec.python import load_python_spec  # runs the file: the user's own code, as `python FILE` would
+
+        return load_python_spec(name_or_path)
     return load_spec(name_or_path)
+
+
+def spec_argument(name_or_path: str) -> NeuronSpec:
+    """The spec a command-line argument names, as every command reads it (`bench --workloads FILE` too)."""
+    return _spec(name_or_path)
 
 
 def _highlight(code: str) -> str:
@@ -101,6 +114,26 @@ def _best_backend() -> str:
     return "cuda" if torch.cuda.is_available() and nvrtc.found() else "host"
 
 
+def _backend(asked: str | None) -> str:
+    """The backend asked for, or the best one here; 'cuda' where it cannot run says what to do instead."""
+    if asked != "cuda":
+        return asked or _best_backend()
+    import torch
+
+    from .runtime import nvrtc
+
+    if torch.version.cuda is None:
+        why = f"this torch ({torch.__version__}) is built without CUDA"
+    elif not torch.cuda.is_available():
+        why = "no CUDA device is visible"
+    elif not nvrtc.found():
+        why = "NVRTC cannot be loaded (pip install -e '.[cuda12]' or '.[cuda13]' adds it)"
+    else:
+        return asked
+    raise RuntimeError(f"--backend cuda: {why}; run on a GPU, or use --backend host (the same generated CUDA "
+                       f"compiled for this CPU), or leave --backend out to pick the best here")
+
+
 # The tour's quick check: the spec's own reset, float32 and float16 storage (every dtype is in `check --all`).
 QUICK = {"dtypes": ("float32", "float16"), "detach": (False,)}
 
@@ -149,7 +182,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     names = [n for n, _ in list_specs()] if args.all else args.specs
     if not names:
         raise ValueError("name a spec (or a .toml file), or pass --all")
-    backend = args.backend or _best_backend()
+    backend = _backend(args.backend)
     rows = _check_rows(names, backend, args.quick, _progress)
     print(f"backend: {backend}")
     _print_table(rows, ("spec", "checked", "result", "time"))
@@ -161,7 +194,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
     from .kernels import neuron_kernel
     from .spec.model import list_specs
 
-    backend = args.backend or _best_backend()
+    backend = _backend(args.backend)
     print(f"autocuda {__version__}: generating and checking every shipped neuron (backend: {backend})\n")
     rows = []
     names = [name for name, _ in list_specs()]
@@ -187,6 +220,40 @@ def cmd_cache(args: argparse.Namespace) -> int:
     print(f"autocuda cache: {store.root()} (set AUTOCUDA_CACHE_DIR to move it)")
     for kind, entries, size in store.usage() or [("(empty)", 0, 0)]:
         print(f"  {kind:<9} {entries:6d} entries  {size / 2**20:8.1f} MiB")
+    return 0
+
+
+def _assignment(text: str) -> tuple[str, float]:
+    """`--param NAME=NUMBER` as (name, number)."""
+    name, _, value = text.partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if not name.strip() or number is None:
+        raise ValueError(f"--param: expected NAME=NUMBER (e.g. tau=5), got {text!r}")
+    return name.strip(), number
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """One neuron of a spec driven by a test input (or its f-I curve with --fi), drawn into a file."""
+    from . import plot
+
+    spec = _spec(args.spec)
+    plot.pyplot()  # the missing-matplotlib error before any work
+    if args.steps is not None and args.steps <= 0:
+        raise ValueError(f"--steps: expected a number of time steps > 0, got {args.steps}")
+    what = "fi" if args.fi else args.input
+    out = Path(args.out or f"{spec.name}-{what}.png")
+    if out.suffix.lower() not in plot.FORMATS:
+        raise ValueError(f"--out: expected a file ending in {', '.join(plot.FORMATS)}, got {str(out)!r}")
+    params = dict(_assignment(text) for text in args.param)
+    if args.fi:
+        figure = plot.plot_fi(spec, None, T=200 if args.steps is None else args.steps, **params)
+    else:
+        figure = plot.response(spec, args.input, T=100 if args.steps is None else args.steps,
+                               amplitude=args.amplitude, seed=args.seed, **params)
+    print(f"wrote {plot.save(figure, out)}")
     return 0
 
 
@@ -236,28 +303,46 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="shipped neuron specs").set_defaults(run=cmd_list)
     show = sub.add_parser("show", help="print the generated CUDA of a spec")
     show.add_argument("spec", help="shipped spec name or .toml path")
-    show.add_argument("--kernel", choices=KERNELS, default="fptt")
-    show.add_argument("--dtype", choices=list(DTYPES), default="float32")
-    show.add_argument("--reset", choices=("hard", "soft", "none"), default=None)
-    show.add_argument("--detach-reset", action="store_true")
-    show.add_argument("--store-state-seq", action="store_true")
+    show.add_argument("--kernel", choices=KERNELS, default="fptt", help="which kernel (default fptt: forward "
+                      "through time; bptt: backward; step-*: one time step)")
+    show.add_argument("--dtype", choices=list(DTYPES), default="float32", help="storage dtype (default float32)")
+    show.add_argument("--reset", choices=("hard", "soft", "none"), default=None,
+                      help="the reset rule (default: the spec's)")
+    show.add_argument("--detach-reset", action="store_true", help="no gradient through the spike in the reset")
+    show.add_argument("--store-state-seq", action="store_true", help="also write every state's sequence")
     show.set_defaults(run=cmd_show)
     check = sub.add_parser("check", help="property-test the generated kernels against the reference")
-    check.add_argument("specs", nargs="*")
-    check.add_argument("--all", action="store_true")
-    check.add_argument("--backend", choices=("cuda", "host"), default=None)
+    check.add_argument("specs", nargs="*", help="shipped spec names or .toml paths")
+    check.add_argument("--all", action="store_true", help="check every shipped spec (instead of naming them)")
+    check.add_argument("--backend", choices=("cuda", "host"), default=None,
+                       help="cuda (a GPU) or host (the generated CUDA compiled for the CPU); default: the best here")
     check.add_argument("--quick", action="store_true", help="fewer examples")
     check.set_defaults(run=cmd_check)
     new = sub.add_parser("new", help="write a commented spec skeleton")
-    new.add_argument("name")
-    new.add_argument("--force", action="store_true")
+    new.add_argument("name", help="the spec's name, or a path ending in NAME.toml; the name is a letter, then "
+                     "letters, digits or single '_', 64 characters at most")
+    new.add_argument("--force", action="store_true", help="overwrite the file if it exists")
     new.set_defaults(run=cmd_new)
     tour = sub.add_parser("tour", help="generate and check every shipped spec; print a table")
-    tour.add_argument("--backend", choices=("cuda", "host"), default=None)
+    tour.add_argument("--backend", choices=("cuda", "host"), default=None,
+                      help="cuda (a GPU) or host (the generated CUDA compiled for the CPU); default: the best here")
     tour.set_defaults(run=cmd_tour)
     cache = sub.add_parser("cache", help="show what autocuda's disk cache holds, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every cached entry")
     cache.set_defaults(run=cmd_cache)
+    plot = sub.add_parser("plot", help="draw a spec's states and spikes under a test input, or its f-I curve "
+                          "(needs matplotlib)")
+    plot.add_argument("spec", help="shipped spec name or .toml path")
+    plot.add_argument("--input", choices=("step", "ramp", "noise"), default="step", help="the test input")
+    plot.add_argument("--fi", action="store_true", help="the firing rate against constant input instead")
+    plot.add_argument("--out", default=None, help="FILE.png, .svg or .pdf (default: SPEC-INPUT.png)")
+    plot.add_argument("--steps", type=int, default=None, help="time steps (default: 100; 200 with --fi)")
+    plot.add_argument("--amplitude", type=float, default=1.5, help="the input's level (step, noise mean; a ramp "
+                      "goes to twice it)")
+    plot.add_argument("--seed", type=int, default=0, help="seed of the noise input")
+    plot.add_argument("--param", action="append", default=[], metavar="NAME=NUMBER",
+                      help="a parameter of the spec (repeatable), e.g. --param tau=5")
+    plot.set_defaults(run=cmd_plot)
     bench = sub.add_parser("bench", add_help=False, help="benchmark against SpikingJelly 2.0, torch.compile and an "
                            "eager loop, in a checkout of the repository (`autocuda bench --help` for its options)")
     bench.set_defaults(run=cmd_bench, options=[])

@@ -390,6 +390,15 @@ _is_none = functools.partial(operator.is_, None)
 
 neuron_forward.register_autograd(_backward, setup_context=_setup_context)
 
+# The ops' kernels for CPU and CUDA tensors, registered with the dispatcher directly: `custom_op` registers its
+# function behind a wrapper that turns Dynamo off and checks output aliasing on every call, host time that a
+# compiled model pays per neuron call (these ops' outputs are always new tensors). The schema, fake kernels and
+# autograd stay `custom_op`'s.
+_KERNELS = torch.library.Library("autocuda", "IMPL")
+for _key in ("CPU", "CUDA"):
+    _KERNELS.impl("neuron_forward", _forward_impl, _key)
+    _KERNELS.impl("neuron_backward", _backward_impl, _key)
+
 
 # -- eager ----------------------------------------------------------------------------------------------------
 def _differentiable_once(backward):

@@ -27,7 +27,7 @@ from .spec.derive import (
     membrane_update,
     previous_membrane,
 )
-from .spec.torch_eval import evaluate
+from .spec.torch_eval import evaluate, prepare_expression
 from .surrogate import Surrogate
 
 Values = Mapping[sp.Symbol, "torch.Tensor | float"]
@@ -37,15 +37,28 @@ def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], pa
          surrogate: Surrogate, detach_reset: bool = False
          ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
     """One step: (spike, new states, h)."""
+    updates = prepare(system)
     values = {**params, system.x: x, **dict(zip(system.states, states))}
     h = evaluate(system.charge, values)
     threshold = evaluate(system.threshold, values)
     spike = surrogate(h - threshold)
     reset_spike = spike.detach() if detach_reset else spike
     values |= {H: h, SPIKE: spike, SPIKE_RESET: reset_spike, THRESHOLD: threshold}
-    new_states = (evaluate(membrane_update(system), values),
-                  *(evaluate(update, values) for update in system.updates))
+    new_states = tuple(evaluate(update, values) for update in updates)
     return _like(spike, x), tuple(_like(s, x) for s in new_states), _like(h, x)
+
+
+def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
+    """The new states' expressions of `system` (the membrane's reset rule, then the updates), built once and
+    kept on the system, with every node of the step prepared for evaluation (`torch_eval.prepare`): so that
+    torch.compile traces torch ops only, never sympy. The reference's plans call it before anything is traced."""
+    cached = system.__dict__.get("_reference_updates")
+    if cached is None:
+        cached = (membrane_update(system), *system.updates)
+        for expr in (system.charge, system.threshold, *cached, H, SPIKE, SPIKE_RESET, THRESHOLD):
+            prepare_expression(expr)  # the step's symbols too: they key the values `step` builds
+        object.__setattr__(system, "_reference_updates", cached)  # a frozen dataclass: a derived cache only
+    return cached
 
 
 def multi_step(system: StepSystem, x_seq: torch.Tensor, initial: Sequence[torch.Tensor], params: Values,

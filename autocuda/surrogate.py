@@ -1,5 +1,6 @@
-"""Surrogate gradients: the forward is always the Heaviside step Θ(z) = 1 if z >= 0 else 0; a surrogate
-object says which derivative backward uses instead of Θ's (zero almost everywhere).
+"""Surrogate gradients: the forward is the Heaviside step Θ(z) = 1 if z >= 0 else 0; a surrogate object says
+which derivative backward uses instead of Θ's (zero almost everywhere). With `spiking=False` (SpikingJelly's
+non-spiking mode) the forward is the primitive itself, on the torch reference only: the kernels' forward is Θ.
 
 Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md), except where its
 reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its
@@ -28,7 +29,8 @@ else:
 __all__ = [
     "Surrogate", "Sigmoid", "ATan", "PiecewiseQuadratic", "PiecewiseExp", "SoftSign", "SuperSpike",
     "NonzeroSignLogAbs", "Erf", "PiecewiseLeakyReLU", "S2NN", "QPseudoSpike", "LeakyKReLU",
-    "FakeNumericalGradient", "LogTailedReLU", "Custom", "SURROGATES", "surrogate_from_spec", "get_surrogate",
+    "FakeNumericalGradient", "LogTailedReLU", "Rect", "SquarewaveFourierSeries", "DeterministicPass", "Custom",
+    "SURROGATES", "surrogate_from_spec", "get_surrogate",
 ]
 
 @functools.cache
@@ -37,7 +39,8 @@ def _x() -> sympy.Symbol:
     return sympy.Symbol("x", real=True)
 
 # Parameter domains: rule name -> (test, what the message says). Parameters not listed take any finite value.
-_DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1")}
+_DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1"),
+            "count": (lambda v: v >= 1 and float(v).is_integer(), "must be a whole number >= 1")}
 
 
 def _number(value: float) -> sympy.Expr:
@@ -70,11 +73,12 @@ class Surrogate:
     """Base class: subclasses list DEFAULTS (name, value) and DOMAIN, and define _gradient/_primitive."""
 
     _values: tuple[tuple[str, float], ...]
+    _spiking: bool = True
 
     DEFAULTS: ClassVar[tuple[tuple[str, float], ...]] = ()
     DOMAIN: ClassVar[Mapping[str, str]] = {}
 
-    def __init__(self, *args: float, **kwargs: float):
+    def __init__(self, *args: float, spiking: bool = True, **kwargs: float):
         names = [n for n, _ in self.DEFAULTS]
         if len(args) > len(names):
             raise TypeError(f"{self.name} takes at most {len(names)} positional parameters")
@@ -89,6 +93,21 @@ class Surrogate:
         values = tuple((n, _check_value(self.name, n, given.get(n, d), self.DOMAIN.get(n)))
                        for n, d in self.DEFAULTS)
         object.__setattr__(self, "_values", values)
+        self._set_spiking(spiking)
+
+    def _set_spiking(self, spiking: Any) -> None:
+        if not isinstance(spiking, bool):
+            raise TypeError(f"{self.name}: spiking must be True or False, got {spiking!r}")
+        if not spiking and type(self)._primitive is Surrogate._primitive:
+            raise SpecError(f"{self.name} has no primitive, so no non-spiking mode (spiking=False)",
+                            field="surrogate.spiking", symbol="spiking")
+        if not spiking:  # the class default (True) serves spiking objects
+            object.__setattr__(self, "_spiking", False)
+
+    @property
+    def spiking(self) -> bool:
+        """False: forward is the primitive (SpikingJelly's non-spiking mode; the torch reference only)."""
+        return self._spiking
 
     @property
     def name(self) -> str:
@@ -110,7 +129,7 @@ class Surrogate:
         raise AttributeError(f"{self.name} is immutable")
 
     def key(self) -> tuple:
-        return (self.name, self._values)
+        return (self.name, self._values) if self._spiking else (self.name, self._values, "non-spiking")
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.key() == other.key()
@@ -119,13 +138,14 @@ class Surrogate:
         return hash(self.key())
 
     def __repr__(self) -> str:
-        return f"{self.name}({', '.join(f'{n}={v!r}' for n, v in self._values)})"
+        spiking = [] if self._spiking else ["spiking=False"]
+        return f"{self.name}({', '.join([*(f'{n}={v!r}' for n, v in self._values), *spiking])})"
 
     def __reduce__(self):
         return (_rebuild, (type(self), self._init_kwargs()))
 
     def _init_kwargs(self) -> dict[str, Any]:
-        return self.params
+        return self.params if self._spiking else {**self.params, "spiking": False}
 
     def _sympy_params(self) -> dict[str, sympy.Expr]:
         return {n: _number(v) for n, v in self._values}
@@ -148,15 +168,32 @@ class Surrogate:
         """The gradient evaluated with torch ops (same dtype and device as `x`)."""
         from .spec.torch_eval import evaluate
 
+        symbol, gradient = self.gradient_of_x()
+        return evaluate(gradient, {symbol: x})
+
+    def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
+        """(x, the gradient in x), built once: torch.compile traces `torch_gradient` through the cached pair,
+        never through sympy (call this before compiling: the reference's plans do)."""
         cached = self.__dict__.get("_gradient_x")
         if cached is None:
-            cached = self.gradient(_x())
+            from .spec.torch_eval import prepare_expression
+
+            cached = (_x(), prepare_expression(self.gradient(_x())))
             object.__setattr__(self, "_gradient_x", cached)
-        return evaluate(cached, {_x(): x})
+        return cached
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Θ(x) in forward, this surrogate's gradient in backward."""
-        return _SpikeFunction.apply(x, self)
+        """Θ(x) in forward, this surrogate's gradient in backward; with spiking=False, the primitive (autograd
+        differentiates it: its derivative is the gradient)."""
+        if self._spiking:
+            return _SpikeFunction.apply(x, self)
+        from .spec.torch_eval import evaluate
+
+        cached = self.__dict__.get("_primitive_x")
+        if cached is None:
+            cached = self.primitive(_x())
+            object.__setattr__(self, "_primitive_x", cached)
+        return evaluate(cached, {_x(): x})
 
 
 def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any]) -> Surrogate:
@@ -319,6 +356,45 @@ class LogTailedReLU(Surrogate):
         return sympy.Piecewise((alpha * x, x <= 0), (x, x <= 1), (sympy.log(x) + 1, True))
 
 
+class Rect(Surrogate):
+    """α where |x| < 1/(2α), else 0: SpikingJelly's code, whose inequality is strict (0 at |x| = 1/(2α))."""
+
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, sympy.Abs(x) < 1 / (2 * alpha)), (0, True))
+
+    def _primitive(self, x, alpha):  # clamp(αx + 1/2, 0, 1)
+        half = 1 / (2 * alpha)
+        return sympy.Piecewise((0, x < -half), (1, x > half), (alpha * x + sympy.Rational(1, 2), True))
+
+
+class SquarewaveFourierSeries(Surrogate):
+    """The first n - 1 odd terms of the Fourier series of a square wave of period T_period:
+    (4/T) Σ_{i<n} cos((2i - 1)ωx), ω = 2π/T (0 for n = 1, as SpikingJelly's loop gives)."""
+
+    DEFAULTS, DOMAIN = (("n", 2.0), ("T_period", 8.0)), {"n": "count", "T_period": "positive"}
+
+    def _gradient(self, x, n, T_period):
+        w = 2 * sympy.pi / T_period
+        return 4 / T_period * sympy.Add(*(sympy.cos((2 * i - 1) * w * x) for i in range(1, int(n))))
+
+    def _primitive(self, x, n, T_period):
+        w = 2 * sympy.pi / T_period
+        terms = sympy.Add(*(sympy.sin((2 * i - 1) * w * x) / (2 * i - 1) for i in range(1, int(n))))
+        return sympy.Rational(1, 2) + 2 / sympy.pi * terms
+
+
+class DeterministicPass(Surrogate):
+    """The straight-through estimator: gradient 1; the primitive is x itself."""
+
+    def _gradient(self, x):
+        return sympy.Integer(1)
+
+    def _primitive(self, x):
+        return x
+
+
 class Custom(Surrogate):
     """A user gradient: an expression of `x` (parsed through the spec whitelist) and named parameters."""
 
@@ -360,7 +436,8 @@ class Custom(Surrogate):
 
 SURROGATES: Mapping[str, type[Surrogate]] = {cls.__name__: cls for cls in (
     Sigmoid, ATan, PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike, NonzeroSignLogAbs, Erf,
-    PiecewiseLeakyReLU, S2NN, QPseudoSpike, LeakyKReLU, FakeNumericalGradient, LogTailedReLU, Custom)}
+    PiecewiseLeakyReLU, S2NN, QPseudoSpike, LeakyKReLU, FakeNumericalGradient, LogTailedReLU, Rect,
+    SquarewaveFourierSeries, DeterministicPass, Custom)}
 _BY_LOWER = {name.lower(): cls for name, cls in SURROGATES.items()}
 
 
@@ -392,7 +469,5 @@ def get_surrogate(obj: Surrogate | str | Mapping[str, Any] | Any) -> Surrogate:
     if cls is None or cls is Custom:
         raise SpecError(f"cannot use {type(obj).__name__} as a surrogate (known: {', '.join(SURROGATES)})",
                         field="surrogate", symbol=type(obj).__name__)
-    if getattr(obj, "spiking", True) is False:
-        raise SpecError("non-spiking surrogate mode (spiking=False) is not supported; forward is always Θ",
-                        field="surrogate", symbol="spiking")
-    return cls(**{n: float(getattr(obj, n)) for n, _ in cls.DEFAULTS if hasattr(obj, n)})
+    spiking = bool(getattr(obj, "spiking", True))
+    return cls(**{n: float(getattr(obj, n)) for n, _ in cls.DEFAULTS if hasattr(obj, n)}, spiking=spiking)

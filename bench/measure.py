@@ -308,7 +308,7 @@ class Runner:
         except Exception as error:  # noqa: BLE001
             row.check = f"error: {first_line(error)}"
         self.measure(row, "ours", lambda: call(case, ours(case, final_states=TIMED_FINAL_STATES)))
-        if self.sj.functional is not None and w.sj is not None:
+        if self.sj.functional is not None and (w.sj is not None or w.flexsn is not None):
             try:
                 row.sj_check = check(case, self.sj.forward(case), ref)[0]
             except Exception as error:  # noqa: BLE001 - the timing below reports it
@@ -390,7 +390,8 @@ class Runner:
 
     def first_use(self) -> dict[str, Any]:
         """A fresh process: import to first backward done, with empty caches (cold), then again (warm)."""
-        libs = ["ours"] + (["sj"] if self.sj.functional is not None else [])
+        # ours-flexsn / sj-flexsn: a LIF core written in Python, new to the process (traced, derived, compiled)
+        libs = ["ours", "ours-flexsn"] + (["sj", "sj-flexsn"] if self.sj.functional is not None else [])
         rows = []
         for lib in libs:
             with tempfile.TemporaryDirectory(prefix="autocuda-bench-") as tmp:
@@ -401,7 +402,8 @@ class Runner:
                 subprocess.run([sys.executable, "-c", BYTECODE, lib], env=env, capture_output=True, timeout=600)
                 for cache in ("cold", "warm"):
                     row: dict[str, Any] = {"system": lib, "cache": cache,
-                                           "spec": self.cfg.first_use_spec if lib == "ours" else "lif"}
+                                           "spec": self.cfg.first_use_spec if lib == "ours" else
+                                           "lif core" if lib.endswith("flexsn") else "lif"}
                     argv = [sys.executable, "-c", FIRST_USE, str(self.cfg.device), lib, self.cfg.first_use_spec]
                     start = time.perf_counter()
                     try:
@@ -423,10 +425,10 @@ class Runner:
 BYTECODE = r"""
 import sys
 import torch, sympy, jinja2, numpy
-if sys.argv[1] == "ours":
-    import autocuda.functional, autocuda.kernels, autocuda.reference
+if sys.argv[1].startswith("ours"):
+    import autocuda.functional, autocuda.kernels, autocuda.reference, autocuda.nn, autocuda.spec.python
 else:
-    import spikingjelly.activation_based.functional
+    import spikingjelly.activation_based.functional, spikingjelly.activation_based.neuron.flexsn
 """
 
 # The child of the first-use benchmark: it must not import autocuda before the clock starts.
@@ -440,9 +442,23 @@ g = torch.randn(4, 4096, device=device)
 sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 sync()
 t0 = time.perf_counter()
+def lif_core(spike):
+    def lif(x, v):
+        h = v + (x - v) / 2.0
+        s = spike(h - 1.0)
+        return s, h * (1.0 - s)
+    return lif
 if lib == "ours":
     from autocuda.functional import multi_step
     spikes = multi_step(spec, x)[0]
+elif lib == "ours-flexsn":
+    from autocuda.nn import FlexSN
+    from autocuda.surrogate import Sigmoid
+    spikes = FlexSN(lif_core(Sigmoid(4.0)), 1)(x)
+elif lib == "sj-flexsn":
+    from spikingjelly.activation_based.neuron.flexsn import FlexSN
+    from spikingjelly.activation_based.surrogate import sigmoid
+    spikes = FlexSN(lif_core(lambda z: sigmoid.apply(z, 4.0)), 1)(x)
 else:
     from spikingjelly.activation_based.functional import lif_multi_step
     spikes = lif_multi_step(x, torch.zeros(4096, device=device))[0]

@@ -76,7 +76,7 @@ def summary(results: Mapping[str, Any]) -> str:
         out.append("")
     if results.get("first_use"):
         out.append("first use in a fresh process (" + results["first_use"]["what"] + ")")
-        out += [f"  {r['system']:<4} {r['spec']:<10} {r['cache']}: {fmt(r.get('first_use_s'), '.3f')} s "
+        out += [f"  {r['system']:<11} {r['spec']:<10} {r['cache']}: {fmt(r.get('first_use_s'), '.3f')} s "
                 f"(process {r['process_wall_s']:.2f} s){'  ' + r['note'] if 'note' in r else ''}"
                 for r in results["first_use"]["rows"]]
     return "\n".join(out).rstrip() + "\n"

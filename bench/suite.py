@@ -36,7 +36,20 @@ from .measure import (
 )
 from .report import write_outputs
 from .systems import SpikingJelly
-from .workloads import ALIASES, CORE, DTYPES, GROUPS, MODES, WORKLOADS, ZOO, Workload, dtype_name
+from .workloads import (
+    ALIASES,
+    CORE,
+    DTYPES,
+    GROUPS,
+    MODES,
+    WORKLOADS,
+    ZOO,
+    Workload,
+    dtype_name,
+    is_spec_file,
+    spec_workload,
+    workload,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"  # where a run's folder goes unless --out names one
 FULL_SHAPES = ((8, 8 << 20), (64, 1 << 20), (256, 64 << 10), (1024, 16 << 10), (4, 4096))  # (T, N)
@@ -75,14 +88,20 @@ def _choices(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def _workloads(text: str) -> list[str]:
-    """Workload names, aliases and groups (core, zoo, all), in the order given, each once."""
+    """Workload names, aliases, groups (core, zoo, all) and spec files, in the order given, each once. A spec
+    file is loaded here, so that a missing file or a bad spec is a usage error naming it."""
     names: list[str] = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
         names += GROUPS.get(name, [ALIASES.get(name, name)])
-    unknown = [n for n in names if n not in WORKLOADS]
+    unknown = [n for n in names if n not in WORKLOADS and not is_spec_file(n)]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)}; "
-                                         f"groups: {', '.join(GROUPS)})")
+                                         f"groups: {', '.join(GROUPS)}; or a spec file: my_neuron.toml)")
+    for name in filter(is_spec_file, names):
+        try:
+            spec_workload(name)
+        except (OSError, ValueError) as error:  # a missing file; SpecError is a ValueError
+            raise argparse.ArgumentTypeError(f"spec file {name!r}: {error}") from None
     return list(dict.fromkeys(names))
 
 
@@ -93,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", type=_workloads, default=list(CORE),
                         help=f"comma-separated workloads or groups of them: core (the default: {', '.join(CORE)}), "
                              f"zoo (the model zoo: {', '.join(ZOO)}), all (both); e.g. core,alif or lif,qif "
-                             f"(aliases: {', '.join(f'{k} = {v}' for k, v in ALIASES.items())})")
+                             f"(aliases: {', '.join(f'{k} = {v}' for k, v in ALIASES.items())}); or your own "
+                             f"spec files, e.g. my_neuron.toml or lif,my_neuron.toml (timed against an eager "
+                             f"loop of its reference and torch.compile of that loop)")
     parser.add_argument("--dtypes", type=lambda s: _choices(s, list(DTYPES), "dtype"), default=list(DTYPES),
                         help="comma-separated, of float32,float16,bfloat16 (default all)")
     parser.add_argument("--shapes", type=lambda s: [_shape(p) for p in s.split(",")], default=None,
@@ -136,7 +157,7 @@ def config(args: argparse.Namespace, results_root: Path) -> Config:
     shapes = args.shapes or list(QUICK_SHAPES.get(device.type, QUICK_SHAPES["cuda"]) if args.quick else FULL_SHAPES)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     out = args.out or results_root / f"{datetime.date.today().isoformat()}-{_slug(gpu)}{'-quick' if args.quick else ''}"
-    return Config(device, [WORKLOADS[k] for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
+    return Config(device, [workload(k) for k in args.workloads], [DTYPES[d] for d in args.dtypes], shapes,
                   args.parts, args.quick, not args.no_peers, out, args.compile_budget, args.compile_max_t,
                   args.eager_max_call, args.first_use_spec, args.seed, getattr(args, "resume", False),
                   getattr(args, "modes", MODES))

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .workloads import ALPHA, Case, Forward, States, Tensor, Workload, run_loop
+from .workloads import ALPHA, Case, Forward, SpecStep, States, Tensor, Workload, run_loop
 
 
 def version(dist: str) -> str | None:
@@ -38,7 +38,7 @@ def ours(case: Case, by_name: bool = False, final_states: bool = True) -> Forwar
     from autocuda.surrogate import Sigmoid
 
     w, surrogate = case.workload, Sigmoid(alpha=ALPHA)
-    spec = w.key if by_name else load_spec(w.key)
+    spec = w.key if by_name else w.spec or load_spec(w.key)
     initial = [w.initial_value(i) for i in range(len(w.initial))]
 
     def run() -> tuple[Tensor, States]:
@@ -59,12 +59,13 @@ def compiled(case: Case, whole_loop: bool = True, backend: str = "inductor", fin
     `final_states=False`: the compiled loop returns the spikes alone (finals ()), so it need not write them."""
     torch._dynamo.reset()  # every case compiles afresh: no cache-size limit falls back to eager silently
     w = case.workload
+    eager_step = w.step.prepare() if isinstance(w.step, SpecStep) else w.step  # its sympy work before tracing
     if not whole_loop:
-        step = torch.compile(w.step, dynamic=False, backend=backend)
+        step = torch.compile(eager_step, dynamic=False, backend=backend)
         return lambda: run_loop(step, case.x, case.states, {**w.params, **case.tensors})
 
     def loop(x: Tensor, states: States, tensors: dict[str, Tensor]) -> tuple[Tensor, States]:
-        spikes, finals = run_loop(w.step, x, states, {**w.params, **tensors})
+        spikes, finals = run_loop(eager_step, x, states, {**w.params, **tensors})
         return spikes, finals if final_states else ()
     fn = torch.compile(loop, dynamic=False, backend=backend)
     return lambda: fn(case.x, case.states, case.tensors)
@@ -105,6 +106,8 @@ class SpikingJelly:
         return kwargs
 
     def implementation(self, w: Workload, device: torch.device) -> str | None:
+        if w.sj is None and w.flexsn is not None:
+            return "FlexSN"
         try:
             kind = w.sj.removesuffix("_multi_step")  # type: ignore[union-attr]
             return str(self.functional.neuron_implementation(kind, device)["implementation"])
@@ -113,6 +116,8 @@ class SpikingJelly:
 
     def forward(self, case: Case) -> Forward:
         w = case.workload
+        if w.sj is None and w.flexsn is not None and self.functional is not None:
+            return self.flexsn(case)
         kwargs = self.kwargs(w)
         fn = getattr(self.functional, w.sj)
         # SJ's fused kernels take float32 states whatever x's dtype (else it runs its torch reference).
@@ -124,3 +129,19 @@ class SpikingJelly:
             return out[0], tuple(out[1:1 + count])
         return run
 
+    def flexsn(self, case: Case) -> Forward:
+        """SpikingJelly 2.0's FlexSN running the workload's core (a Python step; Triton kernels on CUDA), its
+        surrogate the autograd function `sigmoid` with alpha: the spike function SpikingJelly's modules call. The
+        layer starts every call from zeros, the zoo's initial states (v_reset = 0)."""
+        flexsn = importlib.import_module("spikingjelly.activation_based.neuron.flexsn")
+        sigmoid = importlib.import_module("spikingjelly.activation_based.surrogate").sigmoid
+        w = case.workload
+        if any(w.initial_value(i) != 0.0 for i in range(len(w.initial))):
+            raise Skip(f"{w.label}: FlexSN starts from zeros, the workload does not")
+        layer = flexsn.FlexSN(w.flexsn(w.params, lambda z: sigmoid.apply(z, ALPHA)), len(w.initial))
+
+        def run() -> tuple[Tensor, States]:
+            layer.reset()
+            spikes = layer(case.x)
+            return spikes, tuple(layer.states)
+        return run

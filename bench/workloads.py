@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,9 +31,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 class SigmoidSpike(torch.autograd.Function):
     """Θ(z) forward, α·sg(αz)(1 - sg(αz)) backward: `autocuda.surrogate.Sigmoid(alpha)` in plain torch ops.
 
-    The Surrogate object's own __call__ evaluates its sympy gradient, which torch.compile cannot trace (a
-    graph break in backward), so the loop that both the eager and the compiled peer run uses this
-    equivalent (tests/test_benchmark.py checks the gradients are equal)."""
+    The Surrogate object's own __call__ walks its sympy gradient in backward (host time a hand-written loop
+    does not spend), so the loop that both the eager and the compiled peer run uses this equivalent
+    (tests/test_benchmark.py checks the gradients are equal)."""
 
     @staticmethod
     def forward(ctx: Any, z: Tensor, alpha: float) -> Tensor:
@@ -114,19 +116,24 @@ class SpecStep:
     the one every system uses. The zoo's eager loop, so its models are not written twice.
 
     The reference walks the spec's sympy expressions on every step: each step costs host time the
-    hand-written steps do not pay, and torch.compile cannot trace it (see SPEC_NO_COMPILE).
-    The plan is built on first use, not when this module is imported."""
+    hand-written steps do not pay; torch.compile traces only its torch ops (the sympy work is done when the
+    plan is built). The plan is built on first use, not when this module is imported."""
 
-    def __init__(self, key: str):
-        self.key = key
+    def __init__(self, key: str, spec: Any = None):
+        self.key, self.spec = key, spec  # a shipped spec's name, or a user's spec file and its NeuronSpec
 
     @functools.cached_property
     def _reference(self) -> tuple[Any, Mapping[str, Any], Callable[..., Any]]:
         from autocuda.reference import step
         from autocuda.runtime.plans import get_plan
 
-        plan = get_plan(self.key, kernels=False)  # the spec's reset; parameters as runtime values
+        plan = get_plan(self.spec or self.key, kernels=False)  # the spec's reset; parameters as runtime values
         return plan.system, plan.symbols, step
+
+    def prepare(self) -> SpecStep:
+        """Itself, with the reference built: torch.compile then traces torch ops only."""
+        self._reference  # noqa: B018 - builds the cached property
+        return self
 
     def __call__(self, x: Tensor, state: States, p: Mapping[str, Any]) -> tuple[Tensor, States]:
         system, symbols, step = self._reference
@@ -136,10 +143,6 @@ class SpecStep:
 
     def __repr__(self) -> str:
         return f"SpecStep({self.key!r})"
-
-
-SPEC_NO_COMPILE = ("the eager step evaluates the spec's sympy expressions (autocuda.reference): torch.compile "
-                   "cannot trace it (graph breaks in sympy and at Tensor.item())")
 
 
 def run_loop(step: Step, x_seq: Tensor, states: States, params: Mapping[str, Any]) -> tuple[Tensor, States]:
@@ -167,6 +170,8 @@ class Workload:
     sj_names: Mapping[str, str] = dataclasses.field(default_factory=dict)  # autocuda name -> SJ keyword
     sj_extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # further SJ keywords
     no_compile: str | None = None             # why the torch.compile peer cannot run this workload's loop
+    spec: Any = None                          # a user's NeuronSpec (key: its file); None: the shipped spec `key`
+    flexsn: Any = None                        # (params, spike) -> a FlexSN core: SpikingJelly's FlexSN runs it
 
     def initial_value(self, i: int) -> float:
         init = self.initial[i]
@@ -194,21 +199,64 @@ WORKLOADS: dict[str, Workload] = {w.key: w for w in (
 CORE = tuple(WORKLOADS)  # the default selection
 
 
+# -- the zoo as FlexSN cores: SpikingJelly 2.0's FlexSN (Triton on CUDA) is their SpikingJelly counterpart --------
+# Each factory takes the workload's parameters and the spike function and returns the core, a Python step
+# `core(x, *states) -> (spike, *new_states)` over Python numbers (FlexSN refuses captured tensors and modules).
+def alif_core(p: Mapping[str, float], spike: Callable[[Tensor], Tensor]) -> Callable[..., Any]:
+    tau, beta, v_th, v_reset, rho = p["tau"], p["beta"], p["v_threshold"], p["v_reset"], math.exp(-1 / p["tau_a"])
+
+    def alif(x: Tensor, v: Tensor, a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        h = v + (x - (v - v_reset)) / tau
+        s = spike(h - (v_th + beta * a))
+        return s, h * (1.0 - s) + v_reset * s, rho * a + s
+    return alif
+
+
+def sfa_lif_core(p: Mapping[str, float], spike: Callable[[Tensor], Tensor]) -> Callable[..., Any]:
+    """The exact step of the spec's ODE (tau != tau_w): dv/dt = (-(v - v_rest) + R x - w) / tau, w decays."""
+    tau, tau_w, dt, b = p["tau"], p["tau_w"], p["time_step"], p["b"]
+    r, v_rest, v_th, v_reset = p["R"], p["v_rest"], p["v_threshold"], p["v_reset"]
+    decay, w_decay, k = math.exp(-dt / tau), math.exp(-dt / tau_w), 1 / tau - 1 / tau_w
+    coupling = decay * math.expm1(k * dt) / k / tau
+
+    def sfa_lif(x: Tensor, v: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        h = v * decay + (r * x + v_rest) * (1 - decay) - w * coupling
+        s = spike(h - v_th)
+        return s, h * (1.0 - s) + v_reset * s, w * w_decay + b * s
+    return sfa_lif
+
+
+def cuba_lif_core(p: Mapping[str, float], spike: Callable[[Tensor], Tensor]) -> Callable[..., Any]:
+    """The exact step of the spec's ODE (tau != tau_syn): di/dt = -i / tau_syn + x drives the leaky membrane."""
+    tau, tau_syn, dt, r = p["tau"], p["tau_syn"], p["time_step"], p["R"]
+    v_rest, v_th, v_reset = p["v_rest"], p["v_threshold"], p["v_reset"]
+    e_v, e_i = math.exp(-dt / tau), math.exp(-dt / tau_syn)
+    cross = r * (e_i - e_v) / (tau * (1 / tau - 1 / tau_syn))
+
+    def cuba_lif(x: Tensor, v: Tensor, i: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        h = v * e_v + v_rest * (1 - e_v) + (i - x * tau_syn) * cross + r * x * tau_syn * (1 - e_v)
+        s = spike(h - v_th)
+        return s, h * (1.0 - s) + v_reset * s, i * e_i + x * tau_syn * (1 - e_i)
+    return cuba_lif
+
+
 def _zoo(key: str, label: str, params: Mapping[str, float], initial: tuple[str | float, ...],
-         input: tuple[float, float] = (2.0, 0.5)) -> Workload:
-    """A model of the zoo: no SpikingJelly counterpart, the eager loop runs the spec through our reference."""
-    return Workload(key, label, SpecStep(key), params, initial, input=input, no_compile=SPEC_NO_COMPILE)
+         input: tuple[float, float] = (2.0, 0.5), flexsn: Any = None) -> Workload:
+    """A model of the zoo: the eager loop runs the spec through our reference; SpikingJelly's counterpart, where
+    there is one, is its FlexSN running the model's core."""
+    return Workload(key, label, SpecStep(key), params, initial, input=input, flexsn=flexsn)
 
 
 # The zoo: parameters are the specs' defaults, initial states the specs'; the input makes 5-40% of
 # neuron-steps spike at every T from 4 to 1024 (the JSON's spike_rate has each case's).
 WORKLOADS |= {w.key: w for w in (
-    _zoo("alif", "ALIF", {"tau": 2.0, "tau_a": 20.0, "beta": 0.2, **_HARD, "v_reset": 0.0}, ("v_reset", 0.0)),
+    _zoo("alif", "ALIF", {"tau": 2.0, "tau_a": 20.0, "beta": 0.2, **_HARD, "v_reset": 0.0}, ("v_reset", 0.0),
+         flexsn=alif_core),
     _zoo("cuba_lif", "CUBA-LIF", {"tau": 2.0, "tau_syn": 5.0, "R": 1.0, "v_rest": 0.0, **_HARD, "v_reset": 0.0,
                                   "time_step": 1.0},
-         ("v_reset", 0.0), input=(2.0, 0.0)),  # the synaptic current integrates x: a bias would drive it up
+         ("v_reset", 0.0), input=(2.0, 0.0), flexsn=cuba_lif_core),  # the current integrates x: no bias
     _zoo("sfa_lif", "SFA-LIF", {"tau": 2.0, "tau_w": 10.0, "b": 0.2, "R": 1.0, "v_rest": 0.0, **_HARD,
-                                "v_reset": 0.0, "time_step": 1.0}, ("v_reset", 0.0)),
+                                "v_reset": 0.0, "time_step": 1.0}, ("v_reset", 0.0), flexsn=sfa_lif_core),
     _zoo("resonate_fire", "ResonateFire", {"b": -0.1, "omega": 1.0, **_HARD, "v_reset": 0.0, "time_step": 1.0},
          ("v_reset", 0.0), input=(1.0, 0.5)),
     _zoo("fitzhugh_nagumo", "FitzHughNagumo", {"tau": 1.0, "tau_w": 12.5, "a": 0.7, "b": 0.8, "R": 1.0,
@@ -220,6 +268,40 @@ WORKLOADS |= {w.key: w for w in (
 ZOO = tuple(k for k in WORKLOADS if k not in CORE)
 ALIASES = {"plif": "parametric_lif", "izh": "izhikevich"}
 GROUPS = {"core": CORE, "zoo": ZOO, "all": tuple(WORKLOADS)}  # --workloads names that select several
+
+
+# -- a user's own spec: --workloads my_neuron.toml ------------------------------------------------------------
+def is_spec_file(name: str) -> bool:
+    """Whether a --workloads entry names a spec file (a path, or a name ending in .toml or .py)."""
+    return name.endswith((".toml", ".py")) or "/" in name or os.sep in name
+
+
+def load_user_spec(path: str) -> Any:
+    """The NeuronSpec in a spec file: what `autocuda show PATH` reads (`autocuda.cli.spec_argument`), so every
+    kind of file the command line reads is a workload too."""
+    from autocuda.cli import spec_argument
+
+    return spec_argument(path)
+
+
+@functools.cache
+def spec_workload(path: str) -> Workload:
+    """A user's spec as a workload, like the zoo's: the spec's defaults as parameters (tensor parameters as 0-d
+    tensors, learnable in training), its initial states, the eager loop its reference (`SpecStep`), torch.compile
+    of that loop, no SpikingJelly counterpart. Keyed by the path as given."""
+    spec = load_user_spec(path)
+    defaults = {p.name: float(p.default) for p in spec.params}
+    params = {p.name: defaults[p.name] for p in spec.params if p.kind != "tensor"}
+    tensors = {p.name: defaults[p.name] for p in spec.params if p.kind == "tensor"}
+    # a state starting at v_reset starts at 0 without a hard reset, as in autocuda's layers
+    initial = tuple(0.0 if s.init == "v_reset" and spec.reset != "hard" else
+                    defaults[s.init] if isinstance(s.init, str) else float(s.init) for s in spec.states)
+    return Workload(path, spec.name, SpecStep(path, spec), params, initial, tensors=tensors, spec=spec)
+
+
+def workload(name: str) -> Workload:
+    """A --workloads entry that names one workload: a shipped one, or a spec file."""
+    return spec_workload(name) if is_spec_file(name) else WORKLOADS[name]
 
 
 # -- one case: inputs of a (workload, dtype, T, N), in one mode ---------------------------------------------

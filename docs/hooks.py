@@ -1,10 +1,16 @@
-"""MkDocs build hooks: pages and pictures generated from the code at build time (nothing here is committed).
+"""Documentation made from the code: sections of the committed pages, and pages and pictures the site build adds.
 
+Sections of docs/*.md between `<!-- autocuda:NAME -->` and `<!-- autocuda:end -->` are written by `SECTIONS`
+into the committed Markdown, so that the pages read whole on GitHub too; `python docs/hooks.py` rewrites them
+after the code changed (tests/test_docs.py fails while one is stale):
+- `spec-errors`: a table of spec mistakes and the SpecError each one raises;
+- `shipped-specs`: the shipped specs with their one-line docs;
+- `bench-results`: the newest `bench/results/*/results.json` as a table (the site adds its plot).
+
+Made by the site build alone (the MkDocs hooks below), never committed:
 - `img/surrogates/<Name>.png`: each surrogate's primitive (with the Heaviside step) and its gradient;
 - `gallery/<spec>.md`: a shipped spec's TOML and the CUDA source autocuda generates for it;
-- `<!-- autocuda:spec-errors -->` in a page: a table of spec mistakes and the SpecError each one raises;
-- `<!-- autocuda:shipped-specs -->`: the shipped specs with their one-line docs;
-- `<!-- autocuda:bench-results -->`: the newest `bench/results/*/results.json` as a table (and its plot).
+- `img/plots/<name>.png`: shipped neurons driven by test inputs, and f-I curves (autocuda.plot, `TOOL_PLOTS`).
 
 The functions that produce content are plain (no MkDocs objects) so that tests can call them.
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +84,32 @@ def surrogate_plot(name: str) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)
+    return buffer.getvalue()
+
+
+# -- responses of shipped neurons (autocuda.plot) ---------------------------------------------------------------
+# img/plots/<name>.png -> (spec, what: an input of autocuda.plot.INPUTS, or "fi" for the f-I curve, parameters)
+TOOL_PLOTS: dict[str, tuple[str, str, dict[str, float]]] = {
+    "lif-step": ("lif", "step", {}),
+    "alif-ramp": ("alif", "ramp", {}),
+    "izhikevich-noise": ("izhikevich", "noise", {"a": 0.5, "b": 0.2}),
+    "lif-fi": ("lif", "fi", {}),
+    "izhikevich-fi": ("izhikevich", "fi", {}),
+}
+
+
+def tool_plot(name: str) -> bytes:
+    """PNG of TOOL_PLOTS[name], drawn by autocuda.plot as `autocuda plot` draws it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from autocuda import plot
+
+    spec, what, params = TOOL_PLOTS[name]
+    figure = plot.plot_fi(spec, **params) if what == "fi" else plot.response(spec, what, **params)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    plot.pyplot().close(figure)
     return buffer.getvalue()
 
 
@@ -291,7 +324,8 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def bench_markdown(path: Path | None, plot_uri: str | None = None) -> str:
-    """The results table of one run (or, without results, where they will appear)."""
+    """The results table of one run (or, without results, where they will appear); the plot as an image at
+    `plot_uri`, else named by its path in the repository."""
     if path is None:
         return ("No results are committed yet. After a run on a GPU, `bench/results/<date>-<gpu>/` holds "
                 "`results.json`, `table.txt` and `plot.png`, and this page shows the newest run's table.")
@@ -313,7 +347,36 @@ def bench_markdown(path: Path | None, plot_uri: str | None = None) -> str:
         lines.append("This run has no speed table.")
     if plot_uri:
         lines += ["", f"![speed-ups and % of the copy-bandwidth floor]({plot_uri})"]
+    elif (path.parent / "plot.png").is_file():
+        lines += ["", f"The plot of speed-ups and % of the copy-bandwidth floor: "
+                      f"`bench/results/{path.parent.name}/plot.png`."]
     return "\n".join(lines)
+
+
+# -- generated sections of the committed pages --------------------------------------------------------------
+SECTIONS = {"spec-errors": spec_error_table, "shipped-specs": shipped_specs_table,
+            "bench-results": lambda: bench_markdown(newest_results())}
+SECTION = re.compile(r"(<!-- autocuda:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(?=<!-- autocuda:end -->)", re.S)
+DOCS = ROOT / "docs"
+
+
+def generated(markdown: str, made: dict[str, str] | None = None) -> str:
+    """`markdown` with each marked section's body made afresh (`made`: bodies already made, by name)."""
+    def fill(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in SECTIONS:
+            raise KeyError(f"unknown generated section {name!r} (known: {', '.join(SECTIONS)})")
+        body = made[name] if made and name in made else SECTIONS[name]()
+        return f"{match[1]}{body.rstrip()}\n"
+    return SECTION.sub(fill, markdown)
+
+
+def stale_pages(docs: Path = DOCS) -> dict[Path, str]:
+    """The pages whose generated sections are not what the code makes now, each with what it should hold."""
+    made = {name: make() for name, make in SECTIONS.items()}
+    pages = ((page, page.read_text()) for page in sorted(docs.rglob("*.md")))
+    fresh = {page: (text, generated(text, made)) for page, text in pages if "<!-- autocuda:" in text}
+    return {page: new for page, (old, new) in fresh.items() if new != old}
 
 
 # -- MkDocs events --------------------------------------------------------------------------------------------
@@ -361,37 +424,31 @@ def on_files(files, config):
         files.append(File.generated(config, f"img/surrogates/{name}.png", content=surrogate_plot(name)))
     for spec_name in GALLERY:
         files.append(File.generated(config, f"gallery/{spec_name}.md", content=gallery_page(spec_name)))
+    for name in TOOL_PLOTS:
+        files.append(File.generated(config, f"img/plots/{name}.png", content=tool_plot(name)))
     results = newest_results()
     if results is not None and (results.parent / "plot.png").is_file():
         files.append(File.generated(config, "img/bench/plot.png", abs_src_path=str(results.parent / "plot.png")))
     return files
 
 
-def _ode_link(page) -> str:
-    if (Path(page.file.abs_src_path).parent / "ode.md").is_file() and page.file.src_uri.count("/") == 0:
-        return "[Neurons as differential equations](ode.md)"
-    return "the docstring of `autocuda.spec.ode`"
-
-
-MARKERS = {
-    "<!-- autocuda:ode-link -->": _ode_link,
-    "<!-- autocuda:spec-errors -->": lambda page: spec_error_table(),
-    "<!-- autocuda:shipped-specs -->": lambda page: shipped_specs_table(),
-    "<!-- autocuda:bench-results -->": lambda page: _bench_for(page),
-}
-
-
-def _bench_for(page) -> str:
+def _bench_plot(page) -> str | None:
+    """The bench plot's address from `page` on the site, where the newest results have one."""
     results = newest_results()
-    plot = None
-    if results is not None and (results.parent / "plot.png").is_file():
-        depth = page.file.src_uri.count("/")
-        plot = "../" * depth + "img/bench/plot.png"
-    return bench_markdown(results, plot)
+    if results is None or not (results.parent / "plot.png").is_file():
+        return None
+    return "../" * page.file.src_uri.count("/") + "img/bench/plot.png"
 
 
 def on_page_markdown(markdown, page, config, files):
-    for marker, make in MARKERS.items():
-        if marker in markdown:
-            markdown = markdown.replace(marker, make(page))
-    return markdown
+    """The committed sections as they are (tests/test_docs.py keeps them current), with the bench plot added."""
+    plot = _bench_plot(page) if "<!-- autocuda:bench-results -->" in markdown else None
+    if plot is None:
+        return markdown
+    return generated(markdown, {"bench-results": bench_markdown(newest_results(), plot)})
+
+
+if __name__ == "__main__":  # python docs/hooks.py: rewrite the stale generated sections of docs/*.md
+    for stale_page, fresh_text in stale_pages().items():
+        stale_page.write_text(fresh_text)
+        print(f"rewrote {stale_page.relative_to(ROOT)}")

@@ -1,8 +1,10 @@
-"""Shared test machinery: the `gpu` marker's skip rule, nvcc compile checks, a host C++ evaluator, and the
-seeds' two worked kernels (heaviside, cumsum) built for any dtype.
+"""Shared test machinery: the test profiles (default and `--slow`), the `gpu` marker's skip rule, nvcc compile
+checks, a host C++ evaluator, and the seeds' two worked kernels (heaviside, cumsum) built for any dtype.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import os
 import shutil
@@ -16,11 +18,43 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 
 from autocuda import cfunction
 from autocuda.ckernel import CKernel1D, CKernel2D
 from autocuda.dtypes import get_dtype
 from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
+
+# -- profiles -----------------------------------------------------------------------------------------
+# The default profile runs every property with fewer examples; the slow profile (`--slow` or
+# AUTOCUDA_SLOW_TESTS=1) runs each with its full count. Tests that set their own count take it from `examples`.
+SLOW_VARIABLE = "AUTOCUDA_SLOW_TESTS"
+PROFILES = {"default": 20, "slow": 100}  # hypothesis's max_examples where a test sets none
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help=f"full example counts for the property tests and fuzzers (as {SLOW_VARIABLE}=1)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--slow"):
+        os.environ[SLOW_VARIABLE] = "1"  # seen by the test modules, xdist's workers and subprocesses
+    for name, count in PROFILES.items():
+        settings.register_profile(f"autocuda-{name}", max_examples=count)
+    if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
+        settings.load_profile(f"autocuda-{profile()}")
+
+
+def profile() -> str:
+    """"slow" where $AUTOCUDA_SLOW_TESTS is set (and not 0), else "default"."""
+    return "slow" if os.environ.get(SLOW_VARIABLE, "0").strip() not in ("", "0") else "default"
+
+
+def examples(full: int, default: int) -> int:
+    """A property's example count: `full` in the slow profile, `default` (the fewest that still draw every
+    kind of case the property is about) otherwise."""
+    return full if profile() == "slow" else min(full, default)
 
 
 # -- the gpu marker -----------------------------------------------------------------------------------
@@ -44,13 +78,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # -- nvcc -----------------------------------------------------------------------------------------------
-def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS) -> dict[str, str]:
-    """nvcc-check each labelled source (in parallel); the failures as label -> nvcc's message."""
+# A source nvcc accepted is recorded (by a digest of nvcc's identity, the architectures and the source) in
+# pytest's cache folder, and not compiled again in the default profile: the same compiler given the same text
+# gives the same verdict. Failures are never recorded; the slow profile and `--cache-clear` compile everything.
+@functools.cache
+def nvcc_identity() -> str:
+    path = nvcc_path()
+    return path + "\n" + subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS,
+                  passed: Path | None = None) -> dict[str, str]:
+    """nvcc-check each labelled source (in parallel); the failures as label -> nvcc's message. Sources recorded
+    in the folder `passed` are taken as accepted; those accepted now are recorded there."""
     def check(item: tuple[str, str]) -> tuple[str, str | None]:
+        record = passed and passed / hashlib.sha256(f"{nvcc_identity()}\n{archs}\n{item[1]}".encode()).hexdigest()
+        if record and record.is_file():
+            return item[0], None
         try:
             nvcc_check(item[1], archs)
         except CompileError as error:
             return item[0], str(error)
+        if record:
+            record.touch()
         return item[0], None
 
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
@@ -59,13 +109,17 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS
 
 
 @pytest.fixture(scope="session")
-def nvcc() -> Callable[..., dict[str, str]]:
-    """`compile_batch`, or a skip (with the reason) where the CUDA toolkit is absent."""
+def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
+    """`compile_batch` (with the record of accepted sources, in the default profile where pytest's cache is
+    on), or a skip (with the reason) where the CUDA toolkit is absent."""
     try:
         nvcc_path()
     except RuntimeError as error:
         pytest.skip(str(error))
-    return compile_batch
+    cache = getattr(request.config, "cache", None)
+    if cache is None or profile() == "slow":
+        return compile_batch
+    return functools.partial(compile_batch, passed=cache.mkdir("autocuda-nvcc-accepted"))
 
 
 # -- host evaluation of C expressions ---------------------------------------------------------------------

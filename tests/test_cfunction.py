@@ -15,7 +15,7 @@ from autocuda.dtypes import DTYPES, get_dtype
 
 VARIABLES = ("x", "y", "z", "m", "mx", "my")
 OPERANDS = {"x": "x", "y": "y", "z": "z", "mask": "m", "mask_x": "mx", "mask_y": "my"}
-NUMERIC = {"alpha", "beta", "w", "c", "leak", "k"}
+NUMERIC = {"alpha", "beta", "w", "c", "leak", "k", "n", "T_period"}
 HOST_CTYPES = {"float32": "float", "float64": "double"}
 TOLERANCE = {"float32": dict(rtol=2e-5, atol=1e-6), "float64": dict(rtol=1e-12, atol=1e-14)}
 
@@ -97,6 +97,11 @@ SURROGATE_FORMULAS: dict[str, tuple[dict[str, float], Callable[..., np.ndarray],
     "log_tailed_relu_backward": ({"alpha": 0.1},
                                  lambda x, alpha: np.where(x <= 0, alpha, np.where(x <= 1, 1.0, 1 / np.maximum(x, 1))),
                                  (0.0, 1.0)),
+    "rect_backward": ({"alpha": 2.0}, lambda x, alpha: np.where(np.abs(x) < 1 / (2 * alpha), alpha, 0.0),
+                      (-0.25, 0.25)),
+    "squarewave_fourier_series_backward": ({"n": 3.0, "T_period": 6.0}, lambda x, n, T_period: 4 / T_period * sum(
+        np.cos((2 * i - 1) * 2 * np.pi / T_period * x) for i in range(1, int(n))), ()),
+    "deterministic_pass_backward": ({}, lambda x: np.ones_like(x), ()),
 }
 GRID = (-6.0, -2.5, -1.2, -0.3, 0.2, 0.7, 1.6, 3.0, 9.0)
 
@@ -212,6 +217,8 @@ SURROGATE_CLASSES = {
     "piecewise_leaky_relu_backward": "PiecewiseLeakyReLU", "s2nn_backward": "S2NN",
     "q_pseudo_spike_backward": "QPseudoSpike", "leaky_k_relu_backward": "LeakyKReLU",
     "fake_numerical_gradient_backward": "FakeNumericalGradient", "log_tailed_relu_backward": "LogTailedReLU",
+    "rect_backward": "Rect", "squarewave_fourier_series_backward": "SquarewaveFourierSeries",
+    "deterministic_pass_backward": "DeterministicPass",
 }
 
 

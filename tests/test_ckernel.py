@@ -263,7 +263,7 @@ def test_valid_arguments_pass(kernel: CKernel1D):
     ({"alpha": torch.tensor(0.5)}, r"alpha: a float scalar is passed by value"),
     ({"alpha": np.array([0.5])}, r"alpha: a float scalar is passed by value"),
     ({"alpha": "0.5"}, r"alpha: expected a number"),
-    ({"x": np.zeros(8, dtype=np.float32)}, r"x: expected a torch.Tensor, got ndarray"),
+    ({"x": np.zeros(8, dtype=np.float32)}, r"x: expected a torch.Tensor .*__dlpack__.*got ndarray"),
     ({"y": torch.zeros(8, device="meta")}, r"y: on meta, expected cpu"),
 ])
 def test_bad_arguments_are_explained(kernel: CKernel1D, changes: dict, pattern: str):
@@ -272,8 +272,15 @@ def test_bad_arguments_are_explained(kernel: CKernel1D, changes: dict, pattern: 
 
 
 def test_cpu_tensors_are_refused_on_the_cuda_backend(kernel: CKernel1D):
-    with pytest.raises(KernelArgumentError, match=r"x: on cpu.*backend 'cuda'.*cuda tensors"):
-        kernel.check_args(args())
+    with pytest.raises(KernelArgumentError, match=r"x: on cpu.*backend 'cuda'.*cuda tensors.*backend='host'"):
+        kernel.check_args(args(), backend="cuda")
+
+
+def test_without_a_backend_the_tensors_device_picks_it(kernel: CKernel1D):
+    assert kernel.check_args(args()) == torch.device("cpu")  # the host runner's
+    meta = args(x=torch.zeros(8, device="meta"), y=torch.zeros(8, device="meta"))
+    with pytest.raises(KernelArgumentError, match=r"x: on meta; .*cuda tensors \(backend 'cuda'\) or cpu"):
+        kernel.check_args(meta)
 
 
 def test_no_tensor_at_all_is_refused():
@@ -291,6 +298,14 @@ def test_unknown_backend_is_refused(kernel: CKernel1D):
 def test_simple_call_reports_unknown_keys_as_argument_errors(kernel: CKernel1D):
     with pytest.raises(KernelArgumentError, match=r"unexpected arguments \['z'\]"):
         kernel.simple_call(x=torch.zeros(3), y=torch.zeros(3), alpha=1.0, z=torch.zeros(3))
+
+
+def test_simple_call_1d_needs_one_shape(kernel: CKernel1D):
+    """Element i of x is element i of y: the same element count in another shape is refused."""
+    with pytest.raises(KernelArgumentError, match=r"one shape, got \{'x': \(2, 3\), 'y': \(3, 2\)\}"):
+        kernel.simple_call(x=torch.zeros(2, 3), y=torch.zeros(3, 2), alpha=1.0)
+    with pytest.raises(KernelArgumentError, match="one shape"):
+        kernel.simple_call(x=torch.zeros(6), y=torch.zeros(2, 3), alpha=1.0)
 
 
 def test_simple_call_2d_needs_one_shape():

@@ -1,6 +1,7 @@
 """The `autocuda` command: list, show, new + check, cache, version, one-line errors (bench: tests/test_benchmark.py)."""
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -108,3 +109,55 @@ def test_cache_shows_and_clears_what_is_stored(tmp_path, monkeypatch, capsys):
     assert main(["cache", "--clear"]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
     assert store.usage() == [] and store.read("kernels", "a") is None
+
+
+def test_new_accepts_exactly_the_names_a_spec_may_have(tmp_path: Path, capsys) -> None:
+    """`new` and `show` follow one rule (spec/names.py): a 64-character name works end to end, 65 is refused."""
+    from autocuda.spec.names import MAX_SPEC_NAME
+
+    longest = "n" * MAX_SPEC_NAME
+    assert main(["new", str(tmp_path / longest)]) == 0
+    assert main(["show", str(tmp_path / f"{longest}.toml")]) == 0
+    assert "__global__" in capsys.readouterr().out
+    assert main(["new", str(tmp_path / (longest + "n"))]) == 2
+    assert f"{MAX_SPEC_NAME} characters at most" in capsys.readouterr().err
+    assert not (tmp_path / f"{longest}n.toml").exists()
+
+
+def test_a_bad_file_name_does_not_hide_the_specs_own_mistake(tmp_path: Path) -> None:
+    """Without a `name` field the stem names the spec: a stem that cannot is reported with the real mistake."""
+    from autocuda import SpecError, load_spec
+
+    body = 'charge = "v + x / tau_m"\n[params]\ntau = 2.0\nv_threshold = 1.0\nv_reset = 0.0\n[states]\nv = 0.0\n'
+    path = tmp_path / "my-neuron.toml"
+    path.write_text(body)
+    with pytest.raises(SpecError, match="unknown name 'tau_m'.*field 'name': the file name 'my-neuron'") as error:
+        load_spec(path)
+    assert error.value.field == "charge" and error.value.symbol == "tau_m"
+    path.write_text(body.replace("tau_m", "tau"))
+    with pytest.raises(SpecError, match="the file name 'my-neuron' .* add name = ") as error:
+        load_spec(path)
+    assert error.value.field == "name"
+    path.write_text('name = "mine"\n' + body.replace("tau_m", "tau"))
+    assert load_spec(path).name == "mine"
+
+
+def test_backend_cuda_without_cuda_says_what_to_do(monkeypatch, capsys) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for command in (["check", "lif", "--backend", "cuda"], ["tour", "--backend", "cuda"]):
+        assert main(command) == 2
+        error = capsys.readouterr().err
+        assert "--backend cuda" in error and "--backend host" in error and "Torch not compiled" not in error
+
+
+def test_every_option_and_argument_has_help() -> None:
+    from autocuda.cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction) and name != "bench":
+                assert action.help, f"autocuda {name} {action.option_strings or action.dest} has no help"

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import autocuda
 from autocuda.surrogate import SURROGATES
@@ -103,3 +104,41 @@ def test_bench_table_from_results(hooks, tmp_path: Path) -> None:
     text = hooks.bench_markdown(run / "results.json", "img/bench/plot.png")
     assert "| lif | float32 | training | 8 | 1048576 | 0.500 | 80 | 1.000 | 2.00 | – | – | ok |" in text
     assert "Some GPU" in text and "plot.png" in text
+
+
+def test_generated_sections_of_the_pages_are_current(hooks) -> None:
+    """The committed pages hold what the code makes (so they read whole on GitHub); after a change to the code,
+    `python docs/hooks.py` rewrites them."""
+    stale = hooks.stale_pages()
+    assert not stale, f"run `python docs/hooks.py` to rewrite {sorted(p.name for p in stale)}"
+    for page in PAGES:
+        text = page.read_text()
+        starts = re.findall(r"<!-- autocuda:([\w-]+) -->", text)
+        assert starts.count("end") == len(starts) - starts.count("end"), f"{page.name}: a section without its end"
+        assert set(starts) - {"end"} <= set(hooks.SECTIONS), page.name
+        for match in hooks.SECTION.finditer(text):
+            assert match["body"].strip(), f"{page.name}: section {match['name']} is empty"
+
+
+def test_sections_are_rewritten_in_place(hooks) -> None:
+    page = "intro\n<!-- autocuda:shipped-specs -->\nold table\n<!-- autocuda:end -->\nafter\n"
+    fresh = hooks.generated(page, {"shipped-specs": "| new |\n"})
+    assert fresh == "intro\n<!-- autocuda:shipped-specs -->\n| new |\n<!-- autocuda:end -->\nafter\n"
+    assert hooks.generated(fresh, {"shipped-specs": "| new |"}) == fresh
+    with pytest.raises(KeyError, match="unknown generated section 'nope'"):
+        hooks.generated("<!-- autocuda:nope -->\n<!-- autocuda:end -->\n")
+
+
+def readme_blocks(language: str) -> list[str]:
+    return [m.group(2) for m in BLOCK.finditer((ROOT / "README.md").read_text()) if m.group(1) == language]
+
+
+def test_readme_builder_example_runs_here() -> None:
+    """The README's builder example, as a reader pastes it: on the GPU where there is one, else on the host
+    runner (the same source compiled for the CPU)."""
+    from autocuda.host import toolchain
+
+    if toolchain.missing() and not torch.cuda.is_available():
+        pytest.skip(f"host runner: {toolchain.missing()}")
+    (example,) = readme_blocks("python")
+    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - our own README

@@ -34,3 +34,21 @@ def test_train_digits_quick(tmp_path: Path) -> None:
     assert "test accuracy" in out
     png = tmp_path / "spike_raster.png"
     assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_flexsn_lif() -> None:
+    pytest.importorskip("spikingjelly", reason="the example's core is SpikingJelly's (its surrogate module)")
+    out = run("flexsn_lif.py", "--steps", "30")
+    assert "traced spec: 0.5*v + 0.5*x | threshold 1.0 | reset hard" in out
+    accuracy = float(out.split("test accuracy ")[1].split()[0])
+    assert accuracy > 0.9
+
+
+def test_train_sj_vgg_digits_quick() -> None:
+    pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
+    pytest.importorskip("spikingjelly", reason="the example trains SpikingJelly's model zoo")
+    out = run("train_sj_vgg_digits.py", "--epochs", "1", "--quick", "--device", "cpu")
+    theirs, ours = (line for line in out.splitlines() if "epoch 1" in line)
+    assert theirs.startswith("SpikingJelly LIFNode") and ours.startswith("autocuda LIFNode")
+    for line in (theirs, ours):  # (float32 rounding differs between the two: accuracies may differ a little)
+        assert 0.0 <= float(line.split("test accuracy ")[1]) <= 1.0

@@ -24,7 +24,7 @@ LAYERS: Mapping[str, int] = {
     #   the disk cache, C naming facts)
     "autocuda.store": 2, "autocuda.parse_marks": 2, "autocuda.cnames": 2, "autocuda.runtime": 2,
     "autocuda.runtime.nvrtc": 2, "autocuda.runtime.driver": 2, "autocuda.runtime.compile": 2,
-    "autocuda.runtime.launch": 2, "autocuda.host": 2,
+    "autocuda.runtime.launch": 2, "autocuda.runtime.arrays": 2, "autocuda.host": 2,
     # 3 codegen: dtypes, printers, templates, the builder DSL, spec -> kernel source
     "autocuda.dtypes": 3, "autocuda.cfunction": 3, "autocuda.ckernel": 3, "autocuda.codegen": 3,
     "autocuda.kernels": 3, "autocuda.layout": 3,
@@ -34,8 +34,10 @@ LAYERS: Mapping[str, int] = {
     "autocuda.runtime.plans": 4, "autocuda.reference": 4,
     # 5-7 the user's API: ops, then functional, then modules
     "autocuda.ops": 5, "autocuda.functional": 6, "autocuda.nn": 7,
+    "autocuda.encoding": 6, "autocuda.progress": 0,  # encoders (torch only); the optional progress bar (tqdm)
     # 8 tools and the package itself (which wires the spec layer's hooks)
     "autocuda": 8, "autocuda.nir": 8, "autocuda.testing": 8, "autocuda.cli": 8, "autocuda.__main__": 8,
+    "autocuda.monitor": 8, "autocuda.plot": 8,
 }
 
 Graph = Mapping[str, set[str]]

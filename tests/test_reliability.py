@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
@@ -353,10 +354,10 @@ def test_double_backward_through_the_reference_is_differentiable():
 # 2. Untrusted specs: fuzzing every field
 # =====================================================================================================================
 # Examples per field (parse-level property; ~4 ms each): fields whose text can reach the CUDA source get
-# FUZZ_EXAMPLES, fields with a few valid values (reset, kind, option values, ...) half as many. Raise it with
-# AUTOCUDA_FUZZ_EXAMPLES (300: about a minute more on 2 cores). Each field has its own fixed seed: CI sees the same
-# examples every run, and no two fields the same draws.
-FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", "100"))
+# FUZZ_EXAMPLES (100 with --slow, 40 by default), fields with a few valid values (reset, kind, option values, ...)
+# half as many. Raise it with AUTOCUDA_FUZZ_EXAMPLES (300: about a minute more on 2 cores). Each field has its own
+# fixed seed: CI sees the same examples every run, and no two fields the same draws.
+FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", examples(100, 40)))
 RENDER_PER_FIELD = 1     # accepted specs per field whose kernels are rendered and checked (derivation: ~0.3 s)
 FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
 

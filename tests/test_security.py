@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -296,10 +297,12 @@ def test_deeply_nested_toml_is_a_spec_error():
 
 
 # -- 10. parameter domains ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [lambda: ann.LIFNode(tau=-1.0), lambda: ann.Neuron("lif", tau=0.0),
-                                  lambda: ann.Neuron("eif", delta_T=0.0)], ids=["LIFNode", "Neuron", "EIF"])
-def test_modules_refuse_numbers_outside_a_domain(make):
-    with pytest.raises(ValueError, match="must be > 0"):
+@pytest.mark.parametrize("make, bound", [(lambda: ann.LIFNode(tau=-1.0), "tau: must be > 1"),
+                                         (lambda: ann.Neuron("lif", tau=0.0), "must be > 0"),
+                                         (lambda: ann.Neuron("eif", delta_T=0.0), "must be > 0")],
+                         ids=["LIFNode (SpikingJelly's tau > 1)", "Neuron", "EIF"])
+def test_modules_refuse_numbers_outside_a_domain(make, bound):
+    with pytest.raises(ValueError, match=bound):
         make()
 
 
@@ -352,7 +355,7 @@ def test_shipped_time_constants_have_domains():
 
 
 # -- the fuzzer --------------------------------------------------------------------------------------------------------
-FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", "10000"))
+FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", examples(10000, 1000)))
 # Valid tokens are listed several times so that most generated specs get through to the derivation; the attacks
 # (names that are not the field's, Python escapes, operators outside the language, huge numbers) stay frequent.
 ATTACKS = ["nope", "__import__", "x.__class__", "v[0]", "'s'", "lambda: 0", "1e31", "10**29", "2**64", "(9**9**9)"]

@@ -14,8 +14,8 @@ from autocuda.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.surrogate import ATan, Custom, Sigmoid
 
-SHIPPED = ["adex", "alif", "cuba_lif", "eif", "fitzhugh_nagumo", "if", "izhikevich", "lif", "parametric_lif", "qif",
-           "resonate_fire", "sfa_lif", "two_compartment"]
+SHIPPED = ["adex", "alif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich", "klif", "lif",
+           "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif", "two_compartment"]
 sym = sympy.symbols("x v w a h s tau v_reset v_rest v_c a0 delta_T theta_rh tau_w R b beta tau_a v_threshold",
                     real=True)
 (x, v, w, a, h, s, tau, v_reset, v_rest, v_c, a0, delta_T, theta_rh, tau_w, R, b, beta, tau_a,

@@ -40,6 +40,10 @@ FORMULAS = {
     "FakeNumericalGradient": lambda x, alpha: np.minimum(
         np.divide(2 * (x >= 0) - 1.0, x, out=np.full_like(x, np.inf), where=x != 0), alpha),
     "LogTailedReLU": lambda x, alpha: np.where(x <= 0, alpha, np.where(x <= 1, 1.0, 1 / np.maximum(x, 1))),
+    "Rect": lambda x, alpha: np.where(np.abs(x) < 1 / (2 * alpha), alpha, 0.0),
+    "SquarewaveFourierSeries": lambda x, n, T_period: 4 / T_period * sum(
+        np.cos((2 * i - 1) * 2 * np.pi / T_period * x) for i in range(1, int(n))) + 0 * x,
+    "DeterministicPass": lambda x: np.ones_like(x),
 }
 
 INSTANCES = [cls() for name, cls in sg.SURROGATES.items() if name != "Custom"] + [
@@ -47,6 +51,7 @@ INSTANCES = [cls() for name, cls in sg.SURROGATES.items() if name != "Custom"] +
     sg.SoftSign(alpha=0.5), sg.SuperSpike(alpha=2.0), sg.NonzeroSignLogAbs(alpha=3.0), sg.Erf(alpha=0.5),
     sg.PiecewiseLeakyReLU(w=0.5, c=0.1), sg.S2NN(alpha=2.0, beta=0.5), sg.QPseudoSpike(alpha=3.5),
     sg.LeakyKReLU(leak=0.1, k=2.0), sg.FakeNumericalGradient(alpha=0.5), sg.LogTailedReLU(alpha=0.1),
+    sg.Rect(alpha=2.0), sg.SquarewaveFourierSeries(n=4, T_period=5.0), sg.SquarewaveFourierSeries(n=1),
 ]
 IDS = [repr(s) for s in INSTANCES]
 
@@ -54,7 +59,8 @@ IDS = [repr(s) for s in INSTANCES]
 def breaks(s: sg.Surrogate) -> list[float]:
     p = s.params
     table = {"PiecewiseQuadratic": lambda: [1 / p["alpha"]], "PiecewiseLeakyReLU": lambda: [p["w"]],
-             "FakeNumericalGradient": lambda: [1 / p["alpha"]], "LogTailedReLU": lambda: [1.0]}
+             "FakeNumericalGradient": lambda: [1 / p["alpha"]], "LogTailedReLU": lambda: [1.0],
+             "Rect": lambda: [1 / (2 * p["alpha"])]}
     points = [0.0, *table.get(s.name, list)()]
     return sorted({b * sign for b in points for sign in (1, -1)})
 
@@ -201,8 +207,9 @@ def test_get_surrogate_duck_types_spikingjelly_objects():
     fake = type("PiecewiseLeakyReLU", (), {"w": 0.5, "c": 0.2, "spiking": True})()
     assert sg.get_surrogate(fake) == sg.PiecewiseLeakyReLU(w=0.5, c=0.2)
     assert sg.get_surrogate(type("ATan", (), {"alpha": 3.0})()) == sg.ATan(alpha=3.0)
-    with pytest.raises(SpecError, match="non-spiking"):
-        sg.get_surrogate(type("Sigmoid", (), {"alpha": 4.0, "spiking": False})())
+    assert sg.get_surrogate(type("Sigmoid", (), {"alpha": 4.0, "spiking": False})()) == sg.Sigmoid(spiking=False)
+    with pytest.raises(SpecError, match="non-spiking"):  # no primitive: no non-spiking mode
+        sg.get_surrogate(type("SuperSpike", (), {"alpha": 1.0, "spiking": False})())
     with pytest.raises(SpecError):
         sg.get_surrogate(object())
 
@@ -288,3 +295,38 @@ def test_evaluate_refuses_unknown_nodes():
         evaluate(a + b, {a: torch.tensor(0.0)})
     with pytest.raises(TypeError):
         evaluate(sympy.zoo * a, {a: torch.tensor(1.0)})
+
+
+@pytest.mark.parametrize("s", [cls(spiking=False) for name, cls in sg.SURROGATES.items()
+                               if name != "Custom" and cls._primitive is not sg.Surrogate._primitive], ids=repr)
+def test_non_spiking_forward_is_the_primitive_and_backward_its_derivative(s):
+    points = sample_points(s)
+    x = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    y = s(x)
+    primitive = s.primitive(Z)
+    expected = [float(primitive.subs(Z, sympy.Float(p))) for p in points]
+    np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-12, atol=1e-14)
+    y.sum().backward()
+    off_breaks = np.array([min(abs(p - b) for b in breaks(s)) > 1e-6 for p in points])
+    np.testing.assert_allclose(x.grad.numpy()[off_breaks], FORMULAS[s.name](points, **s.params)[off_breaks],
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_non_spiking_mode_is_part_of_identity_and_pickles():
+    on, off = sg.ATan(alpha=3.0), sg.ATan(alpha=3.0, spiking=False)
+    assert on != off and on.key() != off.key() and not off.spiking and on.spiking
+    assert repr(off) == "ATan(alpha=3.0, spiking=False)"
+    assert pickle.loads(pickle.dumps(off)) == off
+    with pytest.raises(TypeError, match="spiking"):
+        sg.ATan(spiking="no")
+    with pytest.raises(SpecError, match="non-spiking"):
+        sg.SuperSpike(spiking=False)
+
+
+def test_new_surrogates_parameters_are_checked():
+    with pytest.raises(SpecError, match="n"):
+        sg.SquarewaveFourierSeries(n=2.5)
+    with pytest.raises(SpecError, match="T_period"):
+        sg.SquarewaveFourierSeries(T_period=0.0)
+    with pytest.raises(SpecError, match="alpha"):
+        sg.Rect(alpha=-1.0)

@@ -2,14 +2,22 @@
 
 A layer keeps its states between calls as attributes named after the spec's states (`self.v`, `self.w`, ...):
 a number until the first call, then tensors of the neuron shape. `reset()` restores the initial values
-(SpikingJelly's `functional.reset_net` calls it). step_mode 's' takes x [*], 'm' takes x [T, *].
+(SpikingJelly's `functional.reset_net` calls it). step_mode 's' takes x [*], 'm' takes x [T, *]. A state
+tensor of another shape than the input's neuron shape starts afresh from its initial value, as SpikingJelly's
+nodes do (a new batch size needs no reset).
+
+SpikingJelly's state protocol (`base.MemoryModule`), without depending on SpikingJelly: the states are the
+layer's memories (`memories()`, `named_memories()`, `register_memory` adds more, `set_reset_value`,
+`get_reset_value`), `detach()` cuts their graphs (`functional.detach_net`: truncated BPTT), and
+`functional_forward(inputs, states)` runs a step from explicit states, leaving the layer's own untouched.
 
 `backend`: None picks the kernels for CUDA tensors (the reference on CPU); SpikingJelly's 'torch' means our
 torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through the CUDA driver).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,9 +42,10 @@ class Neuron(nn.Module):
     Parameters are the spec's (floats, tensors broadcast over neurons, or `nn.Parameter`s, which are learned;
     the spec's learnable parameters become `nn.Parameter`s by default). `v_reset=None` means a soft reset.
     `options` sets the spec's compile-time options; `initial` overrides states' initial values.
+    `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     """
 
-    def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = SIGMOID, detach_reset: bool = False,
+    def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
                  **params: Any):
@@ -47,11 +56,16 @@ class Neuron(nn.Module):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
+        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}: expected True or False, got {flag!r}")
+        if surrogate_function is None:
+            surrogate_function = self.spec.surrogate
         self.surrogate_function = surrogate_function
         self._surrogate = get_surrogate(surrogate_function)
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
-        self._state_names = tuple(s.name for s in self.spec.states)
+        self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
@@ -61,7 +75,7 @@ class Neuron(nn.Module):
         if unknown:
             raise TypeError(f"initial: {sorted(unknown)[0]!r} is not a state of {self.spec.name!r} "
                             f"(states: {', '.join(states)})")
-        self._initial = {**states, **(initial or {})}
+        self._initial: dict[str, Any] = {**states, **(initial or {})}
         for name in states:
             if hasattr(type(self), name) or name in self._param_names:
                 raise ValueError(f"state {name!r} of {self.spec.name!r} clashes with an attribute of {type(self)}")
@@ -83,6 +97,9 @@ class Neuron(nn.Module):
                 value = nn.Parameter(torch.tensor(p.default)) if p.learnable else p.default
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 p.check(value)
+            elif not isinstance(value, (int, float, torch.Tensor)) and (value is not None or p.name != "v_reset"):
+                raise TypeError(f"{p.name}: expected a number or a tensor, got {type(value).__name__}"
+                                + (" (None is for v_reset only: a soft reset)" if value is None else ""))
             if isinstance(value, nn.Parameter):
                 self.register_parameter(p.name, value)
             elif isinstance(value, torch.Tensor):
@@ -101,10 +118,7 @@ class Neuron(nn.Module):
         compiling = torch.compiler.is_compiling()
         d = self.__dict__
         for name, init in self._initial.items():  # by state, in order
-            if isinstance(init, str):
-                init = getattr(self, init)
-                init = 0.0 if init is None else init  # v = v_reset under a soft reset (v_reset=None) starts at 0
-            value = init.detach() if isinstance(init, torch.Tensor) else float(init)
+            value = _initial_value(self, init)
             if compiling:
                 setattr(self, name, value)
             else:
@@ -113,6 +127,99 @@ class Neuron(nn.Module):
             self.v_seq = None
         else:
             d["v_seq"] = None
+
+    def detach(self) -> None:
+        """Cut the states' (and v_seq's) autograd graphs, keeping their values: SpikingJelly's
+        `functional.detach_net` calls it between the chunks of truncated BPTT."""
+        d = self.__dict__
+        for name in (*d["_memory_names"], "v_seq"):
+            value = d.get(name)
+            if isinstance(value, torch.Tensor):
+                d[name] = value.detach()
+
+    # -- SpikingJelly's memory protocol ----------------------------------------------------------------
+    def register_memory(self, name: str, value: Any) -> None:
+        """Add a memory that `reset()` restores to `value` (SpikingJelly's `MemoryModule.register_memory`)."""
+        if not isinstance(name, str) or not name.isidentifier() or hasattr(self, name):
+            raise ValueError(f"register_memory: {name!r} is not a free attribute name of {type(self).__name__}")
+        self._memory_names = (*self._memory_names, name)
+        self.set_reset_value(name, value)
+        self.__dict__[name] = _initial_value(self, self._initial[name])
+
+    def set_reset_value(self, name: str, value: Any) -> None:
+        """The value `reset()` gives the memory `name` from now on (a copy of `value`)."""
+        if name not in self._memory_names:
+            raise KeyError(f"set_reset_value: {name!r} is not a memory of this layer "
+                           f"(memories: {', '.join(self._memory_names)})")
+        if name in self._state_names:  # a registered memory may hold anything, as SpikingJelly's
+            _check_memory(name, value)
+        self._initial[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+
+    def get_reset_value(self, name: str) -> Any:
+        """The value `reset()` gives the memory `name` (a parameter's current value where the spec names one)."""
+        if name not in self._memory_names:
+            raise KeyError(f"get_reset_value: {name!r} is not a memory of this layer "
+                           f"(memories: {', '.join(self._memory_names)})")
+        return _initial_value(self, self._initial[name])
+
+    def memories(self) -> Iterator[Any]:
+        for _, value in self.named_memories():
+            yield value
+
+    def named_memories(self) -> Iterator[tuple[str, Any]]:
+        """(name, value) of every state, in the spec's order (the membrane first), then registered memories."""
+        for name in self._memory_names:
+            yield name, getattr(self, name)
+
+    def materialize_states(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                           step_mode: str) -> tuple[Any, ...]:
+        """The states a call on `inputs` starts from: numbers kept, tensors of another neuron shape restarted
+        at their initial values, others cast to the input's dtype."""
+        n = len(self._state_names)
+        if len(states) != len(self._memory_names):
+            raise ValueError(f"states: expected {len(self._memory_names)} ({', '.join(self._memory_names)}), "
+                             f"got {len(states)}")
+        first = 1 if step_mode == "m" else 0
+        fitted = _states(self, inputs[0], first, torch.compiler.is_compiling(), states[:n])
+        return (*fitted, *states[n:])
+
+    def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """One step from explicit `states` (as `named_memories` orders them): ((spike,), new states)."""
+        return self._functional(inputs, states, F.single_step, {})
+
+    def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                      **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """T steps from explicit `states`: ((spike_seq,), final states)."""
+        return self._functional(inputs, states, F.multi_step, {"store_state_seq": False})
+
+    def functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                           **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """A call in this layer's step mode from explicit `states`; the layer's own states are not touched."""
+        if self.step_mode not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
+        states = self.materialize_states(inputs, tuple(states), self.step_mode)
+        if self.step_mode == "m":
+            return self.multi_step_functional_forward(inputs, states, **kwargs)
+        return self.single_step_functional_forward(inputs, states, **kwargs)
+
+    def _functional(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], run: Callable[..., Any],
+                    extra: dict[str, Any]) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 1:
+            raise TypeError(f"inputs: expected a tuple holding the input tensor, got {type(inputs).__name__}")
+        n = len(self._state_names)
+        compiling = torch.compiler.is_compiling()
+        out = run(self._spec_ref, inputs[0], *states[:n], surrogate=self._surrogate_ref,
+                  detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **_params(self, compiling))
+        return (out[0],), (*out[1], *states[n:])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories)."""
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            if isinstance(d.get(name), torch.Tensor):
+                d[name] = fn(d[name])
+        return super()._apply(fn, *args, **kwargs)
 
     # -- forward --------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,6 +235,8 @@ class Neuron(nn.Module):
                                           surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                           backend=_BACKENDS[self.backend], **_params(self, compiling))
         _set_states(self, self._state_names, new_states, compiling)
+        if self.store_v_seq:  # SpikingJelly's single steps append the membrane to v_seq until a reset
+            _append_v_seq(self, new_states[0], compiling)
         return spike
 
     def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
@@ -177,25 +286,87 @@ def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], comp
             d[name] = value
 
 
-def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool) -> list[torch.Tensor | float]:
-    """The states to start from, for x whose dims from `first` on are the neuron shape: numbers (as after a
-    reset: the kernels start from them directly), or tensors of the neuron shape in x's dtype."""
+def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
+            given: Sequence[Any] | None = None) -> list[torch.Tensor | float]:
+    """The states to start from (the layer's, or `given`), for x whose dims from `first` on are the neuron
+    shape: numbers (as after a reset: the kernels start from them directly), or tensors of the neuron shape
+    in x's dtype. A tensor of another shape starts afresh from its initial value, as SpikingJelly's nodes do
+    (a new batch size; an initial value held by a broadcast parameter). Devices are not compared here (a
+    call would pay for it): `Module.to` moves the states (`_apply`), and the op names a state on another
+    device."""
     d = layer.__dict__
-    values, shape = [], None
-    for name in d["_state_names"]:
-        # a plain attribute (see `_set_states`), unless a user deleted it or made it a Parameter: getattr says so
-        value = d[name] if not compiling and name in d else getattr(layer, name)
-        if not isinstance(value, torch.Tensor):
-            value = float(value)
-        else:
+    values: list[torch.Tensor | float] = []
+    shape = None
+    for i, name in enumerate(d["_state_names"]):
+        if given is not None:
+            value = given[i]
+        else:  # a plain attribute (see `_set_states`), unless a user deleted it or made it a Parameter
+            value = d[name] if not compiling and name in d else getattr(layer, name)
+        if type(value) is not float:
+            if not isinstance(value, torch.Tensor):
+                values.append(_number(name, value))
+                continue
             if shape is None:  # sliced only for tensors
-                shape = x.shape[first:]
-            if value.shape != shape:  # an initial value held by a broadcast parameter
-                value = value.expand(shape).clone()
-            if value.dtype != x.dtype:  # `to` parses its arguments even to do nothing
-                value = value.to(x.dtype)
+                shape, dtype = x.shape[first:], x.dtype
+            if value.shape != shape:
+                value = _fresh(layer, name, shape)
+                if not isinstance(value, torch.Tensor):
+                    values.append(value)
+                    continue
+            if value.dtype != dtype:  # `to` parses its arguments even to do nothing
+                value = value.to(dtype)
         values.append(value)
     return values
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"state {name!r}: expected a tensor or a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _fresh(layer: Neuron, name: str, shape: torch.Size) -> torch.Tensor | float:
+    """State `name` at its initial value for the neuron shape `shape`."""
+    init = layer.__dict__["_initial"][name]
+    value = _initial_value(layer, init)
+    if not isinstance(value, torch.Tensor):
+        return value
+    try:
+        return value.expand(shape).clone()
+    except RuntimeError:
+        held = f"parameter {init!r}" if isinstance(init, str) else "initial value"
+        raise ValueError(f"state {name!r}: its {held} has shape {tuple(value.shape)}, which does not broadcast "
+                         f"to the neuron shape {tuple(shape)}") from None
+
+
+def _initial_value(layer: Neuron, init: Any) -> Any:
+    """An initial value as a state holds it: a parameter's value where `init` names one (0 for v_reset=None:
+    v = v_reset under a soft reset starts at 0), a float, a detached copy of a tensor, else a deep copy."""
+    if isinstance(init, str):
+        init = getattr(layer, init)
+        init = 0.0 if init is None else init
+        return init.detach() if isinstance(init, torch.Tensor) else float(init)
+    if isinstance(init, torch.Tensor):
+        return init.detach().clone()
+    if isinstance(init, (int, float)) and not isinstance(init, bool):
+        return float(init)
+    return copy.deepcopy(init)
+
+
+def _check_memory(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(f"{name}: an initial value must be a number or a tensor, got {type(value).__name__}")
+
+
+def _append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
+    """Append one step's membrane to v_seq, starting a new sequence where shape, dtype or device changed."""
+    step = v.unsqueeze(0)
+    seq = layer.__dict__.get("v_seq")
+    if seq is None or seq.shape[1:] != step.shape[1:] or seq.dtype != step.dtype or seq.device != step.device:
+        seq = step
+    else:
+        seq = torch.cat((seq, step))
+    _set_states(layer, ("v_seq",), (seq,), compiling)
 
 
 def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:

@@ -194,6 +194,9 @@ def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: 
              signature: tuple, kernels: bool) -> str:
     resolved = resolve_spec(spec)
     chosen = _resolve_surrogate(resolved, surrogate)
+    if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
+        raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
+                         "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
     return _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels).key
 
 
@@ -246,4 +249,8 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
     known = _PLANS.setdefault(key, built)
     if known != built:  # a digest collision: never run one neuron's kernels for another
         raise RuntimeError(f"autocuda plan key {key!r} already names a different neuron configuration")
+    if not kernels:  # the reference's sympy work now: under torch.compile this runs as a constant, not traced
+        from ..reference import prepare
+
+        prepare(known.system), known.surrogate.gradient_of_x()
     return known

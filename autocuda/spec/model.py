@@ -512,7 +512,23 @@ def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | Non
     if "charge" not in data and "ode" not in data:
         raise SpecError("missing 'charge' (or [ode])", source=source, field="charge")
     fields = {"name": default_name, **data, "origin": source}
+    if "name" not in data and spec_name_problem(default_name) is not None:
+        _refuse_stem_name(fields, source)
     return NeuronSpec(**fields)
+
+
+def _refuse_stem_name(fields: dict[str, Any], source: str) -> None:
+    """A file without `name` whose stem cannot name a spec: refused, and with the spec's own first mistake, if
+    it has one (checked under a valid name), so that renaming the file is not the only fix the user sees."""
+    stem = fields["name"]
+    advice = (f"the file name {stem!r} is the spec's name when it has no 'name' field, and it cannot be one: "
+              f"{spec_name_problem(stem)}; add name = \"...\"")
+    try:
+        NeuronSpec(**{**fields, "name": "unnamed"})
+    except SpecError as err:
+        raise SpecError(f"{err.message}; and field 'name': {advice}", source=source, field=err.field,
+                        symbol=err.symbol) from None
+    raise SpecError(advice, source=source, field="name", symbol=stem)
 
 
 @functools.lru_cache(maxsize=256)

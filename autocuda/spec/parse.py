@@ -150,7 +150,8 @@ class _Builder:
         method = self._DISPATCH.get(type(node))
         if method is None:
             what = _NODE_NAMES.get(type(node), type(node).__name__)
-            raise self.refuse(f"{what} not allowed in an expression", node)
+            hint = _HINTS.get(type(node))
+            raise self.refuse(f"{what} not allowed in an expression{hint(node) if hint else ''}", node)
         try:
             result = method(self, node)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
@@ -257,4 +258,9 @@ _NODE_NAMES = {
     ast.NamedExpr: "assignment expression", ast.BoolOp: "boolean operator", ast.Compare: "comparison",
     ast.Tuple: "tuple", ast.List: "list", ast.Dict: "dict", ast.Set: "set", ast.Await: "await",
     ast.Yield: "yield", ast.YieldFrom: "yield", ast.Slice: "slice", ast.FormattedValue: "f-string",
+}
+# What to write instead of a refused node, where the language has a way to say it.
+_HINTS: dict[type, Callable[[Any], str]] = {
+    ast.Compare: lambda node: f" (a comparison chooses between two values: write where({ast.unparse(node)}, a, b), "
+                              f"which is a where it holds, else b)",
 }

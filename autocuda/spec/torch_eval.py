@@ -13,9 +13,10 @@ from typing import Any, Union
 
 import sympy
 import torch
+from mpmath.libmp import to_float  # type: ignore[import-untyped]
 from sympy.codegen.cfunctions import expm1
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "prepare_expression"]
 
 Value = Union[torch.Tensor, float, bool]  # noqa: UP007 - used at runtime on py3.10 too
 
@@ -33,31 +34,51 @@ def evaluate(expr: sympy.Basic, values: Mapping[sympy.Symbol, torch.Tensor | flo
     return torch.tensor(result, dtype=torch.bool if isinstance(result, bool) else dtype, device=device)
 
 
+def prepare_expression(expr: sympy.Basic) -> sympy.Basic:
+    """`expr` with the hash of each of its nodes computed (sympy computes one on first use and keeps it in the
+    node: a side effect torch.compile refuses in an autograd.Function's backward). Call it before tracing."""
+    for node in sympy.preorder_traversal(expr):
+        hash(node)
+    return expr
+
+
 class _Walker:
     def __init__(self, values: Mapping[sympy.Symbol, Any], dtype: torch.dtype, device: torch.device):
         self.values, self.dtype, self.device = values, dtype, device
         self.memo: dict[sympy.Basic, Value] = {}
 
     def eval(self, expr: sympy.Basic) -> Value:
+        if isinstance(expr, _NUMBER_BASES):  # a leaf: nothing to remember (and torch.compile of older torch
+            return self.apply(expr)          # cannot hash a sympy number, whose class overrides __hash__)
         if expr in self.memo:
             return self.memo[expr]
+        value = self.memo[expr] = self.apply(expr)
+        return value
+
+    def apply(self, expr: sympy.Basic) -> Value:
         rule = _rule_for(expr)
         if rule is None:
             raise TypeError(f"cannot evaluate sympy node {type(expr).__name__}: {expr}")
-        value = rule(self, expr)
-        self.memo[expr] = value
-        return value
+        return rule(self, expr)
 
     def tensor(self, value: Value) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
             return value
         return torch.tensor(value, dtype=torch.bool if isinstance(value, bool) else self.dtype, device=self.device)
 
-    def unary(self, fn: Callable[[torch.Tensor], torch.Tensor], value: Value) -> Value:
-        # Scalars go through torch in float64, so exp overflow gives inf and log(0) -inf, as on tensors.
-        if isinstance(value, torch.Tensor):
-            return fn(value)
-        return fn(torch.tensor(float(value), dtype=torch.float64)).item()
+    def unary(self, fn: Callable[[torch.Tensor], torch.Tensor], scalar: Callable[[float], float], value: Value
+              ) -> Value:
+        return fn(value) if isinstance(value, torch.Tensor) else _scalar(fn, scalar, float(value))
+
+
+def _scalar(fn: Callable[..., torch.Tensor], scalar: Callable[..., float], *args: float) -> float:
+    """A function of Python floats, by `math` (torch.compile folds it into a constant: no tensor, no .item());
+    where math raises (exp overflow, log(0), a negative base's fractional power) torch's float64 value instead,
+    so that scalars get inf and nan as tensors do."""
+    try:
+        return float(scalar(*args))
+    except (ArithmeticError, ValueError):
+        return fn(*(torch.tensor(a, dtype=torch.float64) for a in args)).item()
 
 
 def _symbol(w: _Walker, e: sympy.Symbol) -> Value:
@@ -68,7 +89,16 @@ def _symbol(w: _Walker, e: sympy.Symbol) -> Value:
 
 
 def _number(w: _Walker, e: sympy.Expr) -> float:
-    return float(e)
+    # Not float(e): torch.compile cannot trace float() of a sympy number (nor, for a Rational or pi, the mpmath
+    # it calls). p / q of Python ints is rounded correctly, a Float is its mpmath value, constants are math's.
+    if isinstance(e, sympy.Rational):
+        return e.p / e.q
+    if isinstance(e, sympy.Float):
+        return to_float(e._mpf_)
+    return _CONSTANTS.get(type(e)) or float(e)
+
+
+_CONSTANTS = {type(sympy.pi): math.pi, type(sympy.E): math.e}
 
 
 def _add(w: _Walker, e: sympy.Add) -> Value:
@@ -85,25 +115,38 @@ def _mul(w: _Walker, e: sympy.Mul) -> Value:
     return product
 
 
+# Compared with, not built, in `_pow`: building sympy numbers while torch.compile traces calls sympy's caches.
+_HALF, _MINUS_ONE = sympy.Rational(1, 2), sympy.Integer(-1)
+
+
 def _pow(w: _Walker, e: sympy.Pow) -> Value:
     base, exponent = e.args
     b = w.eval(base)
-    if exponent == sympy.Rational(1, 2):
-        return w.unary(torch.sqrt, b)
-    if exponent == -1:
-        return w.unary(torch.reciprocal, b)
+    if exponent == _HALF:
+        return w.unary(torch.sqrt, math.sqrt, b)
+    if exponent == _MINUS_ONE:
+        return w.unary(torch.reciprocal, _reciprocal, b)
     if exponent.is_Integer and isinstance(b, torch.Tensor):
-        return b ** int(exponent)  # integer powers stay exact and defined for negative bases
+        return b ** exponent.p  # integer powers stay exact and defined for negative bases
     x = w.eval(exponent)
     if isinstance(b, torch.Tensor):
         return torch.pow(b, x)
     if isinstance(x, torch.Tensor):
         return torch.pow(b, x)
-    return torch.pow(torch.tensor(b, dtype=torch.float64), x).item()
+    return _scalar(torch.pow, math.pow, b, x)
 
 
-def _function(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[_Walker, sympy.Expr], Value]:
-    return lambda w, e: w.unary(fn, w.eval(e.args[0]))
+def _reciprocal(value: float) -> float:
+    return 1.0 / value
+
+
+def _sign(value: float) -> float:
+    return value if value == 0 or math.isnan(value) else math.copysign(1.0, value)
+
+
+def _function(fn: Callable[[torch.Tensor], torch.Tensor], scalar: Callable[[float], float]
+              ) -> Callable[[_Walker, sympy.Expr], Value]:
+    return lambda w, e: w.unary(fn, scalar, w.eval(e.args[0]))
 
 
 def _fold(pair: Callable[[Value, Value], Value]) -> Callable[[_Walker, sympy.Expr], Value]:
@@ -142,7 +185,7 @@ def _select(w: _Walker, cond: Value, a: Value, b: Value) -> Value:
 
 def _heaviside(w: _Walker, e: sympy.Heaviside) -> Value:
     z = w.eval(e.args[0])
-    at_zero = float(e.args[1]) if len(e.args) > 1 else 0.5
+    at_zero = _number(w, e.args[1]) if len(e.args) > 1 else 0.5
     if not isinstance(z, torch.Tensor):
         return 1.0 if z > 0 else (at_zero if z == 0 else 0.0)
     # torch.where, not torch.heaviside (which autograd cannot differentiate): a step's gradient is 0
@@ -179,11 +222,12 @@ def _not(w: _Walker, e: sympy.Not) -> Value:
 
 _RULES: dict[type, Callable[[_Walker, Any], Value]] = {
     sympy.Symbol: _symbol, sympy.Add: _add, sympy.Mul: _mul, sympy.Pow: _pow,
-    sympy.exp: _function(torch.exp), expm1: _function(torch.expm1), sympy.log: _function(torch.log),
-    sympy.Abs: _function(torch.abs),
-    sympy.sin: _function(torch.sin), sympy.cos: _function(torch.cos), sympy.tan: _function(torch.tan),
-    sympy.tanh: _function(torch.tanh), sympy.atan: _function(torch.atan), sympy.erf: _function(torch.erf),
-    sympy.sign: _function(torch.sign), sympy.Min: _fold(_minimum), sympy.Max: _fold(_maximum),
+    sympy.exp: _function(torch.exp, math.exp), expm1: _function(torch.expm1, math.expm1),
+    sympy.log: _function(torch.log, math.log), sympy.Abs: _function(torch.abs, abs),
+    sympy.sin: _function(torch.sin, math.sin), sympy.cos: _function(torch.cos, math.cos),
+    sympy.tan: _function(torch.tan, math.tan), sympy.tanh: _function(torch.tanh, math.tanh),
+    sympy.atan: _function(torch.atan, math.atan), sympy.erf: _function(torch.erf, math.erf),
+    sympy.sign: _function(torch.sign, _sign), sympy.Min: _fold(_minimum), sympy.Max: _fold(_maximum),
     sympy.Heaviside: _heaviside, sympy.Piecewise: _piecewise,
     sympy.StrictLessThan: _relation(lambda a, b: a < b), sympy.LessThan: _relation(lambda a, b: a <= b),
     sympy.StrictGreaterThan: _relation(lambda a, b: a > b), sympy.GreaterThan: _relation(lambda a, b: a >= b),

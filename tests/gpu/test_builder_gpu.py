@@ -173,12 +173,13 @@ def test_integer_scalars_and_pointers():
     assert mask.tolist() == [0, 0, 0, 1, 1, 1]
 
 
-def test_cpu_tensors_are_refused(seed_kernels):
+def test_cpu_tensors_are_refused_on_the_cuda_backend(seed_kernels):
     x = torch.zeros(4)
+    with pytest.raises(KernelArgumentError, match="on cpu.*backend='host'"):
+        seed_kernels["heaviside"](torch.float32).simple_call(x=x, y=torch.zeros(4), backend="cuda")
     with pytest.raises(KernelArgumentError, match="on cpu"):
-        seed_kernels["heaviside"](torch.float32).simple_call(x=x, y=torch.zeros(4))
-    with pytest.raises(KernelArgumentError, match="on cpu"):
-        seed_kernels["cumsum"](torch.float32)((1,), (32,), {"numel": 4, "N": 4, "x": x, "y": torch.zeros(4)})
+        seed_kernels["cumsum"](torch.float32)((1,), (32,), {"numel": 4, "N": 4, "x": x, "y": torch.zeros(4)},
+                                              backend="cuda")
 
 
 def test_mixed_devices_are_refused(seed_kernels):
@@ -199,7 +200,7 @@ def test_compiled_kernel_is_reused(seed_kernels):
 
 
 # -- packed emitters against float64 -----------------------------------------------------------------------------
-NUMBERS = {"alpha": 2.0, "beta": 1.0, "w": 0.5, "c": 0.01, "leak": 0.1, "k": 1.5}
+NUMBERS = {"alpha": 2.0, "beta": 1.0, "w": 0.5, "c": 0.01, "leak": 0.1, "k": 1.5, "n": 2, "T_period": 8.0}
 
 
 def emitter_kernel(dtype: torch.dtype) -> CKernel1D:

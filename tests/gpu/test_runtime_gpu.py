@@ -29,6 +29,7 @@ from autocuda import functional as F
 from autocuda import nn as ann
 from autocuda import ops, reference
 from autocuda.runtime.plans import get_plan, resolve_spec
+from autocuda.spec.domain import problem as domain_problem
 from autocuda.spec.model import list_specs
 from autocuda.spec.torch_eval import evaluate
 
@@ -78,8 +79,10 @@ def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) ->
     for p in resolve_spec(name).params:
         if p.learnable:
             params[p.name] = rounded(uniform(g, shape, -1.0, 1.0), compute)
-        elif p.name in RANGES:
-            params[p.name] = float(rounded(uniform(g, (), *RANGES[p.name]), compute))
+        elif p.name in RANGES:  # drawn from the range where it lies inside the spec's domain (raf: b < 0)
+            value = float(rounded(uniform(g, (), *RANGES[p.name]), compute))
+            inside = domain_problem(p.bounds, value) is None
+            params[p.name] = value if inside else float(rounded(torch.tensor(p.default), compute))
         else:  # parameters without a random range (e.g. an ODE spec's time_step) keep their defaults
             params[p.name] = float(rounded(torch.tensor(p.default), compute))
     return params

@@ -1,0 +1,178 @@
+"""Encoders: turn values into spike trains [T, *] (the step_mode 'm' layout), on the input's device.
+
+- `poisson` / `PoissonEncoder`: x holds rates per step (`gain * x` in [0, 1]); each step fires with that
+  probability, independently; randomness from a `torch.Generator` on x's device.
+- `latency` / `LatencyEncoder`: x holds intensities in [0, 1]; one spike per value, at step
+  `round((T - 1) * (1 - x))`: stronger values fire earlier. Deterministic.
+- `delta` / `DeltaEncoder`: x_seq [T, *]; +1 / -1 where the value moved by `threshold` or more since the last
+  spike (or since x_seq[0]). Deterministic.
+
+Spikes have x's (floating) dtype, ready for a layer. Each function checks its input's values unless
+`check=False`: the check reads one boolean back from the device (one synchronisation per call, never per step).
+Poisson trains are reproducible: the same `seed` gives the same train on the same device (CPU and CUDA
+generators differ, so a seed's trains differ between devices).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["poisson", "latency", "delta", "PoissonEncoder", "LatencyEncoder", "DeltaEncoder"]
+
+Tensor = torch.Tensor
+
+
+def poisson(x: Tensor, T: int, *, gain: float = 1.0, seed: int | None = None,
+            generator: torch.Generator | None = None, check: bool = True) -> Tensor:
+    """Poisson (rate) spike trains [T, *x.shape]: at every step a spike with probability `gain * x`.
+
+    `seed` makes a fresh generator on x's device; `generator` continues a given one (on x's device); neither uses
+    torch's global generator. `gain` scales values to probabilities per step (e.g. pixel / 255 with gain 0.5 caps
+    the rate at one spike every other step); `gain * x` must lie in [0, 1].
+    """
+    _check_tensor(x, "x")
+    _check_steps(T)
+    if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain >= 0:
+        raise ValueError(f"gain: expected a number >= 0, got {gain!r}")
+    if seed is not None and generator is not None:
+        raise ValueError("seed, generator: pass one of them (seed makes a new generator; generator continues one)")
+    p = x * gain if gain != 1 else x
+    if check:
+        _check_range(p, "x" if gain == 1 else "gain * x")
+    generator = _generator(x.device, seed) if seed is not None else generator
+    if generator is not None and generator.device.type != x.device.type:
+        raise ValueError(f"generator: it lives on {generator.device}, x on {x.device}; make it with "
+                         f"torch.Generator(device=x.device)")
+    # float32 draws whatever x's dtype: a seed gives the same train for float16, bfloat16, float32 and float64
+    noise = torch.rand((T, *x.shape), generator=generator, device=x.device, dtype=torch.float32)
+    return (noise < p).to(_float_dtype(x))
+
+
+def latency(x: Tensor, T: int, *, check: bool = True) -> Tensor:
+    """Time-to-first-spike trains [T, *x.shape]: one spike per value, at step round((T - 1) * (1 - x)).
+
+    x = 1 fires at step 0, x = 0 at the last step; values must lie in [0, 1] (scale them first).
+    """
+    _check_tensor(x, "x")
+    _check_steps(T)
+    if check:
+        _check_range(x, "x")
+    when = torch.round((T - 1) * (1 - x.to(torch.float64))).long()
+    steps = torch.arange(T, device=x.device).view(T, *([1] * x.dim()))
+    return (steps == when.unsqueeze(0)).to(_float_dtype(x))
+
+
+def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool = True) -> Tensor:
+    """Send-on-delta spikes [T, *] of a sequence x_seq [T, *]: +1 where x_seq[t] exceeds the reference by
+    `threshold` or more, -1 where it falls below it by as much; the reference starts at x_seq[0] and moves to
+    x_seq[t] at each spike, so slow drifts fire too. `signed=False` gives 1 for either direction.
+    """
+    _check_tensor(x_seq, "x_seq")
+    if x_seq.dim() < 1 or x_seq.shape[0] < 1:
+        raise ValueError(f"x_seq: expected a sequence of shape [T, *] with T > 0, got shape {tuple(x_seq.shape)}")
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
+        raise ValueError(f"threshold: expected a number > 0, got {threshold!r}")
+    if check and not bool(torch.isfinite(x_seq).all()):
+        raise ValueError("x_seq: holds NaN or infinite values")
+    reference = x_seq[0]
+    out = torch.zeros_like(x_seq, dtype=_float_dtype(x_seq))
+    for t in range(1, x_seq.shape[0]):  # the reference depends on earlier spikes: a loop over time
+        change = x_seq[t] - reference
+        spike = torch.sign(change) * (change.abs() >= threshold)
+        out[t] = spike if signed else spike.abs()
+        reference = torch.where(spike != 0, x_seq[t], reference)
+    return out
+
+
+class PoissonEncoder(nn.Module):
+    """`poisson` as a module: `PoissonEncoder(T=8, seed=0)(x)` -> [T, *x.shape].
+
+    With a seed, the module keeps one generator per device, seeded once: successive calls continue the stream
+    (different trains), and `reset()` reseeds it (the same trains again). Without one, it draws from torch's
+    global generator (`torch.manual_seed` decides).
+    """
+
+    def __init__(self, T: int, gain: float = 1.0, seed: int | None = None, check: bool = True):
+        super().__init__()
+        _check_steps(T)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed: expected an int or None, got {seed!r}")
+        self.T, self.gain, self.seed, self.check = T, gain, seed, check
+        self._generators: dict[str, torch.Generator] = {}
+
+    def reset(self) -> None:
+        """Start every generator afresh from the seed (SpikingJelly's `functional.reset_net` calls this)."""
+        self._generators.clear()
+
+    def forward(self, x: Tensor) -> Tensor:
+        generator = None
+        if self.seed is not None:
+            _check_tensor(x, "x")
+            key = str(x.device)
+            if key not in self._generators:
+                self._generators[key] = _generator(x.device, self.seed)
+            generator = self._generators[key]
+        return poisson(x, self.T, gain=self.gain, generator=generator, check=self.check)
+
+    def extra_repr(self) -> str:
+        return f"T={self.T}, gain={self.gain}, seed={self.seed}"
+
+
+class LatencyEncoder(nn.Module):
+    """`latency` as a module: `LatencyEncoder(T=8)(x)` -> [T, *x.shape]."""
+
+    def __init__(self, T: int, check: bool = True):
+        super().__init__()
+        _check_steps(T)
+        self.T, self.check = T, check
+
+    def forward(self, x: Tensor) -> Tensor:
+        return latency(x, self.T, check=self.check)
+
+    def extra_repr(self) -> str:
+        return f"T={self.T}"
+
+
+class DeltaEncoder(nn.Module):
+    """`delta` as a module: `DeltaEncoder(threshold=0.1)(x_seq)` -> [T, *]."""
+
+    def __init__(self, threshold: float, signed: bool = True, check: bool = True):
+        super().__init__()
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
+            raise ValueError(f"threshold: expected a number > 0, got {threshold!r}")
+        self.threshold, self.signed, self.check = threshold, signed, check
+
+    def forward(self, x_seq: Tensor) -> Tensor:
+        return delta(x_seq, self.threshold, signed=self.signed, check=self.check)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, signed={self.signed}"
+
+
+def _check_tensor(x: object, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.is_complex():
+        raise TypeError(f"{name}: expected real values, got {x.dtype}")
+
+
+def _check_steps(T: object) -> None:
+    if not isinstance(T, int) or isinstance(T, bool) or T <= 0:
+        raise ValueError(f"T: expected the number of time steps, an int > 0, got {T!r}")
+
+
+def _check_range(p: Tensor, name: str) -> None:
+    """One read-back for the whole tensor: NaN fails too (comparisons with NaN are false)."""
+    if not bool(((p >= 0) & (p <= 1)).all()):
+        raise ValueError(f"{name}: values must lie in [0, 1] (scale them first, or use gain=)")
+
+
+def _float_dtype(x: Tensor) -> torch.dtype:
+    """Spikes take x's dtype when it is floating (a layer's input), else the default float dtype."""
+    return x.dtype if x.is_floating_point() else torch.get_default_dtype()
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator

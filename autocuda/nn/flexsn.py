@@ -1,0 +1,302 @@
+"""`FlexSN`: a neuron written as one Python step function, SpikingJelly 2.0's `FlexSN` interface on our kernels.
+
+`core(*step_inputs, *states, *static_inputs)` returns `(*outputs, *new_states)`. At construction the core is
+traced (`autocuda.spec.trace`) into a NeuronSpec (`autocuda.spec.python`): the same spec a TOML file gives, so
+the generated kernels (forward, derived backward, every dtype), the reference and the host runner all apply. Its
+outputs are the spike, new states (read from the state sequences) or other elementwise expressions of (x, the
+states before the step, the static inputs, the spike), which are computed with torch after the kernel and are
+differentiable through autograd. One step input; several are refused at construction. The mapping of a trace
+onto a spec (sympy) is kept in the disk cache under the trace's text: a warm process traces the core (cheap, no
+sympy) and reads the spec.
+
+Static inputs are registered as SpikingJelly does (`_static_input_<i>`: an nn.Parameter is learned, any other
+tensor is a buffer), one value or one per neuron. `backend`: None (the kernels for CUDA tensors, the reference
+on CPU), 'cuda', 'host' (the generated CUDA on the CPU), 'reference' (the traced spec evaluated with torch), or
+'eager' (the core itself, step by step, for debugging).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import functional as F
+from .. import store
+from ..errors import SpecError
+from ..runtime.plans import spec_ref, surrogate_ref
+from ..spec.model import Param
+from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
+from ..spec.trace import signature_names
+
+__all__ = ["FlexSN", "flexsn_spec"]
+
+_BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cuda": "cuda",
+             "host": "host", "eager": "eager"}
+KIND = "specs"  # the disk cache's folder of spec entries: traced steps beside the parse marks
+
+
+def _static_params(names: Sequence[str], static_inputs: Sequence[torch.Tensor]) -> tuple[Param, ...]:
+    """The static inputs as tensor parameters. Their values are always passed, so the spec's defaults are one
+    number for all: layers whose static inputs start at other values share one spec, derivation and plan."""
+    return tuple(Param(name, 1.0, kind="tensor", learnable=isinstance(tensor, nn.Parameter))
+                 for name, tensor in zip(names, static_inputs))
+
+
+@functools.lru_cache(maxsize=256)
+def _traced(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, float, bool], ...]) -> StepSpec:
+    """The core's StepSpec. The trace runs every time (it is the key); its mapping onto a spec, which needs
+    sympy, is kept on disk under the trace's text, so a process that finds it there never imports sympy."""
+    names = [p.name for p in signature_names(core)]
+    num_inputs = len(names) - num_states - len(static)
+    params = tuple(Param(n, d, kind="tensor", learnable=lrn) for n, d, lrn in static)
+    inner = getattr(core, "__code__", None)
+    origin = f"{inner.co_filename}:{inner.co_firstlineno}" if inner is not None else "<python>"
+    doc = (getattr(core, "__doc__", None) or "").strip().split("\n")[0]
+    traced, states, spec_params = prepare(core, names[num_inputs:num_inputs + num_states], params,
+                                          num_inputs=num_inputs, origin=origin)
+    key = store.key("flexsn step " + repr((traced.text(), states, [dataclasses.astuple(p) for p in spec_params],
+                                           doc, origin)))
+    cached = store.read(KIND, key)
+    if cached is not None:
+        try:
+            return StepSpec.from_json(cached.decode())
+        except (ValueError, KeyError, TypeError, SpecError):
+            pass  # an entry this version cannot read: map the trace again
+    from ..spec.python import from_trace  # sympy
+
+    step = from_trace(traced, states, spec_params, doc=doc, origin=origin)
+    store.save(KIND, key, step.to_json().encode())
+    return step
+
+
+def flexsn_spec(core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = ()) -> StepSpec:
+    """The traced spec of a FlexSN core (cached per core object and static-input signature)."""
+    if not callable(core):
+        raise TypeError("core: expected a callable step function")
+    if isinstance(num_states, bool) or not isinstance(num_states, int) or num_states < 0:
+        raise ValueError(f"num_states: expected a non-negative integer, got {num_states!r}")
+    names = [p.name for p in signature_names(core)]
+    num_inputs = len(names) - num_states - len(static_inputs)
+    if num_inputs < 1:
+        raise ValueError(f"core: {len(names)} positional arguments leave no step input before {num_states} "
+                         f"state(s) and {len(static_inputs)} static input(s)")
+    params = _static_params(names[num_inputs + num_states:], static_inputs)
+    return _traced(core, num_states, tuple((p.name, p.default, p.learnable) for p in params))
+
+
+@functools.lru_cache(maxsize=256)
+def _expression(step: StepSpec, text: str) -> Any:
+    """An output's expression as sympy, and its symbols by name (x, the states, the parameters, s)."""
+    import sympy
+
+    from ..spec.parse import parse_expression
+
+    names = ["x", *(s.name for s in step.spec.states), *(p.name for p in step.spec.params), "s"]
+    symbols = {n: sympy.Symbol(n, real=True) for n in names}
+    return parse_expression(text, symbols, source=step.spec.origin, field="outputs"), symbols
+
+
+class FlexSN(nn.Module):
+    """A neuron from a step function: `FlexSN(core, num_states, static_inputs=(), step_mode='m',
+    store_state_seqs=False, backend=None)` (see the module doc)."""
+
+    def __init__(self, core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = (),
+                 step_mode: str = "m", store_state_seqs: bool = False, *, backend: str | None = None):
+        super().__init__()
+        if isinstance(core, nn.Module):
+            raise TypeError("core: a FlexSN core is a plain function; pass tensors through static_inputs")
+        static_inputs = tuple(static_inputs)
+        for i, tensor in enumerate(static_inputs):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"static_inputs[{i}]: expected a tensor, got {type(tensor).__name__}")
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
+        self.core, self.num_states, self.backend = core, num_states, backend
+        self._states: list[torch.Tensor | None] = []
+        self.step = flexsn_spec(core, num_states, static_inputs)
+        self._static_input_names = tuple(f"_static_input_{i}" for i in range(len(static_inputs)))
+        for name, tensor in zip(self._static_input_names, static_inputs):
+            if isinstance(tensor, nn.Parameter):
+                self.register_parameter(name, tensor)
+            else:
+                self.register_buffer(name, tensor)
+        self._refs()
+        self.step_mode = step_mode
+        self._store_state_seqs = bool(store_state_seqs)
+        self.reset()
+
+    def _refs(self) -> None:
+        self._spec_ref = spec_ref(self.step.spec)
+        self._surrogate_ref = surrogate_ref(self.step.spec.surrogate)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._refs()  # references name objects registered in this process
+
+    @property
+    def spec(self) -> Any:
+        """The NeuronSpec the core traced to (`self.spec.source('fptt')` shows its kernel)."""
+        return self.step.spec
+
+    @property
+    def static_inputs(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, n) for n in self._static_input_names)
+
+    @property
+    def states(self) -> tuple[torch.Tensor | None, ...]:
+        return tuple(self._states)
+
+    @states.setter
+    def states(self, values: Sequence[torch.Tensor]) -> None:
+        values = tuple(values)
+        if len(values) != self.num_states:
+            raise ValueError(f"states: expected {self.num_states} tensors, got {len(values)}")
+        if not all(isinstance(v, torch.Tensor) for v in values):
+            raise TypeError("states: expected tensors")
+        self._states = list(values)
+
+    @property
+    def step_mode(self) -> str:
+        return self._step_mode
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
+        self._step_mode = value
+        self.state_seqs: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def store_state_seqs(self) -> bool:
+        return self._store_state_seqs
+
+    @store_state_seqs.setter
+    def store_state_seqs(self, value: bool) -> None:
+        self._store_state_seqs = bool(value)
+        self.state_seqs = None
+
+    def reset(self) -> None:
+        """Forget the states (the next call starts from zeros) and the stored state sequences."""
+        self._states = [None] * self.num_states
+        self.state_seqs = None
+
+    # -- forward ----------------------------------------------------------------------------------
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        if len(inputs) != 1:
+            raise ValueError(f"FlexSN takes 1 step input, got {len(inputs)}")
+        x = inputs[0]
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"input: expected a tensor, got {type(x).__name__}")
+        if self.backend == "eager":
+            outputs = self._eager(x)
+        elif self.step_mode == "m":
+            outputs = self._multi(x)
+        else:
+            outputs = self._single(x)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _params(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, tensor in zip(self.step.params, self.static_inputs):
+            if tensor.numel() != 1 and tensor.numel() != _numel(shape):
+                raise ValueError(f"static input {name!r}: {tensor.numel()} values, expected 1 or one per neuron "
+                                 f"({_numel(shape)})")
+            values[name] = tensor.reshape(()) if tensor.numel() == 1 else tensor.reshape(shape)
+        return values
+
+    def _initial(self) -> list[torch.Tensor | float]:
+        """Initial states in the spec's order (a missing one starts at 0, as SpikingJelly's zeros)."""
+        given = {n: v for n, v in zip(self.step.states, self._states) if v is not None}
+        return [given.get(s.name, 0.0) for s in self.step.spec.states]
+
+    def _multi(self, x_seq: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if x_seq.dim() < 1 or x_seq.shape[0] == 0:
+            raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(x_seq.shape)}")
+        kinds = {o.kind for o in self.step.outputs}
+        seqs_needed = self._store_state_seqs or bool(kinds & {STATE, EXPRESSION})
+        params = self._params(tuple(x_seq.shape[1:]))
+        initial = self._initial()
+        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *initial, surrogate=self._surrogate_ref,
+                                            detach_reset=self.step.detach_reset, store_state_seq=seqs_needed,
+                                            backend=_BACKENDS[self.backend], **params)
+        order = [s.name for s in self.step.spec.states]
+        by_name = dict(zip(order, seqs)) if seqs is not None else {}
+        assert finals is not None
+        self._states = [finals[order.index(n)] for n in self.step.states]
+        if self._store_state_seqs:
+            self.state_seqs = tuple(by_name[n] for n in self.step.states)
+        before = {}
+        if EXPRESSION in kinds:
+            for name, start in zip(order, initial):
+                first = torch.as_tensor(start, dtype=x_seq.dtype, device=x_seq.device).expand(x_seq.shape[1:])
+                before[name] = torch.cat([first.unsqueeze(0), by_name[name][:-1]])
+        return self._outputs(x_seq, spikes, by_name, before, params)
+
+    def _single(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params = self._params(tuple(x.shape))
+        initial = self._initial()
+        spike, new = F.single_step(self._spec_ref, x, *initial, surrogate=self._surrogate_ref,
+                                   detach_reset=self.step.detach_reset, backend=_BACKENDS[self.backend], **params)
+        order = [s.name for s in self.step.spec.states]
+        after = dict(zip(order, new))
+        self._states = [after[n] for n in self.step.states]
+        self.state_seqs = None
+        before = {n: torch.as_tensor(v, dtype=x.dtype, device=x.device).expand(x.shape)
+                  for n, v in zip(order, initial)}
+        return self._outputs(x, spike, after, before, params)
+
+    def _outputs(self, x: torch.Tensor, spike: torch.Tensor, after: dict[str, torch.Tensor],
+                 before: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        results = []
+        for output in self.step.outputs:
+            if output.kind == SPIKE:
+                results.append(spike)
+            elif output.kind == STATE:
+                results.append(after[output.state])
+            else:
+                from ..spec.torch_eval import evaluate  # sympy: only for outputs that are expressions
+
+                expr, symbols = _expression(self.step, output.expr)
+                values = {symbols["x"]: x, symbols["s"]: spike, **{symbols[n]: v for n, v in before.items()},
+                          **{symbols[n]: v for n, v in params.items()}}
+                results.append(evaluate(expr, values).to(x.dtype).expand(x.shape))
+        return tuple(results)
+
+    def _eager(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The core itself, step by step (for debugging: no kernel, no trace)."""
+        states: list[torch.Tensor] = [torch.zeros_like(x[0] if self.step_mode == "m" else x) if s is None else s
+                                      for s in self._states]
+        statics = self.static_inputs
+        steps = x.unbind(0) if self.step_mode == "m" else (x,)
+        per_step: list[tuple[torch.Tensor, ...]] = []
+        seqs: list[list[torch.Tensor]] = [[] for _ in states]
+        for xt in steps:
+            returned = self.core(xt, *states, *statics)
+            returned = (returned,) if isinstance(returned, torch.Tensor) else tuple(returned)
+            count = len(returned) - self.num_states
+            per_step.append(returned[:count])
+            states = list(returned[count:])
+            for seq, value in zip(seqs, states):
+                seq.append(value)
+        self._states = list(states)
+        multi = self.step_mode == "m"
+        self.state_seqs = tuple(torch.stack(s) for s in seqs) if multi and self._store_state_seqs else None
+        if not multi:
+            return per_step[0]
+        return tuple(torch.stack(values) for values in zip(*per_step))
+
+    def extra_repr(self) -> str:
+        name = getattr(self.core, "__name__", type(self.core).__name__)
+        return (f"core={name}, num_states={self.num_states}, num_static_inputs={len(self._static_input_names)}, "
+                f"step_mode={self.step_mode!r}, backend={self.backend!r}")
+
+
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count

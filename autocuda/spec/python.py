@@ -1,0 +1,369 @@
+"""Neurons written in Python: a traced step function (`spec.trace`) -> the same `NeuronSpec` a TOML file gives.
+
+A step returns `(*outputs, *new_states)`. Mapping it onto a spec (charge, threshold, reset, updates):
+
+- the spike `s` is the surrogate's result, Θ(z) with z its argument;
+- the membrane is the first state whose new value is one of the spec's reset rules applied to a charge h (the
+  new value with s = 0): `none` (no s in it), `soft` (h - s·threshold) or `hard` (h·(1 - s) + s·v_reset, with
+  v_reset a parameter or a number); the threshold is h - z and may not depend on x;
+- every other state is an update (which may use x, h, s and the states);
+- a step that fits no rule (or has no spike) gets a spec of its own shape: one more state, the membrane
+  `u` = z with threshold 0 and no reset, and every state of the step as an update; a step without a spike
+  fires never (charge 0, threshold 1).
+
+Outputs other than the spike and the new states are expressions of (x, the states before the step, the
+parameters, s), returned here for the caller to evaluate with torch after the kernel.
+
+`neuron` is the decorator for users: `@autocuda.neuron def lif(x, v, tau=2.0, v_threshold=1.0, v_reset=0.0)`
+gives a NeuronSpec (the first argument is the input, arguments without defaults the states, those with
+defaults the parameters).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sympy
+import torch
+from sympy.printing.str import StrPrinter
+
+from ..errors import SpecError
+from ..surrogate import Sigmoid
+from .model import Kind, NeuronSpec, Param, State
+from .parse import FUNCTIONS, parse_expression
+from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, prepare
+from .trace import Trace, signature_names
+
+__all__ = ["step_spec", "from_trace", "neuron", "expression_text", "load_python_spec"]
+
+
+# ---- the traced table -> sympy ----
+
+_RELATIONS = {"lt": sympy.StrictLessThan, "le": sympy.LessThan, "gt": sympy.StrictGreaterThan,
+              "ge": sympy.GreaterThan}
+_FUNCTIONS: Mapping[str, Callable[[sympy.Expr], sympy.Expr]] = {
+    **{n: FUNCTIONS[n][2] for n in ("exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf")},
+    "abs": sympy.Abs, "atan": sympy.atan}  # the expression language's builders: traced and written specs agree
+S, DETACHED = sympy.Symbol("s", real=True), sympy.Dummy("s_detached", real=True)
+
+# node operation -> its sympy, from the values of earlier nodes (v) and the node's operands
+_NODES: Mapping[str, Callable[..., sympy.Basic]] = {
+    "sym": lambda v, name: sympy.Symbol(name, real=True), "int": lambda v, n: sympy.Integer(n),
+    "float": lambda v, f: sympy.Float(f), "spike": lambda v: S, "detached": lambda v: DETACHED,
+    "add": lambda v, a, b: v[a] + v[b], "sub": lambda v, a, b: v[a] - v[b], "mul": lambda v, a, b: v[a] * v[b],
+    "div": lambda v, a, b: v[a] / v[b], "pow": lambda v, a, b: sympy.Pow(v[a], v[b]), "neg": lambda v, a: -v[a],
+    "min": lambda v, a, b: sympy.Min(v[a], v[b]), "max": lambda v, a, b: sympy.Max(v[a], v[b]),
+    "fn": lambda v, name, a: _FUNCTIONS[name](v[a]), "heaviside": lambda v, a: FUNCTIONS["heaviside"][2](v[a]),
+    "rel": lambda v, op, a, b: _RELATIONS[op](v[a], v[b]),
+    "where": lambda v, rel, a, b: sympy.Piecewise((v[a], v[rel]), (v[b], True)),
+    "ind": lambda v, rel: sympy.Piecewise((sympy.Integer(1), v[rel]), (sympy.Integer(0), True)),
+}
+
+
+def _sympy(traced: Trace, origin: str) -> list[sympy.Basic]:
+    """Every node's value (a node refers to earlier nodes only)."""
+    values: list[sympy.Basic] = []
+    for node in traced.nodes:
+        try:
+            values.append(_NODES[node[0]](values, *node[1:]))
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
+            raise SpecError(f"{traced.name}: invalid arithmetic in the step: {err}", source=origin) from None
+    return values
+
+
+# ---- sympy -> the expression language ----
+
+def _join(op: str, parts: Sequence[str]) -> str:
+    return "(" + f" {op} ".join(parts) + ")"
+
+
+def _relation_text(rel: sympy.Basic) -> str:
+    ops = {sympy.StrictLessThan: "<", sympy.LessThan: "<=", sympy.StrictGreaterThan: ">",
+           sympy.GreaterThan: ">="}
+    op = ops.get(type(rel))
+    if op is None:
+        raise SpecError(f"the condition {rel} is not one comparison (<, <=, >, >=) of two values")
+    return f"{expression_text(rel.lhs)} {op} {expression_text(rel.rhs)}"
+
+
+def _piecewise_text(e: sympy.Piecewise) -> str:
+    (value, cond), rest = e.args[0], e.args[1:]
+    if cond == sympy.true:
+        return expression_text(value)
+    other = expression_text(sympy.Piecewise(*rest)) if rest else "0"
+    return f"where({_relation_text(cond)}, {expression_text(value)}, {other})"
+
+
+_CALLS: Mapping[type, str] = {sympy.exp: "exp", sympy.log: "log", sympy.Abs: "abs", sympy.sin: "sin",
+                              sympy.cos: "cos", sympy.tan: "tan", sympy.tanh: "tanh", sympy.atan: "atan",
+                              sympy.erf: "erf", sympy.Min: "min", sympy.Max: "max"}
+
+
+class _Printer(StrPrinter):
+    """sympy's own readable text, with the expression language's spelling where it differs."""
+
+    def _print_Float(self, e: sympy.Float) -> str:
+        return repr(float(e))
+
+    def _print_Exp1(self, e: Any) -> str:
+        return "e"
+
+    def _print_Abs(self, e: sympy.Abs) -> str:
+        return f"abs({self._print(e.args[0])})"
+
+    def _print_Min(self, e: sympy.Min) -> str:
+        return f"min({', '.join(self._print(a) for a in e.args)})"
+
+    def _print_Max(self, e: sympy.Max) -> str:
+        return f"max({', '.join(self._print(a) for a in e.args)})"
+
+    def _print_Heaviside(self, e: sympy.Heaviside) -> str:
+        return f"heaviside({self._print(e.args[0])})"
+
+    def _print_Piecewise(self, e: sympy.Piecewise) -> str:
+        return _piecewise_text(e)
+
+
+def expression_text(e: sympy.Basic) -> str:
+    """`e` written in the spec's expression language: sympy's readable text where it parses back to `e`, else
+    fully parenthesised."""
+    text = _Printer().doprint(e)
+    symbols = {str(s): s for s in e.free_symbols}
+    try:
+        if parse_expression(text, symbols) == e:
+            return text
+    except SpecError:
+        pass
+    return _explicit(e)
+
+
+def _explicit(e: sympy.Basic) -> str:
+    if e.is_Symbol:
+        return str(e)
+    if e is sympy.pi or e is sympy.E:
+        return "pi" if e is sympy.pi else "e"
+    if e.is_Integer:
+        return str(int(e)) if e >= 0 else f"({int(e)})"
+    if e.is_Rational:
+        return f"({e.p}/{e.q})"
+    if e.is_Float:
+        return repr(float(e)) if e >= 0 else f"({float(e)!r})"
+    if e.is_Add:
+        return _join("+", [_explicit(a) for a in e.args])
+    if e.is_Mul:
+        return _join("*", [_explicit(a) for a in e.args])
+    if e.is_Pow:
+        return f"({_explicit(e.base)} ** {_explicit(e.exp)})"
+    if isinstance(e, sympy.Heaviside):
+        return f"heaviside({_explicit(e.args[0])})"
+    if isinstance(e, sympy.Piecewise):
+        return _piecewise_text(e)
+    name = _CALLS.get(type(e))
+    if name is None:
+        raise SpecError(f"{type(e).__name__} has no spelling in the expression language: {e}")
+    return f"{name}({', '.join(_explicit(a) for a in e.args)})"
+
+
+# ---- the mapping ----
+
+@dataclasses.dataclass
+class _Membrane:
+    state: str
+    charge: sympy.Expr
+    threshold: sympy.Expr
+    reset: str
+    v_reset: sympy.Expr | None
+
+
+def _membrane(name: str, new: sympy.Expr, z: sympy.Expr, s: sympy.Symbol, x: sympy.Symbol) -> _Membrane | None:
+    """The reset rule `new` (a state's value after the step) follows, if one does."""
+    h = new.xreplace({s: 0})
+    threshold = h - z
+    if x in threshold.free_symbols or s in threshold.free_symbols:
+        return None
+    if s not in new.free_symbols:
+        return _Membrane(name, h, threshold, "none", None)
+    if sympy.expand(new - (h - s * threshold)) == 0:
+        return _Membrane(name, h, threshold, "soft", None)
+    after = new.xreplace({s: 1})
+    if sympy.expand(new - (h * (1 - s) + after * s)) == 0:
+        return _Membrane(name, h, threshold, "hard", after)
+    return None
+
+
+def _v_reset(value: sympy.Expr, params: list[Param], states: set[str]) -> tuple[list[Param], dict] | None:
+    """Parameters with one named v_reset holding `value` (a parameter or a number), and the renaming; or None."""
+    names = [p.name for p in params]
+    if value.is_Symbol and value.name in names:
+        if value.name == "v_reset":
+            return params, {}
+        if "v_reset" in names or "v_reset" in states:
+            return None
+        renamed = [dataclasses.replace(p, name="v_reset") if p.name == value.name else p for p in params]
+        return renamed, {value: sympy.Symbol("v_reset", real=True)}
+    if value.is_Number and "v_reset" not in names and "v_reset" not in states:
+        return [*params, Param("v_reset", float(value), kind="constant")], {}
+    return None
+
+
+def _free_state(taken: set[str]) -> str:
+    return next(n for n in ("u", "u_spike", "u_membrane") if n not in taken)
+
+
+def step_spec(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Param], *, num_inputs: int = 1,
+              name: str | None = None, doc: str = "", initial: Mapping[str, float | str] | None = None,
+              origin: str = "<python>", dtype: torch.dtype = torch.float32) -> StepSpec:
+    """Trace `fn(x, *states, *params)` and map it onto a NeuronSpec (see the module doc). `states` and the
+    parameters' names are the step's own; they are renamed where the spec language needs it."""
+    traced, state_names, spec_params = prepare(fn, states, params, num_inputs=num_inputs, origin=origin,
+                                               dtype=dtype)
+    return from_trace(traced, state_names, spec_params, name=name, doc=doc, initial=initial, origin=origin)
+
+
+def from_trace(traced: Trace, states: list[str], params: list[Param], *, name: str | None = None, doc: str = "",
+               initial: Mapping[str, float | str] | None = None, origin: str = "<python>") -> StepSpec:
+    """The spec of a traced step whose arguments are x, `states` and `params` (spec names)."""
+    values = _sympy(traced, origin)
+    returns = [values[i] for i in traced.returns]
+    count = len(returns) - len(states)
+    x, s = sympy.Symbol("x", real=True), S
+    outputs, news = tuple(returns[:count]), dict(zip(states, returns[count:]))
+    spike = traced.spike
+    z = values[spike.argument] if spike is not None else None
+    detach = False
+    if spike is not None:
+        users = [n for n, e in news.items() if DETACHED in e.free_symbols]
+        if len(users) > 1 or any(DETACHED in o.free_symbols for o in outputs):
+            raise SpecError(f"{traced.name}: the detached spike (s.detach()) may appear only in the membrane's "
+                            f"reset (SpikingJelly's detach_reset)", source=spike.line, symbol="detach")
+        detach = bool(users)
+        news = {n: e.xreplace({DETACHED: s}) for n, e in news.items()}
+    found, step_params = None, [p.name for p in params]
+    if z is not None:
+        for state in ([users[0]] if detach else states):
+            found = _membrane(state, news[state], z, s, x)
+            if found is not None and found.reset == "hard":
+                renamed = _v_reset(found.v_reset, params, set(states))
+                if renamed is None:
+                    found = None
+                    continue
+                params, renames = renamed
+                news = {n: e.xreplace(renames) for n, e in news.items()}
+                outputs = tuple(o.xreplace(renames) for o in outputs)
+                found.charge, found.threshold = found.charge.xreplace(renames), found.threshold.xreplace(renames)
+                step_params = [str(renames.get(sympy.Symbol(n, real=True), n)) for n in step_params]
+            if found is not None:
+                break
+    if found is None and detach:
+        raise SpecError(f"{traced.name}: s.detach() is used, but no state's new value is a reset rule of the "
+                        f"spike (hard: h * (1 - s) + s * v_reset, soft: h - s * threshold)",
+                        source=spike.line if spike else origin, symbol="detach")
+    fields = _fields(found, news, states) if found is not None else _own_fields(news, states, z)
+    init = {n: (initial or {}).get(n, 0.0) for n in fields["state_order"]}
+    spec = NeuronSpec(name=clean_spec_name(name or traced.name), doc=doc, params=tuple(params),
+                      states=tuple(State(n, init[n]) for n in fields["state_order"]),
+                      charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
+                      updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(), origin=origin)
+    return StepSpec(spec, tuple(states), tuple(step_params), tuple(_output(o, news, s) for o in outputs), detach,
+                    spike is not None)
+
+
+def _fields(m: _Membrane, news: Mapping[str, sympy.Expr], states: list[str]) -> dict[str, Any]:
+    h = sympy.Symbol("h", real=True)
+    charge = m.charge
+    updates = tuple((n, expression_text(_with_h(news[n], charge, h))) for n in states if n != m.state)
+    return {"state_order": [m.state, *(n for n in states if n != m.state)], "charge": expression_text(charge),
+            "threshold": expression_text(m.threshold), "reset": m.reset, "updates": updates}
+
+
+def _with_h(e: sympy.Expr, charge: sympy.Expr, h: sympy.Symbol) -> sympy.Expr:
+    """`e` with the charge written as h where it appears (the same value: the kernel computes it once)."""
+    return e if charge.is_Atom else e.subs(charge, h)
+
+
+def _own_fields(news: Mapping[str, sympy.Expr], states: list[str], z: sympy.Expr | None) -> dict[str, Any]:
+    u = _free_state(set(states))
+    updates = tuple((n, expression_text(news[n])) for n in states)
+    return {"state_order": [u, *states], "charge": expression_text(z) if z is not None else "0",
+            "threshold": "0" if z is not None else "1", "reset": "none", "updates": updates}
+
+
+def _output(e: sympy.Expr, news: Mapping[str, sympy.Expr], s: sympy.Symbol) -> Output:
+    if e == s:
+        return Output(SPIKE)
+    state = next((n for n, new in news.items() if new == e), None)
+    return Output(STATE, state) if state is not None else Output(EXPRESSION, expr=expression_text(e))
+
+
+# ---- the decorator ----
+
+def _origin(fn: Any) -> str:
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "<python>"
+
+
+def _param(name: str, default: Any, learnable: Sequence[str], constants: Sequence[str],
+           domains: Mapping[str, str]) -> Param:
+    if isinstance(default, Param):
+        return dataclasses.replace(default, name=name)
+    kind: Kind | None = "constant" if name in constants else ("tensor" if name in learnable else None)
+    return Param(name, default, kind=kind, learnable=name in learnable, domain=domains.get(name, ""))
+
+
+def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc: str | None = None,
+           learnable: Sequence[str] = (), constants: Sequence[str] = (), domains: Mapping[str, str] | None = None,
+           initial: Mapping[str, float | str] | None = None) -> Any:
+    """A NeuronSpec from a step function `f(x, *states, *params) -> (spike, *new_states)`: the first argument is
+    the input, the arguments without defaults are the states (the membrane among them), those with defaults the
+    parameters (runtime scalars; `learnable` names tensors that are learned, `constants` names baked into the
+    kernel, `domains` their allowed values as in TOML). `initial` gives states' initial values (default 0; a
+    number or a parameter's name). Name and doc default to the function's."""
+    if fn is None:
+        return lambda f: neuron(f, name=name, doc=doc, learnable=learnable, constants=constants, domains=domains,
+                                initial=initial)
+    positional = signature_names(fn)
+    if not positional or positional[0].default is not inspect.Parameter.empty:
+        raise SpecError(f"{getattr(fn, '__name__', fn)!r}: the first argument is the input x (without a default)")
+    states = [p.name for p in positional[1:] if p.default is inspect.Parameter.empty]
+    defaults = [p for p in positional[1:] if p.default is not inspect.Parameter.empty]
+    if [p.name for p in positional[1:]] != [*states, *(p.name for p in defaults)]:
+        raise SpecError(f"{fn.__name__}: list the states (no defaults) before the parameters (with defaults)")
+    params = [_param(p.name, p.default, learnable, constants, domains or {}) for p in defaults]
+    unknown = set(learnable) | set(constants) | set(domains or {})
+    unknown -= {p.name for p in params}
+    if unknown:
+        raise SpecError(f"{fn.__name__}: {sorted(unknown)[0]!r} is not a parameter (an argument with a default)",
+                        symbol=sorted(unknown)[0])
+    text = doc if doc is not None else inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+    step = step_spec(fn, states, params, name=name or fn.__name__, doc=text, initial=initial,
+                     origin=_origin(fn))
+    if [o.kind for o in step.outputs] != [SPIKE]:
+        raise SpecError(f"{fn.__name__} must return (spike, *new_states), the spike being the surrogate's "
+                        f"result: got {len(step.outputs)} output(s) before the states", source=_origin(fn),
+                        symbol="returns")
+    if step.surrogate is None:
+        raise SpecError(f"{fn.__name__} calls no surrogate spike function: write s = surrogate(h - threshold)",
+                        source=_origin(fn), symbol="surrogate")
+    return step.spec
+
+
+# ---- Python files ----
+
+def load_python_spec(path_and_name: str) -> NeuronSpec:
+    """The NeuronSpec a Python file defines (e.g. with @autocuda.neuron): `file.py`, or `file.py:name` where the
+    file defines several. The file is executed: it is the user's own code, trusted as any script they run."""
+    import runpy
+
+    path, _, wanted = path_and_name.partition(".py:")
+    path = path if path.endswith(".py") else f"{path}.py"
+    found = [v for v in runpy.run_path(path, run_name="__autocuda_spec__").values() if isinstance(v, NeuronSpec)]
+    names = ", ".join(s.name for s in found) or "none"
+    chosen = [s for s in found if not wanted or s.name == wanted]
+    if len(chosen) != 1:
+        what = f"no spec named {wanted!r}" if wanted else (
+            "no NeuronSpec (decorate a step function with @autocuda.neuron)" if not found else
+            "several specs: name one as FILE.py:NAME")
+        raise SpecError(f"{what} (specs defined: {names})", source=path, symbol=wanted or None)
+    return chosen[0]

@@ -1,0 +1,115 @@
+"""A traced step function as a spec, and how its arguments and returns map onto the spec's (sympy-free).
+
+`StepSpec` is what `spec.python.from_trace` builds from a `spec.trace.Trace`; it round-trips through JSON so
+that a layer can keep it on disk (`autocuda.nn.flexsn`): a process that finds it there never imports sympy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+
+from ..errors import SpecError
+from ..surrogate import Surrogate, get_surrogate
+from .model import NeuronSpec, Param, State
+from .names import name_problem, spec_name_problem
+from .trace import Trace, trace
+
+__all__ = ["Output", "StepSpec", "SPIKE", "STATE", "EXPRESSION", "prepare", "spec_names", "clean_spec_name"]
+
+OutputKind = Literal["spike", "state", "expression"]
+SPIKE: OutputKind = "spike"
+STATE: OutputKind = "state"
+EXPRESSION: OutputKind = "expression"
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One non-state return value of a step: the spike, a new state (by name), or an expression (text of the
+    spec language over x, the states before the step, the parameters and s)."""
+
+    kind: OutputKind
+    state: str = ""
+    expr: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """A step function as a spec, and how its arguments and returns map onto the spec's."""
+
+    spec: NeuronSpec
+    states: tuple[str, ...]   # the step's states, in the step's order, by their spec names
+    params: tuple[str, ...]   # the step's parameters, in the step's order, by their spec names
+    outputs: tuple[Output, ...]
+    detach_reset: bool
+    spiking: bool             # False: the step has no spike (its spec never fires)
+
+    @property
+    def surrogate(self) -> Surrogate | None:
+        return self.spec.surrogate if self.spiking else None
+
+    def to_json(self) -> str:
+        s = self.spec
+        surrogate = {"name": s.surrogate.name, **s.surrogate._init_kwargs()}
+        spec = {"name": s.name, "doc": s.doc, "charge": s.charge, "threshold": s.threshold, "reset": s.reset,
+                "params": [dataclasses.asdict(p) for p in s.params], "states": [[t.name, t.init] for t in s.states],
+                "updates": [list(u) for u in s.updates], "surrogate": surrogate, "origin": s.origin}
+        return json.dumps({"spec": spec, "states": self.states, "params": self.params,
+                           "outputs": [dataclasses.astuple(o) for o in self.outputs],
+                           "detach_reset": self.detach_reset, "spiking": self.spiking})
+
+    @staticmethod
+    def from_json(text: str) -> StepSpec:
+        data = json.loads(text)
+        spec = dict(data["spec"])
+        spec["params"] = tuple(Param(**p) for p in spec["params"])
+        spec["states"] = tuple(State(n, i) for n, i in spec["states"])
+        spec["updates"] = tuple(tuple(u) for u in spec["updates"])
+        spec["surrogate"] = get_surrogate(spec["surrogate"])
+        return StepSpec(NeuronSpec(**spec), tuple(data["states"]), tuple(data["params"]),
+                        tuple(Output(*o) for o in data["outputs"]), bool(data["detach_reset"]),
+                        bool(data["spiking"]))
+
+
+def spec_names(names: Sequence[str], taken: set[str], fallback: str) -> list[str]:
+    """Each name as the spec may spell it (x, h, s and the language's names are taken)."""
+    result = []
+    for i, name in enumerate(names):
+        candidate = name
+        if name_problem(candidate) is not None or candidate in taken:
+            candidate = f"{name}_{fallback}" if name_problem(f"{name}_{fallback}") is None else f"{fallback}{i}"
+        while candidate in taken:
+            candidate += "_"
+        taken.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def clean_spec_name(name: str) -> str:
+    """`name` as a spec's name (kernel names are made from it)."""
+    if spec_name_problem(name) is None:
+        return name
+    cleaned = "_".join(p for p in "".join(c if c.isalnum() else "_" for c in name).split("_") if p)
+    return cleaned if cleaned and spec_name_problem(cleaned) is None else "python_neuron"
+
+
+def prepare(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Param], *, num_inputs: int = 1,
+            origin: str = "<python>", dtype: torch.dtype = torch.float32
+            ) -> tuple[Trace, list[str], list[Param]]:
+    """Trace `fn(x, *states, *params)` under the spec's spelling of the names: (trace, states, params)."""
+    if num_inputs != 1:
+        raise SpecError(f"{getattr(fn, '__name__', 'the step')} takes {num_inputs} step inputs: autocuda's kernels "
+                        f"take one input x; add the inputs before the neuron (x = a + b) or write one step input",
+                        source=origin, symbol="inputs")
+    taken = {"x", "h", "s"}
+    state_names = spec_names(states, taken, "state")
+    param_names = spec_names([p.name for p in params], taken, "param")
+    spec_params = [dataclasses.replace(p, name=n) for p, n in zip(params, param_names)]
+    traced = trace(fn, ["x", *state_names, *param_names], dtype=dtype)
+    if len(traced.returns) < len(state_names):
+        raise SpecError(f"{traced.name} returned {len(traced.returns)} values, fewer than its "
+                        f"{len(state_names)} states", source=origin, symbol="returns")
+    return traced, state_names, spec_params

@@ -1,0 +1,496 @@
+"""Python step functions -> a table of what they compute: call a function on symbolic stand-ins.
+
+A neuron written as one step, `step(x, *states, *params) -> (*outputs, *new_states)`, is called once with a
+`Value` for every argument. A Value is a node of the tracer's table and answers the arithmetic, comparisons,
+tensor methods and torch functions (through `__torch_function__`) a step uses by adding nodes; the step's
+return values are then nodes over the input, the states and the parameters. No sympy here: a process whose
+traced spec is cached (`autocuda.nn.flexsn`) never imports it; `spec.python` turns the table into sympy.
+
+The spike is the one call of a surrogate spike function: autocuda's surrogates, and SpikingJelly's (its modules
+and its autograd functions, recognised by what they are, without importing SpikingJelly). Its result is the
+node ("spike",); its argument (h - threshold) and the surrogate are recorded.
+
+What a kernel cannot do is refused when it is met, with the line of the user's function and what to write
+instead: a Python `if` on a tensor, in-place operations, sorting and other operations off the whitelist, random
+numbers, `math` functions on a tensor, tensors captured by the function. Nothing falls back to running the
+function eagerly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import linecache
+import math
+import numbers
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import SpecError
+from ..surrogate import SURROGATES, Custom, Surrogate
+
+__all__ = ["Value", "Trace", "Spike", "trace", "refuse", "captured_tensor"]
+
+_HERE = __file__
+_LIBRARIES = ("torch", "spikingjelly", "sympy", "autocuda")  # modules whose frames are never the user's line
+
+
+@dataclasses.dataclass(frozen=True)
+class Spike:
+    """The spike Θ(argument), with `surrogate`'s gradient (its nodes: ("spike",), ("detached",) for s.detach())."""
+
+    argument: int
+    surrogate: Surrogate
+    line: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """What one call computed: the node table, the argument names (("sym", name) nodes), the returned nodes."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    names: tuple[str, ...]
+    returns: tuple[int, ...]
+    spike: Spike | None
+
+    def text(self) -> str:
+        """The whole computation as text (equal texts: equal steps)."""
+        spike = None if self.spike is None else (self.spike.argument, self.spike.surrogate.key())
+        return repr((self.names, self.nodes, self.returns, spike))
+
+
+# ---- where in the user's function ----
+
+def _user_frame() -> Any:
+    """The innermost frame of the user's code (not this module, torch or a surrogate library)."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_filename != _HERE and not name.startswith(_LIBRARIES):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def refuse(operation: str, instead: str) -> SpecError:
+    """A SpecError at the user's line: `operation` cannot be part of a neuron step; `instead` says what can."""
+    frame = _user_frame()
+    if frame is None:
+        return SpecError(f"{operation} cannot be part of a neuron step: {instead}", symbol=operation)
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return SpecError(f"in {frame.f_code.co_name}(), `{line}`: {operation} cannot be part of a neuron step; "
+                     f"{instead}", source=where, symbol=operation)
+
+
+# ---- the stand-in ----
+# A traced step is a table of nodes, each a tuple (operation, *operands), operands node ids or constants:
+#   ("sym", name)  ("int", n)  ("float", f)  ("spike",)  ("detached",)
+#   ("add"|"sub"|"mul"|"div"|"pow"|"min"|"max", a, b)  ("neg", a)  ("fn", name, a)  ("heaviside", a)
+#   ("rel", "lt"|"le"|"gt"|"ge", a, b)  ("where", rel, a, b)  ("ind", rel): 1 where rel holds, else 0
+# Equal nodes are stored once, so the table grows with the step's operations, not with the size of its
+# expressions, and its text names the whole computation (the key of a disk cache of traced specs).
+
+Node = tuple
+
+
+class Value:
+    """A symbolic stand-in for a tensor of a neuron step (see the module doc): a node of its tracer's table."""
+
+    __slots__ = ("node", "relation", "tracer")
+
+    def __init__(self, node: int, tracer: _Tracer, relation: int | None = None):
+        self.node, self.tracer, self.relation = node, tracer, relation
+
+    def _new(self, node: int, relation: int | None = None) -> Value:
+        return Value(node, self.tracer, relation)
+
+    def _op(self, op: str, other: Any, reverse: bool = False) -> Value:
+        a, b = self.node, self.tracer.of(other)
+        return self._new(self.tracer.node(op, *((b, a) if reverse else (a, b))))
+
+    # arithmetic
+    def __add__(self, other: Any) -> Value: return self._op("add", other)
+    def __radd__(self, other: Any) -> Value: return self._op("add", other, True)
+    def __sub__(self, other: Any) -> Value: return self._op("sub", other)
+    def __rsub__(self, other: Any) -> Value: return self._op("sub", other, True)
+    def __mul__(self, other: Any) -> Value: return self._op("mul", other)
+    def __rmul__(self, other: Any) -> Value: return self._op("mul", other, True)
+    def __truediv__(self, other: Any) -> Value: return self._op("div", other)
+    def __rtruediv__(self, other: Any) -> Value: return self._op("div", other, True)
+    def __pow__(self, other: Any) -> Value: return self._op("pow", other)
+    def __rpow__(self, other: Any) -> Value: return self._op("pow", other, True)
+    def __neg__(self) -> Value: return self._new(self.tracer.node("neg", self.node))
+    def __pos__(self) -> Value: return self
+    def __abs__(self) -> Value: return self._new(self.tracer.node("fn", "abs", self.node))
+
+    # comparisons: a condition for torch.where, or 0/1 where a number is needed
+    def _compare(self, op: str, other: Any) -> Value:
+        spike = self.tracer.spike_in_surrogate(self, op, other)
+        if spike is not None:
+            return spike
+        relation = self.tracer.node("rel", op, self.node, self.tracer.of(other))
+        return self._new(self.tracer.node("ind", relation), relation)
+
+    def __lt__(self, other: Any) -> Value: return self._compare("lt", other)
+    def __le__(self, other: Any) -> Value: return self._compare("le", other)
+    def __gt__(self, other: Any) -> Value: return self._compare("gt", other)
+    def __ge__(self, other: Any) -> Value: return self._compare("ge", other)
+
+    def __eq__(self, other: Any) -> Any:
+        raise refuse("== on a tensor", "compare with <, <=, > or >= (equality of floats is no condition a "
+                                       "gradient can pass)")
+
+    def __ne__(self, other: Any) -> Any:
+        raise refuse("!= on a tensor", "compare with <, <=, > or >=")
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise refuse("a Python `if` (or and/or/not) on a tensor",
+                     "the branch would depend on the data; write torch.where(a < b, then, else)")
+
+    def __float__(self) -> float:
+        raise refuse("float() or a math function of a tensor", "use torch functions (torch.exp, not math.exp)")
+
+    __int__ = __index__ = __float__
+
+    def __len__(self) -> int:
+        raise refuse("len() of a tensor", "a step works on one neuron's values; no shapes")
+
+    def __iter__(self) -> Any:
+        raise refuse("iterating over a tensor", "a step works on one neuron's values elementwise")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise refuse("indexing a tensor", "a step works on one neuron's values elementwise")
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise refuse("item assignment (in place)", "compute a new value: v = torch.where(c, a, v)")
+
+    def _in_place(self, *args: Any) -> Any:
+        raise refuse("an in-place operation (+=, -=, *=, ...)", "write v = v + ... (a new value)")
+
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = __ipow__ = __iand__ = __ior__ = _in_place
+
+    def __and__(self, other: Any) -> Any:
+        raise refuse("& | ~ on conditions", "nest torch.where calls, one comparison each")
+
+    __or__ = __rand__ = __ror__ = __invert__ = __xor__ = __and__
+
+    def __repr__(self) -> str:
+        return f"Value({self.tracer.nodes[self.node]})"
+
+    # attributes a step may read
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tracer.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # probes of private and special names (hasattr) get the usual answer
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name.endswith("_"):
+            raise refuse(f"the in-place method Tensor.{name}", f"use Tensor.{name[:-1]} (a new value)")
+        if name in _METHODS:
+            return functools.partial(_METHODS[name], self)
+        if name in _TORCH:
+            return functools.partial(_call, name, self)
+        raise refuse(f"Tensor.{name}", _supported())
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        name = getattr(func, "__name__", repr(func))
+        if any(isinstance(a, torch.Tensor) for a in (*args, *(kwargs or {}).values())):
+            raise refuse("a tensor made outside the step", "pass tensors in as parameters (FlexSN's static_inputs)")
+        if name.endswith("_") and not name.startswith("_"):
+            raise refuse(f"the in-place torch.{name}", f"use torch.{name[:-1]} (a new value)")
+        if (kwargs or {}).get("out") is not None:
+            raise refuse(f"torch.{name}(..., out=...)", "return a new value instead of writing into a tensor")
+        if name in _RANDOM or "rand" in name:
+            raise refuse(f"torch.{name} (random numbers)", "a neuron step is deterministic; add noise to the "
+                                                           "input outside the neuron")
+        if name in _METHODS:
+            return _METHODS[name](*args, **(kwargs or {}))
+        if name not in _TORCH:
+            raise refuse(f"torch.{name}", _supported())
+        return _call(name, *args, **(kwargs or {}))
+
+
+def _unary(op: str, name: str | None = None) -> Callable[..., int]:
+    return lambda t, x: t.node(op, name, t.of(x)) if name else t.node(op, t.of(x))
+
+
+def _clamp(t: _Tracer, x: Any, min: Any = None, max: Any = None) -> int:
+    node = t.of(x)
+    if min is not None:
+        node = t.node("max", t.of(min), node)
+    if max is not None:
+        node = t.node("min", node, t.of(max))
+    return node
+
+
+def _where(t: _Tracer, condition: Any, a: Any, b: Any) -> int:
+    if not (isinstance(condition, Value) and condition.relation is not None):
+        raise refuse("a condition that is not one comparison", "write torch.where(a < b, then, else)")
+    return t.node("where", condition.relation, t.of(a), t.of(b))
+
+
+def _heaviside(t: _Tracer, x: Any, values: Any = None) -> int:
+    if values is not None and t.nodes[t.of(values)] not in (("int", 1), ("float", 1.0)):
+        raise refuse("torch.heaviside with Θ(0) other than 1", "use torch.heaviside(z, torch.ones_like(z)), or "
+                                                              "(z >= 0).float()")
+    return t.node("heaviside", t.of(x))
+
+
+def _scaled(op: str) -> Callable[..., int]:
+    def build(t: _Tracer, a: Any, b: Any, alpha: Any = 1) -> int:
+        return t.node(op, t.of(a), t.of(b) if alpha == 1 else t.node("mul", t.of(alpha), t.of(b)))
+    return build
+
+
+def _binary(op: str) -> Callable[..., int]:
+    return lambda t, a, b: t.node(op, t.of(a), t.of(b))
+
+
+FUNCTION_NAMES = ("exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "abs", "atan")
+
+# torch function (and Tensor method) name -> builder of its node (tracer, *arguments)
+_TORCH: Mapping[str, Callable[..., int]] = {
+    **{n: _unary("fn", n) for n in FUNCTION_NAMES}, "arctan": _unary("fn", "atan"),
+    "neg": _unary("neg"), "negative": _unary("neg"), "heaviside": _heaviside,
+    "square": lambda t, x: t.node("pow", t.of(x), t.of(2)),
+    "reciprocal": lambda t, x: t.node("div", t.of(1), t.of(x)),
+    "rsqrt": lambda t, x: t.node("div", t.of(1), t.node("fn", "sqrt", t.of(x))),
+    "relu": lambda t, x: t.node("max", t.of(0), t.of(x)), "exp2": lambda t, x: t.node("pow", t.of(2), t.of(x)),
+    "add": _scaled("add"), "sub": _scaled("sub"), "mul": _binary("mul"), "div": _binary("div"),
+    "true_divide": _binary("div"), "pow": _binary("pow"), "minimum": _binary("min"), "maximum": _binary("max"),
+    "clamp": _clamp, "clip": _clamp, "clamp_min": lambda t, x, m: _clamp(t, x, min=m),
+    "clamp_max": lambda t, x, m: _clamp(t, x, max=m), "where": _where,
+    "zeros_like": lambda t, x, **_: t.of(0), "ones_like": lambda t, x, **_: t.of(1),
+    "full_like": lambda t, x, value, **_: t.of(value),
+}
+_RANDOM = frozenset({"bernoulli", "normal", "poisson", "dropout", "multinomial", "random", "uniform",
+                     "exponential", "geometric", "cauchy", "log_normal", "alpha_dropout", "feature_dropout"})
+
+
+def _supported() -> str:
+    return ("a step may use + - * / **, comparisons inside torch.where, and torch." + ", torch.".join(
+        sorted(n for n in _TORCH if not n.endswith("_like"))) + " (or the same Tensor methods)")
+
+
+def _call(name: str, *args: Any, **kwargs: Any) -> Any:
+    values = [a for a in (*args, *kwargs.values()) if isinstance(a, Value)]
+    if not values:  # e.g. torch.exp of a Python number: the stand-in only sees calls that involve a Value
+        raise refuse(f"torch.{name} without a step value", "use Python numbers or math for constants")
+    anchor = values[0]
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Value) and a.tracer is not anchor.tracer:
+            raise refuse(f"torch.{name} on values of another trace", "call the step on its own arguments")
+    try:
+        result = _TORCH[name](anchor.tracer, *args, **kwargs)
+    except TypeError as err:
+        raise refuse(f"torch.{name} with these arguments ({err})", _supported()) from None
+    return anchor._new(result)
+
+
+def _keep(self: Value, *args: Any, **kwargs: Any) -> Value:
+    """Dtype and device changes: a step's arithmetic dtype is the kernel's."""
+    if self.relation is not None:
+        return self._new(self.node)  # a condition as 0/1
+    return self
+
+
+def _detach(self: Value) -> Value:
+    return self.tracer.detach(self)
+
+
+def _reject(what: str, instead: str) -> Callable[..., Any]:
+    def method(self: Value, *args: Any, **kwargs: Any) -> Any:
+        raise refuse(what, instead)
+    return method
+
+
+_METHODS: Mapping[str, Callable[..., Any]] = {
+    "to": _keep, "float": _keep, "double": _keep, "half": _keep, "bfloat16": _keep, "type_as": _keep,
+    "type": _keep, "contiguous": _keep, "clone": _keep, "view_as": _keep, "reshape_as": _keep,
+    "expand_as": _keep, "detach": _detach,
+    "sort": _reject("torch.sort", "a neuron step is elementwise: one neuron's values, no ordering across "
+                                  "neurons"),
+    "argsort": _reject("torch.argsort", "a neuron step is elementwise"),
+    "topk": _reject("torch.topk", "a neuron step is elementwise"),
+    "item": _reject("Tensor.item()", "keep values as tensors; use torch.where for choices"),
+    "tolist": _reject("Tensor.tolist()", "keep values as tensors"),
+    "numpy": _reject("Tensor.numpy()", "keep values as tensors"),
+    "sum": _reject("torch.sum", "a neuron step is elementwise: no reductions across neurons"),
+    "mean": _reject("torch.mean", "a neuron step is elementwise: no reductions across neurons"),
+}
+
+
+# ---- surrogate spike functions ----
+
+def _library_surrogate(frame: Any) -> tuple[type, dict[str, Any]] | None:
+    """(class, arguments) when `frame` runs the forward of an autograd Function defined in a surrogate module."""
+    if frame.f_code.co_name != "forward":
+        return None
+    owner = next((v for v in frame.f_globals.values()
+                  if isinstance(v, type) and issubclass(v, torch.autograd.Function)
+                  and getattr(getattr(v, "forward", None), "__code__", None) is frame.f_code), None)
+    if owner is None:
+        return None
+    names = frame.f_code.co_varnames[:frame.f_code.co_argcount]
+    return owner, {n: frame.f_locals[n] for n in names if n in frame.f_locals}
+
+
+_SJ_NAMES = {cls.__name__.lower(): cls for cls in SURROGATES.values() if cls is not Custom}
+
+
+def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) -> Surrogate:
+    """The autocuda surrogate of a library autograd Function (SpikingJelly's `sigmoid`, `atan`, ...)."""
+    given = next((v for v in arguments.values() if isinstance(v, Surrogate)), None)
+    if given is not None:
+        return given
+    cls = _SJ_NAMES.get(owner.__name__.replace("_", "").lower())
+    if cls is None:
+        known = ", ".join(sorted(c.__name__ for c in _SJ_NAMES.values()))
+        raise refuse(f"the spike function {owner.__module__}.{owner.__name__}",
+                     f"use one of the surrogates {known} (SpikingJelly's or autocuda's)")
+    params = {}
+    for name, _ in cls.DEFAULTS:
+        if name in arguments:
+            value = arguments[name]
+            if isinstance(value, Value) or isinstance(value, torch.Tensor) and value.numel() != 1:
+                raise refuse(f"{operation}: the surrogate parameter {name!r} as a tensor",
+                             "give surrogate parameters as numbers")
+            params[name] = float(value)
+    return cls(**params)  # type: ignore[arg-type]
+
+
+class _Tracer:
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self.spike: Spike | None = None
+        self.nodes: list[Node] = []
+        self.ids: dict[Node, int] = {}
+
+    def node(self, *node: Any) -> int:
+        """The id of `node`, added to the table unless an equal one is there."""
+        key = tuple(node)
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.nodes)
+            self.nodes.append(key)
+        return found
+
+    def of(self, value: Any) -> int:
+        """The node of a Value or a Python number."""
+        if isinstance(value, Value):
+            if value.tracer is not self:
+                raise refuse("a value of another trace", "call the step on its own arguments")
+            return value.node
+        if isinstance(value, bool) or isinstance(value, numbers.Integral):
+            return self.node("int", int(value))
+        if isinstance(value, numbers.Real):
+            if not math.isfinite(float(value)):
+                raise refuse(f"the number {value!r}", "use finite numbers")
+            return self.node("float", float(value))
+        if isinstance(value, torch.Tensor):
+            raise refuse("a tensor made outside the step", "pass tensors in as parameters (FlexSN's static_inputs)")
+        raise refuse(f"a value of type {type(value).__name__}", "use numbers, the step's arguments and torch ops")
+
+    def spike_in_surrogate(self, value: Value, op: str, other: Any) -> Value | None:
+        """Inside a surrogate's forward, its comparison of the argument with 0 is the spike."""
+        if op != "ge" or not isinstance(other, numbers.Real) or other != 0:
+            return None
+        frame: Any = sys._getframe(2)
+        for _ in range(6):
+            if frame is None:
+                return None
+            found = _library_surrogate(frame)
+            if found is not None:
+                owner, arguments = found
+                if not any(v is value for v in arguments.values()):
+                    return None
+                return self.record_spike(value, _named_surrogate(owner, arguments, "the spike function"))
+            frame = frame.f_back
+        return None
+
+    def record_spike(self, argument: Value, surrogate: Surrogate) -> Value:
+        if self.spike is not None:
+            raise refuse("a second spike function call", "a neuron fires once per step: call the surrogate "
+                                                         "once, on h - threshold")
+        frame = _user_frame()
+        line = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+        self.spike = Spike(argument.node, surrogate, line)
+        return Value(self.node("spike"), self)
+
+    def detach(self, value: Value) -> Value:
+        if self.nodes[value.node] == ("spike",):
+            return Value(self.node("detached"), self)
+        if self.nodes[value.node][0] in ("int", "float"):
+            return value
+        raise refuse("detach() of a value other than the spike",
+                     "detach only the spike (s.detach() in the reset, SpikingJelly's detach_reset)")
+
+
+def captured_tensor(fn: Callable[..., Any]) -> str | None:
+    """The name of a tensor (or a module that is no surrogate) the function captures in a closure, or None."""
+    while isinstance(fn, functools.partial):
+        for value in (*fn.args, *fn.keywords.values()):
+            if isinstance(value, (torch.Tensor, torch.nn.Module)) and not _is_surrogate_object(value):
+                return "a functools.partial argument"
+        fn = fn.func
+    code = getattr(fn, "__code__", None)
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, torch.Tensor) or (isinstance(value, torch.nn.Module) and not _is_surrogate_object(value)):
+            return name
+    return None
+
+
+def _is_surrogate_object(value: Any) -> bool:
+    """autocuda's surrogates, and SpikingJelly's surrogate modules (by their module path)."""
+    return isinstance(value, Surrogate) or type(value).__module__.endswith(".surrogate")
+
+
+def trace(fn: Callable[..., Any], names: Sequence[str], *, dtype: torch.dtype = torch.float32) -> Trace:
+    """Call `fn` once with one Value per name (positionally) and return what it computed."""
+    captured = captured_tensor(fn)
+    if captured is not None:
+        raise SpecError(f"{_name(fn)} captures the tensor or module {captured!r}: a kernel cannot read it; pass "
+                        f"it as an argument (a parameter, or FlexSN's static_inputs)", symbol=captured)
+    tracer = _Tracer(dtype)
+    returned = fn(*(Value(tracer.node("sym", n), tracer) for n in names))
+    returns = returned if isinstance(returned, (tuple, list)) else (returned,)
+    nodes = []
+    for i, value in enumerate(returns):
+        try:
+            nodes.append(tracer.of(value))
+        except SpecError as err:
+            raise SpecError(f"{_name(fn)}: return value {i}: {err.message}", source=err.source) from None
+    return Trace(_name(fn), tuple(tracer.nodes), tuple(names), tuple(nodes), tracer.spike)
+
+
+def _name(fn: Any) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def signature_names(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The positional parameters of `fn` (refusing *args)."""
+    parameters = list(inspect.signature(fn).parameters.values())
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        raise SpecError(f"{_name(fn)} takes *args: name each input, state and parameter")
+    return [p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                inspect.Parameter.POSITIONAL_OR_KEYWORD)]

@@ -1,0 +1,245 @@
+"""Whole-network training step: a CIFAR-sized spiking VGG with each system's LIF neuron, one SGD step per call.
+
+Model: four Conv3x3-BatchNorm2d-LIF blocks (64-128-256-256 channels), 2x2 average pooling after blocks 2-4,
+T folded into the batch for convolution and BatchNorm, a Linear head on the time-mean. One step = forward,
+cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): the first step's wall time
+(compilation included), the median step time by CUDA events, the wall time per step, and the peak memory.
+
+    python bench/network.py --out DIR [--systems ours,ours-compiled,...] [--shapes 4x64,16x32]
+        [--precisions float32,bfloat16] [--steps 20] [--device cuda]
+
+Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
+folded into the neuron, where autocuda has it), loop (a plain PyTorch LIF loop, eager), loop-compiled
+(torch.compile of the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN).
+A system whose library is missing is reported as skipped with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+TAU, V_TH, ALPHA = 2.0, 1.0, 4.0
+CHANNELS = (64, 128, 256, 256)
+
+
+class SigmoidSpike(torch.autograd.Function):
+    """Heaviside forward, the sigmoid surrogate's derivative (alpha = 4) backward."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return (z >= 0).to(z.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        sg = torch.sigmoid(ALPHA * z)
+        return grad * ALPHA * sg * (1 - sg)
+
+
+class LoopLIF(nn.Module):
+    """LIF (tau = 2, hard reset to 0, decay_input) as a Python loop over T of torch ops: x [T, *]."""
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        v = torch.zeros_like(x_seq[0])
+        spikes = []
+        for x in x_seq:
+            h = v + (x - v) / TAU
+            s = SigmoidSpike.apply(h - V_TH)
+            v = h * (1 - s)
+            spikes.append(s)
+        return torch.stack(spikes)
+
+
+class Block(nn.Module):
+    def __init__(self, cin: int, cout: int, neuron: nn.Module, pool: bool):
+        super().__init__()
+        self.conv, self.bn, self.neuron = nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), neuron
+        self.pool = nn.AvgPool2d(2) if pool else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [T, B, C, H, W]
+        T, B = x.shape[:2]
+        y = self.bn(self.conv(x.flatten(0, 1)))
+        s = self.neuron(y.reshape(T, B, *y.shape[1:]))
+        return self.pool(s.flatten(0, 1)).reshape(T, B, *self.pool(s[0]).shape[1:])
+
+
+class SpikingVGG(nn.Module):
+    def __init__(self, make_neuron: Callable[[], nn.Module], classes: int = 10):
+        super().__init__()
+        widths = (3, *CHANNELS)
+        self.blocks = nn.Sequential(*(Block(widths[i], widths[i + 1], make_neuron(), pool=i > 0)
+                                      for i in range(len(CHANNELS))))
+        self.head = nn.Linear(CHANNELS[-1] * 4 * 4, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, B, 3, 32, 32]
+        return self.head(self.blocks(x).mean(0).flatten(1))
+
+
+def _reset(model: nn.Module) -> None:
+    for m in model.modules():
+        if m is not model and hasattr(m, "reset") and callable(m.reset):
+            m.reset()
+
+
+def _sj():
+    from spikingjelly.activation_based import neuron, surrogate
+
+    return neuron, surrogate
+
+
+def _sj_flexsn() -> nn.Module:
+    neuron, surrogate = _sj()
+    spike = surrogate.sigmoid.apply  # FlexSN refuses a core that captures a module (a surrogate object)
+
+    def lif_core(x, v):
+        h = v + (x - v) / TAU
+        s = spike(h - V_TH, ALPHA)
+        return s, h * (1.0 - s)
+
+    return neuron.FlexSN(core=lif_core, num_states=1, step_mode="m")
+
+
+def _ours() -> nn.Module:
+    from autocuda.nn import LIFNode
+
+    return LIFNode(tau=TAU, step_mode="m")
+
+
+def _ours_fused(model: nn.Module) -> nn.Module:
+    from autocuda.nn import fuse_batchnorm
+
+    # Block.forward passes bn's output, reshaped to [T, B, ...], straight to neuron: a declared pair
+    return fuse_batchnorm(model, pairs=[("bn", "neuron")])
+
+
+NEURONS: dict[str, Callable[[], nn.Module]] = {
+    "ours": _ours, "ours-compiled": _ours, "ours-fused": _ours, "loop": LoopLIF, "loop-compiled": LoopLIF,
+    "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),
+    "sj-flexsn": _sj_flexsn,
+}
+
+
+def build(system: str, device: torch.device) -> nn.Module:
+    model = SpikingVGG(NEURONS[system]).to(device)
+    if system == "ours-fused":
+        model = _ours_fused(model)
+    if system.endswith("-compiled"):
+        model = torch.compile(model)
+    return model
+
+
+def measure(system: str, T: int, B: int, precision: str, steps: int, device: torch.device) -> dict:
+    torch.manual_seed(0)
+    model = build(system, device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.rand(T, B, 3, 32, 32, device=device)
+    target = torch.randint(0, 10, (B,), device=device)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bfloat16"
+                else contextlib.nullcontext())
+
+    def step() -> None:
+        _reset(model)
+        opt.zero_grad(set_to_none=True)
+        with autocast:
+            loss = nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        opt.step()
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    step()
+    sync()
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        step()
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    cuda = device.type == "cuda"
+    timers: list[Callable[[], float]] = []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        timers.append(_timed(step, cuda))
+    sync()
+    wall = (time.perf_counter() - t0) / steps * 1e3
+    ms = [timer() for timer in timers]
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+    return {"step_ms": statistics.median(ms), "wall_ms_per_step": wall, "first_step_s": first, "peak_mib": peak}
+
+
+def _timed(step: Callable[[], None], cuda: bool) -> Callable[[], float]:
+    """Run `step`; return a function giving its time in ms (CUDA events are read after the final sync)."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        return lambda: start.elapsed_time(end)
+    t = time.perf_counter()
+    step()
+    elapsed = (time.perf_counter() - t) * 1e3
+    return lambda: elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for network.json and network.txt")
+    parser.add_argument("--systems", default=",".join(NEURONS), help=f"comma list of {', '.join(NEURONS)}")
+    parser.add_argument("--shapes", default="4x64,16x32", help="comma list of TxB (default 4x64,16x32)")
+    parser.add_argument("--precisions", default="float32,bfloat16", help="float32 and/or bfloat16 (AMP autocast)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per row (default 20)")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test)")
+    args = parser.parse_args(argv)
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in NEURONS]
+    if unknown:
+        parser.error(f"--systems: unknown {unknown[0]!r} (known: {', '.join(NEURONS)})")
+    device = torch.device(args.device)
+    rows = []
+    for shape in args.shapes.split(","):
+        T, B = (int(v) for v in shape.split("x"))
+        for precision in args.precisions.split(","):
+            for system in systems:
+                row = {"system": system, "T": T, "B": B, "precision": precision}
+                try:
+                    row.update(measure(system, T, B, precision, args.steps, device))
+                except (ImportError, AttributeError) as error:
+                    row["skipped"] = f"{type(error).__name__}: {error}"
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "network.json").write_text(json.dumps({"device": _device_name(device), "rows": rows}, indent=1))
+    table = format_table(rows)
+    (args.out / "network.txt").write_text(table)
+    print(table)
+    return 0
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<14} {'step ms':>9} {'wall ms':>9} {'first s':>8} "
+             f"{'peak MiB':>9}"]
+    for r in rows:
+        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<14}"
+        if "skipped" in r:
+            lines.append(f"{head} skipped: {r['skipped'][:80]}")
+        else:
+            lines.append(f"{head} {r['step_ms']:>9.2f} {r['wall_ms_per_step']:>9.2f} {r['first_step_s']:>8.1f} "
+                         f"{r['peak_mib']:>9.0f}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""SpikingJelly's model zoo and neurons on a GPU, with our neurons running the generated kernels: the same nets
+and steps as tests/test_sj_zoo.py (two training steps, reset_net between, truncated BPTT with detach_net), in
+float32 against SpikingJelly's own neurons, within a tolerance (float32 sums in another order may move a
+membrane across its threshold now and then); and the drop-in points of tests/test_interop.py on CUDA tensors."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import autocuda.nn as our
+
+pytestmark = pytest.mark.gpu
+CUDA = "cuda"
+
+
+def _zoo():
+    """tests/test_sj_zoo.py, whose nets and training loop this file runs on the GPU (skips without the zoo)."""
+    path = Path(__file__).resolve().parent.parent / "test_sj_zoo.py"
+    spec = importlib.util.spec_from_file_location("sj_zoo_cpu", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except pytest.skip.Exception as skipped:
+        pytest.skip(str(skipped))
+    return module
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+@pytest.mark.parametrize(("model", "node"), [("spiking_vgg11_bn", "LIFNode"), ("sew_resnet18", "ParametricLIFNode"),
+                                             ("spiking_resnet18", "IFNode")])
+def test_zoo_model_with_our_kernels_trains_as_theirs(model: str, node: str) -> None:
+    zoo = _zoo()
+    theirs, mine = zoo.pair(model, node, device=CUDA, dtype=torch.float32)
+    side = zoo.MODELS[model][2]
+    x = 2 * torch.rand(4, 2, 3, side, side, device=CUDA, generator=torch.Generator(CUDA).manual_seed(1))
+    expected, got = zoo.train(theirs, x, 2), zoo.train(mine, x, 2)
+    for (out_a, grads_a), (out_b, grads_b) in zip(expected, got):
+        assert relative(out_b, out_a) < 2e-2
+        for name in grads_a:
+            assert relative(grads_b[name], grads_a[name]) < 5e-2, name
+
+
+def test_truncated_bptt_store_v_seq_and_new_batch_on_cuda() -> None:
+    from spikingjelly.activation_based import functional
+
+    lif = our.LIFNode(step_mode="s", store_v_seq=True)
+    w = torch.ones(5, device=CUDA, requires_grad=True)
+    for chunk in torch.rand(4, 3, 5, device=CUDA).split(2):
+        torch.stack([lif(t * w) for t in chunk]).sum().backward()
+        functional.detach_net(lif)
+    assert lif.v_seq.shape == (4, 3, 5) and not lif.v.requires_grad
+    lif(torch.rand(2, 5, device=CUDA))  # a new batch size starts afresh
+    assert lif.v.shape == (2, 5) and lif.v_seq.shape == (1, 2, 5)
+
+
+def test_non_spiking_surrogate_is_refused_by_the_kernels() -> None:
+    from autocuda.surrogate import ATan
+
+    with pytest.raises(ValueError, match="reference"):
+        our.LIFNode(surrogate_function=ATan(spiking=False))(torch.rand(3, device=CUDA))
+
+
+@pytest.mark.parametrize("name", ["CUBALIFNode", "KLIFNode", "RAFNode", "HalfThresholdIFNode", "SimpleLIFNode"])
+def test_more_classes_kernels_match_the_reference(name: str) -> None:
+    kwargs = {"tau": 2.0, "decay_input": True} if name == "SimpleLIFNode" else {}
+    x = (1.5 * torch.randn(8, 4, 33, device=CUDA, dtype=torch.float64)).requires_grad_(True)
+    y = x.detach().cpu().requires_grad_(True)
+    gpu, cpu = getattr(our, name)(**kwargs).to(torch.float64), getattr(our, name)(**kwargs).to(torch.float64)
+    gpu.step_mode = cpu.step_mode = "m"
+    a, b = gpu.to(CUDA)(x), cpu(y)
+    torch.testing.assert_close(a.cpu(), b)
+    a.sum().backward(), b.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), y.grad)

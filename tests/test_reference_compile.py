@@ -1,0 +1,80 @@
+"""The reference path under torch.compile: no graph break (the sympy work is done before tracing), and the scalar
+arithmetic of the reference's evaluator keeps torch's inf and nan without `Tensor.item()`."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import sympy
+import torch
+from sympy.codegen.cfunctions import expm1
+
+from autocuda.nn import LIFNode
+from autocuda.spec.torch_eval import evaluate
+
+X = sympy.Symbol("x", real=True)
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_mode: str) -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 6), LIFNode(step_mode=step_mode, backend="reference"))
+    x = torch.randn(3, 2, 6) if step_mode == "m" else torch.randn(2, 6)
+    expected = net(x)
+    expected.sum().backward()
+    expected_grad = net[0].weight.grad.clone()
+    net.zero_grad()
+    net[1].reset()
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(net)(x)
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    net[1].reset()
+    torch._dynamo.reset()
+    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(x)
+        got.sum().backward()
+    assert not [str(w.message) for w in caught if "Dynamo" in str(w.message)]  # e.g. lru_cache traced through
+    assert torch.equal(got, expected)
+    torch.testing.assert_close(net[0].weight.grad, expected_grad)
+    net[1].reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):  # tracing changed nothing its guards read
+        assert torch.equal(compiled(x), expected)
+
+
+@pytest.mark.parametrize(("expr", "value", "expected"), [
+    (sympy.exp(X), 1000.0, math.inf),            # overflow: inf, as torch gives on tensors
+    (sympy.log(X), 0.0, -math.inf),
+    (sympy.log(X), -1.0, math.nan),
+    (sympy.sqrt(X), -1.0, math.nan),
+    (1 / X, 0.0, math.inf),
+    (X ** sympy.Rational(1, 3), -8.0, math.nan),  # a negative base's fractional power
+    (sympy.Pow(X, 2.5), 4.0, 32.0),
+    (sympy.sin(X), math.inf, math.nan),
+    (sympy.sign(X), -3.0, -1.0),
+    (sympy.sign(X), 0.0, 0.0),
+    (expm1(X), 1e-10, 1e-10),
+    (sympy.erf(X), 0.5, math.erf(0.5)),
+])
+def test_scalar_arithmetic_matches_torch_on_tensors(expr: sympy.Expr, value: float, expected: float) -> None:
+    scalar = evaluate(expr, {X: value})
+    tensor = evaluate(expr, {X: torch.tensor(value, dtype=torch.float64)})
+    torch.testing.assert_close(scalar, torch.tensor(expected, dtype=torch.float32), equal_nan=True)
+    torch.testing.assert_close(tensor.float(), scalar, equal_nan=True)
+
+
+def test_expressions_compile_whole() -> None:
+    """Every kind of number and the integer powers, under fullgraph (the sympy nodes are prepared first)."""
+    from autocuda.spec.torch_eval import prepare_expression
+
+    expr = prepare_expression(sympy.Float(0.1) * X + sympy.pi * X ** 2 - sympy.E / (1 + X ** 2) ** 3
+                              + sympy.Heaviside(X, sympy.Rational(1, 2)) + sympy.Rational(1, 3) + 2 * sympy.sqrt(2))
+    t = torch.tensor([-1.5, 0.0, 0.25, 2.0], dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda v: evaluate(expr, {X: v}), fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(t), evaluate(expr, {X: t}), rtol=0, atol=0)
+    expected = 0.1 * t + math.pi * t**2 - math.e / (1 + t**2) ** 3 + torch.tensor([0, 0.5, 1, 1]) + 1 / 3 \
+        + 2 * math.sqrt(2)
+    torch.testing.assert_close(evaluate(expr, {X: t}), expected)

@@ -1,0 +1,121 @@
+"""SpikingJelly's model zoo with our neurons: spiking_vgg11_bn, sew_resnet18 and spiking_resnet18 built once with
+SpikingJelly's LIFNode / ParametricLIFNode / IFNode and once with ours, from the same weights, give the same
+outputs and weight gradients in float64 (the torch reference backend), over two training steps with
+`functional.reset_net` between them and truncated BPTT (`functional.detach_net`) inside each.
+
+The nets are built on the meta device and VGG's 4096-wide classifier is narrowed before any weight is made:
+the test is about the neurons inside the nets, and stays fast on a CPU."""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from torch import nn
+
+import autocuda.nn as our
+
+
+def _stub_torchvision() -> None:
+    """The zoo imports torchvision only for its download helper (never called here): a stand-in, for this test."""
+    if "torchvision" in sys.modules:
+        return
+    names = ("torchvision", "torchvision.models", "torchvision.models.utils")
+    modules = {name: types.ModuleType(name) for name in names}
+    modules["torchvision.models.utils"].load_state_dict_from_url = None  # type: ignore[attr-defined]
+    modules["torchvision"].models = modules["torchvision.models"]  # type: ignore[attr-defined]
+    modules["torchvision.models"].utils = modules["torchvision.models.utils"]  # type: ignore[attr-defined]
+    sys.modules.update(modules)
+
+
+try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
+    _stub_torchvision()
+    from spikingjelly.activation_based import functional, layer, surrogate
+    from spikingjelly.activation_based import neuron as sj_neuron
+    from spikingjelly.activation_based.model import sew_resnet, spiking_resnet, spiking_vgg
+except Exception as error:
+    pytest.skip(f"SpikingJelly's model zoo does not import: {type(error).__name__}: {error}",
+                allow_module_level=True)
+
+F64 = torch.float64
+WIDTH = 16  # VGG's classifier width here (4096 in the zoo)
+# model, its builder's extra arguments, the input's side
+MODELS = {"spiking_vgg11_bn": (spiking_vgg.spiking_vgg11_bn, {}, 32),
+          "sew_resnet18": (sew_resnet.sew_resnet18, {"cnf": "ADD"}, 8),
+          "spiking_resnet18": (spiking_resnet.spiking_resnet18, {}, 8)}
+CASES = [("spiking_vgg11_bn", "LIFNode"), ("sew_resnet18", "ParametricLIFNode"), ("spiking_resnet18", "IFNode")]
+
+
+def build(model: str, node: type, device: str = "cpu", dtype: torch.dtype = F64) -> nn.Module:
+    fn, extra, _ = MODELS[model]
+    with torch.device("meta"):
+        net = fn(spiking_neuron=node, surrogate_function=surrogate.ATan(), detach_reset=True, num_classes=3,
+                 **extra)
+        if model == "spiking_vgg11_bn":
+            net.classifier[0] = layer.Linear(512 * 7 * 7, WIDTH)
+            net.classifier[3] = layer.Linear(WIDTH, WIDTH)
+            net.classifier[6] = layer.Linear(WIDTH, 3)
+    net = net.to_empty(device=device)
+    return net.to(dtype)
+
+
+def initialize(net: nn.Module, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in net.state_dict().items():
+            if name.endswith("num_batches_tracked"):
+                tensor.zero_()
+            elif name.endswith("running_var"):
+                tensor.fill_(1.0)
+            elif name.endswith(".w"):  # ParametricLIF: 1/tau = sigmoid(w), init_tau = 2
+                tensor.zero_()
+            else:
+                fan_in = tensor[0].numel() if tensor.dim() > 1 else 1
+                values = torch.randn(tensor.shape, generator=generator, dtype=F64) / fan_in ** 0.5
+                tensor.copy_(values + (1.0 if name.endswith("bn1.weight") or name.endswith("bn2.weight") else 0.0))
+
+
+def pair(model: str, node: str, device: str = "cpu", dtype: torch.dtype = F64) -> tuple[nn.Module, nn.Module]:
+    theirs = build(model, getattr(sj_neuron, node), device, dtype)
+    initialize(theirs, 0)
+    mine = build(model, getattr(our, node), device, dtype)
+    mine.load_state_dict(theirs.state_dict())
+    for net in (theirs, mine):
+        functional.set_step_mode(net, "m")
+    return theirs, mine
+
+
+def train(net: nn.Module, x: torch.Tensor, chunks: int, lr: float = 0.05) -> list[tuple[torch.Tensor, dict]]:
+    """Two training steps (SGD), each over x [T, ...] in `chunks` chunks of truncated BPTT; per step the
+    outputs and the weight gradients."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    record = []
+    for step in range(2):
+        functional.reset_net(net)
+        optimizer.zero_grad()
+        outputs = []
+        torch.manual_seed(step)  # dropout draws the same masks in both nets
+        for chunk in x.chunk(chunks):
+            out = net(chunk)
+            out.pow(2).mean().backward()
+            functional.detach_net(net)
+            outputs.append(out.detach())
+        record.append((torch.cat(outputs), {n: p.grad.clone() for n, p in net.named_parameters()}))
+        optimizer.step()
+    return record
+
+
+@pytest.mark.parametrize(("model", "node"), CASES)
+def test_zoo_model_with_our_neurons_trains_as_theirs(model: str, node: str) -> None:
+    theirs, mine = pair(model, node)
+    side = MODELS[model][2]
+    x = 2 * torch.rand(2, 2, 3, side, side, dtype=F64, generator=torch.Generator().manual_seed(1))
+    expected, got = train(theirs, x, 2), train(mine, x, 2)
+    for (out_a, grads_a), (out_b, grads_b) in zip(expected, got):
+        torch.testing.assert_close(out_b, out_a)
+        assert grads_a.keys() == grads_b.keys()
+        for name in grads_a:
+            torch.testing.assert_close(grads_b[name], grads_a[name], msg=name)
+    first = next(iter(got[0][1].values()))  # the first conv's: the gradient passed every neuron layer
+    assert first.abs().sum() > 0
