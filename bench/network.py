@@ -176,6 +176,23 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
     return {"step_ms": statistics.median(ms), "wall_ms_per_step": wall, "first_step_s": first, "peak_mib": peak}
 
 
+def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: list[str], steps: int,
+                device: torch.device, progress: Callable[[dict], None] = lambda row: None) -> list[dict]:
+    """One row per (T, B), precision and system; a system whose library is missing is a row saying so."""
+    rows = []
+    for T, B in shapes:
+        for precision in precisions:
+            for system in systems:
+                row: dict = {"system": system, "T": T, "B": B, "precision": precision}
+                try:
+                    row.update(measure(system, T, B, precision, steps, device))
+                except (ImportError, AttributeError) as error:
+                    row["skipped"] = f"{type(error).__name__}: {error}"
+                rows.append(row)
+                progress(row)
+    return rows
+
+
 def _timed(step: Callable[[], None], cuda: bool) -> Callable[[], float]:
     """Run `step`; return a function giving its time in ms (CUDA events are read after the final sync)."""
     if cuda:
@@ -204,18 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--systems: unknown {unknown[0]!r} (known: {', '.join(NEURONS)})")
     device = torch.device(args.device)
-    rows = []
-    for shape in args.shapes.split(","):
-        T, B = (int(v) for v in shape.split("x"))
-        for precision in args.precisions.split(","):
-            for system in systems:
-                row = {"system": system, "T": T, "B": B, "precision": precision}
-                try:
-                    row.update(measure(system, T, B, precision, args.steps, device))
-                except (ImportError, AttributeError) as error:
-                    row["skipped"] = f"{type(error).__name__}: {error}"
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+    rows = measure_all(systems, shapes, args.precisions.split(","), args.steps, device,
+                       lambda row: print(json.dumps(row), flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "network.json").write_text(json.dumps({"device": _device_name(device), "rows": rows}, indent=1))
     table = format_table(rows)

@@ -79,6 +79,11 @@ def summary(results: Mapping[str, Any]) -> str:
         out += [f"  {r['system']:<11} {r['spec']:<10} {r['cache']}: {fmt(r.get('first_use_s'), '.3f')} s "
                 f"(process {r['process_wall_s']:.2f} s){'  ' + r['note'] if 'note' in r else ''}"
                 for r in results["first_use"]["rows"]]
+    if results.get("network"):
+        from .network import format_table
+
+        out += ["", "whole network: a spiking VGG's training step (bench/network.py), median step time "
+                "(CUDA events on a GPU)", format_table(results["network"])]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -54,7 +54,11 @@ from .workloads import (
 RESULTS = Path(__file__).resolve().parent / "results"  # where a run's folder goes unless --out names one
 FULL_SHAPES = ((8, 8 << 20), (64, 1 << 20), (256, 64 << 10), (1024, 16 << 10), (4, 4096))  # (T, N)
 QUICK_SHAPES = {"cuda": ((8, 1 << 20), (64, 64 << 10), (4, 4096)), "cpu": ((4, 64), (16, 32))}
-PARTS = ("speed", "memory", "host", "first-use")
+PARTS = ("speed", "memory", "host", "first-use", "network")
+# Parts run when --parts is not given; `network` (whole-model training steps, bench/network.py, minutes of
+# torch.compile) only when asked for
+DEFAULT_PARTS = ("speed", "memory", "host", "first-use")
+NETWORK_SHAPES = ((4, 64), (16, 32))  # (T, batch) of the network part
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -120,8 +124,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", type=lambda s: [_shape(p) for p in s.split(",")], default=None,
                         help=f"comma-separated TxN, e.g. 8x8M,64x1M (default: {_shape_list(FULL_SHAPES)}; with --quick "
                              f"{_shape_list(QUICK_SHAPES['cuda'])}, on a CPU {_shape_list(QUICK_SHAPES['cpu'])})")
-    parser.add_argument("--parts", type=lambda s: _choices(s, PARTS, "part"), default=list(PARTS),
-                        help=f"comma-separated, of {','.join(PARTS)} (default all)")
+    parser.add_argument("--parts", type=lambda s: _choices(s, PARTS, "part"), default=list(DEFAULT_PARTS),
+                        help=f"comma-separated, of {','.join(PARTS)} (default {','.join(DEFAULT_PARTS)}; network: "
+                             f"a spiking VGG's training step per system, T x batch "
+                             f"{', '.join(f'{t}x{b}' for t, b in NETWORK_SHAPES)}, float32 and AMP bfloat16)")
     parser.add_argument("--modes", type=lambda s: tuple(_choices(s, MODES, "mode")), default=MODES,
                         help="comma-separated, of inference,training (default both)")
     parser.add_argument("--no-peers", action="store_true", help="ours only: no SpikingJelly, eager or compile times")
@@ -184,8 +190,21 @@ def run(args: argparse.Namespace, results_root: Path = RESULTS) -> int:
     for part, method in (("memory", runner.memory), ("host", runner.host), ("first-use", runner.first_use)):
         if part in cfg.parts:
             results[part.replace("-", "_")] = method()
+    if "network" in cfg.parts:
+        results["network"] = _network(cfg, runner)
     results["elapsed_s"] = time.perf_counter() - runner.started
     return write_outputs(results, cfg.out)
+
+
+def _network(cfg: Config, runner: Runner) -> list[dict[str, Any]]:
+    """bench/network.py's rows: every system (peers only with peers on), float32 and AMP bfloat16."""
+    from . import network
+
+    systems = [s for s in network.NEURONS if cfg.peers or s.startswith("ours")]
+    precisions = ["float32", "bfloat16"] if cfg.device.type == "cuda" else ["float32"]
+    shapes = list(NETWORK_SHAPES) if cfg.device.type == "cuda" else [(2, 2)]
+    return network.measure_all(systems, shapes, precisions, 3 if cfg.quick else 20, cfg.device,
+                               lambda row: runner.log(f"network {row}"))
 
 
 def _method(cfg: Config, clock: Clock) -> dict[str, Any]:

@@ -348,3 +348,34 @@ def test_compiled_loop_of_a_spec_file_matches_its_eager_loop(my_neuron: Path) ->
     torch.testing.assert_close(finals, eager_finals)
     grads = torch.autograd.grad(spikes, case.grad_inputs, case.g)
     torch.testing.assert_close(grads, torch.autograd.grad(eager_spikes, case.grad_inputs, case.g))
+
+
+# -- the network part --------------------------------------------------------------------------------------------
+def test_the_network_part_runs_only_when_asked_for():
+    parser = argparse.ArgumentParser()
+    suite.add_arguments(parser)
+    assert "network" not in parser.parse_args([]).parts
+    assert parser.parse_args(["--parts", "network"]).parts == ["network"]
+
+
+def test_network_rows_train_the_same_model_with_each_neuron():
+    from bench import network
+
+    rows = network.measure_all(["ours", "loop"], [(2, 2)], ["float32"], 1, torch.device("cpu"))
+    assert [r["system"] for r in rows] == ["ours", "loop"]
+    assert all(r["step_ms"] > 0 and r["first_step_s"] > 0 for r in rows)
+    table = network.format_table(rows + [{"system": "sj", "T": 2, "B": 2, "precision": "float32",
+                                          "skipped": "ImportError: no spikingjelly"}])
+    assert "skipped: ImportError" in table and table.count("\n") == 4
+
+
+def test_the_network_model_is_the_same_with_our_neuron_and_the_plain_loop():
+    """Our LIF layer and the benchmark's plain loop are the same neuron: equal logits from equal weights."""
+    from bench import network
+
+    torch.manual_seed(0)
+    ours = network.SpikingVGG(network._ours).double()
+    loop = network.SpikingVGG(network.LoopLIF).double()
+    loop.load_state_dict(ours.state_dict())
+    x = torch.rand(2, 2, 3, 32, 32, dtype=torch.float64) * 3
+    torch.testing.assert_close(ours(x), loop(x))
