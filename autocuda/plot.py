@@ -235,8 +235,9 @@ def response(spec: NeuronSpec | str, input: str = "step", *, T: int = 100, ampli
                       f"{int(run.spikes.sum())} spikes in {T} steps", fontsize=10)
     for i, (name, seq) in enumerate(run.states.items()):
         membrane = i == 0
+        # States are drawn as the step leaves them: the membrane after its reset, so a spike marks where it fell
         traces(seq, axes[1 + i], threshold=run.threshold if membrane else None,
-               spikes=run.spikes if membrane else None, label=name)
+               spikes=run.spikes if membrane else None, label=f"{name} (after reset)" if membrane else name)
         axes[1 + i].set_xlabel("")
     raster(run.spikes, axes[-1])
     axes[-1].set_ylabel("spikes")

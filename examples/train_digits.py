@@ -12,6 +12,7 @@ On a GPU the neuron layers run autocuda's generated CUDA kernels.
 
     python examples/train_digits.py                  # full run; writes examples/out/spike_raster.png
     python examples/train_digits.py --epochs 1 --quick --out /tmp/digits    # a smoke test (seconds)
+    python examples/train_digits.py --spec my_neuron.toml --epochs 3        # your own neuron (autocuda new)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from autocuda.cli import spec_argument
 from autocuda.nn import LIFNode, Neuron
 
 HERE = Path(__file__).resolve().parent
@@ -41,13 +43,20 @@ def load_data(quick: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch
     return x_train, y_train, x_test, y_test
 
 
+def neuron_layer(spec: str | None, tau: float, backend: str | None) -> nn.Module:
+    """A LIF layer, or with `spec` (a shipped name, a .toml or .py file) a layer of that neuron."""
+    if spec is None:
+        return LIFNode(tau=tau, step_mode="m", detach_reset=True, backend=backend)
+    return Neuron(spec_argument(spec), step_mode="m", detach_reset=True, backend=backend)
+
+
 class SpikingMLP(nn.Module):
-    def __init__(self, hidden: int, tau: float, backend: str | None):
+    def __init__(self, hidden: int, tau: float, backend: str | None, spec: str | None = None):
         super().__init__()
         self.fc1 = nn.Linear(64, hidden)
-        self.lif1 = LIFNode(tau=tau, step_mode="m", detach_reset=True, backend=backend)
+        self.lif1 = neuron_layer(spec, tau, backend)
         self.fc2 = nn.Linear(hidden, 10)
-        self.lif2 = LIFNode(tau=tau, step_mode="m", detach_reset=True, backend=backend)
+        self.lif2 = neuron_layer(spec, tau, backend)
 
     def forward(self, x_seq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x_seq [T, B, 64] -> (output spikes [T, B, 10], hidden spikes [T, B, hidden])."""
@@ -127,6 +136,8 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--backend", default=None, choices=("reference", "host", "cuda"),
                         help="neuron backend (default: kernels on CUDA, else the torch reference)")
+    parser.add_argument("--spec", default=None, help="train your own neuron instead of LIF: a shipped spec's name, "
+                        "or a .toml or .py file (e.g. one `autocuda new` wrote)")
     parser.add_argument("--quick", action="store_true", help="a small subset of the data (for tests)")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for spike_raster.png")
     args = parser.parse_args(argv)
@@ -134,7 +145,7 @@ def main(argv: list[str] | None = None) -> float:
     torch.manual_seed(args.seed)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     x_train, y_train, x_test, y_test = load_data(args.quick, args.seed)
-    model = SpikingMLP(args.hidden, tau=2.0, backend=args.backend).to(device)
+    model = SpikingMLP(args.hidden, tau=2.0, backend=args.backend, spec=args.spec).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(1, args.epochs))
     print(f"device {device}, {len(x_train)} training / {len(x_test)} test images, T = {args.steps}")

@@ -36,6 +36,17 @@ def test_train_digits_quick(tmp_path: Path) -> None:
     assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")
 
 
+def test_train_digits_with_a_new_spec_file(tmp_path: Path) -> None:
+    """A new user's path: `autocuda new` writes a spec, the digits example trains it (--spec)."""
+    pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
+    pytest.importorskip("matplotlib", reason="the spike raster needs matplotlib (pip install -e '.[examples]')")
+    spec = tmp_path / "my_neuron.toml"
+    subprocess.run([sys.executable, "-m", "autocuda", "new", str(spec)], check=True, capture_output=True)
+    out = run("train_digits.py", "--epochs", "1", "--quick", "--device", "cpu", "--out", str(tmp_path),
+              "--spec", str(spec))
+    assert "test accuracy" in out
+
+
 def test_flexsn_lif() -> None:
     pytest.importorskip("spikingjelly", reason="the example's core is SpikingJelly's (its surrogate module)")
     out = run("flexsn_lif.py", "--steps", "30")

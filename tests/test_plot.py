@@ -87,7 +87,7 @@ def test_response_draws_each_state_and_the_threshold() -> None:
     fig = plot.response("alif", "step", T=50)
     axes = fig.axes
     assert len(axes) == 4  # input, v, a, spikes
-    assert [ax.get_ylabel() for ax in axes[1:3]] == ["v", "a"]
+    assert [ax.get_ylabel() for ax in axes[1:3]] == ["v (after reset)", "a"]
     labels = [line.get_label() for line in axes[1].get_lines()]
     assert "threshold" in labels
     import matplotlib.pyplot as plt
