@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -138,20 +138,19 @@ def _backend(asked: str | None) -> str:
 QUICK = {"dtypes": ("float32", "float16"), "detach": (False,)}
 
 
-def _check_rows(names: Sequence[str], backend: str, quick: bool,
-                progress: Callable[[int, int, str], None]) -> list[tuple[str, str, str, float]]:
+def _check_rows(names: Sequence[str], backend: str, quick: bool, bar: bool = True
+                ) -> list[tuple[str, str, str, float]]:
+    from .progress import progress
     from .testing import check_spec
 
     rows = []
-    for i, name in enumerate(names):
-        progress(i, len(names), name)
+    for name in progress(names, desc="check", unit="spec", leave=False, disable=not bar):
         start = time.perf_counter()
         spec = _spec(name)
         options = {**QUICK, "resets": (spec.reset,), "examples": 2} if quick else {"examples": 3}
         report = check_spec(spec, backend=backend, raise_on_failure=False, **options)
         result = "pass" if report.passed else f"FAIL ({report.summary()})"
         rows.append((name, f"{len(report.cases)} cases", result, time.perf_counter() - start))
-    progress(len(names), len(names), "")
     return rows
 
 
@@ -164,18 +163,6 @@ def _print_table(rows: Sequence[tuple[str, str, str, float]], header: Sequence[s
             print("  ".join("-" * w for w in widths))
 
 
-def _progress(done: int, total: int, label: str = "") -> None:
-    """A progress bar on a terminal's stderr (nothing when piped); done == total clears it."""
-    if not sys.stderr.isatty():
-        return
-    if done >= total:
-        print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
-        return
-    filled = 30 * done // max(total, 1)
-    print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {label:<30.30}", end="", file=sys.stderr,
-          flush=True)
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     from .spec.model import list_specs
 
@@ -183,7 +170,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not names:
         raise ValueError("name a spec (or a .toml file), or pass --all")
     backend = _backend(args.backend)
-    rows = _check_rows(names, backend, args.quick, _progress)
+    rows = _check_rows(names, backend, args.quick)
     print(f"backend: {backend}")
     _print_table(rows, ("spec", "checked", "result", "time"))
     return 0 if all(r[2] == "pass" for r in rows) else 1
@@ -192,20 +179,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_tour(args: argparse.Namespace) -> int:
     """Every shipped spec: derive and render all kernels in all dtypes, then check them on the best backend."""
     from .kernels import neuron_kernel
+    from .progress import progress
     from .spec.model import list_specs
 
     backend = _backend(args.backend)
     print(f"autocuda {__version__}: generating and checking every shipped neuron (backend: {backend})\n")
     rows = []
     names = [name for name, _ in list_specs()]
-    for i, name in enumerate(names):
-        _progress(i, len(names), name)
+    for name in progress(names, desc="tour", unit="spec", leave=False):
         start = time.perf_counter()
         spec = _spec(name)
         count = sum(1 for k in KERNELS for d in DTYPES if neuron_kernel(spec, k, d).full_codes)
-        checked = _check_rows([name], backend, quick=True, progress=lambda *_: None)[0]
+        checked = _check_rows([name], backend, quick=True, bar=False)[0]
         rows.append((name, f"{count} kernels", checked[2], time.perf_counter() - start))
-    _progress(len(names), len(names))
     _print_table(rows, ("model", "kernels", "check vs reference", "time"))
     return 0 if all(r[2] == "pass" for r in rows) else 1
 

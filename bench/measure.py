@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 import autocuda
+from autocuda.progress import progress
 from autocuda.runtime import nvrtc
 
 from .report import count, fmt
@@ -278,10 +279,11 @@ class Runner:
     # -- the parts ----------------------------------------------------------------------------------------
     def speed(self) -> list[Row]:
         rows = []
-        for dtype in self.cfg.dtypes:  # float32 first: if the compile budget runs out, it is on other dtypes
-            for w in self.cfg.workloads:
-                for steps, neurons in self.cfg.shapes:
-                    rows += self.speed_shape(w, dtype, steps, neurons)
+        # float32 first: if the compile budget runs out, it is on other dtypes
+        cases = [(w, dtype, shape) for dtype in self.cfg.dtypes for w in self.cfg.workloads
+                 for shape in self.cfg.shapes]
+        for w, dtype, (steps, neurons) in progress(cases, desc="speed", unit="case"):
+            rows += self.speed_shape(w, dtype, steps, neurons)
         order = {w.key: i for i, w in enumerate(self.cfg.workloads)}
         shapes = {s: i for i, s in enumerate(self.cfg.shapes)}
         dtypes = {dtype_name(d): i for i, d in enumerate(self.cfg.dtypes)}

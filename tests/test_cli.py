@@ -83,14 +83,16 @@ def test_debug_shows_the_traceback():
 
 
 def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):
-    from autocuda import cli
+    from autocuda.progress import progress
 
-    cli._progress(1, 4, "lif")
+    monkeypatch.delenv("AUTOCUDA_PROGRESS", raising=False)
+    assert list(progress(["lif", "qif"], desc="check")) == ["lif", "qif"]
     assert capsys.readouterr().err == "", "piped stderr gets no progress bar"
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    cli._progress(1, 4, "lif")
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain bar
+    assert list(progress(["lif", "qif", "eif", "izh"], desc="check")) == ["lif", "qif", "eif", "izh"]
     err = capsys.readouterr().err
-    assert "1/4 lif" in err and "[" + "#" * 7 + "." * 23 + "]" in err
+    assert "1/4 check" in err and "[" + "#" * 7 + "." * 23 + "]" in err
 
 
 def test_cache_shows_and_clears_what_is_stored(tmp_path, monkeypatch, capsys):

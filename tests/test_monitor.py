@@ -276,8 +276,8 @@ def test_progress_returns_the_iterable_itself_when_no_bar_is_shown(monkeypatch) 
     monkeypatch.setenv("AUTOCUDA_PROGRESS", "0")
     assert progress(items) is items
     monkeypatch.setenv("AUTOCUDA_PROGRESS", "1")
-    monkeypatch.setitem(sys.modules, "tqdm", None)  # not installed
-    assert not enabled() and progress(items) is items
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # not installed: the plain bar, the same items
+    assert enabled() and progress(items) is not items and list(progress(items)) == items
 
 
 def test_progress_draws_with_tqdm_when_asked(monkeypatch, capsys) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from .. import store
 from ..layout import Layout
+from ..progress import progress
 
 Options = Mapping[str, Any]  # some of a Layout's fields by name: the generator's keyword options
 
@@ -153,7 +154,8 @@ def fastest(text: str, device: torch.device, layouts: list[Layout], run: Callabl
     if known is not None:
         return known
     flush = _l2_flush(device)
-    times = [_elapsed_ms(functools.partial(run, layout), flush) for layout in layouts]
+    times = [_elapsed_ms(functools.partial(run, layout), flush)
+             for layout in progress(layouts, desc="tuning a long loop's layout", leave=False)]
     best = layouts[times.index(min(times))]
     store.save("tuning", name, json.dumps(_fields(best)).encode())
     return best
