@@ -26,8 +26,9 @@ from autocuda.dtypes import get_dtype
 from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
 
 # -- profiles -----------------------------------------------------------------------------------------
-# The default profile runs every property with fewer examples; the slow profile (`--slow` or
-# AUTOCUDA_SLOW_TESTS=1) runs each with its full count. Tests that set their own count take it from `examples`.
+# The default profile runs every property and fuzzer with fewer examples, and does not nvcc-check again a source
+# nvcc accepted before (see `nvcc`); the slow profile (`--slow` or AUTOCUDA_SLOW_TESTS=1) runs each with its full
+# count and checks every source. Tests that set their own count take it from `examples`.
 SLOW_VARIABLE = "AUTOCUDA_SLOW_TESTS"
 PROFILES = {"default": 20, "slow": 100}  # hypothesis's max_examples where a test sets none
 
@@ -38,16 +39,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    controller = getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ
+    if controller and config.option.dist in ("no", "load"):
+        # Each file runs whole on one worker (its tests share module state and fixtures), and workers take the
+        # files in the order one process runs them. Set here, not in addopts: without xdist (the GPU machine)
+        # the options would not parse.
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False
     if config.getoption("--slow"):
         os.environ[SLOW_VARIABLE] = "1"  # seen by the test modules, xdist's workers and subprocesses
+    share_cores()
     for name, count in PROFILES.items():
         settings.register_profile(f"autocuda-{name}", max_examples=count)
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
         settings.load_profile(f"autocuda-{profile()}")
 
 
+def share_cores() -> None:
+    """In an xdist worker: torch's threads (and those of the scripts the tests start) limited to the worker's share
+    of the cores, since workers that each spin a thread per core slow each other down many times over."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(min(torch.get_num_threads(), threads))
+
+
 def profile() -> str:
-    """"slow" where $AUTOCUDA_SLOW_TESTS is set (and not 0), else "default"."""
+    """The profile in force: "slow" where $AUTOCUDA_SLOW_TESTS is set (and not 0), else "default"."""
     return "slow" if os.environ.get(SLOW_VARIABLE, "0").strip() not in ("", "0") else "default"
 
 

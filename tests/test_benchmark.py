@@ -109,6 +109,7 @@ def test_first_use_runs_cold_then_warm(tmp_path: Path, monkeypatch: pytest.Monke
              "'cache_dir': os.environ['AUTOCUDA_CACHE_DIR'], 'cupy_dir': os.environ['CUPY_CACHE_DIR'], "
              "'writes_bytecode': not sys.flags.dont_write_bytecode, 'bytecode_dir': sys.pycache_prefix}))")
     monkeypatch.setattr(measure, "FIRST_USE", child)
+    monkeypatch.setattr(measure, "BYTECODE", "")  # (its imports would take most of the test, and nothing reads them)
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as on the lent GPU machines: the children must write it
     assert suite.main(["--device", "cpu", "--quick", "--parts", "first-use", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())

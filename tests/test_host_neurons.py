@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
@@ -30,10 +31,11 @@ from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 SPECS = [name for name, _ in list_specs()]
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 RESETS = ("hard", "soft")
-# Few examples (compilation dominates, and each case already covers T x N values); each setup gets its own fixed
-# seed (see the test), so CI is reproducible yet setups do not all draw the same shapes. No deadline: the first
-# example of a setup may compile.
-PROPERTY = settings(max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# Few examples (compilation dominates, and each case already covers T x N values): 3 drawn ones with --slow, 1 by
+# default, beside the test's 3 explicit edge cases. Each setup gets its own fixed seed (see the test), so CI is
+# reproducible yet setups do not all draw the same shapes. No deadline: the first example of a setup may compile.
+PROPERTY = settings(max_examples=examples(3, 1), deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 # A user's spec as Python objects: three states, an adaptive threshold, a learnable per-neuron time constant
 # and an update that reads h and s (what check_spec must handle beyond the shipped specs).
