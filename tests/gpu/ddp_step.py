@@ -62,6 +62,18 @@ def single_process_step(device: torch.device, backend: str | None = None) -> dic
     return {"grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()}, "output": out.cpu()}
 
 
+def check_against_single_process(ddp: dict, single: dict) -> None:
+    """The processes' gathered outputs equal the single process's, and their averaged gradients its gradients
+    (every one nonzero) within float rounding; the output layer fires, but not everywhere."""
+    assert single["output"].sum() > 0 and 0 < (single["output"] == 0).sum()
+    assert torch.equal(ddp["output"], single["output"]), "the processes' outputs differ from the single process's"
+    assert ddp["grads"].keys() == single["grads"].keys()
+    for name, grad in single["grads"].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(ddp["grads"][name], grad, rtol=1e-5, atol=1e-6 * float(grad.abs().max()),
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
 def _process_group(on_cpu: bool) -> tuple[torch.device, str | None, list[int] | None]:
     """This process's device, neuron backend and DDP device ids, the process group started."""
     import torch.distributed as dist
