@@ -28,8 +28,8 @@ def _zoo():
     return module
 
 
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+def relative(a: torch.Tensor, b: torch.Tensor, floor: float = 1e-12) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(floor))
 
 
 @pytest.mark.parametrize(("model", "node"), [("spiking_vgg11_bn", "LIFNode"), ("sew_resnet18", "ParametricLIFNode"),
@@ -42,8 +42,12 @@ def test_zoo_model_with_our_kernels_trains_as_theirs(model: str, node: str) -> N
     expected, got = zoo.train(theirs, x, 2), zoo.train(mine, x, 2)
     for (out_a, grads_a), (out_b, grads_b) in zip(expected, got):
         assert relative(out_b, out_a) < 2e-2
+        # A convolution's bias followed by BatchNorm in training mode has a gradient of exactly zero (the batch
+        # mean removes it), so float32 leaves only rounding noise there: such gradients are measured against a
+        # floor of 1e-3 of the largest gradient's norm instead of their own norm.
+        floor = 1e-3 * max(float(g.norm()) for g in grads_a.values())
         for name in grads_a:
-            assert relative(grads_b[name], grads_a[name]) < 5e-2, name
+            assert relative(grads_b[name], grads_a[name], floor) < 5e-2, name
 
 
 def test_truncated_bptt_store_v_seq_and_new_batch_on_cuda() -> None:
