@@ -14,7 +14,7 @@ import torch
 from autocuda import reference
 from autocuda.kernels import derivation, neuron_kernel
 from autocuda.spec.derive import H
-from autocuda.spec.model import NeuronSpec, list_specs, load_spec
+from autocuda.spec.model import NeuronSpec, list_specs, load_spec, reset_rules
 from autocuda.spec.system import initial_value
 
 SPECS = [name for name, _ in list_specs()]
@@ -57,9 +57,11 @@ def _forward_with_saves(d, spec, x_seq, initial, params):
     return torch.stack(spikes), states, torch.stack(hs), [torch.stack(s) for s in seqs]
 
 
+SPEC_RESETS = [(name, reset) for name in SPECS for reset in reset_rules(load_spec(name))]
+
+
 @pytest.mark.parametrize("detach_reset", [False, True])
-@pytest.mark.parametrize("reset", ["hard", "soft", "none"])
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize(("name", "reset"), SPEC_RESETS)
 def test_derived_backward_equals_autograd(name, reset, detach_reset):
     _check_against_autograd(load_spec(name), reset, detach_reset)
 

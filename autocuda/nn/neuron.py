@@ -10,6 +10,8 @@ SpikingJelly's state protocol (`base.MemoryModule`), without depending on Spikin
 layer's memories (`memories()`, `named_memories()`, `register_memory` adds more, `set_reset_value`,
 `get_reset_value`), `detach()` cuts their graphs (`functional.detach_net`: truncated BPTT), and
 `functional_forward(inputs, states)` runs a step from explicit states, leaving the layer's own untouched.
+Where SpikingJelly is imported, `Neuron` is a subclass of its `base.MemoryModule` (`nn.memory_module`), so that
+its free functions (`to_functional_forward`, `extract_memories`, ...) see our layers.
 
 `backend`: None picks the kernels for CUDA tensors (the reference on CPU); SpikingJelly's 'torch' means our
 torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through the CUDA driver).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,6 +30,7 @@ from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
 from ..surrogate import Sigmoid, get_surrogate
+from .memory_module import join_memory_module
 from .output import layer_output, spec_output
 
 __all__ = ["Neuron", "SIGMOID"]
@@ -47,11 +50,21 @@ class Neuron(nn.Module):
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     """
 
+    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base (`memory_module`):
+    # MemoryModule's versions keep memories in a dict of its own, which this class does not use
+    if not TYPE_CHECKING:  # mypy would read it as a class variable, not as the attribute hook it is
+        __getattr__ = nn.Module.__getattr__
+    __setattr__ = nn.Module.__setattr__
+    __delattr__ = nn.Module.__delattr__
+    __dir__ = nn.Module.__dir__
+    _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
+    step_mode: str = "s"  # a plain attribute of each layer (this hides StepModule's property where it is a base)
+
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
                  **params: Any):
-        super().__init__()
+        nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
@@ -85,7 +98,7 @@ class Neuron(nn.Module):
         self.reset()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        nn.Module.__setstate__(self, state)
         self.__dict__.setdefault("_output", spec_output(self.spec))
         # References name objects registered in the process that built the layer (unpickling: register here)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
@@ -166,6 +179,11 @@ class Neuron(nn.Module):
                            f"(memories: {', '.join(self._memory_names)})")
         return _initial_value(self, self._initial[name])
 
+    @property
+    def _memories(self) -> dict[str, Any]:
+        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
+        return dict(self.named_memories())
+
     def memories(self) -> Iterator[Any]:
         for _, value in self.named_memories():
             yield value
@@ -227,7 +245,7 @@ class Neuron(nn.Module):
         for name in d["_memory_names"]:
             if isinstance(d.get(name), torch.Tensor):
                 d[name] = fn(d[name])
-        return super()._apply(fn, *args, **kwargs)
+        return nn.Module._apply(self, fn, *args, **kwargs)  # not MemoryModule's (where it is the base)
 
     # -- forward --------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -276,6 +294,9 @@ class Neuron(nn.Module):
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}"])
+
+
+join_memory_module(Neuron)
 
 
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from

@@ -90,7 +90,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml"]
+__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml",
+           "reset_rules"]
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
@@ -485,6 +486,12 @@ def runtime_params(spec: NeuronSpec, reset: str) -> tuple[str, ...]:
     """Parameters passed at run time (scalars and tensors); v_reset only matters under a hard reset."""
     return tuple(p.name for p in spec.params
                  if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
+
+
+def reset_rules(spec: NeuronSpec) -> tuple[Reset, ...]:
+    """The reset rules `spec`'s kernels can take: its own first, then the others (hard needs v_reset)."""
+    hard = any(p.name == "v_reset" for p in spec.params)
+    return tuple(dict.fromkeys(r for r in (spec.reset, *RESETS) if r != "hard" or hard))
 
 
 def check_reset(spec: NeuronSpec, reset: str) -> Reset:
