@@ -54,7 +54,7 @@ discrete spec has (`ParsedSpec.method` says which method was used).
 Param kinds: 'constant' (a literal in the source), 'scalar' (runtime float, by value), 'tensor' (runtime tensor
 broadcast over neurons). `learnable = true` means a tensor: with no kind given it becomes 'tensor'; a
 learnable 'constant' or 'scalar' is an error. Reserved expression names: x (input), h (charge result) and
-s (spike); h and s exist only in updates. Reset is applied by the derivation stage, not here.
+s (spike); h and s exist only in updates (s also in output). Reset is applied by the derivation stage, not here.
 """
 from __future__ import annotations
 
