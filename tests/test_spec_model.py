@@ -14,9 +14,9 @@ from autocuda.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.surrogate import ATan, Custom, Sigmoid
 
-SHIPPED = ["adex", "alif", "clif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich", "klif",
-           "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif",
-           "two_compartment"]
+SHIPPED = ["adex", "alif", "clif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich",
+           "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf", "resonate_fire",
+           "sfa_lif", "two_compartment"]
 # Specs that never reset (their output is the membrane, or the reset is an update), and the membrane of each
 NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v"}
 sym = sympy.symbols("x v w a h s tau v_reset v_rest v_c a0 delta_T theta_rh tau_w R b beta tau_a v_threshold",
