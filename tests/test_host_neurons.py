@@ -25,12 +25,21 @@ from autocuda.codegen.neuron import NeuronKernel
 from autocuda.dtypes import get_dtype
 from autocuda.host import load_kernel
 from autocuda.runtime.neuron_launch import choose_layout
-from autocuda.spec.model import NeuronSpec, list_specs, load_spec
+from autocuda.spec.model import NeuronSpec, list_specs, load_spec, reset_rules
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 
 SPECS = [name for name, _ in list_specs()]
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 RESETS = ("hard", "soft")
+
+
+def spec_resets(name: str) -> tuple[str, ...]:
+    """Hard and soft, or where a spec has no v_reset (no hard reset), its own rule and soft."""
+    rules = reset_rules(load_spec(name))
+    return RESETS if "hard" in rules else rules[:2]
+
+
+SPEC_RESETS = [(name, reset) for name in SPECS for reset in spec_resets(name)]
 # Few examples (compilation dominates, and each case already covers T x N values): 3 drawn ones with --slow, 1 by
 # default, beside the test's 3 explicit edge cases. Each setup gets its own fixed seed (see the test), so CI is
 # reproducible yet setups do not all draw the same shapes. No deadline: the first example of a setup may compile.
@@ -53,13 +62,13 @@ FORCED_LAYOUTS = [("alif", "float32", {"lanes": 4, "vector": True, "prefetch": 2
 
 
 def _setups() -> Iterator[Setup]:
-    for name in SPECS:
+    for name, reset in SPEC_RESETS:
         for dtype in DTYPES:
-            for reset in RESETS:
-                for detach_reset in (False, True):
-                    yield Setup(load_spec(name), dtype, reset, detach_reset)
+            for detach_reset in (False, True):
+                yield Setup(load_spec(name), dtype, reset, detach_reset)
     for name in SPECS:   # the default op path: forward saves only what backward needs, no state sequences
-        yield from (Setup(load_spec(name), dtype, "hard", store_state_seq=False) for dtype in ("float32", "float16"))
+        yield from (Setup(load_spec(name), dtype, spec_resets(name)[0], store_state_seq=False)
+                    for dtype in ("float32", "float16"))
     for reset in RESETS:
         yield from (Setup(load_spec("parametric_lif"), dtype, reset, per_neuron=False) for dtype in DTYPES[:2])
         yield from (Setup(USER_SPEC, dtype, reset) for dtype in ("float64", "float32"))
@@ -89,9 +98,8 @@ def compiled_kernels() -> int:
 
 
 @pytest.mark.parametrize("detach_reset", [False, True], ids=["attached", "detach_reset"])
-@pytest.mark.parametrize("reset", RESETS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize(("name", "reset"), SPEC_RESETS, ids=[f"{n}-{r}" for n, r in SPEC_RESETS])
 def test_kernels_match_reference(name: str, dtype: str, reset: str, detach_reset: bool) -> None:
     setup = Setup(load_spec(name), dtype, reset, detach_reset)
 
@@ -111,7 +119,7 @@ def test_kernels_match_reference(name: str, dtype: str, reset: str, detach_reset
 @pytest.mark.parametrize("name", SPECS)
 def test_kernels_without_state_sequences(name: str) -> None:
     """FPTT writing only h (and saved states), BPTT without state-sequence gradients: what ops use by default."""
-    check_spec(name, dtypes=("float32", "float16"), resets=("hard",), detach=(False,), examples=3,
+    check_spec(name, dtypes=("float32", "float16"), resets=spec_resets(name)[:1], detach=(False,), examples=3,
                store_state_seq=False, raise_on_failure=True)
 
 

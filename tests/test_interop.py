@@ -324,3 +324,28 @@ def test_bad_arguments_are_refused_naming_them(build, argument: str) -> None:
 def test_bad_argument_types_are_refused_naming_them(build, argument: str) -> None:
     with pytest.raises(TypeError, match=f"^{argument}:"):
         build()
+
+
+# -- 5b. SpikingJelly's free functions see our layers as its MemoryModules ---------------------------------------
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_to_functional_forward_and_extract_memories_on_our_layers_as_theirs(step_mode: str) -> None:
+    from spikingjelly.activation_based import base
+
+    def net(kind):
+        torch.manual_seed(4)
+        return nn.Sequential(sj_layer.Linear(5, 5, step_mode=step_mode), kind.LIFNode(step_mode=step_mode),
+                             sj_layer.Linear(5, 5, step_mode=step_mode),
+                             kind.IzhikevichNode(step_mode=step_mode)).to(F64)
+
+    theirs, mine = net(sj_neuron), net(our)
+    assert isinstance(mine[1], base.MemoryModule) and isinstance(mine[3], base.MemoryModule)
+    assert [n for n, _ in base.named_memories(mine)] == [n for n, _ in base.named_memories(theirs)]
+    x = 2 * torch.rand(*((4,) if step_mode == "m" else ()), 3, 5, dtype=F64)
+    states = tuple(torch.rand(3, 5, dtype=F64) for _ in base.extract_memories(theirs))
+    before = base.extract_memories(mine)
+    (a,), new_a = base.to_functional_forward(theirs)((x,), states)
+    (b,), new_b = base.to_functional_forward(mine)((x,), states)
+    assert torch.equal(a, b)
+    for s, t in zip(new_a, new_b):
+        torch.testing.assert_close(t, s)
+    assert base.extract_memories(mine) == before  # the layers' own states are untouched

@@ -13,7 +13,7 @@ import pytest
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.kernels import neuron_kernel
-from autocuda.spec.model import list_specs, load_spec
+from autocuda.spec.model import list_specs, load_spec, reset_rules
 
 LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2},
            {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 32, "block": 64})  # the last: a long-loop tuning
@@ -27,7 +27,7 @@ def _variants(dtype: str) -> tuple[str, ...]:
     for name, _ in list_specs():
         spec = load_spec(name)
         tensors = [p.name for p in spec.params if p.kind == "tensor"]
-        for reset in ("hard", "soft", "none"):
+        for reset in reset_rules(spec):
             for detach in (False, True):
                 for kind in KERNELS:
                     sources.append(neuron_kernel(spec, kind, dtype, reset=reset, detach_reset=detach).full_codes)

@@ -14,8 +14,11 @@ from autocuda.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.surrogate import ATan, Custom, Sigmoid
 
-SHIPPED = ["adex", "alif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich", "klif", "lif",
-           "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif", "two_compartment"]
+SHIPPED = ["adex", "alif", "clif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich",
+           "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf", "resonate_fire",
+           "sfa_lif", "two_compartment"]
+# Specs that never reset (their output is the membrane, or the reset is an update), and the membrane of each
+NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v"}
 sym = sympy.symbols("x v w a h s tau v_reset v_rest v_c a0 delta_T theta_rh tau_w R b beta tau_a v_threshold",
                     real=True)
 (x, v, w, a, h, s, tau, v_reset, v_rest, v_c, a0, delta_T, theta_rh, tau_w, R, b, beta, tau_a,
@@ -43,11 +46,12 @@ def test_shipped_specs_are_listed_with_docs():
 def test_shipped_spec_loads(name):
     spec = load_spec(name)
     assert spec.name == name and spec.origin == f"{name}.toml"
-    assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == "hard" and spec.membrane == "v"
-    assert spec.parsed().membrane == v
+    assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == ("none" if name in NO_RESET else "hard")
+    assert spec.membrane == NO_RESET.get(name, "v")
+    assert spec.parsed().membrane == sympy.Symbol(spec.membrane, real=True)
     assert load_spec(name.upper()) is spec  # cached, case-insensitive
     defaults = {p.name: p.default for p in spec.params}
-    assert defaults["v_threshold"] == 1.0
+    assert defaults.get("v_threshold", 1.0) == 1.0
 
 
 CHARGES = {
@@ -334,3 +338,16 @@ def test_valid_variants():
         spec().with_options(nope=True)
     with pytest.raises(SpecError, match="unknown parameter"):
         spec().with_defaults(nope=1.0)
+
+
+def test_output_is_parsed_checked_and_left_out_of_the_text_of_spiking_specs():
+    from autocuda.spec.model import spec_text
+
+    lif = load_spec("lif")
+    assert lif.output == "s" and "output" not in spec_text(lif) and lif.parsed().output is None
+    membrane = NeuronSpec(name="leaky", charge="v + x", reset="none", threshold="1", states={"v": 0.0},
+                          output="v * 2")
+    assert "output" in spec_text(membrane) and membrane.parsed().output == 2 * sympy.Symbol("v", real=True)
+    with pytest.raises(SpecError, match="output") as error:
+        NeuronSpec(name="bad", charge="v + x", reset="none", threshold="1", states={"v": 0.0}, output="h + 1")
+    assert error.value.field == "output"

@@ -5,6 +5,8 @@
 - `flexsn.py`: `FlexSN`, a neuron written as a Python step function (SpikingJelly 2.0's interface).
 - `batchnorm.py`: `BatchNormNeuron` (BatchNorm applied inside the neuron's kernels), `fuse_batchnorm`.
 - `spikingjelly_more.py`: more of SpikingJelly's classes (`SimpleIFNode`, `CUBALIFNode`, `KLIFNode`, ...).
+- `spikingjelly_variants.py`: SpikingJelly's classes whose output is not the spike (`NonSpikingIFNode`,
+  `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from .spikingjelly import (
     QIFNode,
 )
 from .spikingjelly_more import CUBALIFNode, HalfThresholdIFNode, KLIFNode, RAFNode, SimpleIFNode, SimpleLIFNode
+from .spikingjelly_variants import ComplementaryLIFNode, LIAFNode, NonSpikingIFNode, NonSpikingLIFNode
 
 __all__ = ["Neuron", "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode",
            "ALIFNode", "SimpleIFNode", "SimpleLIFNode", "HalfThresholdIFNode", "CUBALIFNode", "KLIFNode", "RAFNode",
+           "NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode",
            "FlexSN", "BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"]

@@ -10,6 +10,8 @@ SpikingJelly's state protocol (`base.MemoryModule`), without depending on Spikin
 layer's memories (`memories()`, `named_memories()`, `register_memory` adds more, `set_reset_value`,
 `get_reset_value`), `detach()` cuts their graphs (`functional.detach_net`: truncated BPTT), and
 `functional_forward(inputs, states)` runs a step from explicit states, leaving the layer's own untouched.
+Where SpikingJelly is imported, `Neuron` is a subclass of its `base.MemoryModule` (`nn.memory_module`), so that
+its free functions (`to_functional_forward`, `extract_memories`, ...) see our layers.
 
 `backend`: None picks the kernels for CUDA tensors (the reference on CPU); SpikingJelly's 'torch' means our
 torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through the CUDA driver).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -26,7 +28,10 @@ from torch import nn
 from .. import functional as F
 from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
+from ..spec.step import SPIKE
 from ..surrogate import Sigmoid, get_surrogate
+from .memory_module import join_memory_module
+from .output import layer_output, spec_output
 
 __all__ = ["Neuron", "SIGMOID"]
 
@@ -45,11 +50,21 @@ class Neuron(nn.Module):
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     """
 
+    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base (`memory_module`):
+    # MemoryModule's versions keep memories in a dict of its own, which this class does not use
+    if not TYPE_CHECKING:  # mypy would read it as a class variable, not as the attribute hook it is
+        __getattr__ = nn.Module.__getattr__
+    __setattr__ = nn.Module.__setattr__
+    __delattr__ = nn.Module.__delattr__
+    __dir__ = nn.Module.__dir__
+    _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
+    step_mode: str = "s"  # a plain attribute of each layer (this hides StepModule's property where it is a base)
+
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
                  **params: Any):
-        super().__init__()
+        nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
@@ -66,6 +81,7 @@ class Neuron(nn.Module):
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
+        self._output = spec_output(self.spec)  # the spike, unless the spec names another output
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
@@ -82,7 +98,8 @@ class Neuron(nn.Module):
         self.reset()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        nn.Module.__setstate__(self, state)
+        self.__dict__.setdefault("_output", spec_output(self.spec))
         # References name objects registered in the process that built the layer (unpickling: register here)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
 
@@ -162,6 +179,11 @@ class Neuron(nn.Module):
                            f"(memories: {', '.join(self._memory_names)})")
         return _initial_value(self, self._initial[name])
 
+    @property
+    def _memories(self) -> dict[str, Any]:
+        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
+        return dict(self.named_memories())
+
     def memories(self) -> Iterator[Any]:
         for _, value in self.named_memories():
             yield value
@@ -185,13 +207,13 @@ class Neuron(nn.Module):
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        """One step from explicit `states` (as `named_memories` orders them): ((spike,), new states)."""
-        return self._functional(inputs, states, F.single_step, {})
+        """One step from explicit `states` (as `named_memories` orders them): ((output,), new states)."""
+        return self._functional(inputs, states, multi=False)
 
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        """T steps from explicit `states`: ((spike_seq,), final states)."""
-        return self._functional(inputs, states, F.multi_step, {"store_state_seq": False})
+        """T steps from explicit `states`: ((output_seq,), final states)."""
+        return self._functional(inputs, states, multi=True)
 
     def functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                            **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
@@ -203,15 +225,19 @@ class Neuron(nn.Module):
             return self.multi_step_functional_forward(inputs, states, **kwargs)
         return self.single_step_functional_forward(inputs, states, **kwargs)
 
-    def _functional(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], run: Callable[..., Any],
-                    extra: dict[str, Any]) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+    def _functional(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], *, multi: bool
+                    ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         if not isinstance(inputs, (tuple, list)) or len(inputs) != 1:
             raise TypeError(f"inputs: expected a tuple holding the input tensor, got {type(inputs).__name__}")
         n = len(self._state_names)
         compiling = torch.compiler.is_compiling()
+        params = _params(self, compiling)
+        run: Callable[..., Any] = F.multi_step if multi else F.single_step
+        extra = {"store_state_seq": self._output.kind != SPIKE} if multi else {}
         out = run(self._spec_ref, inputs[0], *states[:n], surrogate=self._surrogate_ref,
-                  detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **_params(self, compiling))
-        return (out[0],), (*out[1], *states[n:])
+                  detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **params)
+        after = out[2] if multi else out[1]  # the state sequences, or the new states
+        return (_output(self, inputs[0], out[0], after, params),), (*out[1], *states[n:])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories)."""
@@ -219,7 +245,7 @@ class Neuron(nn.Module):
         for name in d["_memory_names"]:
             if isinstance(d.get(name), torch.Tensor):
                 d[name] = fn(d[name])
-        return super()._apply(fn, *args, **kwargs)
+        return nn.Module._apply(self, fn, *args, **kwargs)  # not MemoryModule's (where it is the base)
 
     # -- forward --------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -231,28 +257,30 @@ class Neuron(nn.Module):
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        params = _params(self, compiling)
         spike, new_states = F.single_step(self._spec_ref, x, *_states(self, x, 0, compiling),
                                           surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-                                          backend=_BACKENDS[self.backend], **_params(self, compiling))
+                                          backend=_BACKENDS[self.backend], **params)
         _set_states(self, self._state_names, new_states, compiling)
         if self.store_v_seq:  # SpikingJelly's single steps append the membrane to v_seq until a reset
             _append_v_seq(self, new_states[0], compiling)
-        return spike
+        return _output(self, x, spike, new_states, params)
 
     def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         if not isinstance(x_seq, torch.Tensor) or x_seq.dim() < 2:
             shape = tuple(x_seq.shape) if isinstance(x_seq, torch.Tensor) else type(x_seq).__name__
             raise ValueError(f"x_seq: step_mode 'm' expects a tensor of shape [T, *], got {shape}")
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        params = _params(self, compiling)
         spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-                                            store_state_seq=self.store_v_seq, backend=_BACKENDS[self.backend],
-                                            **_params(self, compiling))
+                                            store_state_seq=self.store_v_seq or self._output.kind != SPIKE,
+                                            backend=_BACKENDS[self.backend], **params)
         if finals is not None:  # always: this module keeps its final states
             _set_states(self, self._state_names, finals, compiling)
-        if seqs is not None:
+        if seqs is not None and self.store_v_seq:
             _set_states(self, ("v_seq",), seqs[:1], compiling)
-        return spikes
+        return _output(self, x_seq, spikes, seqs, params)
 
     def extra_repr(self) -> str:
         params = []
@@ -266,6 +294,9 @@ class Neuron(nn.Module):
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}"])
+
+
+join_memory_module(Neuron)
 
 
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
@@ -367,6 +398,17 @@ def _append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
     else:
         seq = torch.cat((seq, step))
     _set_states(layer, ("v_seq",), (seq,), compiling)
+
+
+def _output(layer: Neuron, x: torch.Tensor, spike: torch.Tensor, states: Sequence[Any] | None,
+            params: dict[str, Any]) -> torch.Tensor:
+    """The layer's output (see `nn.output`): the spike unless its spec names another output; `states` are the
+    states after the step (or their sequences), in the spec's order."""
+    output = layer.__dict__["_output"]
+    if output.kind == SPIKE:
+        return spike
+    assert states is not None  # the callers ask for the state sequences where the output reads them
+    return layer_output(layer.spec, output, x, spike, dict(zip(layer.__dict__["_state_names"], states)), params)
 
 
 def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:

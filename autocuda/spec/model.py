@@ -26,6 +26,10 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     [options]                             # compile-time booleans, used only as `A if opt else B`
     decay_input = true
 
+    output = "v"                          # optional, default "s": the layer's output at each step, an expression
+                                          # of x, s, the states *after* the step and the parameters (the spike
+                                          # by default; the membrane for a non-spiking neuron)
+
     [surrogate]                           # optional, default Sigmoid(alpha=4)
     name = "Sigmoid"
     alpha = 4.0                           # or: gradient = "1 / (1 + abs(x))**2" plus its own parameters
@@ -50,7 +54,7 @@ discrete spec has (`ParsedSpec.method` says which method was used).
 Param kinds: 'constant' (a literal in the source), 'scalar' (runtime float, by value), 'tensor' (runtime tensor
 broadcast over neurons). `learnable = true` means a tensor: with no kind given it becomes 'tensor'; a
 learnable 'constant' or 'scalar' is an error. Reserved expression names: x (input), h (charge result) and
-s (spike); h and s exist only in updates. Reset is applied by the derivation stage, not here.
+s (spike); h and s exist only in updates (s also in output). Reset is applied by the derivation stage, not here.
 """
 from __future__ import annotations
 
@@ -86,13 +90,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml"]
+__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml",
+           "reset_rules"]
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
+SPIKE_OUTPUT = "s"  # a spec's output by default: its spike
 
 
 def _number(value: Any, field: str) -> float:
@@ -225,6 +231,7 @@ class NeuronSpec:
     ode: tuple[tuple[str, str], ...] = ()  # state -> d(state)/dt (see docs/ode.md)
     jumps: tuple[tuple[str, str], ...] = ()  # ODE state -> its value after a spike
     method: str | None = None  # euler | exponential_euler | exact; None: chosen from the ODE's form
+    output: str = SPIKE_OUTPUT  # the layer's output per step (see module doc)
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -253,6 +260,7 @@ class NeuronSpec:
         set_("jumps", _text_pairs(self.jumps, "jumps"))
         if self.method is not None:
             _expect(self.method, str, "method", "a method name")
+        _expect(self.output, str, "output", "an expression string")
         if self.ode and all(p.name != TIME_STEP for p in self.params):
             set_("params", (*self.params, Param(TIME_STEP, 1.0, doc="integration time step dt of [ode]")))
 
@@ -361,6 +369,7 @@ class ParsedSpec:
     updates: Mapping[str, sympy.Expr]
     method: str | None = None  # the integration method of [ode], None for a discrete spec
     ode: Mapping[str, sympy.Expr] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    output: sympy.Expr | None = None  # the layer's output (states are their values after the step); None: s
 
     @property
     def membrane(self) -> sympy.Symbol:
@@ -435,6 +444,7 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
     charge = None if spec.membrane in rhs else parse(spec.charge, {"x": x, **known}, "charge")
     threshold = parse(spec.threshold, known, "threshold")
     updates = {n: parse(t, {"x": x, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    output = parse(spec.output, {"x": x, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
     method = None
     if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
         jumps = {n: parse(t, {"x": x, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
@@ -444,7 +454,7 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
         updates |= integrated
     ro = MappingProxyType
     return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
-                      threshold, ro(updates), method, ro(rhs))
+                      threshold, ro(updates), method, ro(rhs), output)
 
 
 def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[str, sympy.Expr],
@@ -465,7 +475,7 @@ def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[s
 # ---- TOML ----
 
 _TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
-              "surrogate", "ode", "jumps", "method")
+              "surrogate", "ode", "jumps", "method", "output")
 
 
 def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
@@ -476,6 +486,12 @@ def runtime_params(spec: NeuronSpec, reset: str) -> tuple[str, ...]:
     """Parameters passed at run time (scalars and tensors); v_reset only matters under a hard reset."""
     return tuple(p.name for p in spec.params
                  if p.kind != "constant" and not (p.name == "v_reset" and reset != "hard"))
+
+
+def reset_rules(spec: NeuronSpec) -> tuple[Reset, ...]:
+    """The reset rules `spec`'s kernels can take: its own first, then the others (hard needs v_reset)."""
+    hard = any(p.name == "v_reset" for p in spec.params)
+    return tuple(dict.fromkeys(r for r in (spec.reset, *RESETS) if r != "hard" or hard))
 
 
 def check_reset(spec: NeuronSpec, reset: str) -> Reset:
@@ -490,8 +506,11 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 
 
 def spec_text(spec: NeuronSpec) -> str:
-    """Everything that defines a spec (not where it was loaded from), as stable text."""
-    return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "origin"))
+    """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
+    where it is the spike: the kernels never see it, and the specs that had no output keep their text (and
+    so their cache entries)."""
+    return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
+                      if f.name != "origin" and not (f.name == "output" and spec.output == SPIKE_OUTPUT)))
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:

@@ -81,3 +81,21 @@ def test_more_classes_kernels_match_the_reference(name: str) -> None:
     torch.testing.assert_close(a.cpu(), b)
     a.sum().backward(), b.sum().backward()
     torch.testing.assert_close(x.grad.cpu(), y.grad)
+
+
+VARIANTS = {"NonSpikingLIFNode": lambda: our.NonSpikingLIFNode(tau=3.0, decode="mean-mem"),
+            "LIAFNode": lambda: our.LIAFNode(torch.nn.ReLU(), True, step_mode="m"),
+            "ComplementaryLIFNode": lambda: our.ComplementaryLIFNode(step_mode="m", store_state_seqs=True)}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_classes_kernels_match_the_reference(name: str) -> None:
+    """Outputs other than the spike (spec `output`) and a reset written as updates, on the generated kernels."""
+    x = (1.5 * torch.randn(8, 4, 33, device=CUDA, dtype=torch.float64)).requires_grad_(True)
+    y = x.detach().cpu().requires_grad_(True)
+    gpu, cpu = VARIANTS[name]().to(torch.float64).to(CUDA), VARIANTS[name]().to(torch.float64)
+    a, b = gpu(x), cpu(y)
+    torch.testing.assert_close(a.cpu(), b)
+    weights = torch.arange(b.numel(), dtype=torch.float64).view_as(b)
+    (a * weights.to(CUDA)).sum().backward(), (b * weights).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), y.grad)
