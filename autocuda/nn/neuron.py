@@ -10,8 +10,8 @@ SpikingJelly's state protocol (`base.MemoryModule`), without depending on Spikin
 layer's memories (`memories()`, `named_memories()`, `register_memory` adds more, `set_reset_value`,
 `get_reset_value`), `detach()` cuts their graphs (`functional.detach_net`: truncated BPTT), and
 `functional_forward(inputs, states)` runs a step from explicit states, leaving the layer's own untouched.
-Where SpikingJelly is imported, `Neuron` is a subclass of its `base.MemoryModule` (`nn.memory_module`), so that
-its free functions (`to_functional_forward`, `extract_memories`, ...) see our layers.
+Where SpikingJelly is installed, `Neuron` is a subclass of its `base.MemoryModule`, so that its free functions
+(`to_functional_forward`, `extract_memories`, ...), which pick modules by `isinstance`, see our layers.
 
 `backend`: None picks the kernels for CUDA tensors (the reference on CPU); SpikingJelly's 'torch' means our
 torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through the CUDA driver).
@@ -30,7 +30,6 @@ from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
 from ..surrogate import Sigmoid, get_surrogate
-from .memory_module import join_memory_module
 from .output import layer_output, spec_output
 
 __all__ = ["Neuron", "SIGMOID"]
@@ -41,7 +40,23 @@ _UNSET: Any = object()
 SIGMOID = Sigmoid()  # the default surrogate (SpikingJelly's); surrogates are immutable, so one object serves all
 
 
-class Neuron(nn.Module):
+def _memory_module_base() -> type[nn.Module]:
+    """SpikingJelly's `base.MemoryModule` where SpikingJelly is installed (importing that module alone costs under
+    a millisecond and imports nothing else of SpikingJelly's), else `nn.Module`."""
+    try:
+        from spikingjelly.activation_based.base import MemoryModule
+    except ImportError:
+        return nn.Module
+    return MemoryModule if isinstance(MemoryModule, type) and issubclass(MemoryModule, nn.Module) else nn.Module
+
+
+if TYPE_CHECKING:
+    _Base = nn.Module
+else:
+    _Base = _memory_module_base()
+
+
+class Neuron(_Base):
     """A layer of neurons of any spec: `Neuron('lif', tau=3.0)`, `Neuron(my_spec, v_reset=None)`.
 
     Parameters are the spec's (floats, tensors broadcast over neurons, or `nn.Parameter`s, which are learned;
@@ -50,7 +65,7 @@ class Neuron(nn.Module):
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     """
 
-    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base (`memory_module`):
+    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base:
     # MemoryModule's versions keep memories in a dict of its own, which this class does not use
     if not TYPE_CHECKING:  # mypy would read it as a class variable, not as the attribute hook it is
         __getattr__ = nn.Module.__getattr__
@@ -296,7 +311,6 @@ class Neuron(nn.Module):
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}"])
 
 
-join_memory_module(Neuron)
 
 
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
