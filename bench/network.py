@@ -201,6 +201,8 @@ def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: l
                     row.update(measure(system, T, B, precision, steps, device))
                 except (ImportError, AttributeError) as error:
                     row["skipped"] = f"{type(error).__name__}: {error}"
+                except Exception as error:  # a compiler's failure on one row: the others still run
+                    row["skipped"] = f"failed, {type(error).__name__}: {str(error)[-300:]}"
                 rows.append(row)
                 progress(row)
     return rows
