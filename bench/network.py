@@ -144,6 +144,9 @@ def build(system: str, device: torch.device) -> nn.Module:
         model = _ours_fused(model)
     mode = mode_of(system)
     if mode != "eager":
+        # every row builds a new model: without a reset Dynamo counts them as recompiles of one forward, and past
+        # its limit (8) runs the rest eagerly
+        torch._dynamo.reset()
         model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     return model
 
