@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import ops
+from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
 from .runtime.plans import (
     compute_dtype,
     constant_result,
@@ -137,8 +138,9 @@ class _Layer:
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
         values, reset = self._values(dict(defaults), params, reset)
         constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
-        signature = tuple((n, v.numel() != 1, bool(v.requires_grad) and torch.is_grad_enabled())
-                          for n, v in values.items() if isinstance(v, torch.Tensor))
+        tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
+        kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
+        signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
         self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                             self.backend != "reference")
         self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
@@ -271,8 +273,29 @@ _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tens
 
 def _tensor_facts(params: dict[str, Any]) -> tuple:
     grad = torch.is_grad_enabled()
-    return tuple((value.numel() != 1, grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
+    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
                  for value in params.values())
+
+
+def _spread(value: Tensor) -> int:
+    """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
+    value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
+    [C, 1, ...]); -1 anything else (expanded to one value per neuron)."""
+    shape = value.shape
+    if value.numel() == 1:
+        return 0
+    sized = [i for i, size in enumerate(shape) if size != 1]
+    return len(shape) - sized[0] if len(sized) == 1 and sized[0] < len(shape) - 1 else -1
+
+
+def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
+    """Each tensor parameter's kernel broadcast kind, and the channel dim (from the end; 0 for none): one value
+    per channel where every parameter spread over channels names the same dim (the kernels take one channel
+    layout), else one per neuron."""
+    dims = {k for k in spreads.values() if k > 0}
+    dim = dims.pop() if len(dims) == 1 else 0
+    return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
+            for n, k in spreads.items()}, dim
 
 
 def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, ...]) -> None:
@@ -346,13 +369,23 @@ class _Call:
     def tensor_args(self) -> list[Tensor]:
         out = []
         compute = compute_dtype(self.x.dtype)
-        for name, per_neuron in self.layer.tensors:
+        for name, kind in self.layer.tensors:
             value = self.values[name]
             if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
                 value = torch.full((1,), float(value), dtype=compute, device=self.x.device)
             value = value.to(compute)
-            out.append(value.expand(self.shape).reshape(self.numel) if per_neuron else value.reshape(1))
+            if kind == PER_CHANNEL:
+                out.append(value.reshape(-1))
+            else:
+                out.append(value.expand(self.shape).reshape(self.numel) if kind else value.reshape(1))
         return out
+
+    def channel_sizes(self) -> list[float]:
+        """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
+        channel (the sizes of the neuron shape after the channel dim), as the ops' float scalars."""
+        dim = self.layer.channel_dim
+        inner = _numel(self.shape[len(self.shape) - dim + 1:])
+        return [float(self.shape[len(self.shape) - dim]), float(inner)]
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool
                ) -> tuple[list[Tensor], tuple]:
@@ -369,10 +402,15 @@ class _Call:
         save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*states, *tensors)))
         if self.compiling:
             scalars = [float(values[n]) for n in layer.scalars]
+            if layer.channel_dim:
+                scalars += self.channel_sizes()
             outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states)
             return outputs, layer.positions(single_step, store_state_seq, save, final_states)
         form = layer.form(single_step, store_state_seq, save, not initial, final_states)
-        return ops.forward_eager(form, x, states, initial, tensors, layer.scalar_values(values)), form.positions
+        given: Sequence[float] = layer.scalar_values(values)
+        if layer.channel_dim:
+            given = [*given, *self.channel_sizes()]
+        return ops.forward_eager(form, x, states, initial, tensors, given), form.positions
 
     def reference_args(self, x: Tensor) -> tuple:
         """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
 from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
 from .dtypes import DType, get_dtype
 from .errors import LiteralError, SpecError
@@ -47,7 +48,7 @@ class KernelRequest:
     detach_reset: bool
     constants: tuple[tuple[str, float], ...]  # folded into the source
     surrogate: Surrogate
-    tensors: tuple[tuple[str, bool], ...]    # runtime tensor parameters: (name, one value per neuron?)
+    tensors: tuple[tuple[str, Broadcast], ...]  # runtime tensor parameters: (name, how it spreads: codegen.options)
     store_state_seq: bool
     save_for_backward: bool
     grad_state_seq: bool
@@ -85,6 +86,7 @@ def _build(r: KernelRequest) -> NeuronKernel:
 def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,
                   detach_reset: bool = False, constants: Mapping[str, float] | None = None,
                   surrogate: Any = None, per_neuron: Iterable[str] = (), tensors: Iterable[str] | None = None,
+                  per_channel: Iterable[str] = (),
                   store_state_seq: bool = False, save_for_backward: bool = True,
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
@@ -93,9 +95,11 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
-    `per_neuron` hold one value per neuron, the others a single value. Other runtime parameters are scalars
-    passed by value; `constants` are folded into the source. `lanes` (neurons per thread), `vector` (one
-    aligned access per transfer; the caller guarantees N % lanes == 0 and 16-byte aligned tensors) and
+    `per_neuron` hold one value per neuron, those in `per_channel` one per channel (of neuron n: element
+    n / ac_inner % ac_channels, the two sizes passed by value), the others a single value. Other runtime
+    parameters are scalars passed by value; `constants` are folded into the source. `lanes` (neurons per
+    thread), `vector` (one aligned access per transfer; the caller guarantees N % lanes == 0 and 16-byte
+    aligned tensors) and
     `unroll` (of the time loop) and `prefetch` (steps of inputs kept in flight through shared memory) or
     `staged` with `staged_blocks` (blocks of that many steps of inputs loaded into registers so many blocks
     ahead; vector accesses only) only change speed. `native`
@@ -114,16 +118,19 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
     names = tuple(tensor_param_names(spec) if tensors is None else tensors)
-    per_neuron = set(per_neuron)
-    stray = per_neuron - set(names)
-    if stray:
-        raise ValueError(f"{spec.name}: per_neuron names {sorted(stray)} are not tensor parameters {list(names)}")
+    kinds: dict[str, Broadcast] = {}
+    for kind, given in ((PER_NEURON, per_neuron), (PER_CHANNEL, per_channel)):
+        for name in given:
+            if name not in names:
+                raise ValueError(f"{spec.name}: {name!r} is not a tensor parameter {list(names)}")
+            if kinds.setdefault(name, kind) != kind:
+                raise ValueError(f"{spec.name}: {name!r} is named both per_neuron and per_channel")
     chosen = get_surrogate(surrogate) if surrogate is not None else spec.surrogate
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     layout = Layout(lanes=lanes, vector=vector, unroll=unroll, prefetch=prefetch, staged=staged,
                     staged_blocks=staged_blocks, native=native, block=block, replay=replay)
     return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants),
-                                 chosen, tuple((n, n in per_neuron) for n in names), store_state_seq,
+                                 chosen, tuple((n, kinds.get(n, SHARED)) for n in names), store_state_seq,
                                  save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout))
 
 

@@ -69,6 +69,7 @@ def register(config: NeuronConfig) -> str:
         tensors = tuple(name for name, _ in config.tensors)
         constants = dict(config.constants)
         scalars = tuple(n for n in runtime_params(config.spec, config.reset) if n not in constants and n not in tensors)
+        scalars += config.channel_keys  # the channel layout's sizes, after the parameters
         learnable = tuple(p.name for p in config.spec.params if p.learnable and p.name not in constants)
         _REGISTRY[key] = Entry(config, tensors, scalars, learnable)
     elif entry.config != config:  # a digest collision: never run one neuron's kernels for another
@@ -306,8 +307,10 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
     n = grad_spike.shape[-1]
     compute = compute_dtype(grad_spike.dtype)
     inits = () if initial else e.states
+    sums = e.config.channel_sums  # of per-channel parameters: one per channel, as the parameter
+    sizes = {name: value.shape for name, value in zip(e.tensors, tensor_params)}
     return [grad_spike.new_empty(grad_spike.shape), *[grad_spike.new_empty((n,)) for _ in inits],
-            *[grad_spike.new_empty((n,), dtype=compute) for _ in e.learnable]]
+            *[grad_spike.new_empty(sizes[p] if f"grad_{p}" in sums else (n,), dtype=compute) for p in e.learnable]]
 
 
 # -- autograd -------------------------------------------------------------------------------------------------

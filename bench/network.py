@@ -9,9 +9,10 @@ cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): t
         [--precisions float32,bfloat16] [--steps 20] [--device cuda]
 
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
-folded into the neuron, where autocuda has it), loop (a plain PyTorch LIF loop, eager), loop-compiled
-(torch.compile of the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN).
-A system whose library is missing is reported as skipped with the reason.
+folded into the neuron: `fuse_batchnorm`), loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of
+the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN). A `-ro` suffix
+compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A system
+whose library is missing is reported as skipped with the reason. Rows are written to network.json as they come.
 """
 from __future__ import annotations
 
@@ -122,18 +123,31 @@ def _ours_fused(model: nn.Module) -> nn.Module:
 
 
 NEURONS: dict[str, Callable[[], nn.Module]] = {
-    "ours": _ours, "ours-compiled": _ours, "ours-fused": _ours, "loop": LoopLIF, "loop-compiled": LoopLIF,
+    "ours": _ours, "ours-compiled": _ours, "ours-compiled-ro": _ours, "ours-fused": _ours,
+    "ours-fused-compiled-ro": _ours, "loop": LoopLIF, "loop-compiled": LoopLIF, "loop-compiled-ro": LoopLIF,
     "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),
     "sj-flexsn": _sj_flexsn,
 }
 
 
+# torch.compile's mode by the system's suffix (none: eager)
+MODES = {"-compiled": "default", "-compiled-ro": "reduce-overhead"}
+
+
+def mode_of(system: str) -> str:
+    return next((mode for suffix, mode in MODES.items() if system.endswith(suffix)), "eager")
+
+
 def build(system: str, device: torch.device) -> nn.Module:
     model = SpikingVGG(NEURONS[system]).to(device)
-    if system == "ours-fused":
+    if system.startswith("ours-fused"):
         model = _ours_fused(model)
-    if system.endswith("-compiled"):
-        model = torch.compile(model)
+    mode = mode_of(system)
+    if mode != "eager":
+        # every row builds a new model: without a reset Dynamo counts them as recompiles of one forward, and past
+        # its limit (8) runs the rest eagerly
+        torch._dynamo.reset()
+        model = torch.compile(model, mode=mode)  # type: ignore[assignment]
     return model
 
 
@@ -147,6 +161,8 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
                 else contextlib.nullcontext())
 
     def step() -> None:
+        if mode_of(system) == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
         _reset(model)
         opt.zero_grad(set_to_none=True)
         with autocast:
@@ -183,11 +199,13 @@ def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: l
     for T, B in shapes:
         for precision in precisions:
             for system in systems:
-                row: dict = {"system": system, "T": T, "B": B, "precision": precision}
+                row: dict = {"system": system, "mode": mode_of(system), "T": T, "B": B, "precision": precision}
                 try:
                     row.update(measure(system, T, B, precision, steps, device))
                 except (ImportError, AttributeError) as error:
                     row["skipped"] = f"{type(error).__name__}: {error}"
+                except Exception as error:  # a compiler's failure on one row: the others still run
+                    row["skipped"] = f"failed, {type(error).__name__}: {str(error)[-300:]}"
                 rows.append(row)
                 progress(row)
     return rows
@@ -222,10 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--systems: unknown {unknown[0]!r} (known: {', '.join(NEURONS)})")
     device = torch.device(args.device)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
-    rows = measure_all(systems, shapes, args.precisions.split(","), args.steps, device,
-                       lambda row: print(json.dumps(row), flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "network.json").write_text(json.dumps({"device": _device_name(device), "rows": rows}, indent=1))
+    done: list[dict] = []
+
+    def save(row: dict) -> None:  # after every row: a run cut short keeps what it measured
+        print(json.dumps(row), flush=True)
+        done.append(row)
+        (args.out / "network.json").write_text(json.dumps({"device": _device_name(device), "rows": done}, indent=1))
+    rows = measure_all(systems, shapes, args.precisions.split(","), args.steps, device, save)
     table = format_table(rows)
     (args.out / "network.txt").write_text(table)
     print(table)
@@ -237,10 +259,10 @@ def _device_name(device: torch.device) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<14} {'step ms':>9} {'wall ms':>9} {'first s':>8} "
-             f"{'peak MiB':>9}"]
+    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<22} {'mode':<15} {'step ms':>9} {'wall ms':>9} "
+             f"{'first s':>8} {'peak MiB':>9}"]
     for r in rows:
-        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<14}"
+        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<22} {r.get('mode', ''):<15}"
         if "skipped" in r:
             lines.append(f"{head} skipped: {r['skipped'][:80]}")
         else:

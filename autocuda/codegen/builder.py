@@ -2,6 +2,7 @@
 statements printed from sympy (with invariants hoisted out of the time loop and common subexpressions shared)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import sympy as sp
@@ -10,6 +11,7 @@ from ..ckernel import CParam
 from ..cnames import FIXED_KEYS, c_name
 from ..dtypes import fill
 from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol
+from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
 from .options import KernelOptions, Plan, Statement, Transfer
 from .printer import CudaPrinter
 
@@ -104,16 +106,29 @@ class Builder:
             if p in self.tensor_params:
                 pointer, register = self.pointer(p.name, const=True, compute_type=True), c_name(p.name, "param")
                 self.register(register)
-                per_neuron = self.tensor_params[p]
-                self.plan.setup.append(Transfer(f"parameter {p.name}", register, pointer,
-                                                "ac_n0" if per_neuron else "0", element=self.param_dtype.element,
-                                                vectorizable=False, per_lane=per_neuron,
-                                                pair=self.storage.pair_floats))
+                offset, per_lane = PARAM_INDEX[self.tensor_params[p]]
+                self.plan.setup.append(Transfer(f"parameter {p.name}", register, pointer, offset,
+                                                element=self.param_dtype.element, vectorizable=False,
+                                                per_lane=per_lane, pair=self.storage.pair_floats))
 
     def scalar_params(self) -> None:
         for p in self.d.system.params:
             if p not in self.tensor_params:
                 self.plan.params.append(kernel_param(p.name, self.param_dtype.ctype, False, True))
+        if self.o.per_channel:
+            self.plan.params += [kernel_param(key, "long long", False, True) for key in CHANNEL_KEYS]
+
+    def param_gradient(self, param: sp.Symbol, register: str) -> Transfer:
+        """The store of a learnable tensor parameter's gradient, summed over the thread's steps in `register`:
+        one partial sum per neuron, or added into its channel's sum (`Transfer.channel_sum`; the caller passes
+        zeros)."""
+        name = param.name
+        pointer = self.pointer(f"grad_{name}", const=False, compute_type=True)
+        store = self.store(pointer, "ac_n0", register, f"per-neuron sum of d loss / d {name}", compute_type=True)
+        if self.tensor_params.get(param) != PER_CHANNEL:
+            return store
+        return dataclasses.replace(store, comment=f"d loss / d {name}, added into each channel's sum",
+                                   channel_sum=True)
 
     # -- printing -------------------------------------------------------------------------------------
     def hoist(self, expr: sp.Expr) -> sp.Expr:

@@ -82,6 +82,7 @@ class NeuronKernel(CKernel):
                 "prelude": storage.prelude if self.options.native else "",
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()],
                 "description": self.description, "async_copies": self.plan.depth > 1,
+                "channel_sums": any(t.channel_sum for t in self.plan.finish),
                 "body": kernel_body(self.plan, self.options)}
 
 

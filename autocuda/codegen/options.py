@@ -9,6 +9,7 @@ import sympy as sp
 from ..ckernel import CParam
 from ..dtypes import DType, fill, get_dtype
 from ..spec.derive import Derivation
+from .broadcast import BROADCASTS, PER_CHANNEL, Broadcast
 
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
 MULTI_STEP = ("fptt", "bptt")
@@ -22,14 +23,13 @@ SHARED_BYTES = 48 * 1024
 # 32-bit registers a thread may give its staged inputs: long loops run few threads, but must not spill.
 STAGED_WORDS = 128
 
-
 @dataclass(frozen=True)
 class KernelOptions:
     """Everything besides the derivation that changes a kernel's text."""
 
     kernel: str                                          # one of KERNELS
     dtype: DType
-    tensor_params: tuple[tuple[sp.Symbol, bool], ...] = ()  # runtime tensors: (symbol, one value per neuron?)
+    tensor_params: tuple[tuple[sp.Symbol, Broadcast], ...] = ()  # runtime tensors: (symbol, how it spreads)
     store_state_seq: bool = False                        # forward writes every state's sequence
     save_for_backward: bool = True                       # forward writes what backward reads
     grad_state_seq: bool = False                         # backward receives gradients of the state sequences
@@ -59,6 +59,9 @@ class KernelOptions:
         if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
             raise ValueError(f"replay: steps per checkpoint, an int >= 0 (0 or 1: every step), got {self.replay!r}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
+        for symbol, kind in self.tensor_params:
+            if kind not in BROADCASTS or type(kind) not in (bool, str):
+                raise ValueError(f"tensor parameter {symbol}: broadcast kind {kind!r} is none of {BROADCASTS}")
         if not self.lanes:
             object.__setattr__(self, "lanes", self.dtype.width)
         if not self.final_states and self.kernel != "fptt":
@@ -70,6 +73,11 @@ class KernelOptions:
         if self.vector and self.lanes * self.dtype.torch_dtype.itemsize not in VECTOR_CTYPES:
             raise ValueError(f"no vector access of {self.lanes} {self.dtype.name} elements; "
                              f"vector sizes in bytes: {sorted(VECTOR_CTYPES)}")
+
+    @property
+    def per_channel(self) -> bool:
+        """Some tensor parameter holds one value per channel (the kernel takes CHANNEL_KEYS)."""
+        return any(kind == PER_CHANNEL for _, kind in self.tensor_params)
 
     @property
     def multi_step(self) -> bool:
@@ -103,6 +111,7 @@ class Transfer:
     vectorizable: bool = True
     streamable: bool = True      # a per-step load that may be issued steps ahead (not an accumulation)
     per_lane: bool = True        # False: every lane reads element `offset` (a parameter shared by all)
+    channel_sum: bool = False    # a store adding each lane's value into its channel's element (`CHANNEL_RUN`)
     pair: str = ""
     halves: tuple[str, str] = ("", "")
 

@@ -153,9 +153,7 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         pointer = b.pointer(f"grad_{s.name}_init", const=False)
         b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name, "grad"), f"gradient of {s.name}[-1]"))
     for p in system.learnable:
-        pointer = b.pointer(f"grad_{p.name}", const=False, compute_type=True)
-        b.plan.finish.append(b.store(pointer, "ac_n0", c_name(p.name, "acc"), f"per-neuron sum of d loss / d {p.name}",
-                                     compute_type=True))
+        b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
 

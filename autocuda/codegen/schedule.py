@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .broadcast import CHANNEL_RUN
 from .code import Code
 from .options import VECTOR_CTYPES, KernelOptions, Plan, Statement, Transfer, pair_copies
 
@@ -146,7 +147,12 @@ class BodyWriter:
             else:
                 code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_stage[lane] = "
                           f"{item.lane_value(item.register + '[lane]')};")
-            if self.vector and item.vectorizable:
+            if item.channel_sum:
+                # every lane takes part (a lane past N adds nothing): the sum is shared across the warp
+                code.line("#pragma unroll")
+                code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_add_to_channel({item.pointer}, "
+                          f"{CHANNEL_RUN}, ac_channels, ac_n0 + lane < N ? ac_stage[lane] : {item.element}(0));")
+            elif self.vector and item.vectorizable:
                 # elements meet the vector through memcpy: a pointer cast would break aliasing rules
                 code.line(f"{self.vector_t} ac_vec;  ")
                 code.line("memcpy(&ac_vec, ac_stage, sizeof(ac_vec));")

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
 from ..dtypes import get_dtype
 from ..errors import KernelArgumentError
 from ..layout import FIELDS, Layout
@@ -52,7 +53,7 @@ def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
     return Layout()
 
 
-OUTPUT_KINDS = ("vector", "sequence", "checkpoints")
+OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels")  # channels: zeros, one per channel (sums)
 
 
 def output_kind(name: str) -> str:
@@ -74,7 +75,7 @@ class Recipe:
     like the sequence, one value per neuron, or a row per `checkpoint_steps` steps, of its parameter's type).
     Outputs come back in parameter order."""
 
-    def __init__(self, kernel: KernelRecord, storage: torch.dtype):
+    def __init__(self, kernel: KernelRecord, storage: torch.dtype, channel_sums: frozenset[str] = frozenset()):
         self.kernel = kernel
         self.args: list[tuple[str, str, Any]] = []
         for name, param in kernel.cparams.items():
@@ -85,7 +86,7 @@ class Recipe:
             elif param.const:
                 self.args.append(("input", name, param.torch_dtype))
             else:
-                self.args.append((output_kind(name), name, param.torch_dtype))
+                self.args.append(("channels" if name in channel_sums else output_kind(name), name, param.torch_dtype))
         self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
         # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
         # arguments: (tag, name, dtype, output index or None).
@@ -132,19 +133,23 @@ class Recipe:
                 produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
             elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
-            else:
+            elif kind == "checkpoints":
                 rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
+            else:  # sums the kernel adds into
+                produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))
         # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
         # the scalars), then put in parameter order by one itemgetter: no loop over the parameters with a branch
         # each, no list of the scalars built per call.
-        pool = [n, steps, *map(_data_ptr, produced)]
+        pool: list[Any] = [n, steps, *map(_data_ptr, produced)]
         for at, name, dtype in binding.inputs:
             value = args[at]
             if value is None or value.dtype != dtype or not value.is_contiguous():
                 self._refuse(name, value, dtype)
             pool.append(value.data_ptr())
         pool += args
+        for at in binding.integers:  # sizes among the ops' float[] scalars
+            pool[at - len(args)] = int(pool[at - len(args)])
         if n and steps != 0:
             self._launch(binding.arrange(pool), n, like, backend)
         return produced
@@ -188,6 +193,10 @@ class Binding:
         sources = recipe._sources
         self.inputs = tuple((at[name], name, dtype) for source, name, dtype, _ in sources if source == "input")
         self.scalars = tuple(at[name] for source, name, _, _ in sources if source == "scalar")
+        params = recipe.kernel.cparams
+        self.integers = tuple(at[name] for source, name, _, _ in sources
+                              if source == "scalar" and params[name].dtype is None)
+        self.channels = at.get(CHANNEL_KEYS[0], -1)  # where the channel count stands (kernels that sum per channel)
         pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs), *names]
         self.arrange = operator.itemgetter(*(pool.index(name) for _, name, _, _ in sources))  # >= 2: a tuple
 
@@ -201,7 +210,7 @@ class NeuronConfig:
     reset: Reset
     detach_reset: bool = False
     constants: tuple[tuple[str, float], ...] = ()
-    tensors: tuple[tuple[str, bool], ...] = ()   # runtime tensor parameters: (name, one value per neuron?)
+    tensors: tuple[tuple[str, Broadcast], ...] = ()  # runtime tensor parameters: (name, how it spreads)
     _kernels: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _tuned: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -240,7 +249,9 @@ class NeuronConfig:
 
         return neuron_kernel(self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
                              constants=dict(self.constants), surrogate=self.surrogate,
-                             tensors=[n for n, _ in self.tensors], per_neuron=[n for n, p in self.tensors if p],
+                             tensors=[n for n, _ in self.tensors],
+                             per_neuron=[n for n, kind in self.tensors if kind == PER_NEURON],
+                             per_channel=[n for n, kind in self.tensors if kind == PER_CHANNEL],
                              **options)
 
     def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: Layout) -> Recipe:
@@ -251,7 +262,7 @@ class NeuronConfig:
         if found is None:
             options = dict(zip(KIND_OPTIONS[kind], flags))
             kernel = self.kernel(kind, dtype, **options, **layout.options())
-            found = self._recipes[key] = Recipe(kernel, dtype)
+            found = self._recipes[key] = Recipe(kernel, dtype, self.channel_sums)
         return found
 
     def tuned_layout(self, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
@@ -276,6 +287,17 @@ class NeuronConfig:
 
             found = self._tuned[key] = tuning.fastest(text, like.device, layouts, run)
         return found if tuning.fits(found, n, like.dtype.itemsize, lambda width: _aligned(tensors, width)) else None
+
+    @functools.cached_property
+    def channel_keys(self) -> tuple[str, ...]:
+        """The sizes a call passes by value after its scalars when a tensor parameter holds one value per
+        channel (`codegen.options.CHANNEL_KEYS`), else none."""
+        return CHANNEL_KEYS if any(kind == PER_CHANNEL for _, kind in self.tensors) else ()
+
+    @functools.cached_property
+    def channel_sums(self) -> frozenset[str]:
+        """Backward's outputs summed per channel in the kernel: the gradients of per-channel parameters."""
+        return frozenset(f"grad_{n}" for n, kind in self.tensors if kind == PER_CHANNEL)
 
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:

@@ -1,0 +1,20 @@
+"""How a tensor parameter of a neuron kernel spreads over the neurons, and where each lane finds its value: facts
+shared by the generator (`codegen.builder`, `codegen.schedule`) and the launch stage (`runtime.neuron_launch`),
+which imports this without the generator's dependencies."""
+from __future__ import annotations
+
+__all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "PARAM_INDEX", "PER_CHANNEL", "PER_NEURON", "SHARED",
+           "Broadcast"]
+
+# How a tensor parameter spreads over the neurons (`KernelOptions.tensor_params`): one value for all, one per neuron,
+# or one per channel of a [..., C, inner] neuron layout (neuron n's channel: n / ac_inner % ac_channels, the two
+# sizes passed by value under CHANNEL_KEYS). The first two are spelled False and True: an option's spelling is part
+# of its kernels' names, which kernels made before the third kind existed keep.
+SHARED, PER_NEURON, PER_CHANNEL = False, True, "channel"
+Broadcast = bool | str
+BROADCASTS: tuple[Broadcast, ...] = (SHARED, PER_NEURON, PER_CHANNEL)
+CHANNEL_KEYS = ("ac_channels", "ac_inner")
+CHANNEL_RUN = "(ac_n0 + lane) / ac_inner"  # a lane's run of neurons of one channel (runs repeat every C)
+# Where lane `lane` of a thread reads a tensor parameter: (offset, one element per lane after it?)
+PARAM_INDEX: dict[Broadcast, tuple[str, bool]] = {SHARED: ("0", False), PER_NEURON: ("ac_n0", True),
+                                                  PER_CHANNEL: (f"{CHANNEL_RUN} % ac_channels", False)}
