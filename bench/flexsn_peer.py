@@ -144,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     (args.out / "table.md").write_text(text + "\n")
-    (args.out / "flexsn_peer.json").write_text(json.dumps(
-        {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "rows": rows}, indent=1) + "\n")
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    result = {"device": name, "torch": torch.__version__, "rows": rows}
+    (args.out / "flexsn_peer.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 
