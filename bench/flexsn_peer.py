@@ -10,7 +10,7 @@ SpikingJelly's `surrogate.sigmoid.apply(z, 4)`. Per (model, dtype, T, N), in tra
 
 the first call of each (compile included; ours also traces and derives on its first shape of a model), the
 spike agreement and gradient cosine of ours against SpikingJelly's, and the bytes per neuron-step held from
-forward to backward. Rows run in priority order (float32 before bfloat16) and stop starting once --budget
+forward to backward. Rows run in priority order (the models in the order given, each float32 then bfloat16) and stop starting once --budget
 seconds are spent; each row is appended to progress.jsonl as it ends.
 
     python bench/flexsn_peer.py --out DIR [--models alif,sfa_lif,cuba_lif] [--dtypes float32,bfloat16]
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     clock = Clock(device, quick=False)
     shapes = [_shape(s) for s in args.shapes.split(",")]
-    cases = [(WORKLOADS[m], DTYPES[d], shape) for d in args.dtypes.split(",") for m in args.models.split(",")
+    cases = [(WORKLOADS[m], DTYPES[d], shape) for m in args.models.split(",") for d in args.dtypes.split(",")
              for shape in shapes]
     args.out.mkdir(parents=True, exist_ok=True)
     progress = args.out / "progress.jsonl"
