@@ -10,8 +10,8 @@ SpikingJelly's `surrogate.sigmoid.apply(z, 4)`. Per (model, dtype, T, N), in tra
 
 the first call of each (compile included; ours also traces and derives on its first shape of a model), the
 spike agreement and gradient cosine of ours against SpikingJelly's, and the bytes per neuron-step held from
-forward to backward. Rows run in priority order (the models in the order given, each float32 then bfloat16) and stop starting once --budget
-seconds are spent; each row is appended to progress.jsonl as it ends.
+forward to backward. Rows run in priority order (the models in the order given, each float32 then bfloat16)
+and stop starting once --budget seconds are spent; each row is appended to progress.jsonl as it ends.
 
     python bench/flexsn_peer.py --out DIR [--models alif,sfa_lif,cuba_lif] [--dtypes float32,bfloat16]
         [--shapes 8x8M,64x1M,1024x16K] [--budget 200]
