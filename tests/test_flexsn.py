@@ -75,8 +75,8 @@ def _both(name: str, step_mode: str, backend: str):
     return ours, theirs
 
 
-def _call(layer, x):
-    out = layer(x)
+def _call(layer, *x):
+    out = layer(*x)
     return out if isinstance(out, tuple) else (out,)
 
 
@@ -156,9 +156,59 @@ def test_copies_keep_working() -> None:
     assert torch.equal(clone(x), expected) and torch.equal(restored(x), expected)
 
 
+def two_input_core(x_exc, x_inh, v, tau):  # two input sequences, read through one value of them
+    h = v + ((x_exc - 0.5 * x_inh) - v) / tau
+    s = sg(h - 1.0)
+    return s, h, h * (1.0 - s)
+
+
+def gated_input_core(x, gate, v):  # the inputs combine non-linearly, then meet the state once
+    h = 0.5 * v + torch.where(gate > 0.5, x, 0.2 * x) * torch.sigmoid(gate)
+    s = surrogate.atan.apply(h - 1.0, 2.0)
+    return s, h * (1.0 - s)
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "eager"])
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+@pytest.mark.parametrize("core, num_states, statics", [
+    (two_input_core, 1, lambda: (torch.nn.Parameter(torch.linspace(1.5, 3.0, N, dtype=torch.float64)),)),
+    (gated_input_core, 1, lambda: ())], ids=["two", "gated"])
+def test_several_step_inputs_match_spikingjelly(core, num_states, statics, step_mode: str, backend: str) -> None:
+    ours = FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True, backend=backend)
+    theirs = sj_flexsn.FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True)
+    torch.manual_seed(2)
+    shape = (7, N) if step_mode == "m" else (N,)
+    inputs = [(torch.rand(shape, dtype=torch.float64) * 3).requires_grad_(),
+              torch.rand(shape, dtype=torch.float64).requires_grad_()]
+    mine, their = _call(ours, *inputs), _call(theirs, *inputs)
+    assert torch.equal(mine[0], their[0])
+    for p, q in zip((*mine[1:], *ours.states), (*their[1:], *theirs.states)):
+        torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-12)
+    g1 = torch.autograd.grad(_loss(mine, ours.states), [*inputs, *ours.parameters()])
+    g2 = torch.autograd.grad(_loss(their, theirs.states), [*inputs, *theirs.parameters()])
+    for p, q in zip(g1, g2):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="takes 2 step inputs, got 1"):
+        ours(inputs[0])
+
+
+def test_several_step_inputs_share_the_one_input_kernels() -> None:
+    """Inputs read through one value: the spec is the one-input step's, so are its kernels."""
+    def one_input(x, v, tau):
+        h = v + (x - v) / tau
+        s = sg(h - 1.0)
+        return s, h, h * (1.0 - s)
+    tau = torch.tensor(2.0, dtype=torch.float64)
+    two, one = FlexSN(two_input_core, 1, (tau,)), FlexSN(one_input, 1, (tau,))
+    assert two.spec.source("bptt") == one.spec.source("bptt").replace("one_input", "two_input_core")
+    assert two.step.inputs == ("input#0", "input#1") and one.step.inputs == ()
+
+
 def test_constructor_errors() -> None:
-    with pytest.raises(SpecError, match="2 step inputs"):
-        FlexSN(lambda x, y, v: (sg(x + y + v - 1), x + y + v), 1)
+    with pytest.raises(SpecError, match="2 step inputs.*reads 2 values of them"):
+        FlexSN(lambda x, y, v: (sg(x * v + y - 1), x * v + y), 1)
+    with pytest.raises(SpecError, match="through a condition alone"):
+        FlexSN(lambda x, y, v: (sg(torch.where(x > y, v, -v)), v), 1)
     with pytest.raises(TypeError, match="static_inputs\\[0\\]"):
         FlexSN(lif_core_sg, 0, (1.0,))
     with pytest.raises(ValueError, match="num_states"):

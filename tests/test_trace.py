@@ -498,13 +498,20 @@ def test_refusals_name_the_operation_and_the_line(step, message: str) -> None:
         assert info.value.source.rsplit(":", 1)[1].isdigit()
 
 
-def test_several_step_inputs_are_refused() -> None:
-    def step(x, y, v):
+def test_several_step_inputs_read_apart_are_refused() -> None:
+    def apart(x, y, v):  # (v + x) + y: the step reads x and y in two values
         h = v + x + y
         return sg(h - 1), h
 
-    with pytest.raises(SpecError, match="2 step inputs"):
-        step_spec(step, ["v"], [], num_inputs=2)
+    def together(x, y, v):
+        h = v + (x + y)
+        return sg(h - 1), h
+
+    with pytest.raises(SpecError, match="2 step inputs.*reads 2 values of them"):
+        step_spec(apart, ["v"], [], num_inputs=2)
+    combined = step_spec(together, ["v"], [], num_inputs=2)
+    assert combined.spec.charge == step_spec(lambda x, v: (sg(v + x - 1), v + x), ["v"], []).spec.charge
+    assert combined.input_nodes[-1][0] == "add" and combined.inputs == ("input#0", "input#1")
 
 
 # ---- the decorator and Python files ----

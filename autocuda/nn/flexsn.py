@@ -5,7 +5,8 @@ traced (`autocuda.spec.trace`) into a NeuronSpec (`autocuda.spec.python`): the s
 the generated kernels (forward, derived backward, every dtype), the reference and the host runner all apply. Its
 outputs are the spike, new states (read from the state sequences) or other elementwise expressions of (x, the
 states before the step, the static inputs, the spike), which are computed with torch after the kernel and are
-differentiable through autograd. One step input; several are refused at construction. The mapping of a trace
+differentiable through autograd. Several step inputs are combined into the one the kernels read, with torch
+before the kernel, where the step reads them through one value of them alone (`spec.inputs`). The mapping of a trace
 onto a spec (sympy) is kept in the disk cache under the trace's text: a warm process traces the core (cheap, no
 sympy) and reads the spec.
 
@@ -28,6 +29,7 @@ from .. import functional as F
 from .. import store
 from ..errors import SpecError
 from ..runtime.plans import spec_ref, surrogate_ref
+from ..spec.inputs import evaluate_inputs
 from ..spec.model import Param
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
@@ -186,17 +188,18 @@ class FlexSN(nn.Module):
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, *inputs: torch.Tensor) -> Any:
-        if len(inputs) != 1:
-            raise ValueError(f"FlexSN takes 1 step input, got {len(inputs)}")
-        x = inputs[0]
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"input: expected a tensor, got {type(x).__name__}")
+        count = self.step.num_inputs
+        if len(inputs) != count:
+            raise ValueError(f"FlexSN takes {count} step input{'s' if count > 1 else ''}, got {len(inputs)}")
+        for i, value in enumerate(inputs):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"input {i}: expected a tensor, got {type(value).__name__}")
         if self.backend == "eager":
-            outputs = self._eager(x)
-        elif self.step_mode == "m":
-            outputs = self._multi(x)
+            outputs = self._eager(inputs)
         else:
-            outputs = self._single(x)
+            # several inputs: the value of them the step reads, computed before the kernel (`spec.inputs`)
+            x = evaluate_inputs(self.step.input_nodes, self.step.inputs, inputs) if count > 1 else inputs[0]
+            outputs = self._multi(x) if self.step_mode == "m" else self._single(x)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _params(self, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -266,16 +269,18 @@ class FlexSN(nn.Module):
                 results.append(evaluate(expr, values).to(x.dtype).expand(x.shape))
         return tuple(results)
 
-    def _eager(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _eager(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The core itself, step by step (for debugging: no kernel, no trace)."""
-        states: list[torch.Tensor] = [torch.zeros_like(x[0] if self.step_mode == "m" else x) if s is None else s
+        multi = self.step_mode == "m"
+        x = inputs[0]
+        states: list[torch.Tensor] = [torch.zeros_like(x[0] if multi else x) if s is None else s
                                       for s in self._states]
         statics = self.static_inputs
-        steps = x.unbind(0) if self.step_mode == "m" else (x,)
+        steps = zip(*(v.unbind(0) for v in inputs)) if multi else (tuple(inputs),)
         per_step: list[tuple[torch.Tensor, ...]] = []
         seqs: list[list[torch.Tensor]] = [[] for _ in states]
         for xt in steps:
-            returned = self.core(xt, *states, *statics)
+            returned = self.core(*xt, *states, *statics)
             returned = (returned,) if isinstance(returned, torch.Tensor) else tuple(returned)
             count = len(returned) - self.num_states
             per_step.append(returned[:count])
@@ -283,7 +288,6 @@ class FlexSN(nn.Module):
             for seq, value in zip(seqs, states):
                 seq.append(value)
         self._states = list(states)
-        multi = self.step_mode == "m"
         self.state_seqs = tuple(torch.stack(s) for s in seqs) if multi and self._store_state_seqs else None
         if not multi:
             return per_step[0]

@@ -267,7 +267,7 @@ def from_trace(traced: Trace, states: list[str], params: list[Param], *, name: s
                       charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
                       updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(), origin=origin)
     return StepSpec(spec, tuple(states), tuple(step_params), tuple(_output(o, news, s) for o in outputs), detach,
-                    spike is not None)
+                    spike is not None, traced.inputs, traced.input_nodes)
 
 
 def _fields(m: _Membrane, news: Mapping[str, sympy.Expr], states: list[str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import SpecError
 from ..surrogate import Surrogate, get_surrogate
+from .inputs import combine_inputs
 from .model import NeuronSpec, Param, State
 from .names import name_problem, spec_name_problem
 from .trace import Trace, trace
@@ -46,6 +47,12 @@ class StepSpec:
     outputs: tuple[Output, ...]
     detach_reset: bool
     spiking: bool             # False: the step has no spike (its spec never fires)
+    inputs: tuple[str, ...] = ()          # several step inputs: their names in `input_nodes`
+    input_nodes: tuple[tuple, ...] = ()   # how they combine into x, before the kernel (`spec.inputs`)
+
+    @property
+    def num_inputs(self) -> int:
+        return max(1, len(self.inputs))
 
     @property
     def surrogate(self) -> Surrogate | None:
@@ -59,7 +66,8 @@ class StepSpec:
                 "updates": [list(u) for u in s.updates], "surrogate": surrogate, "origin": s.origin}
         return json.dumps({"spec": spec, "states": self.states, "params": self.params,
                            "outputs": [dataclasses.astuple(o) for o in self.outputs],
-                           "detach_reset": self.detach_reset, "spiking": self.spiking})
+                           "detach_reset": self.detach_reset, "spiking": self.spiking, "inputs": self.inputs,
+                           "input_nodes": self.input_nodes})
 
     @staticmethod
     def from_json(text: str) -> StepSpec:
@@ -71,7 +79,7 @@ class StepSpec:
         spec["surrogate"] = get_surrogate(spec["surrogate"])
         return StepSpec(NeuronSpec(**spec), tuple(data["states"]), tuple(data["params"]),
                         tuple(Output(*o) for o in data["outputs"]), bool(data["detach_reset"]),
-                        bool(data["spiking"]))
+                        bool(data["spiking"]), tuple(data["inputs"]), tuple(tuple(n) for n in data["input_nodes"]))
 
 
 def spec_names(names: Sequence[str], taken: set[str], fallback: str) -> list[str]:
@@ -99,16 +107,19 @@ def clean_spec_name(name: str) -> str:
 def prepare(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Param], *, num_inputs: int = 1,
             origin: str = "<python>", dtype: torch.dtype = torch.float32
             ) -> tuple[Trace, list[str], list[Param]]:
-    """Trace `fn(x, *states, *params)` under the spec's spelling of the names: (trace, states, params)."""
-    if num_inputs != 1:
-        raise SpecError(f"{getattr(fn, '__name__', 'the step')} takes {num_inputs} step inputs: autocuda's kernels "
-                        f"take one input x; add the inputs before the neuron (x = a + b) or write one step input",
-                        source=origin, symbol="inputs")
+    """Trace `fn(*inputs, *states, *params)` under the spec's spelling of the names: (trace, states, params).
+    Several inputs are combined into the one the kernels read (`spec.inputs`)."""
+    if num_inputs < 1:
+        raise SpecError(f"{getattr(fn, '__name__', 'the step')} takes no step input", source=origin,
+                        symbol="inputs")
     taken = {"x", "h", "s"}
     state_names = spec_names(states, taken, "state")
     param_names = spec_names([p.name for p in params], taken, "param")
     spec_params = [dataclasses.replace(p, name=n) for p, n in zip(params, param_names)]
-    traced = trace(fn, ["x", *state_names, *param_names], dtype=dtype)
+    inputs = ["x"] if num_inputs == 1 else [f"input#{i}" for i in range(num_inputs)]  # never a spec's name
+    traced = trace(fn, [*inputs, *state_names, *param_names], dtype=dtype)
+    if num_inputs > 1:
+        traced = combine_inputs(traced, inputs, traced.name, origin)
     if len(traced.returns) < len(state_names):
         raise SpecError(f"{traced.name} returned {len(traced.returns)} values, fewer than its "
                         f"{len(state_names)} states", source=origin, symbol="returns")

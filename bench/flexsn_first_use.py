@@ -1,0 +1,160 @@
+"""First use of a new FlexSN core, in fresh processes: cold (empty autocuda cache) and warm (the cache a cold
+process left), with where the time goes.
+
+Each measurement is a child process that imports torch, brings the device up, then starts the clock:
+`import autocuda.nn`, `FlexSN(core, num_states)` (trace, and map onto a spec: sympy when not cached), the first
+forward and the first backward (derive, render, compile and load the kernels: from the disk cache when warm).
+The child times the stages by wrapping them (`derive_render_s`: building kernel sources; `compile_s`: NVRTC on a
+GPU, the host runner's compiler on a CPU) and says whether sympy and jinja2 were imported.
+
+    python bench/flexsn_first_use.py [--device cuda] [--cores lif,alif] [--repeat 2] [--out DIR]
+
+Prints a table and writes `first_use.json` under --out (when given). Targets (issue 26): cold <= 2 s, warm
+<= 0.1 s, from `import autocuda.nn` to the first backward done.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The child: argv = device, core name. Prints one JSON line.
+CHILD = r"""
+import json, sys, time
+import torch
+device, name = torch.device(sys.argv[1]), sys.argv[2]
+x = (torch.randn(8, 4096, device=device) * 2.0 + 0.5).requires_grad_(True)
+g = torch.randn(8, 4096, device=device)
+sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+sync()
+spent = {"derive_render_s": 0.0, "compile_s": 0.0}
+
+def timed(owner, attr, field):
+    inner = getattr(owner, attr)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[field] += time.perf_counter() - start
+    setattr(owner, attr, wrapper)
+
+def lif(x, v):
+    h = v + (x - v) / 2.0
+    s = spike(h - 1.0)
+    return s, h * (1.0 - s)
+
+def alif(x, v, a):
+    h = v + (x - v) / 2.0
+    s = spike(h - (1.0 + 0.2 * a))
+    return s, h * (1.0 - s), 0.95 * a + s
+
+t0 = time.perf_counter()
+import autocuda.nn
+from autocuda.surrogate import Sigmoid
+t1 = time.perf_counter()
+from autocuda.runtime import compile as compiling, neuron_launch
+from autocuda.host import runner
+timed(neuron_launch.NeuronConfig, "_generate", "derive_render_s")
+timed(compiling, "nvrtc_compile", "compile_s")
+timed(runner, "_compile", "compile_s")
+spike = Sigmoid(4.0)
+core = {"lif": (lif, 1), "alif": (alif, 2)}[name]
+layer = autocuda.nn.FlexSN(*core, backend="cuda" if device.type == "cuda" else "host")
+t2 = time.perf_counter()
+spikes = layer(x)
+sync()
+t3 = time.perf_counter()
+(spikes * g).sum().backward()
+sync()
+t4 = time.perf_counter()
+print(json.dumps({"first_use_s": t4 - t0, "import_s": t1 - t0, "construct_s": t2 - t1,
+                  "first_forward_s": t3 - t2, "first_backward_s": t4 - t3, **spent,
+                  "kernels_compiled": compiling.stats["compiled"], "kernels_from_disk": compiling.stats["disk"],
+                  "sympy": "sympy" in sys.modules, "jinja2": "jinja2" in sys.modules}))
+"""
+
+COLUMNS = ("first_use_s", "import_s", "construct_s", "first_forward_s", "first_backward_s", "derive_render_s",
+           "compile_s")
+
+
+def child_env(cache: Path) -> dict[str, str]:
+    """An empty (or the previous child's) autocuda cache; Python bytecode written as after an install."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["AUTOCUDA_CACHE_DIR"] = str(cache)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def measure(device: str, core: str, cache: Path, label: str) -> dict[str, Any]:
+    argv = [sys.executable, "-c", CHILD, device, core]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=child_env(cache), capture_output=True, text=True, timeout=600)
+    row: dict[str, Any] = {"core": core, "cache": label, "process_wall_s": time.perf_counter() - start}
+    if proc.returncode == 0:
+        row |= json.loads(proc.stdout.strip().splitlines()[-1])
+    else:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+    return row
+
+
+def run(device: str, cores: list[str], repeat: int) -> list[dict[str, Any]]:
+    # One child first compiles every module's bytecode (as `pip install` does), so that "cold" means an empty
+    # autocuda cache, not Python compiling sympy from source.
+    with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
+        measure(device, cores[0], Path(tmp) / "bytecode", "bytecode")
+    rows = []
+    for core in cores:
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
+                cache = Path(tmp) / "autocuda"
+                rows.append(measure(device, core, cache, "cold"))
+                rows.append(measure(device, core, cache, "warm"))
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["core", "cache", *COLUMNS, "compiled", "sympy", "jinja2"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['core']} | {r['cache']} | error: {r['error']} |")
+            continue
+        cells = [r["core"], r["cache"], *(f"{r[c]:.3f}" for c in COLUMNS), str(r["kernels_compiled"]),
+                 "yes" if r["sympy"] else "no", "yes" if r["jinja2"] else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (NVRTC kernels) or cpu (the host runner)")
+    parser.add_argument("--cores", default="lif,alif", help="of lif, alif")
+    parser.add_argument("--repeat", type=int, default=2, help="cold/warm pairs per core")
+    parser.add_argument("--out", type=Path, help="folder for first_use.json")
+    args = parser.parse_args(argv)
+    rows = run(args.device, args.cores.split(","), args.repeat)
+    print(table(rows))
+    result = {"device": args.device, "rows": rows, "python": sys.version.split()[0],
+              "what": "seconds from `import autocuda.nn` (torch imported, device up) to the first backward done"}
+    if args.device.startswith("cuda"):
+        import torch
+
+        result["gpu"] = torch.cuda.get_device_name()
+    print(json.dumps(result))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "first_use.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
