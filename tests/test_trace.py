@@ -156,10 +156,40 @@ def klif(x, v, tau=2.0, k=1.0, v_threshold=1.0, v_reset=0.0):
     return s, h * (1 - s) + v_reset * s
 
 
+@neuron()
+def nonspiking_if(x, v):
+    h = v + x
+    s = sg(h - 1)  # never read: the layer's output is v
+    return s, h
+
+
+@neuron()
+def nonspiking_lif(x, v, tau=2.0):
+    h = v + (x - v) / tau
+    s = sg(h - 1)
+    return s, h
+
+
+@neuron(initial={"v": "v_reset"})
+def liaf(x, v, v_charged, tau=2.0, v_threshold=1.0, v_reset=0.0):
+    h = v + (x - (v - v_reset)) / tau
+    s = sg(h - v_threshold)
+    return s, h * (1 - s) + v_reset * s, h
+
+
+@neuron()
+def clif(x, v_charged, v, m, tau=2.0, v_threshold=1.0):
+    h = v - v / tau + x
+    s = sg(h - v_threshold)
+    m = m * torch.sigmoid(h / tau) + s
+    return s, h, h - s * (v_threshold + torch.sigmoid(m)), m
+
+
 PYTHON = {"lif": lif, "alif": alif, "if": if_, "parametric_lif": parametric_lif, "qif": qif, "eif": eif,
           "izhikevich": izhikevich, "adex": adex, "sfa_lif": sfa_lif, "cuba_lif": cuba_lif,
           "fitzhugh_nagumo": fitzhugh_nagumo, "resonate_fire": resonate_fire, "raf": raf,
-          "cuba_lif_discrete": cuba_lif_discrete, "klif": klif}
+          "cuba_lif_discrete": cuba_lif_discrete, "klif": klif, "nonspiking_if": nonspiking_if,
+          "nonspiking_lif": nonspiking_lif, "liaf": liaf, "clif": clif}
 # Not written here: two_compartment (its exact step is a general 2x2 matrix exponential; expressible, but long).
 NOT_WRITTEN = {"two_compartment"}
 
