@@ -68,6 +68,11 @@ class NIRModule(nn.Module):
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.order, self.back_edges = _walk(self.names, self.edges, self.inputs)
         self.sources = {name: [s for s, t in self.edges if t == name] for name in self.names}
+        # Per node after the inputs, in order: (name, ModuleDict key, sources this step, sources of the previous
+        # step): what `_run` reads per call, so that a call walks no edge lists
+        self._plan = [(name, self.keys[name], tuple(s for s in self.sources[name] if (s, name) not in self.back_edges),
+                       tuple(s for s in self.sources[name] if (s, name) in self.back_edges))
+                      for name in self.order if name not in self.inputs]
         self._previous: dict[str, torch.Tensor] = {}
         self.step_mode = step_mode
 
@@ -125,30 +130,22 @@ class NIRModule(nn.Module):
 
     def _run(self, given: Mapping[str, torch.Tensor], batch_dims: int) -> dict[str, torch.Tensor]:
         """Every node once, in order; batch_dims 2: tensors are [T, B, *], 1: [B, *] (one step)."""
-        values: dict[str, torch.Tensor] = {}
-        for name in self.order:
-            if name in given:
-                values[name] = given[name]
-                continue
-            arriving = self._arriving(name, values)
+        values = {name: given[name] for name in self.inputs}
+        modules = self.nodes._modules  # the ModuleDict's own dict: no key check per node
+        for name, key, sources, recurrent in self._plan:
+            arriving = [values[source] for source in sources]
+            # a recurrent edge: the previous step's output (none at the first step)
+            arriving += [self._previous[source] for source in recurrent if source in self._previous]
             if not arriving:  # fed only by recurrent edges, at the first step
                 raise ValueError(f"node {name!r} has no input at the first step (only recurrent edges reach it)")
             total = arriving[0]
             for value in arriving[1:]:
                 total = total + value
-            values[name] = _call(self.module(name), total, batch_dims)
+            module = modules[key]
+            values[name] = total if type(module) is nn.Identity else _call(module, total, batch_dims)
         if self.recurrent:
             self._previous = {source: values[source] for source, _ in self.back_edges}
         return {name: values[name] for name in self.outputs}
-
-    def _arriving(self, name: str, values: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        found = []
-        for source in self.sources[name]:
-            if (source, name) not in self.back_edges:
-                found.append(values[source])
-            elif source in self._previous:  # a recurrent edge: the previous step's output (none at the first)
-                found.append(self._previous[source])
-        return found
 
 
 def _call(module: nn.Module, x: torch.Tensor, batch_dims: int) -> torch.Tensor:

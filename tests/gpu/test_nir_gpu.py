@@ -48,3 +48,41 @@ def test_cuda_kernels_match_reference(method: str, recurrent: bool, dtype: torch
     expected.sum().backward()
     if dtype == torch.float64:
         torch.testing.assert_close(x_cuda.grad.cpu(), x_ref.grad, rtol=1e-9, atol=1e-9)
+
+
+def test_training_step_replays_from_a_cuda_graph() -> None:
+    """Forward, backward and SGD step of an imported graph captured once in a CUDA graph: a replay on new data
+    gives the eager step's loss and weights (nothing in the step needs the host)."""
+    graph = _graph(np.random.default_rng(1), recurrent=False)
+    eager, graphed = (from_nir(graph).cuda() for _ in range(2))
+    x_static, target = torch.rand(16, 8, 32, device="cuda") * 2, torch.rand(8, 16, device="cuda")
+
+    def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+        model.reset()
+        loss = ((model(x).mean(0) - target) ** 2).sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    sgd = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, graphed)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, on the model that will be captured
+        for _ in range(2):
+            sgd[1].zero_grad(set_to_none=True)
+            step(graphed, sgd[1], x_static)
+    torch.cuda.current_stream().wait_stream(side)
+    eager.load_state_dict(graphed.state_dict())
+    capture = torch.cuda.CUDAGraph()
+    sgd[1].zero_grad(set_to_none=True)
+    with torch.cuda.graph(capture):
+        loss_static = step(graphed, sgd[1], x_static)
+    x_static.copy_(torch.rand_like(x_static) * 2)  # new data into the captured input
+    eager.load_state_dict(graphed.state_dict())  # the capture ran no step: both start from the same weights
+    capture.replay()
+    sgd[0].zero_grad(set_to_none=True)
+    expected = step(eager, sgd[0], x_static.clone())
+    torch.testing.assert_close(loss_static, expected)
+    for p_graphed, p_eager in zip(graphed.parameters(), eager.parameters()):
+        torch.testing.assert_close(p_graphed, p_eager)
+    assert not torch.equal(next(graphed.parameters()), next(from_nir(graph).cuda().parameters()))
