@@ -80,6 +80,9 @@ def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
         for expr in (system.charge, system.threshold, *cached, *arguments, H, SPIKE, SPIKE_RESET, THRESHOLD, EVENT,
                      EVENT_RESET):
             prepare_expression(expr)  # the step's symbols too: they key the values `step` builds
+        for level in system.levels:  # the levels' own surrogates' gradients, built now rather than when traced
+            if level.surrogate is not None:
+                level.surrogate.gradient_of_x()
         object.__setattr__(system, "_reference_updates", cached)  # a frozen dataclass: a derived cache only
     return cached
 
