@@ -9,23 +9,28 @@ v[t-1]) with torch, so the derivation can be checked against autograd without an
 """
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Mapping, Sequence
 
 import sympy as sp
 import torch
 
 from .spec.derive import (
+    EVENT,
+    EVENT_RESET,
     GRAD_SPIKE,
     SPIKE,
     SPIKE_RESET,
-    SURROGATE_GRAD,
     THRESHOLD,
     Derivation,
     H,
     StepSystem,
     adjoint_symbol,
+    level_gradient_symbol,
     membrane_update,
     previous_membrane,
+    spike_levels,
 )
 from .spec.torch_eval import evaluate, prepare_expression
 from .surrogate import Surrogate
@@ -41,11 +46,27 @@ def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], pa
     values = {**params, system.x: x, **dict(zip(system.states, states))}
     h = evaluate(system.charge, values)
     threshold = evaluate(system.threshold, values)
-    spike = surrogate(h - threshold)
+    values |= {H: h, THRESHOLD: threshold}
+    spike, event = fire(system, values, surrogate)
     reset_spike = spike.detach() if detach_reset else spike
-    values |= {H: h, SPIKE: spike, SPIKE_RESET: reset_spike, THRESHOLD: threshold}
+    values |= {SPIKE: spike, SPIKE_RESET: reset_spike}
+    if system.levels:
+        values |= {EVENT: event, EVENT_RESET: event.detach() if detach_reset else event}
     new_states = tuple(evaluate(update, values) for update in updates)
     return _like(spike, x), tuple(_like(s, x) for s in new_states), _like(h, x)
+
+
+def fire(system: StepSystem, values: Values, surrogate: Surrogate) -> tuple[torch.Tensor, torch.Tensor]:
+    """(spike, event) from `values` of H, THRESHOLD, states and parameters: each level through its surrogate's
+    autograd function (the neuron's `surrogate` where it has none of its own)."""
+    if not system.levels:
+        spike = surrogate(values[H] - values[THRESHOLD])  # type: ignore[arg-type]  # H is a tensor
+        return spike, spike
+    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values)) for level in system.levels]
+    weights = [float(level.weight) for level in system.levels]
+    spike = functools.reduce(operator.add, (c * f for c, f in zip(weights, fired)))
+    event = functools.reduce(operator.add, (abs(c) * f for c, f in zip(weights, fired)))
+    return spike, event
 
 
 def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
@@ -55,8 +76,13 @@ def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
     cached = system.__dict__.get("_reference_updates")
     if cached is None:
         cached = (membrane_update(system), *system.updates)
-        for expr in (system.charge, system.threshold, *cached, H, SPIKE, SPIKE_RESET, THRESHOLD):
+        arguments = (level.argument for level in system.levels)
+        for expr in (system.charge, system.threshold, *cached, *arguments, H, SPIKE, SPIKE_RESET, THRESHOLD, EVENT,
+                     EVENT_RESET):
             prepare_expression(expr)  # the step's symbols too: they key the values `step` builds
+        for level in system.levels:  # the levels' own surrogates' gradients, built now rather than when traced
+            if level.surrogate is not None:
+                level.surrogate.gradient_of_x()
         object.__setattr__(system, "_reference_updates", cached)  # a frozen dataclass: a derived cache only
     return cached
 
@@ -92,7 +118,9 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
     grads of learnable parameters summed over time, per neuron)."""
     system, back = derivation.system, derivation.backward
     z = sp.Symbol("z", real=True)
-    sg_expr = surrogate.gradient(z).subs(z, H - THRESHOLD)
+    levels = spike_levels(system)
+    gradients = [(level_gradient_symbol(k), (level.surrogate or surrogate).gradient(z).subs(z, level.argument))
+                 for k, level in enumerate(levels)]
     lambdas = list(grad_finals)
     grad_x = torch.zeros_like(x_seq)
     grad_params = [torch.zeros_like(x_seq[0]) for _ in system.learnable]
@@ -107,8 +135,10 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
                   **dict(zip(system.states, previous)),
                   **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
         values[THRESHOLD] = evaluate(system.threshold, values)
-        values[SPIKE] = (h_seq[t] >= values[THRESHOLD]).to(h_seq.dtype)
-        values[SURROGATE_GRAD] = evaluate(sg_expr, values)
+        fired = [(evaluate(level.argument, values) >= 0).to(h_seq.dtype) for level in levels]
+        values[SPIKE] = sum(float(level.weight) * f for level, f in zip(levels, fired))
+        values[EVENT] = sum(abs(float(level.weight)) * f for level, f in zip(levels, fired))
+        values |= {symbol: evaluate(gradient, values) for symbol, gradient in gradients}
         grad_x[t] = evaluate(back.grad_x, values)
         lambdas = [_like(evaluate(g, values), x_seq[t]) for g in back.grad_states]
         for k, g in enumerate(back.grad_params):

@@ -145,12 +145,13 @@ def test_user_spec_with_three_states_and_adaptive_threshold() -> None:
 
 def test_inputs_make_neurons_fire_and_rest() -> None:
     """The calibrated inputs exercise both branches of the spike (otherwise half the kernel goes untested)."""
-    for name in SPECS:
-        for reset in RESETS:
+    for name in (n for n in SPECS if load_spec(n).output == "s"):  # a non-spiking spec's spike is never read
+        for reset in spec_resets(name):
             case = make_case(Setup(load_spec(name), reset=reset), (8, 33), seed=3)
             config = case.setup.config()
             system = config.derivation().system
             params = {p: case.params[p.name] for p in system.params}
             initial = [case.multi.initial[s.name] for s in case.setup.spec.states]
             spikes, _, _ = reference.multi_step(system, case.multi.x, initial, params, config.surrogate)
-            assert 0.05 < float(spikes.mean()) < 0.9, (name, reset, float(spikes.mean()))
+            rate = float((spikes != 0).double().mean())  # a multi-level spike: any level
+            assert 0.05 < rate < 0.9, (name, reset, rate)

@@ -14,11 +14,12 @@ from autocuda.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.surrogate import ATan, Custom, Sigmoid
 
-SHIPPED = ["adex", "alif", "clif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "izhikevich",
-           "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf", "resonate_fire",
-           "sfa_lif", "two_compartment"]
+SHIPPED = ["adex", "alif", "clif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo", "if", "ilif",
+           "izhikevich", "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf",
+           "resonate_fire", "sfa_lif", "ternary_if", "ternary_lif", "two_compartment"]
 # Specs that never reset (their output is the membrane, or the reset is an update), and the membrane of each
 NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v"}
+SOFT_RESET = {"ilif"}  # SpikingJelly's ILIFNode has no v_reset
 sym = sympy.symbols("x v w a h s tau v_reset v_rest v_c a0 delta_T theta_rh tau_w R b beta tau_a v_threshold",
                     real=True)
 (x, v, w, a, h, s, tau, v_reset, v_rest, v_c, a0, delta_T, theta_rh, tau_w, R, b, beta, tau_a,
@@ -46,7 +47,8 @@ def test_shipped_specs_are_listed_with_docs():
 def test_shipped_spec_loads(name):
     spec = load_spec(name)
     assert spec.name == name and spec.origin == f"{name}.toml"
-    assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == ("none" if name in NO_RESET else "hard")
+    reset = "none" if name in NO_RESET else "soft" if name in SOFT_RESET else "hard"
+    assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == reset
     assert spec.membrane == NO_RESET.get(name, "v")
     assert spec.parsed().membrane == sympy.Symbol(spec.membrane, real=True)
     assert load_spec(name.upper()) is spec  # cached, case-insensitive

@@ -10,7 +10,17 @@ import sympy as sp
 from ..ckernel import CParam
 from ..cnames import FIXED_KEYS, c_name
 from ..dtypes import fill
-from ..spec.derive import GRAD_SPIKE, SPIKE, SURROGATE_GRAD, THRESHOLD, Derivation, H, adjoint_symbol
+from ..spec.derive import (
+    EVENT,
+    GRAD_SPIKE,
+    SPIKE,
+    THRESHOLD,
+    Derivation,
+    H,
+    adjoint_symbol,
+    level_gradient_symbol,
+    spike_levels,
+)
 from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
 from .options import KernelOptions, Plan, Statement, Transfer
 from .printer import CudaPrinter
@@ -37,8 +47,9 @@ class Builder:
         self.multi = options.multi_step
         system = derivation.system
         self.tensor_params = dict(options.tensor_params)
-        names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", SURROGATE_GRAD: "ac_sg",
+        names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", EVENT: "ac_e",
                  GRAD_SPIKE: "ac_grad_s[lane]", H_PREVIOUS: "ac_h_prev[lane]"}
+        names |= {(g := level_gradient_symbol(k)): g.name for k in range(len(spike_levels(system)))}
         names |= {s: f"{c_name(s.name)}[lane]" for s in system.states}
         names |= {adjoint_symbol(s): f"{c_name(s.name, 'grad')}[lane]" for s in system.states}
         scalar = self.compute.broadcast or "{x}"  # scalars arrive as floats; native words need both lanes

@@ -27,7 +27,7 @@ import sympy as sp
 from ..ckernel import CKernel
 from ..cnames import comment_text
 from ..dtypes import headers_for
-from ..spec.derive import Derivation
+from ..spec.derive import Derivation, spike_value
 from .builder import kernel_param
 from .options import (
     KERNELS,
@@ -100,9 +100,12 @@ def describe(spec_title: str, derivation: Derivation, options: KernelOptions) ->
 @functools.lru_cache(maxsize=1024)
 def _equations(system: Any, step: Any) -> tuple[str, ...]:
     """The step's equations as comment lines (printed once per derivation: every variant repeats them)."""
-    lines = [f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}", "s = (h >= threshold)"]
+    lines = [f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}"]
+    lines += [f"s = {sp.sstr(spike_value(system))}", f"e = {sp.sstr(spike_value(system, magnitude=True))}"] \
+        if system.levels else ["s = (h >= threshold)"]
     lines += [f"{s.name}' = {sp.sstr(e)}" for s, e in zip(system.states, step.new_states)]
-    return tuple(line.replace("ac_h", "h").replace("ac_thr", "threshold").replace("ac_s", "s") for line in lines)
+    renames = (("ac_h", "h"), ("ac_thr", "threshold"), ("ac_s", "s"), ("ac_e", "e"))
+    return tuple(functools.reduce(lambda text, r: text.replace(*r), renames, line) for line in lines)
 
 
 @functools.lru_cache(maxsize=1024)

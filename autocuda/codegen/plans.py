@@ -9,7 +9,16 @@ import sympy as sp
 
 from ..cnames import c_name
 from ..dtypes import fill
-from ..spec.derive import THRESHOLD, Derivation, H, previous_membrane
+from ..spec.derive import (
+    EVENT,
+    THRESHOLD,
+    Derivation,
+    H,
+    level_gradient_symbol,
+    previous_membrane,
+    spike_levels,
+    spike_value,
+)
 from .builder import H_PREVIOUS, Builder
 from .options import KernelOptions, Plan, Transfer, replay_steps
 
@@ -36,7 +45,9 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
     charge, threshold = b.emit([step.charge, step.threshold], comment="charge and threshold")
     b.statement("ac_h", charge)
     b.statement("ac_thr", threshold)
-    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1), comment="fire")
+    b.statement("ac_s", spike_value(system), comment="fire")
+    if any(e.has(EVENT) for e in step.new_states):
+        b.statement("ac_e", spike_value(system, magnitude=True), comment="the hard reset's event")
     news = b.emit(list(step.new_states), comment="reset and state updates")
     for s, value in zip(system.states, news):
         b.statement(c_name(s.name, "next"), value)
@@ -130,8 +141,12 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         _replay(b, derivation)
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
-    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
-    b.statement("ac_sg", surrogate_gradient.subs(SURROGATE_INPUT, H - THRESHOLD))
+    b.statement("ac_s", spike_value(system))
+    if any(e.has(EVENT) for e in (step.grad_x, *step.grad_states, *step.grad_params)):
+        b.statement("ac_e", spike_value(system, magnitude=True))
+    for k, level in enumerate(spike_levels(system)):  # a level's own surrogate, else the kernel's
+        gradient = surrogate_gradient if level.surrogate is None else level.surrogate.gradient(SURROGATE_INPUT)
+        b.statement(level_gradient_symbol(k).name, gradient.subs(SURROGATE_INPUT, level.argument))
     outputs = b.emit([step.grad_x, *step.grad_states, *step.grad_params], comment="adjoint of one step")
     grad_x, grad_states, grad_params = outputs[0], outputs[1:1 + len(system.states)], outputs[1 + len(system.states):]
     b.statement("ac_out_grad_x[lane]", grad_x, declare=False)

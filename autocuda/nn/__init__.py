@@ -7,6 +7,8 @@
 - `spikingjelly_more.py`: more of SpikingJelly's classes (`SimpleIFNode`, `CUBALIFNode`, `KLIFNode`, ...).
 - `spikingjelly_variants.py`: SpikingJelly's classes whose output is not the spike (`NonSpikingIFNode`,
   `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
+- `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
+  `ILIFNode`).
 """
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ from .spikingjelly import (
     ParametricLIFNode,
     QIFNode,
 )
+from .spikingjelly_levels import ILIFNode, TernaryIFNode, TernaryLIFNode
 from .spikingjelly_more import CUBALIFNode, HalfThresholdIFNode, KLIFNode, RAFNode, SimpleIFNode, SimpleLIFNode
 from .spikingjelly_variants import ComplementaryLIFNode, LIAFNode, NonSpikingIFNode, NonSpikingLIFNode
 
 __all__ = ["Neuron", "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode",
            "ALIFNode", "SimpleIFNode", "SimpleLIFNode", "HalfThresholdIFNode", "CUBALIFNode", "KLIFNode", "RAFNode",
-           "NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode",
+           "NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode", "TernaryIFNode",
+           "TernaryLIFNode", "ILIFNode",
            "FlexSN", "BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"]

@@ -6,20 +6,28 @@ Notation (per neuron, step t): inputs x = x[t] and the states S = (v, w, ...) of
     s  = Θ(h - thr)                     the spike (surrogate gradient σ'(h - thr) in backward)
     v' = reset(h, s_r, thr)             s_r is the spike as the reset sees it (detached if detach_reset)
     w' = update_w(x, h, s, S)           further states, after firing
+A multi-level spike (`levels`) is s = Σ_k c_k Θ(a_k(h, thr, S)), each level with its own surrogate σ_k; its
+hard reset sees the event e = Σ_k |c_k| Θ(a_k) (e_r, detached as s_r) instead of s. The single spike is the one
+level c = 1, a = h - thr.
 Backward receives λ = dL/dS' (the gradient reaching the new states) and g_s = dL/ds, and returns
-dL/dx, dL/dS (the next λ, one step earlier) and dL/dp for learnable parameters p:
-    g_sp = g_s + Σ λ_k ∂F_k/∂s + [not detach] Σ λ_k ∂F_k/∂s_r
-    g_h  = Σ λ_k ∂F_k/∂h + g_sp σ'
-    dL/du = g_h ∂h/∂u - g_sp σ' ∂thr/∂u + Σ λ_k ∂F_k/∂u          for u in x, S, p
+dL/dx, dL/dS (the next λ, one step earlier) and dL/dp for learnable parameters p (λ·F = Σ_j λ_j F_j):
+    g_sp = g_s + ∂(λ·F)/∂s + [not detach] ∂(λ·F)/∂s_r       g_e = [not detach] ∂(λ·F)/∂e_r
+    G_k  = (g_sp c_k + g_e |c_k|) σ_k'(a_k)                    per level
+    g_h  = ∂(λ·F)/∂h + Σ_k G_k ∂a_k/∂h                         g_thr = ∂(λ·F)/∂thr + Σ_k G_k ∂a_k/∂thr
+    dL/du = g_h ∂h/∂u + g_thr ∂thr/∂u + Σ_k G_k ∂a_k/∂u + ∂(λ·F)/∂u          for u in x, S, p
+(for the single spike, G = g_sp σ', g_h = ∂(λ·F)/∂h + g_sp σ', g_thr = ∂(λ·F)/∂thr - g_sp σ').
 Where ∂h/∂u mentions x and h gives x back (`recovered_input`), x is replaced by its value from h, so that
 backward need not read x[t].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Literal
 
 import sympy as sp
+
+if TYPE_CHECKING:
+    from ..surrogate import Surrogate
 
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
@@ -38,6 +46,23 @@ class StepSystem:
     updates: tuple[sp.Expr, ...]           # new values of states[1:], in terms of h, s, x, states, params
     reset: Reset
     v_reset: sp.Expr | None                # the hard-reset value (a parameter symbol or a number) or None
+    levels: tuple[SpikeLevel, ...] = ()    # a multi-level spike; () is the single spike Θ(h - thr)
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, without `levels` where there are none: kernel names are digests of it, and the
+        single-spike systems keep theirs."""
+        shown = (f for f in fields(self) if not (f.name == "levels" and not self.levels))
+        return f"{type(self).__qualname__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+
+
+@dataclass(frozen=True)
+class SpikeLevel:
+    """One level of a spike: it adds `weight` where `argument` >= 0, with `surrogate`'s gradient in backward
+    (None: the neuron's surrogate, the one the layer or kernel is given)."""
+
+    weight: sp.Expr
+    argument: sp.Expr                      # in H, THRESHOLD, the states and the parameters
+    surrogate: Surrogate | None = None
 
 
 # Symbols the derivation introduces. Their names start with the generated prefix, so no spec name equals one.
@@ -47,6 +72,39 @@ SPIKE_RESET = sp.Symbol("ac_s_reset", real=True)
 THRESHOLD = sp.Symbol("ac_thr", real=True)
 SURROGATE_GRAD = sp.Symbol("ac_sg", real=True)
 GRAD_SPIKE = sp.Symbol("ac_grad_s", real=True)
+EVENT = sp.Symbol("ac_e", real=True)              # a multi-level spike's hard-reset event Σ |c_k| Θ(a_k)
+EVENT_RESET = sp.Symbol("ac_e_reset", real=True)  # the event as the reset sees it (detached if detach_reset)
+SINGLE_LEVEL = (SpikeLevel(sp.Integer(1), H - THRESHOLD),)
+
+
+def spike_levels(system: StepSystem) -> tuple[SpikeLevel, ...]:
+    """The levels of the system's spike (the single spike is one level)."""
+    return system.levels or SINGLE_LEVEL
+
+
+def level_gradient_symbol(k: int) -> sp.Symbol:
+    """σ_k'(a_k), the surrogate gradient of level k (level 0's is SURROGATE_GRAD)."""
+    return SURROGATE_GRAD if k == 0 else sp.Symbol(f"ac_sg_{k}", real=True)
+
+
+def spike_value(system: StepSystem, magnitude: bool = False) -> sp.Expr:
+    """s = Σ c_k Θ(a_k) in H, THRESHOLD, states and parameters; with `magnitude`, the event Σ |c_k| Θ(a_k)."""
+    return sp.Add(*((abs(level.weight) if magnitude else level.weight) * sp.Heaviside(level.argument, 1)
+                    for level in spike_levels(system)))
+
+
+def spike_symbols(system: StepSystem) -> frozenset[sp.Symbol]:
+    """The symbols standing for the spike's values in the step (spike, event, threshold, level gradients)."""
+    levels = spike_levels(system)
+    return frozenset({SPIKE, EVENT, THRESHOLD, *(level_gradient_symbol(k) for k in range(len(levels)))})
+
+
+def spike_inputs(system: StepSystem) -> set[sp.Basic]:
+    """What the spike reads besides H: the threshold's and the levels' symbols."""
+    inputs = set(system.threshold.free_symbols)
+    for level in spike_levels(system):
+        inputs |= level.argument.free_symbols - {H, THRESHOLD}
+    return inputs
 
 
 def adjoint_symbol(state: sp.Symbol) -> sp.Symbol:
@@ -84,16 +142,18 @@ class Derivation:
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
-    """v' from h and the reset spike: the reset rule of docs/semantics.md."""
+    """v' from h and the reset spike: the reset rule of docs/semantics.md (a multi-level spike's hard reset
+    sees its event)."""
     if system.reset == "hard":
-        return H * (1 - SPIKE_RESET) + system.v_reset * SPIKE_RESET
+        fired = EVENT_RESET if system.levels else SPIKE_RESET
+        return H * (1 - fired) + system.v_reset * fired
     if system.reset == "soft":
         return H - SPIKE_RESET * THRESHOLD
     return H
 
 
 def forward_step(system: StepSystem) -> ForwardStep:
-    membrane = membrane_update(system).subs(SPIKE_RESET, SPIKE)
+    membrane = membrane_update(system).subs({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT})
     return ForwardStep(system.threshold, system.charge, (membrane, *system.updates))
 
 
@@ -118,7 +178,7 @@ def recovered_input(system: StepSystem) -> sp.Expr | None:
       half of |h|).
     """
     x = system.x
-    if any(e.has(x) for e in (system.threshold, *system.updates)):
+    if any(e.has(x) for e in (system.threshold, *system.updates, *(lv.argument for lv in system.levels))):
         return None
     slope = sp.diff(system.charge, x)
     if slope.has(x) or slope.is_zero is not False:
@@ -151,20 +211,28 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
     adjoints = [adjoint_symbol(s) for s in system.states]
     weighted = sum((lam * f for lam, f in zip(adjoints, new_states)), sp.Integer(0))
     grad_spike_total = GRAD_SPIKE + sp.diff(weighted, SPIKE)
+    grad_event = sp.Integer(0)
     if not detach_reset:
         grad_spike_total += sp.diff(weighted, SPIKE_RESET)
-    grad_h = sp.diff(weighted, H) + grad_spike_total * SURROGATE_GRAD
-    grad_threshold = sp.diff(weighted, THRESHOLD) - grad_spike_total * SURROGATE_GRAD
+        grad_event = sp.diff(weighted, EVENT_RESET)
+    levels = [((grad_spike_total * lv.weight + grad_event * abs(lv.weight)) * level_gradient_symbol(k), lv.argument)
+              for k, lv in enumerate(spike_levels(system))]
+
+    def through_levels(u: sp.Symbol) -> sp.Expr:
+        return sum((g * sp.diff(a, u) for g, a in levels), sp.Integer(0))
+
+    grad_h = sp.diff(weighted, H) + through_levels(H)
+    grad_threshold = sp.diff(weighted, THRESHOLD) + through_levels(THRESHOLD)
 
     def total(u: sp.Symbol) -> sp.Expr:
-        grad = grad_h * charge_partial(u) + grad_threshold * sp.diff(system.threshold, u)
+        grad = grad_h * charge_partial(u) + grad_threshold * sp.diff(system.threshold, u) + through_levels(u)
         # In value, the reset's spike is the spike; only its derivative differed (detach_reset).
-        return _steps_and_kinks((grad + sp.diff(weighted, u)).subs(SPIKE_RESET, SPIKE))
+        return _steps_and_kinks((grad + sp.diff(weighted, u)).subs({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
 
     grads = (total(system.x), tuple(total(s) for s in system.states), tuple(total(p) for p in system.learnable))
     used = set().union(*(e.free_symbols for e in (grads[0], *grads[1], *grads[2])))
-    if used & {SPIKE, SURROGATE_GRAD, THRESHOLD}:
-        used |= system.threshold.free_symbols
+    if used & spike_symbols(system):
+        used |= spike_inputs(system)
     return BackwardStep(grads[0], grads[1], grads[2], system.x in used,
                         tuple(s in used for s in system.states))
 
@@ -196,7 +264,7 @@ def derive(system: StepSystem, detach_reset: bool = False) -> Derivation:
     and the membrane under a state-dependent threshold, is saved as a sequence.
     """
     backward = backward_step(system, detach_reset)
-    membrane_recomputable = not (system.threshold.free_symbols & set(system.states))
+    membrane_recomputable = not (spike_inputs(system) & set(system.states))
     recompute = backward.needs_states[0] and membrane_recomputable
     saved = tuple(needed and not (i == 0 and recompute) for i, needed in enumerate(backward.needs_states))
     step = forward_step(system)
@@ -215,8 +283,11 @@ def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -
     each way) and h rebuild it exactly.
 
     Taken where the updates of the saved states (and the threshold, where they use the spike) read no input x
-    and no state that is not saved itself: the replay has h and the saved states alone.
+    and no state that is not saved itself: the replay has h and the saved states alone. Not for a multi-level
+    spike: the h that forward stores is rounded to keep one threshold's decision (`h_stored_as_decided`).
     """
+    if system.levels:
+        return False
     kept = {s for s, keep in zip(system.states, saved) if keep}
     if not kept:
         return False
@@ -224,11 +295,14 @@ def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -
     for state, update in zip(system.states, step.new_states):
         if state in kept:
             spiking = update.has(SPIKE) or update.has(THRESHOLD)
-            read |= update.free_symbols | (system.threshold.free_symbols if spiking else set())
+            read |= update.free_symbols | (spike_inputs(system) if spiking else set())
     return system.x not in read and read & set(system.states) <= kept
 
 
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:
-    """v[t-1] from h[t-1] when the threshold depends on parameters only (used by the backward kernel)."""
-    spike = sp.Heaviside(h_previous - system.threshold, 1)
-    return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})
+    """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel)."""
+    if not system.levels:
+        spike = sp.Heaviside(h_previous - system.threshold, 1)
+        return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})
+    values = {SPIKE_RESET: spike_value(system), EVENT_RESET: spike_value(system, magnitude=True)}
+    return membrane_update(system).subs(values).subs({THRESHOLD: system.threshold, H: h_previous})

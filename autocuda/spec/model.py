@@ -34,6 +34,19 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     name = "Sigmoid"
     alpha = 4.0                           # or: gradient = "1 / (1 + abs(x))**2" plus its own parameters
 
+Multi-level spikes (optional; without them s = Θ(h - threshold)): s = Σ_k weight_k Θ(argument_k), each level
+with its own surrogate (default: the neuron's, [surrogate] or the layer's choice). The soft reset subtracts
+s · threshold; the hard reset sees the event Σ_k |weight_k| Θ(argument_k) (levels that fire one at a time).
+Example (ternary_if)::
+
+    [[levels]]
+    argument = "h - v_threshold"          # an expression of h, the states and the parameters; fires at >= 0
+    weight = 1.0                          # optional, default 1; a nonzero number
+    [[levels]]
+    argument = "-h - v_threshold"
+    weight = -1.0
+    surrogate = { name = "ATan" }         # optional: this level's own surrogate
+
 Continuous form (docs/ode.md): `[ode]` gives d(state)/dt instead of `charge` (for the membrane) or an update
 (for another state); x and the states without an ODE are constant over a step of length `time_step` (a
 parameter, added as a runtime scalar 1.0 when not declared; it must be positive). Example (sfa_lif)::
@@ -90,8 +103,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Param", "State", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs", "spec_from_toml",
-           "reset_rules"]
+__all__ = ["Param", "State", "Level", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs",
+           "spec_from_toml", "reset_rules"]
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
@@ -167,6 +180,53 @@ class State:
             object.__setattr__(self, "init", _number(self.init, f"states.{self.name}"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """One level of a multi-level spike: `weight` where `argument` (of h, states, params) is >= 0, with its
+    own surrogate gradient (None: the neuron's)."""
+
+    argument: str
+    weight: float = 1.0
+    surrogate: Surrogate | None = None
+
+    def check(self, field: str) -> Level:
+        """This level with its surrogate built and its fields checked; SpecErrors name `field`'s parts."""
+        _expect(self.argument, str, f"{field}.argument", "an expression string")
+        weight = _number(self.weight, f"{field}.weight")
+        if weight == 0:
+            raise SpecError("a level's weight must not be 0", field=f"{field}.weight")
+        try:
+            surrogate = None if self.surrogate is None else get_surrogate(self.surrogate)
+        except SpecError as err:
+            raise err.with_source(err.source, field) from None
+        return Level(self.argument, weight, surrogate)
+
+
+_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(Level))
+
+
+def _normalise_levels(value: Any) -> tuple[Level, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError("expected a non-empty list of levels ([[levels]] tables)", field="levels")
+    levels = []
+    for i, level in enumerate(value):
+        field = f"levels[{i}]"
+        if isinstance(level, Mapping):
+            unknown = [k for k in level if k not in _LEVEL_KEYS]
+            if unknown:
+                raise SpecError(f"unknown key {unknown[0]!r} (allowed: {', '.join(_LEVEL_KEYS)})",
+                                field=f"{field}.{unknown[0]}", symbol=str(unknown[0]))
+            if "argument" not in level:
+                raise SpecError("missing 'argument'", field=f"{field}.argument")
+            level = Level(**level)
+        if not isinstance(level, Level):
+            raise SpecError(f"expected a table or a Level, got {type(level).__name__}", field=field)
+        levels.append(level.check(field))
+    return tuple(levels)
+
+
 def _pairs(value: Any, field: str) -> tuple[tuple[str, Any], ...]:
     """A mapping or a sequence of (name, value) pairs, as a tuple of pairs."""
     if isinstance(value, Mapping):
@@ -232,6 +292,7 @@ class NeuronSpec:
     jumps: tuple[tuple[str, str], ...] = ()  # ODE state -> its value after a spike
     method: str | None = None  # euler | exponential_euler | exact; None: chosen from the ODE's form
     output: str = SPIKE_OUTPUT  # the layer's output per step (see module doc)
+    levels: tuple[Level, ...] | None = None  # a multi-level spike; None: s = Θ(h - threshold)
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -261,6 +322,7 @@ class NeuronSpec:
         if self.method is not None:
             _expect(self.method, str, "method", "a method name")
         _expect(self.output, str, "output", "an expression string")
+        set_("levels", _normalise_levels(self.levels))
         if self.ode and all(p.name != TIME_STEP for p in self.params):
             set_("params", (*self.params, Param(TIME_STEP, 1.0, doc="integration time step dt of [ode]")))
 
@@ -370,6 +432,7 @@ class ParsedSpec:
     method: str | None = None  # the integration method of [ode], None for a discrete spec
     ode: Mapping[str, sympy.Expr] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     output: sympy.Expr | None = None  # the layer's output (states are their values after the step); None: s
+    levels: tuple[sympy.Expr, ...] = ()  # the arguments of a multi-level spike's levels
 
     @property
     def membrane(self) -> sympy.Symbol:
@@ -445,6 +508,8 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
     threshold = parse(spec.threshold, known, "threshold")
     updates = {n: parse(t, {"x": x, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
     output = parse(spec.output, {"x": x, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
+    levels = tuple(parse(lv.argument, {"h": h, **known}, f"levels[{i}].argument")
+                   for i, lv in enumerate(spec.levels or ()))
     method = None
     if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
         jumps = {n: parse(t, {"x": x, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
@@ -454,7 +519,7 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
         updates |= integrated
     ro = MappingProxyType
     return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
-                      threshold, ro(updates), method, ro(rhs), output)
+                      threshold, ro(updates), method, ro(rhs), output, levels)
 
 
 def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[str, sympy.Expr],
@@ -475,7 +540,7 @@ def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[s
 # ---- TOML ----
 
 _TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
-              "surrogate", "ode", "jumps", "method", "output")
+              "surrogate", "ode", "jumps", "method", "output", "levels")
 
 
 def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
@@ -507,10 +572,11 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 
 def spec_text(spec: NeuronSpec) -> str:
     """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
-    where it is the spike: the kernels never see it, and the specs that had no output keep their text (and
-    so their cache entries)."""
+    where it is the spike, and the levels where there are none: the specs that had neither field keep their
+    text (and so their cache entries)."""
+    defaults = {"output": SPIKE_OUTPUT, "levels": None}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
-                      if f.name != "origin" and not (f.name == "output" and spec.output == SPIKE_OUTPUT)))
+                      if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:

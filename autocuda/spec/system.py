@@ -6,7 +6,7 @@ from collections.abc import Mapping
 import sympy as sp
 
 from .budget import bounded, substituted, working_on
-from .derive import SPIKE, H, Reset, StepSystem
+from .derive import SPIKE, H, Reset, SpikeLevel, StepSystem
 from .model import NeuronSpec, check_reset, runtime_params
 
 
@@ -62,4 +62,11 @@ def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] 
         reset=reset,
         v_reset=parsed.param_symbols.get("v_reset") if reset == "hard" and "v_reset" not in folded else (
             sp.Float(folded["v_reset"]) if reset == "hard" else None),
+        levels=tuple(SpikeLevel(_weight(level.weight), prepare(argument, f"levels[{i}].argument"), level.surrogate)
+                     for i, (level, argument) in enumerate(zip(spec.levels or (), parsed.levels))),
     )
+
+
+def _weight(value: float) -> sp.Expr:
+    """A level's weight as sympy: an integer where it is one (a spike of ±1 prints as one)."""
+    return sp.Integer(int(value)) if float(value).is_integer() else sp.Float(value)

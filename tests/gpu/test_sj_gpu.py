@@ -85,12 +85,16 @@ def test_more_classes_kernels_match_the_reference(name: str) -> None:
 
 VARIANTS = {"NonSpikingLIFNode": lambda: our.NonSpikingLIFNode(tau=3.0, decode="mean-mem"),
             "LIAFNode": lambda: our.LIAFNode(torch.nn.ReLU(), True, step_mode="m"),
-            "ComplementaryLIFNode": lambda: our.ComplementaryLIFNode(step_mode="m", store_state_seqs=True)}
+            "ComplementaryLIFNode": lambda: our.ComplementaryLIFNode(step_mode="m", store_state_seqs=True),
+            "TernaryIFNode": lambda: our.TernaryIFNode(step_mode="m"),
+            "TernaryLIFNode": lambda: our.TernaryLIFNode(tau=3.0, v_reset=None, step_mode="m"),
+            "ILIFNode": lambda: our.ILIFNode(step_mode="m")}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_classes_kernels_match_the_reference(name: str) -> None:
-    """Outputs other than the spike (spec `output`) and a reset written as updates, on the generated kernels."""
+    """Outputs other than the spike (spec `output`), a reset written as updates and multi-level spikes (spec
+    `levels`), on the generated kernels."""
     x = (1.5 * torch.randn(8, 4, 33, device=CUDA, dtype=torch.float64)).requires_grad_(True)
     y = x.detach().cpu().requires_grad_(True)
     gpu, cpu = VARIANTS[name]().to(torch.float64).to(CUDA), VARIANTS[name]().to(torch.float64)
