@@ -10,7 +10,8 @@ import sympy
 import torch
 from sympy.codegen.cfunctions import expm1
 
-from autocuda.nn import LIFNode
+import autocuda
+from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.torch_eval import evaluate
 
 X = sympy.Symbol("x", real=True)
@@ -78,3 +79,19 @@ def test_expressions_compile_whole() -> None:
     expected = 0.1 * t + math.pi * t**2 - math.e / (1 + t**2) ** 3 + torch.tensor([0, 0.5, 1, 1]) + 1 / 3 \
         + 2 * math.sqrt(2)
     torch.testing.assert_close(evaluate(expr, {X: t}), expected)
+
+
+def test_a_layer_compiled_before_any_eager_call_traces_whole() -> None:
+    """The first call of a new layer is the traced one: its plan's derivation and symbols are constants to Dynamo
+    (not traced through, nor through the lock Python < 3.12's cached_property takes)."""
+    torch._dynamo.reset()
+    spec = autocuda.load_spec("lif").with_defaults(tau=3.25)  # a spec, so a plan, that no other test built
+    layer = Neuron(spec, step_mode="m", backend="reference")
+    x = torch.rand(4, 3, requires_grad=True)
+    got = torch.compile(layer, fullgraph=True, backend="aot_eager")(x)
+    got.sum().backward()
+    layer.reset()
+    y = x.detach().requires_grad_()
+    expected = layer(y)
+    expected.sum().backward()
+    assert torch.equal(got, expected) and torch.equal(x.grad, y.grad)

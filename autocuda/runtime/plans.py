@@ -197,7 +197,13 @@ def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: 
     if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
         raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
                          "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
-    return _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels).key
+    made = _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels)
+    if not kernels:
+        # The reference reads the derived step and the parameter symbols on every call: work them out here, outside
+        # any trace, so that a layer compiled before its first eager call finds them cached instead of tracing the
+        # derivation (sympy) and the lock of Python < 3.12's cached_property
+        made.system, made.symbols  # noqa: B018
+    return made.key
 
 
 @constant_result
