@@ -293,7 +293,9 @@ def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
     per channel where every parameter spread over channels names the same dim (the kernels take one channel
     layout), else one per neuron."""
     dims = {k for k in spreads.values() if k > 0}
-    dim = dims.pop() if len(dims) == 1 else 0
+    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
+    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
+    dim = dims.pop() if len(dims) == 1 and not torch.are_deterministic_algorithms_enabled() else 0
     return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
             for n, k in spreads.items()}, dim
 

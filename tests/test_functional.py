@@ -303,3 +303,35 @@ def test_number_initial_states_single_step_and_modules():
     assert torch.equal(spikes, want) and torch.equal(v_final, want_final)
     with pytest.raises(TypeError, match="state 'v': expected a torch.Tensor or a number, got str"):
         F.multi_step("lif", x[None], "0", backend="host")
+
+
+def test_per_channel_parameters_are_read_per_neuron_under_deterministic_algorithms() -> None:
+    """A [C, 1, ...] parameter goes to the kernels as one value per channel (its gradient summed with atomics on
+    a GPU), except under torch.use_deterministic_algorithms(True): then one value per neuron, summed by torch."""
+    from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
+    from autocuda.host import toolchain
+
+    assert F._kinds({"w": 2}) == ({"w": PER_CHANNEL}, 2)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert F._kinds({"w": 2}) == ({"w": PER_NEURON}, 0)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    if toolchain.missing() is not None:
+        pytest.skip(f"host runner: {toolchain.missing()}")
+    x = torch.rand(6, 2, 3, 5, dtype=torch.float64) * 2
+
+    def step(deterministic: bool) -> list[torch.Tensor]:
+        w = torch.linspace(-1, 1, 3, dtype=torch.float64).reshape(3, 1).requires_grad_()
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            spikes, _, _ = F.multi_step("parametric_lif", x, backend="host", w=w)
+            spikes.sum().backward()
+        finally:
+            torch.use_deterministic_algorithms(before)
+        return [spikes.detach(), w.grad]
+
+    fast, exact = step(False), step(True)
+    assert torch.equal(fast[0], exact[0]) and fast[0].sum() > 0
+    torch.testing.assert_close(fast[1], exact[1], rtol=1e-12, atol=1e-12)

@@ -12,11 +12,13 @@ Memory: the largest test holds about 34 GB at its peak (they run one after anoth
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -138,13 +140,39 @@ def _training_step(name: str, dtype: torch.dtype) -> list[torch.Tensor]:
     return [o.detach() for o in outputs] + list(grads)
 
 
+@contextlib.contextmanager
+def _deterministic() -> Iterator[None]:
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 @pytest.mark.parametrize("dtype", [F32, F16], ids=str)
 @pytest.mark.parametrize("name", ["parametric_lif", "alif"])
 def test_two_runs_are_bitwise_identical(name, dtype):
-    first, second = _training_step(name, dtype), _training_step(name, dtype)
+    """Under torch.use_deterministic_algorithms(True), every output and gradient, the per-channel parameter's
+    included (read per neuron then, and summed by torch rather than with atomics)."""
+    with _deterministic():
+        first, second = _training_step(name, dtype), _training_step(name, dtype)
     assert first[0].sum() > 0 and first[-1].abs().sum() > 0  # spikes, and a learnable gradient
     for i, (a, b) in enumerate(zip(first, second)):
         assert a.dtype == b.dtype and torch.equal(a, b), f"output/gradient {i} differs between two runs"
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=str)
+@pytest.mark.parametrize("name", ["parametric_lif", "alif"])
+def test_per_channel_sums_agree_with_the_deterministic_path(name, dtype):
+    """By default a per-channel parameter's gradient is summed per channel with atomics: outputs and the other
+    gradients are bitwise those of the deterministic path, that gradient equal up to the order of its sum."""
+    fast = _training_step(name, dtype)
+    with _deterministic():
+        exact = _training_step(name, dtype)
+    for i, (a, b) in enumerate(zip(fast[:-1], exact[:-1])):
+        assert torch.equal(a, b), f"output/gradient {i} differs from the deterministic path"
+    torch.testing.assert_close(fast[-1], exact[-1], rtol=1e-5, atol=0)
 
 
 def test_two_runs_of_a_module_are_bitwise_identical():

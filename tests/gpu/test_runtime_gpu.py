@@ -97,7 +97,9 @@ def reference_run(name, x, states, params, reset, detach, grads):
                                         backend="reference", **params)
     outputs = [spikes, *finals, *seqs]
     leaves = [x, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
-    gradients = torch.autograd.grad(sum((o * g).sum() for o, g in zip(outputs, grads)), leaves)
+    # a state nothing reads (liaf's and clif's v_charged, a record of h) has a zero gradient for its initial value
+    gradients = torch.autograd.grad(sum((o * g).sum() for o, g in zip(outputs, grads)), leaves, allow_unused=True,
+                                    materialize_grads=True)
     plan = get_plan(resolve_spec(name), None, reset, detach, (), (), False)
     values = {plan.symbols[k]: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
     margins, before = [], [s.detach() for s in states]
