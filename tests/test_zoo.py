@@ -7,13 +7,11 @@ the budget goes to compiling every kernel.
 """
 from __future__ import annotations
 
-import os
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES, get_dtype
-from autocuda.host import load_kernel
+from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.runtime.neuron_launch import choose_layout
 from autocuda.spec import NeuronSpec, list_specs, load_spec
@@ -80,8 +78,7 @@ def _precompile(specs: list[NeuronSpec]) -> None:
                                         **layout),
                           config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
                     jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda job: load_kernel(*job), jobs.values()))
+    load_kernels(jobs.values())
 
 
 def test_zoo_kernels_match_reference_on_host():
