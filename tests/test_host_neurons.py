@@ -19,9 +19,8 @@ from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
 from autocuda.codegen.neuron import NeuronKernel
-from autocuda.dtypes import get_dtype
 from autocuda.host import load_kernels
-from autocuda.runtime.neuron_launch import choose_layout
+from autocuda.runtime.neuron_launch import SMALL_LOOP
 from autocuda.spec.model import NeuronSpec, list_specs, load_spec
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 
@@ -65,9 +64,10 @@ def _setups() -> Iterator[Setup]:
 
 
 def _kernels(setup: Setup) -> list[NeuronKernel]:
-    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes)."""
+    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes): its forced
+    layout, else the launch layer's for fewer neurons than two per thread need (every case here)."""
     config, seqs = setup.config(), setup.store_state_seq
-    layout = dict(setup.layout) or choose_layout(1, get_dtype(setup.dtype).torch_dtype, []).options()
+    layout = dict(setup.layout) or SMALL_LOOP.options()
     return [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
             config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout),
             config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),

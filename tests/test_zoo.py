@@ -10,10 +10,10 @@ from __future__ import annotations
 import textwrap
 
 from autocuda.codegen.neuron import KERNELS
-from autocuda.dtypes import DTYPES, get_dtype
+from autocuda.dtypes import DTYPES
 from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.neuron_launch import choose_layout
+from autocuda.runtime.neuron_launch import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
 from autocuda.testing import Setup, check_spec
 
@@ -71,7 +71,7 @@ def _precompile(specs: list[NeuronSpec]) -> None:
         for dtype in HOST["dtypes"]:
             for reset in HOST["resets"]:
                 config = Setup(spec, dtype, reset).config()
-                layout = choose_layout(1, get_dtype(dtype).torch_dtype, []).options()
+                layout = SMALL_LOOP.options()  # the launch layer's, for check_spec's few neurons
                 for k in (config.kernel("fptt", dtype, store_state_seq=True, save_for_backward=True, **layout),
                           config.kernel("bptt", dtype, grad_state_seq=True, **layout),
                           config.kernel("step-forward", dtype, store_state_seq=False, save_for_backward=True,
