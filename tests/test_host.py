@@ -162,6 +162,20 @@ def test_kernels_compiled_as_a_group_share_one_library_stored_under_each_key() -
     assert host.stats["compiled"] == before + 3
 
 
+def test_a_group_is_stored_as_copies_where_the_file_system_takes_no_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("links not supported")
+
+    monkeypatch.setattr(os, "link", refuse)
+    kernels = [scaler(f"copied_group_{i}", 0.5 + i) for i in range(2)]
+    loaded = host.load_kernels([job(k) for k in kernels], group=2)
+    assert loaded[0].path != loaded[1].path and loaded[0].path.stat().st_ino != loaded[1].path.stat().st_ino
+    assert all(host_cache.find(runner._digest(host.translation_unit(*job(k)))) for k in kernels)
+    x, y = torch.randn(40), torch.empty(40)
+    kernels[1].simple_call(backend="host", x=x, y=y)
+    assert torch.equal(y, x * torch.tensor(1.5))
+
+
 def test_a_group_the_compiler_refuses_is_compiled_kernel_by_kernel() -> None:
     good = [scaler(f"refused_group_ok_{i}", 2.0 + i) for i in range(2)]
     broken = scaler("refused_group_broken", 1.0)

@@ -82,8 +82,8 @@ class HostKernel:
 
 _loaded: dict[tuple[str, str, tuple], HostKernel] = {}
 Job = tuple[str, str, "Sequence[CParam]"]  # (source, kernel name, parameters), as load_kernel takes them
-# Kernels per compiler run in `load_kernels`: a run's start-up (the compiler, the precompiled shim, the link) costs
-# about as much as one kernel's code, so a group of 16 takes about half the time of 16 runs.
+# Kernels per compiler run in `load_kernels`: each run pays the compiler's start-up, the precompiled shim's load and
+# the link once, for the whole group.
 GROUP = 16
 
 
