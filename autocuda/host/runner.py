@@ -106,7 +106,9 @@ def load_kernels(jobs: Iterable[Job], group: int = GROUP, workers: int | None = 
     compiled `group` to a compiler run, `workers` runs at a time (default: one per core): one library holding
     the group, stored under each kernel's own key, so a later `load_kernel` finds it. A group the compiler
     refuses is compiled kernel by kernel, so each kernel then compiles, or fails naming itself, on its own (the
-    first such error is raised once the others are compiled)."""
+    first such error is raised once the others are compiled). Each source must stand alone, as for load_kernel
+    (generated kernels do: their shared preludes sit behind include guards): in a group, one that uses a name
+    only another kernel's text defines would compile."""
     keyed = [(source, name, tuple(params)) for source, name, params in jobs]
     for _, name, _ in keyed:
         _check_name(name)
