@@ -25,6 +25,7 @@ import functools
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -231,6 +232,25 @@ def _write_atomically(path: Path, data: bytes) -> None:
 def write(path: Path, data: bytes) -> None:
     """The file first, then its checksum: a reader between the two sees a mismatch and rebuilds."""
     _write_atomically(path, data)
+    _write_atomically(_sidecar(path), digest(data).encode())
+
+
+def write_name(path: Path, existing: Path, data: bytes) -> None:
+    """`path` as a further name (a hard link) of the file `existing`, which was written with `data`, and its own
+    checksum; a copy where the file system takes no links. Should `existing` have been replaced in between, the
+    checksum no longer matches and the entry is rebuilt, never used."""
+    private_folder(path.parent)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    try:
+        os.link(existing, temporary, follow_symlinks=False)
+    except OSError:
+        write(path, data)
+        return
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     _write_atomically(_sidecar(path), digest(data).encode())
 
 

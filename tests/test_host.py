@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import autocuda.host as host
+import autocuda.host.cache as host_cache
+import autocuda.host.runner as runner
 from autocuda import cfunction
 from autocuda.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
 from autocuda.dtypes import get_dtype
@@ -129,6 +131,65 @@ def test_explicit_launch_and_memory_cache() -> None:
     assert host.stats["memory"] >= before + 1
     with pytest.raises(ValueError, match="1024"):
         kernel((1,), (2048,), {"numel": x.numel(), "x": x, "y": y}, backend="host")
+
+
+def scaler(name: str, factor: float) -> CKernel1D:
+    kernel = CKernel1D(name)
+    kernel.add_param("const float *", "x")
+    kernel.add_param("float *", "y")
+    kernel.core = f"y[index] = x[index] * {factor!r}f;"
+    return kernel
+
+
+def job(kernel: CKernel) -> tuple[str, str, tuple[CParam, ...]]:
+    return kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values())
+
+
+def test_kernels_compiled_as_a_group_share_one_library_stored_under_each_key() -> None:
+    kernels = [scaler(f"grouped_scale_{i}", 1.5 + i) for i in range(3)]
+    before = host.stats["compiled"]
+    loaded = host.load_kernels([job(k) for k in kernels], group=3)
+    assert host.stats["compiled"] == before + 3
+    assert len({k.path.stat().st_ino for k in loaded}) == 1 and len({k.path for k in loaded}) == 3
+    for k, entry in zip(kernels, loaded):  # each kernel's own entry, found as load_kernel would look it up
+        assert host_cache.find(runner._digest(host.translation_unit(*job(k)))) == entry.path
+    x = torch.randn(300)
+    for i, k in enumerate(kernels):
+        y = torch.empty_like(x)
+        k.simple_call(backend="host", x=x, y=y)
+        assert torch.equal(y, x * torch.tensor(1.5 + i))
+    assert host.load_kernels([job(k) for k in kernels]) == loaded  # from memory now
+    assert host.stats["compiled"] == before + 3
+
+
+def test_a_group_is_stored_as_copies_where_the_file_system_takes_no_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("links not supported")
+
+    monkeypatch.setattr(os, "link", refuse)
+    kernels = [scaler(f"copied_group_{i}", 0.5 + i) for i in range(2)]
+    loaded = host.load_kernels([job(k) for k in kernels], group=2)
+    assert loaded[0].path != loaded[1].path and loaded[0].path.stat().st_ino != loaded[1].path.stat().st_ino
+    assert all(host_cache.find(runner._digest(host.translation_unit(*job(k)))) for k in kernels)
+    x, y = torch.randn(40), torch.empty(40)
+    kernels[1].simple_call(backend="host", x=x, y=y)
+    assert torch.equal(y, x * torch.tensor(1.5))
+
+
+def test_a_group_the_compiler_refuses_is_compiled_kernel_by_kernel() -> None:
+    good = [scaler(f"refused_group_ok_{i}", 2.0 + i) for i in range(2)]
+    broken = scaler("refused_group_broken", 1.0)
+    broken.core = "y[index] = not_declared_anywhere;"
+    with pytest.raises(CompileError, match="refused_group_broken") as caught:
+        host.load_kernels([job(good[0]), job(broken), job(good[1])], group=3)
+    assert "refused_group_ok" not in str(caught.value).split("---")[0]  # the message names the broken one alone
+    paths = [host_cache.find(runner._digest(host.translation_unit(*job(k)))) for k in good]
+    assert all(paths) and paths[0] != paths[1] and paths[0].stat().st_ino != paths[1].stat().st_ino
+
+
+def test_kernels_of_one_group_need_distinct_names() -> None:
+    with pytest.raises(ValueError, match="share a name"):
+        host.load_kernels([job(scaler("same_name", 1.0)), job(scaler("same_name", 2.0))])
 
 
 # Fast-math and packed math intrinsics (host definitions in shim.h), through launch() directly.

@@ -4,17 +4,14 @@ For every shipped spec x {float32, float64, float16, bfloat16} x {hard, soft} x 
 tests (random shapes, parameters and inputs, plus explicit T = 1, N = 1 and N = 601 examples) of FPTT -> BPTT
 and of step-forward -> step-backward, compared by `autocuda.testing.check_case` (float64 autograd oracle).
 
-Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (0.35 s
-to 0.6 s, cached on disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles all ~580 up front on every
-core. With an empty cache this file takes about 2 minutes on 2 idle cores (nearly all of it compiling); with a
-warm cache about 12 s.
+Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
+disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles all ~870 up front, 16 to a compiler run, on
+every core.
 """
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import examples
@@ -22,9 +19,8 @@ from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
 from autocuda.codegen.neuron import NeuronKernel
-from autocuda.dtypes import get_dtype
-from autocuda.host import load_kernel
-from autocuda.runtime.neuron_launch import choose_layout
+from autocuda.host import load_kernels
+from autocuda.runtime.neuron_launch import SMALL_LOOP
 from autocuda.spec.model import NeuronSpec, list_specs, load_spec, reset_rules
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 
@@ -77,9 +73,10 @@ def _setups() -> Iterator[Setup]:
 
 
 def _kernels(setup: Setup) -> list[NeuronKernel]:
-    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes)."""
+    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes): its forced
+    layout, else the launch layer's for fewer neurons than two per thread need (every case here)."""
     config, seqs = setup.config(), setup.store_state_seq
-    layout = dict(setup.layout) or choose_layout(1, get_dtype(setup.dtype).torch_dtype, []).options()
+    layout = dict(setup.layout) or SMALL_LOOP.options()
     return [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
             config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout),
             config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),
@@ -88,12 +85,11 @@ def _kernels(setup: Setup) -> list[NeuronKernel]:
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """Compile every kernel of this file in parallel (the compiler is a subprocess: threads suffice); rendering
-    stays on this thread. Tests would compile on demand anyway; this only spreads the work over the cores."""
+    """Compile every kernel of this file up front, many to a compiler run and a run per core (`load_kernels`).
+    Tests would compile on demand anyway, one kernel a run."""
     jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
             for setup in _setups() for k in _kernels(setup)}
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda job: load_kernel(*job), jobs.values()))
+    load_kernels(jobs.values())
     return len(jobs)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, choose_layout, forward
@@ -36,9 +37,13 @@ LAYOUTS = {
 }
 
 
+def _config(spec):
+    return NeuronConfig(spec, spec.surrogate, "hard", tensors=tuple((p.name, True) for p in spec.params
+                                                                    if p.kind == "tensor"))
+
+
 def _run_all(spec, dtype, layout):
-    config = NeuronConfig(spec, spec.surrogate, "hard", tensors=tuple((p.name, True) for p in spec.params
-                                                                      if p.kind == "tensor"))
+    config = _config(spec)
     gen = torch.Generator().manual_seed(7)
     x = (torch.randn(T, N, generator=gen) * 2).to(dtype)
     init = {s.name: (0.3 * torch.randn(N, generator=gen)).to(dtype) for s in spec.states}
@@ -52,8 +57,30 @@ def _run_all(spec, dtype, layout):
     return out | backward(config, grads, saved, params, backend="host", layout=layout)
 
 
+MODELS = ("izhikevich", "alif", "parametric_lif", "two_compartment")
+NATIVE_LAYOUTS = ({"lanes": 2}, {"native": True}, {"native": True, "lanes": 4, "prefetch": 2},
+                  {"native": True, "lanes": 4, "vector": True, "staged": 4})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> None:
+    """Compile the kernels `_run_all` launches for the layouts below up front, many to a compiler run and a run
+    per core (`load_kernels`); the tests would compile them on demand, one kernel a run."""
+    runs = [(name, dtype, layout) for name in MODELS for dtype, layouts in LAYOUTS.items()
+            for layout in ({"lanes": 1}, *layouts)]
+    runs += [(name, dtype, layout) for name in ("izhikevich", "parametric_lif") for dtype in NATIVE_TOLERANCE
+             for layout in NATIVE_LAYOUTS]
+    jobs = {}
+    for name, dtype, layout in runs:
+        config = _config(load_spec(name))
+        for kind, flags in (("fptt", (True, True, True, True)), ("bptt", (False, True, True))):
+            kernel = config.recipe(kind, dtype, flags, Layout.of(layout)).kernel
+            jobs[kernel.kernel_name] = (kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
+    load_kernels(jobs.values())
+
+
 @pytest.mark.parametrize("dtype", list(LAYOUTS), ids=str)
-@pytest.mark.parametrize("name", ["izhikevich", "alif", "parametric_lif", "two_compartment"])
+@pytest.mark.parametrize("name", MODELS)
 def test_every_layout_gives_identical_results(name, dtype):
     spec = load_spec(name)
     baseline = _run_all(spec, dtype, {"lanes": 1})
@@ -126,9 +153,8 @@ NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}
 @pytest.mark.parametrize("name", ["izhikevich", "parametric_lif"])
 def test_native_packed_arithmetic_agrees_with_float(name, dtype):
     spec = load_spec(name)
-    reference = _run_all(spec, dtype, {"lanes": 2})
-    for layout in ({"native": True}, {"native": True, "lanes": 4, "prefetch": 2},
-                   {"native": True, "lanes": 4, "vector": True, "staged": 4}):
+    reference = _run_all(spec, dtype, NATIVE_LAYOUTS[0])
+    for layout in NATIVE_LAYOUTS[1:]:
         result = _run_all(spec, dtype, layout)
         assert torch.equal(result["spike_seq"], reference["spike_seq"]), f"{name} {layout}: spikes differ"
         for key in reference:

@@ -7,15 +7,13 @@ the budget goes to compiling every kernel.
 """
 from __future__ import annotations
 
-import os
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 from autocuda.codegen.neuron import KERNELS
-from autocuda.dtypes import DTYPES, get_dtype
-from autocuda.host import load_kernel
+from autocuda.dtypes import DTYPES
+from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.neuron_launch import choose_layout
+from autocuda.runtime.neuron_launch import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
 from autocuda.testing import Setup, check_spec
 
@@ -73,15 +71,14 @@ def _precompile(specs: list[NeuronSpec]) -> None:
         for dtype in HOST["dtypes"]:
             for reset in HOST["resets"]:
                 config = Setup(spec, dtype, reset).config()
-                layout = choose_layout(1, get_dtype(dtype).torch_dtype, []).options()
+                layout = SMALL_LOOP.options()  # the launch layer's, for check_spec's few neurons
                 for k in (config.kernel("fptt", dtype, store_state_seq=True, save_for_backward=True, **layout),
                           config.kernel("bptt", dtype, grad_state_seq=True, **layout),
                           config.kernel("step-forward", dtype, store_state_seq=False, save_for_backward=True,
                                         **layout),
                           config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
                     jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda job: load_kernel(*job), jobs.values()))
+    load_kernels(jobs.values())
 
 
 def test_zoo_kernels_match_reference_on_host():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import store
@@ -45,21 +45,41 @@ def _scratch_folder(cache: Path, error: OSError) -> Path:
     return _scratch[cache]
 
 
-def load_or_build(key: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
-    """The path of library `key` and whether it came from a cache; `build(path)` writes a fresh one."""
+def find(key: str) -> Path | None:
+    """The verified library `key` (in the cache folder, or this process's scratch folder), or None."""
     folder = cache_dir()
     library = folder / f"{key}.so"
     stored = [library, _scratch[folder] / library.name] if folder in _scratch else [library]
-    for found in stored:
-        if store.verified(found):
-            return found, True
-    data = _built(build)
+    return next((found for found in stored if store.verified(found)), None)
+
+
+def load_or_build(key: str, build: Callable[[Path], None]) -> tuple[Path, bool]:
+    """The path of library `key` and whether it came from a cache; `build(path)` writes a fresh one."""
+    found = find(key)
+    if found is not None:
+        return found, True
+    return store_library([key], _built(build))[0], False
+
+
+def build_shared(keys: Sequence[str], build: Callable[[Path], None]) -> list[Path]:
+    """One library holding several kernels, written by `build(path)`, stored under each kernel's key."""
+    return store_library(keys, _built(build))
+
+
+def store_library(keys: Sequence[str], data: bytes) -> list[Path]:
+    """The library `data` stored under each key (one file, the other keys further names of it); the paths."""
+    folder = cache_dir()
     if folder not in _scratch:
         try:
-            store.write(library, data)
-            return library, False
+            return _write_names(folder, keys, data)
         except OSError as error:  # ENOSPC, EROFS, EACCES, a folder refused: degrade, never fail the launch
             _scratch_folder(folder, error)
-    library = _scratch[folder] / library.name
-    store.write(library, data)
-    return library, False
+    return _write_names(_scratch[folder], keys, data)
+
+
+def _write_names(folder: Path, keys: Sequence[str], data: bytes) -> list[Path]:
+    libraries = [folder / f"{key}.so" for key in keys]
+    store.write(libraries[0], data)
+    for library in libraries[1:]:
+        store.write_name(library, libraries[0], data)
+    return libraries

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +81,10 @@ class HostKernel:
 
 
 _loaded: dict[tuple[str, str, tuple], HostKernel] = {}
+Job = tuple[str, str, "Sequence[CParam]"]  # (source, kernel name, parameters), as load_kernel takes them
+# Kernels per compiler run in `load_kernels`: each run pays the compiler's start-up, the precompiled shim's load and
+# the link once, for the whole group.
+GROUP = 16
 
 
 def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
@@ -89,16 +95,81 @@ def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
         stats["memory"] += 1
         return _loaded[key]
     unit = translation_unit(source, name, params)
-    digest = hashlib.sha256(f"{toolchain.identity()}\n{unit}".encode()).hexdigest()
-    path, cached = cache.load_or_build(digest, lambda out: _compile(unit, source, name, out))
+    path, cached = cache.load_or_build(_digest(unit), lambda out: _compile(unit, source, name, out))
     stats["disk" if cached else "compiled"] += 1
+    _loaded[key] = _open(path, name, params)
+    return _loaded[key]
+
+
+def load_kernels(jobs: Iterable[Job], group: int = GROUP, workers: int | None = None) -> list[HostKernel]:
+    """Several kernels, each as `load_kernel` gives it (kernel names distinct). Those in neither cache are
+    compiled `group` to a compiler run, `workers` runs at a time (default: one per core): one library holding
+    the group, stored under each kernel's own key, so a later `load_kernel` finds it. A group the compiler
+    refuses is compiled kernel by kernel, so each kernel then compiles, or fails naming itself, on its own (the
+    first such error is raised once the others are compiled). Each source must stand alone, as for load_kernel
+    (generated kernels do: their shared preludes sit behind include guards): in a group, one that uses a name
+    only another kernel's text defines would compile."""
+    keyed = [(source, name, tuple(params)) for source, name, params in jobs]
+    for _, name, _ in keyed:
+        _check_name(name)
+    if len({name for _, name, _ in keyed}) < len(keyed):
+        raise ValueError("load_kernels: two kernels share a name (a group becomes one library)")
+    missing = [job for job in keyed if job not in _loaded and not _from_disk(job)]
+    groups = [missing[i:i + max(1, group)] for i in range(0, len(missing), max(1, group))]
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
+        list(pool.map(_compile_group, groups))
+    return [_loaded[job] for job in keyed]
+
+
+def _digest(unit: str) -> str:
+    return hashlib.sha256(f"{toolchain.identity()}\n{unit}".encode()).hexdigest()
+
+
+def _open(path: Path, name: str, params: Sequence[CParam]) -> HostKernel:
     library = ctypes.CDLL(str(path))
     function = getattr(library, f"{name}__host_launch")
     function.argtypes = [ctypes.c_uint] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
     function.restype = None
     sizes = (ctypes.c_uint * len(params)).in_dll(library, f"{name}__host_arg_sizes")
-    _loaded[key] = HostKernel(library, function, tuple(sizes), path)
-    return _loaded[key]
+    return HostKernel(library, function, tuple(sizes), path)
+
+
+def _from_disk(job: tuple[str, str, tuple]) -> bool:
+    """Whether the job's library is in the disk cache (then loaded into memory, counted as "disk")."""
+    source, name, params = job
+    path = cache.find(_digest(translation_unit(source, name, params)))
+    if path is None:
+        return False
+    _loaded[job] = _open(path, name, params)
+    stats["disk"] += 1
+    return True
+
+
+def _compile_group(jobs: list[tuple[str, str, tuple]]) -> None:
+    """Compile the jobs as one library (each kernel's translation unit after one shim) into the cache, and load
+    each from it; kernel by kernel when the compiler refuses the group."""
+    from ..errors import CompileError
+
+    units = [translation_unit(*job) for job in jobs]
+    if len(jobs) > 1:
+        unit = SHIM + "".join(u[len(SHIM):] for u in units)
+        try:
+            paths = cache.build_shared([_digest(u) for u in units], lambda out: _compile(unit, unit, "group", out))
+        except CompileError:
+            pass
+        else:
+            for job, path in zip(jobs, paths):
+                _loaded[job] = _open(path, job[1], job[2])
+            stats["compiled"] += len(jobs)
+            return
+    refused = []
+    for job in jobs:
+        try:
+            load_kernel(*job)
+        except CompileError as error:
+            refused.append(error)
+    if refused:
+        raise refused[0]
 
 
 def _check_name(name: object) -> None:
