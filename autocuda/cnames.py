@@ -87,3 +87,13 @@ def argument_key_problem(name: str) -> str | None:
         return (f"is, or is shaped like, the name of a kernel argument ({', '.join(sorted(FIXED_KEYS))}; starting "
                 f"with {', '.join(map(repr, KEY_PREFIXES))} or ending in {', '.join(map(repr, KEY_SUFFIXES))})")
     return None
+
+
+def input_key(name: str) -> str:
+    """The key of a step input's sequence (x_seq for x, else `<input>_seq`); its gradient's is `grad_` and this."""
+    return f"{name}_seq"
+
+
+def input_register(name: str) -> str:
+    """The register a kernel keeps a step input's value at t in (x for x, else the input's C spelling)."""
+    return "x" if name == "x" else c_name(name)

@@ -44,11 +44,15 @@ Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor | float, surrogate: Any = None,
-               detach_reset: bool = False, reset: str | None = None, store_state_seq: bool = False,
-               final_states: bool = True, backend: str | None = None, **params: Any
+def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
+               surrogate: Any = None, detach_reset: bool = False, reset: str | None = None,
+               store_state_seq: bool = False, final_states: bool = True, backend: str | None = None, **params: Any
                ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
     """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states or None, state sequences [T, *] or None).
+
+    A spec with several step inputs (`NeuronSpec.inputs`, e.g. g_e and g_i) takes them as a tuple in the spec's
+    order, all of one shape, dtype and device: `multi_step("conductance_lif", (g_e_seq, g_i_seq))`; each gets
+    its gradient.
 
     Initial states follow the spec's order (the membrane first), each a tensor of the neuron shape or one
     number for every neuron; missing ones start at the spec's initial values. When every initial state is a
@@ -59,17 +63,20 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor | 
     returns None for the final states and the kernels do not write them (inference that starts every sequence
     afresh: one write per neuron and state less).
     """
-    _check_input(x_seq, "x_seq", 2)
+    inputs = _step_inputs(x_seq, "x_seq", 2)
+    x_seq = inputs[0]
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
-    call = _Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params)
+    call = _Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
+                 len(inputs))
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
         return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()) if final_states else None, seqs
     if call.backend == "reference":
-        return _reference_multi(call, x_seq, store_state_seq, final_states)
+        return _reference_multi(call, inputs, store_state_seq, final_states)
     flat = _flat(x_seq, (steps, call.numel))
-    outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq, final_states)
+    more = [_flat(u, (steps, call.numel)) for u in inputs[1:]]
+    outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq, final_states, more)
     if flat is x_seq:  # x_seq is [T, N] already: so are the outputs
         return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
                 tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
@@ -77,24 +84,46 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor, *initial_states: Tensor | 
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
 
 
-def single_step(spec: NeuronSpec | str, x: Tensor, *states: Tensor | float, surrogate: Any = None,
+def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: Tensor | float, surrogate: Any = None,
                 detach_reset: bool = False, reset: str | None = None, backend: str | None = None, **params: Any
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
-    (spike, new states). Arguments as in `multi_step`."""
-    _check_input(x, "x", 0)
-    call = _Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params)
+    (spike, new states). Arguments as in `multi_step` (several step inputs: a tuple of one tensor each)."""
+    inputs = _step_inputs(x, "x", 0)
+    x = inputs[0]
+    call = _Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params, len(inputs))
     if call.backend == "reference":
         from . import reference as ref  # derives the step with sympy: imported only for this path
 
-        spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(x))
+        spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(inputs))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     flat = _flat(x, (call.numel,))
-    outputs, (spike, finals, _) = call.launch(flat, True, False, True)
+    more = [_flat(u, (call.numel,)) for u in inputs[1:]]
+    outputs, (spike, finals, _) = call.launch(flat, True, False, True, more)
     if flat is x:  # x is [N] already: so are the outputs
         return outputs[spike], tuple(map(outputs.__getitem__, finals))
     shape = tuple(x.shape)
     return outputs[spike].view(shape), tuple(outputs[i].view(shape) for i in finals)
+
+
+def _step_inputs(x: Any, name: str, min_dim: int) -> tuple[Tensor, ...]:
+    """The step inputs of a call: x alone, or a tuple (list) of them, each checked, all of one shape, dtype and
+    device."""
+    if isinstance(x, torch.Tensor):
+        _check_input(x, name, min_dim)
+        return (x,)
+    if not isinstance(x, (tuple, list)) or not x or not all(isinstance(u, torch.Tensor) for u in x):
+        raise TypeError(f"{name}: expected a torch.Tensor, or a tuple of them (one per step input), got "
+                        f"{type(x).__name__}")
+    for i, u in enumerate(x):
+        _check_input(u, f"{name}[{i}]", min_dim)
+    first = x[0]
+    for i, u in enumerate(x[1:], 1):
+        if u.shape != first.shape or u.dtype != first.dtype or u.device != first.device:
+            raise ValueError(f"{name}[{i}]: every step input must match the first in shape, dtype and device; got "
+                             f"{tuple(u.shape)} {u.dtype} on {u.device} against {tuple(first.shape)} {first.dtype} "
+                             f"on {first.device}")
+    return tuple(x)
 
 
 def _check_input(x: Any, name: str, min_dim: int) -> None:
@@ -125,6 +154,7 @@ class _Layer:
         self.objects = (spec, surrogate)  # held: `_layer` keys them by id
         facts = spec_facts(ref)
         self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
+        self.inputs = facts.inputs
         defaults, init_rules = facts.defaults, facts.initial
         # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
         # a layer's parameter types are part of its key)
@@ -314,7 +344,8 @@ class _Call:
     """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
-                 detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any]):
+                 detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
+                 num_inputs: int = 1):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         # asked once per call: the answer decides both the layer's lookup and the op's path
@@ -324,6 +355,10 @@ class _Call:
         else:
             layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
         self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
+        if num_inputs != len(layer.inputs):
+            several = f"a tuple of {len(layer.inputs)} tensors" if len(layer.inputs) > 1 else "one tensor"
+            raise TypeError(f"neuron {layer.name!r} takes {len(layer.inputs)} step input(s) "
+                            f"({', '.join(layer.inputs)}): pass {several}, got {num_inputs}")
         self.values = layer.values(params, x, self.shape)
         self.states = self._states(states)
 
@@ -389,9 +424,9 @@ class _Call:
         inner = _numel(self.shape[len(self.shape) - dim + 1:])
         return [float(self.shape[len(self.shape) - dim]), float(inner)]
 
-    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool
-               ) -> tuple[list[Tensor], tuple]:
-        """The forward op's outputs, and where they stand (`_Layer.positions`)."""
+    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
+               more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
+        """The forward op's outputs, and where they stand (`_Layer.positions`); `more`: the step inputs after x."""
         states: list[Tensor]
         initial: list[float]
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
@@ -401,27 +436,30 @@ class _Call:
         layer = self.layer
         tensors = self.tensor_args() if layer.tensors else []
         values = self.values
-        save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*states, *tensors)))
+        save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*more, *states, *tensors)))
         if self.compiling:
             scalars = [float(values[n]) for n in layer.scalars]
             if layer.channel_dim:
                 scalars += self.channel_sizes()
-            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states)
+            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states,
+                                  more)
             return outputs, layer.positions(single_step, store_state_seq, save, final_states)
         form = layer.form(single_step, store_state_seq, save, not initial, final_states)
         given: Sequence[float] = layer.scalar_values(values)
         if layer.channel_dim:
             given = [*given, *self.channel_sizes()]
-        return ops.forward_eager(form, x, states, initial, tensors, given), form.positions
+        return ops.forward_eager(form, x, states, initial, tensors, given, more), form.positions
 
-    def reference_args(self, x: Tensor) -> tuple:
-        """(x, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute dtype."""
+    def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
+        """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
+        dtype."""
         layer = plan(self.key)
-        compute = compute_dtype(x.dtype)
+        compute = compute_dtype(inputs[0].dtype)
         params = {layer.symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
                   for n, v in self.values.items() if n in layer.symbols}
         states = [s.to(compute) for s in self.state_tensors()]
-        return x.to(compute), states, params, layer.surrogate, layer.detach_reset
+        converted = tuple(u.to(compute) for u in inputs)
+        return converted[0] if len(converted) == 1 else converted, states, params, layer.surrogate, layer.detach_reset
 
 
 def _compiled_only(values: dict[str, Any]) -> Sequence[float]:
@@ -457,10 +495,11 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
-def _reference_multi(call: _Call, x_seq: Tensor, store_state_seq: bool, final_states: bool):
+def _reference_multi(call: _Call, inputs: Sequence[Tensor], store_state_seq: bool, final_states: bool):
     from . import reference as ref  # derives the step with sympy: imported only for this path
 
-    x, states, params, surrogate, detach = call.reference_args(x_seq)
+    x_seq = inputs[0]
+    x, states, params, surrogate, detach = call.reference_args(inputs)
     spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
     dtype = x_seq.dtype
     kept = tuple(s.to(dtype) for s in finals) if final_states else None

@@ -6,12 +6,14 @@ family of two operators, and a string `key` names the neuron layer they run (a r
 
     autocuda::neuron_forward(str key, Tensor x, Tensor[] states, float[] initial, Tensor[] tensor_params,
                              float[] scalars, bool store_state_seq, bool save_for_backward,
-                             bool final_states) -> Tensor[]
+                             bool final_states, Tensor[] more_inputs) -> Tensor[]
     autocuda::neuron_backward(str key, Tensor grad_spike, Tensor[] grad_finals, Tensor[] grad_seqs,
                               Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars)
                               -> Tensor[]
 
-x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); the initial states are either
+x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); a spec with several step inputs takes
+the first as x and the others, of x's shape, as `more_inputs` (in the spec's order; [] for one input), and
+backward returns each one's gradient after grad_x. The initial states are either
 `states`, [N] each in x's dtype, or `initial`, one number each for every neuron (the kernels then start from
 it: no tensor to fill and read, and no gradient for it); the other list is empty. Tensor parameters are [N]
 (one per neuron) or [1] (shared) in the compute dtype; scalars go to the kernel by value.
@@ -130,8 +132,9 @@ class ForwardForm:
         e = entry(key)
         self.key, self.config, self.single, self.save, self.given_inits = key, e.config, single, save, given_inits
         self.n_states = len(e.states)
+        self.n_more = len(e.config.input_keys) - 1  # step inputs after x
         self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
-        inputs = ("x_seq", *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
+        inputs = (*e.config.input_keys, *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
         self.kernel = neuron_launch.KernelCall(e.config, "step-forward" if single else "fptt",
                                         (store_state_seq, save, given_inits, final_states), inputs)
         self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
@@ -150,14 +153,16 @@ class ForwardForm:
                                  for name, per_neuron in e.config.tensors)
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float]) -> list[Tensor]:
+            scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
         """The kernel's outputs in parameter order (`outputs`)."""
         chosen = states or initial
         if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
             self._refuse(states, initial, tensor_params, scalars)
         shape = x.shape
+        if len(more_inputs) != self.n_more or (more_inputs and any(u.shape != shape for u in more_inputs)):
+            self._refuse_inputs(x, more_inputs)
         n, steps = shape[-1], (None if self.single else shape[0])
-        _, outputs = self.kernel((x, *chosen, *tensor_params, *scalars), x, n, steps,
+        _, outputs = self.kernel((x, *more_inputs, *chosen, *tensor_params, *scalars), x, n, steps,
                                  "cuda" if x.is_cuda else "host")
         if steps == 0:  # no step ran: the final states are the initial ones
             for i, state in zip(self.finals, states):
@@ -176,6 +181,12 @@ class ForwardForm:
         if form is None:
             form = self._backwards[options] = _backward_form(key, self.single, self.given_inits, *options)
         return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
+
+    def _refuse_inputs(self, x: Tensor, more_inputs: Sequence[Tensor]) -> None:
+        spec = self.config.spec
+        raise ValueError(f"autocuda.neuron_forward: {spec.name!r} takes {self.n_more + 1} step input(s) "
+                         f"({', '.join(spec.inputs)}) of one shape, got shapes "
+                         f"{[tuple(u.shape) for u in (x, *more_inputs)]}")
 
     def _refuse(self, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
                 scalars: Sequence[float]) -> None:
@@ -213,14 +224,16 @@ class _BackwardForm:
         self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt",
                                         (grad_state_seq, grad_finals, given_inits), inputs)
         self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars))
-        self.returns = ("grad_x_seq", *(f"grad_{s}_init" for s in e.states if given_inits),
-                        *(f"grad_{p}" for p in e.learnable))
+        self.returns = (*(f"grad_{k}" for k in e.config.input_keys),
+                        *(f"grad_{s}_init" for s in e.states if given_inits), *(f"grad_{p}" for p in e.learnable))
+        self.n_inputs = len(e.config.input_keys)
         self.n_inits = len(e.states) if given_inits else 0
 
     def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
             saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
             scalars: Sequence[float]) -> list[Tensor]:
-        """grad_x, the gradient of each initial state given as a tensor, each learnable parameter's partials."""
+        """grad_x (of each step input), the gradient of each initial state given as a tensor, each learnable
+        parameter's partials."""
         if (len(saved), len(initial), len(tensor_params), len(scalars)) != self.counts:
             for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars"),
                                            self.counts, (saved, initial, tensor_params, scalars)):
@@ -235,12 +248,13 @@ class _BackwardForm:
             out = dict(zip(names, outputs))
             result = [out[name] for name in self.returns]
         if steps == 0:  # no step ran: gradients pass straight through
-            for i, init in enumerate(result[1:1 + self.n_inits]):
+            first = self.n_inputs
+            for i, init in enumerate(result[first:first + self.n_inits]):
                 if grad_finals:
                     init.copy_(grad_finals[i])
                 else:
                     init.zero_()
-            for partial in result[1 + self.n_inits:]:
+            for partial in result[first + self.n_inits:]:
                 partial.zero_()
         return result
 
@@ -254,22 +268,22 @@ def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bo
 # -- forward ----------------------------------------------------------------------------------------------
 @torch.library.custom_op("autocuda::neuron_forward", mutates_args=())
 def neuron_forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
-                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool
-                   ) -> list[Tensor]:
+                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
+                   more_inputs: list[Tensor]) -> list[Tensor]:
     return _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
-                         final_states)
+                         final_states, more_inputs)
 
 
 def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
                   tensor_params: Sequence[Tensor], scalars: Sequence[float], store_state_seq: bool,
-                  save_for_backward: bool, final_states: bool) -> list[Tensor]:
+                  save_for_backward: bool, final_states: bool, more_inputs: Sequence[Tensor]) -> list[Tensor]:
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
-    return form.run(x, states, initial, tensor_params, scalars)
+    return form.run(x, states, initial, tensor_params, scalars, more_inputs)
 
 
 @neuron_forward.register_fake
 def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
-                  final_states):
+                  final_states, more_inputs):
     single, n = x.dim() == 1, x.shape[-1]
     steps = None if single else x.shape[0]
     kernel = entry(key).config.kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
@@ -309,26 +323,28 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
     inits = () if initial else e.states
     sums = e.config.channel_sums  # of per-channel parameters: one per channel, as the parameter
     sizes = {name: value.shape for name, value in zip(e.tensors, tensor_params)}
-    return [grad_spike.new_empty(grad_spike.shape), *[grad_spike.new_empty((n,)) for _ in inits],
+    inputs = e.config.input_keys  # a gradient per step input, shaped like the sequence
+    return [*[grad_spike.new_empty(grad_spike.shape) for _ in inputs], *[grad_spike.new_empty((n,)) for _ in inits],
             *[grad_spike.new_empty(sizes[p] if f"grad_{p}" in sums else (n,), dtype=compute) for p in e.learnable]]
 
 
 # -- autograd -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output) -> None:
-    key, x, states, initial, tensor_params, scalars, store_state_seq, save, final_states = inputs
+    key, x, states, initial, tensor_params, scalars, store_state_seq, save, final_states, more_inputs = inputs
     form = forward_form(key, x.dim() == 1, store_state_seq, save, not initial, final_states)
-    _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output)
+    _save_context(ctx, form, x, states, list(initial), tensor_params, list(scalars), output, more_inputs)
 
 
 def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
-                  tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor]) -> None:
+                  tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor],
+                  more_inputs: Sequence[Tensor] = ()) -> None:
     """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata and the
     saved tensors (those the backward kernel reads, then the tensor parameters)."""
     ctx.form, ctx.key, ctx.outputs, ctx.saved_ok = form, form.key, form.outputs, form.save
     ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
     if form.save:
-        available = (x, *states, *output)
+        available = (x, *more_inputs, *states, *output)
         ctx.save_for_backward(*map(available.__getitem__, form.picks), *tensor_params)
 
 
@@ -344,9 +360,11 @@ def _saved_only(key: str, single: bool, store_state_seq: bool) -> frozenset[str]
 @functools.lru_cache(maxsize=1024)
 def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: bool, final_states: bool
                  ) -> tuple[int, ...]:
-    """Where each of `saved_names` stands among (x, *initial states given as tensors, *forward outputs)."""
-    inits = [f"{s}_init" for s in entry(key).states] if given_inits else []
-    available = ("x_seq", *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
+    """Where each of `saved_names` stands among (x, *more inputs, *initial states given as tensors, *forward
+    outputs)."""
+    e = entry(key)
+    inits = [f"{s}_init" for s in e.states] if given_inits else []
+    available = (*e.config.input_keys, *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
     return tuple(available.index(n) for n in saved_names(key, single, given_inits))
 
 
@@ -361,13 +379,14 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
     out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
                                             list(saved[n:]), ctx.scalars)
-    n_inits = 0 if ctx.initial else form.n_states
-    grad_x, grad_states, partials = out[0], out[1:1 + n_inits], out[1 + n_inits:]
+    n_inits, n_inputs = (0 if ctx.initial else form.n_states), 1 + form.n_more
+    grad_inputs, grad_states, partials = out[:n_inputs], out[n_inputs:n_inputs + n_inits], out[n_inputs + n_inits:]
     # a shared parameter ([1]) gets the sum over neurons; torch's sum is deterministic
     grad_params = [None if at is None else partials[at] if per_neuron else partials[at].sum(0, keepdim=True)
                    for at, per_neuron in form.param_grads] if form.param_grads else []
     # float[] arguments get None, except an empty one: torch matches it as an empty list of gradients
-    return None, grad_x, list(grad_states), None if ctx.initial else [], grad_params, None, None, None, None
+    return (None, grad_inputs[0], list(grad_states), None if ctx.initial else [], grad_params, None, None, None, None,
+            list(grad_inputs[1:]))
 
 
 def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -437,10 +456,11 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, form: ForwardForm, initial: list[float], scalars: list[float], x: Tensor, *tensors: Tensor):
-        n_states = 0 if initial else form.n_states
-        states, tensor_params = tensors[:n_states], tensors[n_states:]
-        outputs = form.run(x, states, initial, tensor_params, scalars)
-        _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs)
+        """`tensors`: the step inputs after x, the initial states (given as tensors), the tensor parameters."""
+        n_more, n_states = form.n_more, 0 if initial else form.n_states
+        more, states, tensor_params = tensors[:n_more], tensors[n_more:n_more + n_states], tensors[n_more + n_states:]
+        outputs = form.run(x, states, initial, tensor_params, scalars, more)
+        _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more)
         # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
         # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
         ctx.set_materialize_grads(False)
@@ -451,8 +471,9 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     @_differentiable_once
     def backward(ctx, *grads):
-        _, grad_x, grad_states, _, grad_params, *_ = _backward(ctx, grads, run_backward=ctx.form.run_backward)
-        return None, None, None, grad_x, *grad_states, *grad_params
+        _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads,
+                                                                              run_backward=ctx.form.run_backward)
+        return None, None, None, grad_x, *more, *grad_states, *grad_params
 
 
 # `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
@@ -464,22 +485,25 @@ _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
-            scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool
-            ) -> list[Tensor]:
+            scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
+            more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
     """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
-    `scalars` are the caller's to give away: backward keeps them."""
+    `scalars` are the caller's to give away: backward keeps them. `more_inputs`: the step inputs after x."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
-                                                 save_for_backward, final_states)
+                                                 save_for_backward, final_states, list(more_inputs))
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
-    return forward_eager(form, x, states, initial, tensor_params, scalars)
+    return forward_eager(form, x, states, initial, tensor_params, scalars, more_inputs)
 
 
 def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
-                  tensor_params: list[Tensor], scalars: Sequence[float]) -> list[Tensor]:
+                  tensor_params: list[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()
+                  ) -> list[Tensor]:
     """`forward` in eager mode, for a caller that holds the call's form (`forward_form`)."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
-        return form.run(x, states, initial, tensor_params, scalars)
+        return form.run(x, states, initial, tensor_params, scalars, more_inputs)
+    if len(more_inputs) != form.n_more:
+        form._refuse_inputs(x, more_inputs)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
-        return list(_Eager.apply(form, initial, scalars, x, *states, *tensor_params))
-    return list(_APPLY(form, initial, scalars, *map(_unwrap_if_dead, (x, *states, *tensor_params))))
+        return list(_Eager.apply(form, initial, scalars, x, *more_inputs, *states, *tensor_params))
+    return list(_APPLY(form, initial, scalars, *map(_unwrap_if_dead, (x, *more_inputs, *states, *tensor_params))))

@@ -38,12 +38,19 @@ from .surrogate import Surrogate
 Values = Mapping[sp.Symbol, "torch.Tensor | float"]
 
 
-def step(system: StepSystem, x: torch.Tensor, states: Sequence[torch.Tensor], params: Values,
-         surrogate: Surrogate, detach_reset: bool = False
+def _inputs(x: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """x, or one tensor per step input of a spec with several, as a tuple."""
+    return (x,) if isinstance(x, torch.Tensor) else tuple(x)
+
+
+def step(system: StepSystem, x: torch.Tensor | Sequence[torch.Tensor], states: Sequence[torch.Tensor],
+         params: Values, surrogate: Surrogate, detach_reset: bool = False
          ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-    """One step: (spike, new states, h)."""
+    """One step: (spike, new states, h). `x`: the input, or one tensor per step input (`StepSystem.inputs`)."""
     updates = prepare(system)
-    values = {**params, system.x: x, **dict(zip(system.states, states))}
+    inputs = _inputs(x)
+    x = inputs[0]
+    values = {**params, **dict(zip(system.inputs, inputs)), **dict(zip(system.states, states))}
     h = evaluate(system.charge, values)
     threshold = evaluate(system.threshold, values)
     values |= {H: h, THRESHOLD: threshold}
@@ -87,14 +94,17 @@ def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
     return cached
 
 
-def multi_step(system: StepSystem, x_seq: torch.Tensor, initial: Sequence[torch.Tensor], params: Values,
-               surrogate: Surrogate, detach_reset: bool = False
+def multi_step(system: StepSystem, x_seq: torch.Tensor | Sequence[torch.Tensor], initial: Sequence[torch.Tensor],
+               params: Values, surrogate: Surrogate, detach_reset: bool = False
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """Over x_seq [T, *]: (spike_seq, final states, state sequences [T, *] per state)."""
+    """Over x_seq [T, *] (or one such sequence per step input): (spike_seq, final states, state sequences [T, *]
+    per state)."""
+    sequences_in = _inputs(x_seq)
+    x_seq = sequences_in[0]
     states = tuple(initial)
     spikes: list[torch.Tensor] = []
     sequences: list[list[torch.Tensor]] = [[] for _ in states]
-    for x in x_seq:
+    for x in zip(*sequences_in):
         spike, states, _ = step(system, x, states, params, surrogate, detach_reset)
         spikes.append(spike)
         for seq, s in zip(sequences, states):
@@ -108,30 +118,36 @@ def _like(value: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return value.expand_as(reference) if value.shape != reference.shape else value
 
 
-def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.Tensor,
+def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.Tensor | Sequence[torch.Tensor],
                      initial: Sequence[torch.Tensor], params: Values, h_seq: torch.Tensor,
                      saved: Mapping[int, torch.Tensor], grad_spike_seq: torch.Tensor,
                      grad_finals: Sequence[torch.Tensor], grad_state_seqs: Sequence[torch.Tensor | None] = ()
-                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+                     ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], tuple[torch.Tensor, ...],
+                                tuple[torch.Tensor, ...]]:
     """The derived adjoint run backwards through time, reading only what forward saved (h, `saved` state
     sequences by index, x_seq where `needs_x`) as the BPTT kernel does: (grad_x_seq, grads of initial states,
-    grads of learnable parameters summed over time, per neuron)."""
+    grads of learnable parameters summed over time, per neuron). With several step inputs (`x_seq` a sequence
+    of them), grad_x_seq is a tuple: one gradient sequence per input."""
+    several = not isinstance(x_seq, torch.Tensor)
+    input_seqs = _inputs(x_seq)
+    x_seq = input_seqs[0]
     system, back = derivation.system, derivation.backward
     z = sp.Symbol("z", real=True)
     levels = spike_levels(system)
     gradients = [(level_gradient_symbol(k), (level.surrogate or surrogate).gradient(z).subs(z, level.argument))
                  for k, level in enumerate(levels)]
     lambdas = list(grad_finals)
-    grad_x = torch.zeros_like(x_seq)
+    grad_inputs = [torch.zeros_like(x_seq) for _ in input_seqs]
     grad_params = [torch.zeros_like(x_seq[0]) for _ in system.learnable]
     for t in reversed(range(x_seq.shape[0])):
         for i, seq in enumerate(grad_state_seqs):
             if seq is not None:
                 lambdas[i] = lambdas[i] + seq[t]
         previous = [_previous_state(derivation, i, t, initial, h_seq, saved, params) for i in range(len(initial))]
-        # x only where backward reads it (needs_x), as the kernel; else poisoned, so that misuse shows
-        x = x_seq[t] if back.needs_x else torch.full_like(x_seq[t], float("nan"))
-        values = {**params, system.x: x, H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
+        # an input only where backward reads it (needs_x), as the kernel; else poisoned, so that misuse shows
+        inputs = {u: seq[t] if needed else torch.full_like(seq[t], float("nan"))
+                  for u, seq, needed in zip(system.inputs, input_seqs, back.needs_inputs)}
+        values = {**params, **inputs, H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
                   **dict(zip(system.states, previous)),
                   **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
         values[THRESHOLD] = evaluate(system.threshold, values)
@@ -139,11 +155,12 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
         values[SPIKE] = sum(float(level.weight) * f for level, f in zip(levels, fired))
         values[EVENT] = sum(abs(float(level.weight)) * f for level, f in zip(levels, fired))
         values |= {symbol: evaluate(gradient, values) for symbol, gradient in gradients}
-        grad_x[t] = evaluate(back.grad_x, values)
+        for grad, expr in zip(grad_inputs, back.grad_inputs):
+            grad[t] = evaluate(expr, values)
         lambdas = [_like(evaluate(g, values), x_seq[t]) for g in back.grad_states]
         for k, g in enumerate(back.grad_params):
             grad_params[k] = grad_params[k] + evaluate(g, values)
-    return grad_x, tuple(lambdas), tuple(grad_params)
+    return (tuple(grad_inputs) if several else grad_inputs[0]), tuple(lambdas), tuple(grad_params)
 
 
 def _previous_state(derivation: Derivation, i: int, t: int, initial: Sequence[torch.Tensor],

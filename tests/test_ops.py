@@ -122,7 +122,7 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
 @pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
 def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, numbers: bool):
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default,
-                          (*_op_args(name, single, store, True, numbers=numbers), finals))
+                          (*_op_args(name, single, store, True, numbers=numbers), finals, []))
 
 
 @pytest.mark.parametrize(("steps", "every"), [(63, 8), (67, 32)])
@@ -130,10 +130,10 @@ def test_fake_checkpoints_follow_the_long_loop_rule(steps: int, every: int):
     """Long loops over few neurons replay ALIF's adaptation in 32-step segments, others in 8-step ones
     (`runtime.neuron_launch.LONG_LOOP`): the fake kernel shapes a_checkpoints as the launched kernel does."""
     args = _op_args("alif", False, False, True, steps=steps)
-    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, (*args, True))
+    torch.library.opcheck(torch.ops.autocuda.neuron_forward.default, (*args, True, []))
     key, x, states, initial, tensors, scalars, store, save = args
     outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
-                                                [t.detach() for t in tensors], scalars, store, save, True)
+                                                [t.detach() for t in tensors], scalars, store, save, True, [])
     named = dict(zip(ops.forward_outputs(key, False, store, save), outputs))
     assert named["a_checkpoints"].shape == (steps // every, 5)
 
@@ -143,7 +143,7 @@ def test_fake_checkpoints_follow_the_long_loop_rule(steps: int, every: int):
 def test_opcheck_backward(name: str, store: bool, numbers: bool):
     key, x, states, initial, tensors, scalars, _, _ = _op_args(name, False, store, True, numbers=numbers)
     outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
-                                                [t.detach() for t in tensors], scalars, store, True, True)
+                                                [t.detach() for t in tensors], scalars, store, True, True, [])
     available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).states, states)},
                  **dict(zip(ops.forward_outputs(key, False, store, True), outputs))}
     saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
@@ -158,11 +158,12 @@ def test_op_with_no_steps_passes_states_through():
     x = torch.zeros(0, 5, dtype=torch.float64)
     init = [torch.full((5,), 0.25, dtype=torch.float64), torch.full((5,), 0.5, dtype=torch.float64)]
     outputs = dict(zip(ops.forward_outputs(key, False, True, True),
-                       torch.ops.autocuda.neuron_forward(key, x, init, [], tensors, scalars, True, True, True)))
+                       torch.ops.autocuda.neuron_forward(key, x, init, [], tensors, scalars, True, True, True, [])))
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
     assert outputs["v_final"].data_ptr() != init[0].data_ptr()  # outputs never alias inputs
     outputs = dict(zip(ops.forward_outputs(key, False, True, True),
-                       torch.ops.autocuda.neuron_forward(key, x, [], [0.25, 0.5], tensors, scalars, True, True, True)))
+                       torch.ops.autocuda.neuron_forward(key, x, [], [0.25, 0.5], tensors, scalars, True, True, True,
+                                                                 [])))
     assert torch.equal(outputs["v_final"], init[0]) and torch.equal(outputs["a_final"], init[1])
 
 
@@ -187,9 +188,9 @@ def test_whole_number_scalars_run_as_their_floats():
 def test_op_refuses_initial_states_given_twice_or_missing():
     key, x, states, _, tensors, scalars, _, _ = _op_args("alif", False, False, False)
     with pytest.raises(ValueError, match="as tensors or as numbers, not both"):
-        torch.ops.autocuda.neuron_forward(key, x, states, [0.0, 0.0], tensors, scalars, False, False, True)
+        torch.ops.autocuda.neuron_forward(key, x, states, [0.0, 0.0], tensors, scalars, False, False, True, [])
     with pytest.raises(ValueError, match="has 2 states .* got 1 initial values"):
-        torch.ops.autocuda.neuron_forward(key, x, [], [0.0], tensors, scalars, False, False, True)
+        torch.ops.autocuda.neuron_forward(key, x, [], [0.0], tensors, scalars, False, False, True, [])
 
 
 def test_keys_are_stable_and_checked():

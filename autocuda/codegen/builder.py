@@ -8,7 +8,7 @@ import itertools
 import sympy as sp
 
 from ..ckernel import CParam
-from ..cnames import FIXED_KEYS, c_name
+from ..cnames import FIXED_KEYS, c_name, input_register
 from ..dtypes import fill
 from ..spec.derive import (
     EVENT,
@@ -47,7 +47,8 @@ class Builder:
         self.multi = options.multi_step
         system = derivation.system
         self.tensor_params = dict(options.tensor_params)
-        names = {system.x: "x[lane]", H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", EVENT: "ac_e",
+        names = {u: f"{input_register(u.name)}[lane]" for u in system.inputs}
+        names |= {H: "ac_h", SPIKE: "ac_s", THRESHOLD: "ac_thr", EVENT: "ac_e",
                  GRAD_SPIKE: "ac_grad_s[lane]", H_PREVIOUS: "ac_h_prev[lane]"}
         names |= {(g := level_gradient_symbol(k)): g.name for k in range(len(spike_levels(system)))}
         names |= {s: f"{c_name(s.name)}[lane]" for s in system.states}

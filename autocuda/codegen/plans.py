@@ -7,7 +7,7 @@ import dataclasses
 
 import sympy as sp
 
-from ..cnames import c_name
+from ..cnames import c_name, input_key, input_register
 from ..dtypes import fill
 from ..spec.derive import (
     EVENT,
@@ -32,9 +32,11 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
     b = Builder(derivation, options)
     system, step = derivation.system, derivation.forward
     saving = options.save_for_backward
-    b.pointer("x_seq", const=True)
-    b.register("x", *(c_name(s.name) for s in system.states), "ac_out_spike")
-    b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
+    pointers = [b.pointer(input_key(u.name), const=True) for u in system.inputs]
+    b.register(*(input_register(u.name) for u in system.inputs), *(c_name(s.name) for s in system.states),
+               "ac_out_spike")
+    for u, pointer in zip(system.inputs, pointers):
+        b.plan.loads.append(b.load(input_register(u.name), pointer, "ac_row", f"input {u.name}[t]"))
     for s in system.states:
         b.plan.setup.append(b.initial(c_name(s.name), s.name))
     b.params_setup()
@@ -105,7 +107,8 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     b = Builder(derivation, options)
     system, step = derivation.system, derivation.backward
     b.pointer("grad_spike_seq", const=True)
-    b.register("ac_grad_s", "ac_h_cur", "ac_out_grad_x")
+    outs = [_grad_register(u.name) for u in system.inputs]
+    b.register("ac_grad_s", "ac_h_cur", *outs)
     b.plan.loads.append(b.load("ac_grad_s", "grad_spike_seq", "ac_row", "gradient of s[t]"))
     for s in system.states:
         grad = c_name(s.name, "grad")
@@ -132,24 +135,28 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     else:
         b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
     _previous_states(b, derivation, "_checkpoints" if segment else "_seq")
-    if step.needs_x:
-        b.pointer("x_seq", const=True)
-        b.register("x")
-        b.plan.loads.append(b.load("x", "x_seq", "ac_row", "input x[t]"))
+    for u, needed in zip(system.inputs, step.needs_inputs):
+        if needed:
+            pointer = b.pointer(input_key(u.name), const=True)
+            b.register(input_register(u.name))
+            b.plan.loads.append(b.load(input_register(u.name), pointer, "ac_row", f"input {u.name}[t]"))
     b.params_setup()
     if segment:
         _replay(b, derivation)
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
     b.statement("ac_s", spike_value(system))
-    if any(e.has(EVENT) for e in (step.grad_x, *step.grad_states, *step.grad_params)):
+    if any(e.has(EVENT) for e in (*step.grad_inputs, *step.grad_states, *step.grad_params)):
         b.statement("ac_e", spike_value(system, magnitude=True))
     for k, level in enumerate(spike_levels(system)):  # a level's own surrogate, else the kernel's
         gradient = surrogate_gradient if level.surrogate is None else level.surrogate.gradient(SURROGATE_INPUT)
         b.statement(level_gradient_symbol(k).name, gradient.subs(SURROGATE_INPUT, level.argument))
-    outputs = b.emit([step.grad_x, *step.grad_states, *step.grad_params], comment="adjoint of one step")
-    grad_x, grad_states, grad_params = outputs[0], outputs[1:1 + len(system.states)], outputs[1 + len(system.states):]
-    b.statement("ac_out_grad_x[lane]", grad_x, declare=False)
+    outputs = b.emit([*step.grad_inputs, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    count = len(outs)
+    grad_inputs, grad_states = outputs[:count], outputs[count:count + len(system.states)]
+    grad_params = outputs[count + len(system.states):]
+    for out, value in zip(outs, grad_inputs):
+        b.statement(f"{out}[lane]", value, declare=False)
     for s, value in zip(system.states, grad_states):
         b.statement(c_name(s.name, "grad_prev"), value)
     for s in system.states:
@@ -162,8 +169,9 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
-    b.pointer("grad_x_seq", const=False)
-    b.plan.stores.append(b.store("grad_x_seq", "ac_row", "ac_out_grad_x", "gradient of x[t]"))
+    for u, out in zip(system.inputs, outs):
+        pointer = b.pointer(f"grad_{input_key(u.name)}", const=False)
+        b.plan.stores.append(b.store(pointer, "ac_row", out, f"gradient of {u.name}[t]"))
     for s in system.states if options.given_inits else ():  # a number given for all neurons has no gradient
         pointer = b.pointer(f"grad_{s.name}_init", const=False)
         b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name, "grad"), f"gradient of {s.name}[-1]"))
@@ -171,6 +179,11 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
+
+
+def _grad_register(name: str) -> str:
+    """The register holding d loss / d (step input `name`) at t."""
+    return "ac_out_grad_x" if name == "x" else c_name(name, "out_grad")
 
 
 def _previous_states(b: Builder, derivation: Derivation, saved_as: str) -> None:

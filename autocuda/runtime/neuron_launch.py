@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..cnames import input_key
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
 from ..dtypes import get_dtype
 from ..errors import KernelArgumentError
@@ -303,6 +304,11 @@ class NeuronConfig:
     def state_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.spec.states)
 
+    @functools.cached_property
+    def input_keys(self) -> tuple[str, ...]:
+        """The kernels' keys of the step inputs' sequences, in the spec's order (x_seq for x alone)."""
+        return tuple(input_key(name) for name in self.spec.inputs)
+
 
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
 KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
@@ -389,14 +395,21 @@ def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:
     return not numbers or not numbers[0]
 
 
-def forward(config: NeuronConfig, x: torch.Tensor, initial: Mapping[str, torch.Tensor | float],
+def forward(config: NeuronConfig, x: torch.Tensor | Sequence[torch.Tensor], initial: Mapping[str, torch.Tensor | float],
             params: Mapping[str, Any], *, single_step: bool = False, store_state_seq: bool = False,
             save_for_backward: bool = True, final_states: bool = True, backend: str = "cuda",
             layout: Layout | Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Launch the forward kernel: returns spike_seq, h_seq / <state>_seq as configured, and <state>_final
-    (unless `final_states` is False), in the kernel's parameter order. `initial`: every state's [N] tensor, or
+    (unless `final_states` is False), in the kernel's parameter order. `x`: the input, or a sequence of one
+    tensor per step input for a spec with several (all of one shape). `initial`: every state's [N] tensor, or
     every state's one number. `layout` (a Layout, or some of its fields by name) overrides the fixed rules."""
-    given = {"x_seq": x, **{f"{s}_init": v for s, v in initial.items()}, **params}
+    inputs = (x,) if isinstance(x, torch.Tensor) else tuple(x)
+    if len(inputs) != len(config.input_keys) or any(u.shape != inputs[0].shape for u in inputs):
+        raise KernelArgumentError(f"{config.spec.name}: expected {len(config.input_keys)} input tensor(s) of one "
+                                  f"shape ({', '.join(config.spec.inputs)}), got shapes "
+                                  f"{[tuple(u.shape) for u in inputs]}")
+    x = inputs[0]
+    given = {**dict(zip(config.input_keys, inputs)), **{f"{s}_init": v for s, v in initial.items()}, **params}
     kind = "step-forward" if single_step else "fptt"
     flags = (store_state_seq, save_for_backward, given_inits(initial), final_states)
     return _run(config, kind, flags, given, x, x.shape[-1], None if single_step else x.shape[0], backend, layout)
@@ -408,8 +421,9 @@ def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Map
              layout: Layout | Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (unless `grad_finals` is False:
     they are zero) and grad_<state>_seq (when `grad_state_seq`);
-    `saved`: h_seq and whatever else the kernel reads (x_seq, <state>_seq, <state>_init: tensors, or numbers
-    when `given_inits` is False). Returns grad_x_seq, grad_<state>_init (for tensors given) and grad_<param>
+    `saved`: h_seq and whatever else the kernel reads (x_seq or each input's sequence, <state>_seq,
+    <state>_init: tensors, or numbers when `given_inits` is False). Returns grad_x_seq (grad_<input>_seq for
+    each of several inputs), grad_<state>_init (for tensors given) and grad_<param>
     (per-neuron partial sums; reduce them)."""
     grad_spike = grads["grad_spike_seq"]
     kind = "step-backward" if single_step else "bptt"

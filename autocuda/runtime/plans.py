@@ -128,6 +128,7 @@ class SpecFacts(NamedTuple):
     constant_names: tuple[str, ...]                  # parameters folded into the source
     initial: tuple[tuple[str, Any], ...]             # (state, initial value or rule)
     domains: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]  # (parameter, its (operator, limit) bounds)
+    inputs: tuple[str, ...] = ("x",)                 # the step inputs' names
 
 
 @constant_result
@@ -142,7 +143,8 @@ def _facts(ref: str) -> SpecFacts:
     return SpecFacts(spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
                      tuple(p.name for p in spec.params if p.kind == "constant"),
                      tuple((s.name, s.init) for s in spec.states),
-                     tuple((p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain))
+                     tuple((p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain),
+                     spec.inputs)
 
 
 @dataclasses.dataclass(frozen=True)

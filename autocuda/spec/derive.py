@@ -9,6 +9,7 @@ Notation (per neuron, step t): inputs x = x[t] and the states S = (v, w, ...) of
 A multi-level spike (`levels`) is s = Σ_k c_k Θ(a_k(h, thr, S)), each level with its own surrogate σ_k; its
 hard reset sees the event e = Σ_k |c_k| Θ(a_k) (e_r, detached as s_r) instead of s. The single spike is the one
 level c = 1, a = h - thr.
+Several step inputs (x, y, ...) are alike: each is read where x is, and gets its own gradient dL/dy.
 Backward receives λ = dL/dS' (the gradient reaching the new states) and g_s = dL/ds, and returns
 dL/dx, dL/dS (the next λ, one step earlier) and dL/dp for learnable parameters p (λ·F = Σ_j λ_j F_j):
     g_sp = g_s + ∂(λ·F)/∂s + [not detach] ∂(λ·F)/∂s_r       g_e = [not detach] ∂(λ·F)/∂e_r
@@ -47,12 +48,23 @@ class StepSystem:
     reset: Reset
     v_reset: sp.Expr | None                # the hard-reset value (a parameter symbol or a number) or None
     levels: tuple[SpikeLevel, ...] = ()    # a multi-level spike; () is the single spike Θ(h - thr)
+    more_inputs: tuple[sp.Symbol, ...] = ()  # the step inputs after x (the first), for a spec with several
+
+    @property
+    def inputs(self) -> tuple[sp.Symbol, ...]:
+        """Every step input, x first."""
+        return (self.x, *self.more_inputs)
 
     def __repr__(self) -> str:
-        """The dataclass's repr, without `levels` where there are none: kernel names are digests of it, and the
-        single-spike systems keep theirs."""
-        shown = (f for f in fields(self) if not (f.name == "levels" and not self.levels))
-        return f"{type(self).__qualname__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+        """The dataclass's repr, without `levels` where there are none and `more_inputs` where there is x alone:
+        kernel names are digests of it, and the single-spike, single-input systems keep theirs."""
+        return _repr_without_empty(self, ("levels", "more_inputs"))
+
+
+def _repr_without_empty(obj: object, optional: tuple[str, ...]) -> str:
+    """A dataclass's repr, leaving out the fields named in `optional` where they are empty."""
+    shown = (f for f in fields(obj) if not (f.name in optional and not getattr(obj, f.name)))  # type: ignore[arg-type]
+    return f"{type(obj).__qualname__}({', '.join(f'{f.name}={getattr(obj, f.name)!r}' for f in shown)})"
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,20 @@ class BackwardStep:
     grad_params: tuple[sp.Expr, ...]    # per learnable parameter
     needs_x: bool                       # the backward reads x[t] (not when recovered from h: recovered_input)
     needs_states: tuple[bool, ...]      # the backward reads the previous value of each state
+    grad_more_inputs: tuple[sp.Expr, ...] = ()  # per step input after x (`StepSystem.more_inputs`)
+    needs_more_inputs: tuple[bool, ...] = ()    # the backward reads that input's value at t
+
+    @property
+    def grad_inputs(self) -> tuple[sp.Expr, ...]:
+        return (self.grad_x, *self.grad_more_inputs)
+
+    @property
+    def needs_inputs(self) -> tuple[bool, ...]:
+        return (self.needs_x, *self.needs_more_inputs)
+
+    def __repr__(self) -> str:
+        """Without the fields of further inputs where there are none (kernel names are digests of it)."""
+        return _repr_without_empty(self, ("grad_more_inputs", "needs_more_inputs"))
 
 
 @dataclass(frozen=True)
@@ -178,6 +204,8 @@ def recovered_input(system: StepSystem) -> sp.Expr | None:
       half of |h|).
     """
     x = system.x
+    if system.more_inputs:  # x from h alone needs every other input read anyway: none is recovered
+        return None
     if any(e.has(x) for e in (system.threshold, *system.updates, *(lv.argument for lv in system.levels))):
         return None
     slope = sp.diff(system.charge, x)
@@ -229,12 +257,13 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
         # In value, the reset's spike is the spike; only its derivative differed (detach_reset).
         return _steps_and_kinks((grad + sp.diff(weighted, u)).subs({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
 
-    grads = (total(system.x), tuple(total(s) for s in system.states), tuple(total(p) for p in system.learnable))
-    used = set().union(*(e.free_symbols for e in (grads[0], *grads[1], *grads[2])))
+    grads = (tuple(total(u) for u in system.inputs), tuple(total(s) for s in system.states),
+             tuple(total(p) for p in system.learnable))
+    used = set().union(*(e.free_symbols for e in (*grads[0], *grads[1], *grads[2])))
     if used & spike_symbols(system):
         used |= spike_inputs(system)
-    return BackwardStep(grads[0], grads[1], grads[2], system.x in used,
-                        tuple(s in used for s in system.states))
+    return BackwardStep(grads[0][0], grads[1], grads[2], system.x in used, tuple(s in used for s in system.states),
+                        grads[0][1:], tuple(u in used for u in system.more_inputs))
 
 
 def _step(z: sp.Expr) -> sp.Expr:
@@ -296,7 +325,7 @@ def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -
         if state in kept:
             spiking = update.has(SPIKE) or update.has(THRESHOLD)
             read |= update.free_symbols | (spike_inputs(system) if spiking else set())
-    return system.x not in read and read & set(system.states) <= kept
+    return not read & set(system.inputs) and read & set(system.states) <= kept
 
 
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:

@@ -67,7 +67,12 @@ discrete spec has (`ParsedSpec.method` says which method was used).
 Param kinds: 'constant' (a literal in the source), 'scalar' (runtime float, by value), 'tensor' (runtime tensor
 broadcast over neurons). `learnable = true` means a tensor: with no kind given it becomes 'tensor'; a
 learnable 'constant' or 'scalar' is an error. Reserved expression names: x (input), h (charge result) and
-s (spike); h and s exist only in updates (s also in output). Reset is applied by the derivation stage, not here.
+s (spike); h and s exist only in updates (s also in output).
+
+Several step inputs (optional; default `inputs = ["x"]`): `inputs = ["g_e", "g_i"]` names them; each is a
+sequence the kernels read, usable wherever x is, and backward returns a gradient for each. Their names are
+taken like x: no parameter, state, derived quantity or option may reuse one.
+Reset is applied by the derivation stage, not here.
 """
 from __future__ import annotations
 
@@ -111,6 +116,9 @@ KINDS = ("constant", "scalar", "tensor")
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
+DEFAULT_INPUTS = ("x",)  # one step input, x
+# Input names that would make a kernel argument's key another argument's (`<input>_seq`, `grad_<input>_seq`)
+TAKEN_INPUT_NAMES = {"h": "the charge result (h_seq)", "s": "the spike", "spike": "the spike (spike_seq)"}
 SPIKE_OUTPUT = "s"  # a spec's output by default: its spike
 
 
@@ -269,6 +277,12 @@ def _normalise_states(value: Any) -> tuple[State, ...]:
     return tuple(State(n, v) for n, v in _pairs(value, "states"))
 
 
+def _normalise_inputs(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(f"expected a non-empty list of input names, got {value!r}", field="inputs")
+    return tuple(_expect(name, str, f"inputs[{i}]", "an input name") for i, name in enumerate(value))
+
+
 def _text_pairs(value: Any, field: str) -> tuple[tuple[str, str], ...]:
     return tuple((n, _expect(t, str, f"{field}.{n}", "an expression string")) for n, t in _pairs(value, field))
 
@@ -293,6 +307,7 @@ class NeuronSpec:
     method: str | None = None  # euler | exponential_euler | exact; None: chosen from the ODE's form
     output: str = SPIKE_OUTPUT  # the layer's output per step (see module doc)
     levels: tuple[Level, ...] | None = None  # a multi-level spike; None: s = Θ(h - threshold)
+    inputs: tuple[str, ...] = DEFAULT_INPUTS  # the step inputs' names, each a sequence the kernels read
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -323,6 +338,7 @@ class NeuronSpec:
             _expect(self.method, str, "method", "a method name")
         _expect(self.output, str, "output", "an expression string")
         set_("levels", _normalise_levels(self.levels))
+        set_("inputs", _normalise_inputs(self.inputs))
         if self.ode and all(p.name != TIME_STEP for p in self.params):
             set_("params", (*self.params, Param(TIME_STEP, 1.0, doc="integration time step dt of [ode]")))
 
@@ -342,6 +358,15 @@ class NeuronSpec:
         seen: dict[str, str] = {}
         groups = {"params": [p.name for p in self.params], "states": [s.name for s in self.states],
                   "derived": [n for n, _ in self.derived], "options": [n for n, _ in self.options]}
+        for index, name in enumerate(self.inputs):
+            field = f"inputs[{index}]"
+            check_identifier(name, field=field)
+            if name in TAKEN_INPUT_NAMES:
+                raise SpecError(f"'{name}' cannot name an input: it is {TAKEN_INPUT_NAMES[name]}", field=field,
+                                symbol=name)
+            if name in seen:
+                raise SpecError(f"input '{name}' is declared twice", field=field, symbol=name)
+            seen[name] = "inputs"
         for group, names in groups.items():
             for name in names:
                 field = f"{group}.{name}"
@@ -433,6 +458,7 @@ class ParsedSpec:
     ode: Mapping[str, sympy.Expr] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     output: sympy.Expr | None = None  # the layer's output (states are their values after the step); None: s
     levels: tuple[sympy.Expr, ...] = ()  # the arguments of a multi-level spike's levels
+    inputs: tuple[sympy.Symbol, ...] = ()  # every step input's symbol, in the spec's order (x is the first)
 
     @property
     def membrane(self) -> sympy.Symbol:
@@ -480,7 +506,9 @@ def _parse_spec(spec: NeuronSpec) -> ParsedSpec:
 def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
     from .parse import parse_expression
 
-    x, h, s = (sympy.Symbol(n, real=True) for n in ("x", "h", "s"))
+    h, s = (sympy.Symbol(n, real=True) for n in ("h", "s"))
+    inputs = _symbols(spec.inputs)
+    x = next(iter(inputs.values()))
     params = _symbols(p.name for p in spec.params)
     states = _symbols(st.name for st in spec.states)
     options = dict(spec.options)
@@ -503,23 +531,23 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
                                           source=spec.origin, field=f"derived.{name}", what="derived values")
         derived_symbols[name] = sympy.Symbol(name, real=True)
     known = {**states, **params, **derived_symbols}
-    rhs = {n: parse(t, {"x": x, **known}, f"ode.{n}") for n, t in spec.ode}
-    charge = None if spec.membrane in rhs else parse(spec.charge, {"x": x, **known}, "charge")
+    rhs = {n: parse(t, {**inputs, **known}, f"ode.{n}") for n, t in spec.ode}
+    charge = None if spec.membrane in rhs else parse(spec.charge, {**inputs, **known}, "charge")
     threshold = parse(spec.threshold, known, "threshold")
-    updates = {n: parse(t, {"x": x, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
-    output = parse(spec.output, {"x": x, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
+    updates = {n: parse(t, {**inputs, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    output = parse(spec.output, {**inputs, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
     levels = tuple(parse(lv.argument, {"h": h, **known}, f"levels[{i}].argument")
                    for i, lv in enumerate(spec.levels or ()))
     method = None
     if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
-        jumps = {n: parse(t, {"x": x, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
+        jumps = {n: parse(t, {**inputs, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
         with budget.working_on("method" if spec.method else "ode"):
             method, integrated = _integrate(spec, rhs, jumps, states, params[TIME_STEP], h, s)
         charge = integrated.pop(spec.membrane, charge)
         updates |= integrated
     ro = MappingProxyType
     return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
-                      threshold, ro(updates), method, ro(rhs), output, levels)
+                      threshold, ro(updates), method, ro(rhs), output, levels, tuple(inputs.values()))
 
 
 def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[str, sympy.Expr],
@@ -540,7 +568,7 @@ def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[s
 # ---- TOML ----
 
 _TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
-              "surrogate", "ode", "jumps", "method", "output", "levels")
+              "surrogate", "ode", "jumps", "method", "output", "levels", "inputs")
 
 
 def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
@@ -572,9 +600,9 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 
 def spec_text(spec: NeuronSpec) -> str:
     """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
-    where it is the spike, and the levels where there are none: the specs that had neither field keep their
-    text (and so their cache entries)."""
-    defaults = {"output": SPIKE_OUTPUT, "levels": None}
+    where it is the spike, the levels where there are none and the inputs where there is x alone: the specs that
+    had none of these fields keep their text (and so their cache entries)."""
+    defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                       if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))
 

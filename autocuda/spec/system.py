@@ -64,6 +64,7 @@ def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] 
             sp.Float(folded["v_reset"]) if reset == "hard" else None),
         levels=tuple(SpikeLevel(_weight(level.weight), prepare(argument, f"levels[{i}].argument"), level.surrogate)
                      for i, (level, argument) in enumerate(zip(spec.levels or (), parsed.levels))),
+        more_inputs=parsed.inputs[1:],
     )
 
 

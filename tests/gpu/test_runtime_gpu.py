@@ -277,7 +277,7 @@ def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: 
     initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
     tensors = [torch.full((37,), 0.3, device=CUDA, dtype=compute, requires_grad=True) for _ in plan.tensors]
     scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
-    return plan.key, x, states, initial, tensors, scalars, store, True, finals
+    return plan.key, x, states, initial, tensors, scalars, store, True, finals, []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -292,7 +292,7 @@ def test_opcheck(name, dtype, single, store, with_finals, numbers):
     key, x, states, initial, tensors, scalars, *_ = args
     detached = [x.detach(), [s.detach() for s in states], [t.detach() for t in tensors]]
     outputs = torch.ops.autocuda.neuron_forward(key, detached[0], detached[1], initial, detached[2], scalars, store,
-                                                True, with_finals)
+                                                True, with_finals, [])
     available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).states, detached[1])},
                  **dict(zip(ops.forward_outputs(key, single, store, True, with_finals), outputs))}
     saved = [available[n] for n in ops.saved_names(key, single, not numbers)]
