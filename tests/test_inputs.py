@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from autocuda import functional as F
+from autocuda import nn as ann
 from autocuda import reference
 from autocuda.errors import SpecError
 from autocuda.kernels import derivation
@@ -145,3 +146,88 @@ def test_bad_input_names_are_refused(inputs, message):
 def test_an_undeclared_input_is_an_unknown_name():
     with pytest.raises(SpecError, match="unknown name 'g_i'"):
         dataclasses.replace(_spec(), inputs=("g_e",))
+
+
+# ---- the layer: autocuda.nn.Neuron with several inputs ----
+
+def _layer(**kwargs):
+    return ann.Neuron(str(SPEC), **kwargs)
+
+
+@pytest.mark.parametrize("backend", ["reference", "host"])
+def test_layer_step_modes_agree_keep_states_and_reset(backend):
+    """'m' over two chunks continues from its states, 's' step by step gives the same spikes and states, and
+    both equal the functional API; store_v_seq, reset and detach as for one input."""
+    g_e, g_i = _conductances()
+    layer = _layer(step_mode="m", store_v_seq=True, backend=backend)
+    spikes = torch.cat([layer(g_e[:5], g_i[:5]), layer(g_e[5:], g_i[5:])])
+    expected, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend=backend)
+    assert spikes.sum() > 0 and torch.equal(spikes, expected)
+    torch.testing.assert_close(layer.v, finals[0])
+    assert layer.v_seq.shape == (7, 9) and torch.equal(layer.v_seq[-1], layer.v)
+    layer.reset()
+    assert layer.v == 0.0 and layer.v_seq is None
+    layer.step_mode = "s"
+    stepped = torch.stack([layer(a, b) for a, b in zip(g_e, g_i)])
+    assert torch.equal(stepped, expected) and layer.v_seq.shape == (12, 9)
+    torch.testing.assert_close(layer.v, finals[0])
+
+
+def test_layer_gradients_reach_every_input_and_detach_cuts_them():
+    g_e, g_i = (u.requires_grad_(True) for u in _conductances())
+    layer = _layer(step_mode="m", backend="host")
+    spikes = layer(g_e, g_i)
+    grads = torch.autograd.grad(spikes.sum() + (layer.v ** 2).sum(), (g_e, g_i))
+    spikes, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend="reference")
+    want = torch.autograd.grad(spikes.sum() + (finals[0] ** 2).sum(), (g_e, g_i))
+    for got, expected in zip(grads, want):
+        assert got.abs().sum() > 0
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    layer(g_e, g_i)
+    assert layer.v.requires_grad
+    layer.detach()
+    assert not layer.v.requires_grad
+
+
+def test_layer_functional_forward_takes_one_tensor_per_input():
+    """SpikingJelly's functional protocol: inputs a tuple (g_e, g_i), states explicit, the layer's untouched."""
+    g_e, g_i = _conductances()
+    layer = _layer(step_mode="m", backend="host")
+    (spikes,), (v,) = layer.functional_forward((g_e, g_i), (0.0,))
+    expected, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend="host")
+    assert torch.equal(spikes, expected) and torch.equal(v, finals[0]) and layer.v == 0.0
+    layer.step_mode = "s"
+    (spike,), (v1,) = layer.functional_forward((g_e[0], g_i[0]), (0.0,))
+    assert torch.equal(spike, expected[0])
+    with pytest.raises(TypeError, match=r"takes 2 step input\(s\) \(g_e, g_i\)"):
+        layer.functional_forward((g_e[0],), (0.0,))
+
+
+def test_layer_output_expression_reads_the_inputs():
+    """An output that is an expression of the inputs sees each by name (here the excitatory current)."""
+    g_e, g_i = _conductances()
+    spec = dataclasses.replace(_spec(), output="g_e * (E_e - v)")
+    layer = ann.Neuron(spec, step_mode="m", backend="host")
+    out = layer(g_e, g_i)
+    _, _, seqs = F.multi_step(spec, (g_e, g_i), backend="host", store_state_seq=True)
+    torch.testing.assert_close(out, g_e * (3.0 - seqs[0]))
+
+
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_layer_refuses_a_wrong_count_or_unlike_shapes(step_mode):
+    g_e, g_i = _conductances()
+    if step_mode == "s":
+        g_e, g_i = g_e[0], g_i[0]
+    layer = _layer(step_mode=step_mode, backend="host")
+    with pytest.raises(TypeError, match=r"'conductance_lif' takes 2 step input\(s\) \(g_e, g_i\), one tensor each; "
+                                        r"got 1"):
+        layer(g_e)
+    with pytest.raises(TypeError, match="got 3"):
+        layer(g_e, g_i, g_i)
+    with pytest.raises(ValueError, match=r"step input 'g_i' has shape \(.*\) but 'g_e' has"):
+        layer(g_e, g_i[..., :4])
+    with pytest.raises(TypeError, match=r"'lif' takes 1 step input\(s\) \(x\)"):
+        ann.Neuron("lif", step_mode=step_mode)(g_e, g_i)
+    if step_mode == "m":
+        with pytest.raises(ValueError, match=r"g_i: step_mode 'm' expects a tensor of shape \[T, \*\]"):
+            layer(g_e, g_i[0])

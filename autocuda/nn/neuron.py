@@ -2,7 +2,9 @@
 
 A layer keeps its states between calls as attributes named after the spec's states (`self.v`, `self.w`, ...):
 a number until the first call, then tensors of the neuron shape. `reset()` restores the initial values
-(SpikingJelly's `functional.reset_net` calls it). step_mode 's' takes x [*], 'm' takes x [T, *]. A state
+(SpikingJelly's `functional.reset_net` calls it). step_mode 's' takes x [*], 'm' takes x [T, *]; a spec with
+several step inputs (`NeuronSpec.inputs`, e.g. g_e and g_i) takes one tensor per input, in the spec's order and
+all of one shape: `layer(g_e, g_i)`. A state
 tensor of another shape than the input's neuron shape starts afresh from its initial value, as SpikingJelly's
 nodes do (a new batch size needs no reset).
 
@@ -96,6 +98,7 @@ class Neuron(_Base):
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
+        self._input_names = self.spec.inputs
         self._output = spec_output(self.spec)  # the spike, unless the spec names another output
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
         self.backend = backend
@@ -115,6 +118,7 @@ class Neuron(_Base):
     def __setstate__(self, state: dict[str, Any]) -> None:
         nn.Module.__setstate__(self, state)
         self.__dict__.setdefault("_output", spec_output(self.spec))
+        self.__dict__.setdefault("_input_names", self.spec.inputs)
         # References name objects registered in the process that built the layer (unpickling: register here)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
 
@@ -242,17 +246,18 @@ class Neuron(_Base):
 
     def _functional(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], *, multi: bool
                     ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        if not isinstance(inputs, (tuple, list)) or len(inputs) != 1:
-            raise TypeError(f"inputs: expected a tuple holding the input tensor, got {type(inputs).__name__}")
+        if not isinstance(inputs, (tuple, list)):
+            raise TypeError(f"inputs: expected a tuple holding the input tensor(s), got {type(inputs).__name__}")
+        given, x = _step_inputs(self, tuple(inputs), 2 if multi else 0)
         n = len(self._state_names)
         compiling = torch.compiler.is_compiling()
         params = _params(self, compiling)
         run: Callable[..., Any] = F.multi_step if multi else F.single_step
         extra = {"store_state_seq": self._output.kind != SPIKE} if multi else {}
-        out = run(self._spec_ref, inputs[0], *states[:n], surrogate=self._surrogate_ref,
+        out = run(self._spec_ref, given, *states[:n], surrogate=self._surrogate_ref,
                   detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **params)
         after = out[2] if multi else out[1]  # the state sequences, or the new states
-        return (_output(self, inputs[0], out[0], after, params),), (*out[1], *states[n:])
+        return (_output(self, given, out[0], after, params),), (*out[1], *states[n:])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories)."""
@@ -263,31 +268,32 @@ class Neuron(_Base):
         return nn.Module._apply(self, fn, *args, **kwargs)  # not MemoryModule's (where it is the base)
 
     # -- forward --------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """One step (step_mode 's': each input [*]) or a sequence ('m': each [T, *]); one tensor per step input
+        of the spec (x alone for most)."""
         if self.step_mode == "m":
-            return self.multi_step_forward(x)
+            return self.multi_step_forward(*inputs)
         if self.step_mode == "s":
-            return self.single_step_forward(x)
+            return self.single_step_forward(*inputs)
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 
-    def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
+    def single_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        given, x = _step_inputs(self, inputs, 0)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
         params = _params(self, compiling)
-        spike, new_states = F.single_step(self._spec_ref, x, *_states(self, x, 0, compiling),
+        spike, new_states = F.single_step(self._spec_ref, given, *_states(self, x, 0, compiling),
                                           surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                           backend=_BACKENDS[self.backend], **params)
         _set_states(self, self._state_names, new_states, compiling)
         if self.store_v_seq:  # SpikingJelly's single steps append the membrane to v_seq until a reset
             _append_v_seq(self, new_states[0], compiling)
-        return _output(self, x, spike, new_states, params)
+        return _output(self, given, spike, new_states, params)
 
-    def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x_seq, torch.Tensor) or x_seq.dim() < 2:
-            shape = tuple(x_seq.shape) if isinstance(x_seq, torch.Tensor) else type(x_seq).__name__
-            raise ValueError(f"x_seq: step_mode 'm' expects a tensor of shape [T, *], got {shape}")
+    def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        given, x_seq = _step_inputs(self, inputs, 2)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
         params = _params(self, compiling)
-        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *_states(self, x_seq, 1, compiling),
+        spikes, finals, seqs = F.multi_step(self._spec_ref, given, *_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                             store_state_seq=self.store_v_seq or self._output.kind != SPIKE,
                                             backend=_BACKENDS[self.backend], **params)
@@ -295,7 +301,7 @@ class Neuron(_Base):
             _set_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
             _set_states(self, ("v_seq",), seqs[:1], compiling)
-        return _output(self, x_seq, spikes, seqs, params)
+        return _output(self, given, spikes, seqs, params)
 
     def extra_repr(self) -> str:
         params = []
@@ -316,6 +322,34 @@ class Neuron(_Base):
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
 # specializing attribute and method lookups on layers, so a method's lookup costs more than a function's;
 # `self.__dict__` is read once for the names that follow.
+
+def _step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
+                 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+    """What a call passes on as its step inputs (x alone, or a tuple of one tensor per input) and the first
+    input, whose shape and dtype the states follow; a wrong count, a non-tensor or a shape unlike the first's
+    is refused naming the input. `min_dim`: 2 in step mode 'm' ([T, *]), 0 in 's'."""
+    names = layer.__dict__["_input_names"]
+    if len(inputs) == 1 == len(names) and type(inputs[0]) is torch.Tensor and inputs[0].dim() >= min_dim:
+        return inputs[0], inputs[0]  # the usual call: one input, checked further by the functional API
+    if len(inputs) != len(names):
+        raise TypeError(f"{layer.spec.name!r} takes {len(names)} step input(s) ({', '.join(names)}), one tensor "
+                        f"each; got {len(inputs)}")
+    for name, value in zip(names, inputs):
+        label = ("x_seq" if min_dim else "x") if names == ("x",) else name
+        if not isinstance(value, torch.Tensor):
+            if min_dim:
+                raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got "
+                                 f"{type(value).__name__}")
+            raise TypeError(f"{label}: expected a torch.Tensor, got {type(value).__name__}")
+        if value.dim() < min_dim:
+            raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got {tuple(value.shape)}")
+    first = inputs[0]
+    for name, value in zip(names[1:], inputs[1:]):
+        if value.shape != first.shape:
+            raise ValueError(f"step input {name!r} has shape {tuple(value.shape)} but {names[0]!r} has "
+                             f"{tuple(first.shape)}: every step input must have one shape")
+    return (first if len(inputs) == 1 else tuple(inputs)), first
+
 
 def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
     """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
@@ -414,15 +448,17 @@ def _append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
     _set_states(layer, ("v_seq",), (seq,), compiling)
 
 
-def _output(layer: Neuron, x: torch.Tensor, spike: torch.Tensor, states: Sequence[Any] | None,
-            params: dict[str, Any]) -> torch.Tensor:
-    """The layer's output (see `nn.output`): the spike unless its spec names another output; `states` are the
-    states after the step (or their sequences), in the spec's order."""
+def _output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], spike: torch.Tensor,
+            states: Sequence[Any] | None, params: dict[str, Any]) -> torch.Tensor:
+    """The layer's output (see `nn.output`): the spike unless its spec names another output; `inputs` are the
+    call's step inputs (x, or one tensor per input), `states` the states after the step (or their sequences),
+    in the spec's order."""
     output = layer.__dict__["_output"]
     if output.kind == SPIKE:
         return spike
     assert states is not None  # the callers ask for the state sequences where the output reads them
-    return layer_output(layer.spec, output, x, spike, dict(zip(layer.__dict__["_state_names"], states)), params)
+    return layer_output(layer.spec, output, inputs, spike, dict(zip(layer.__dict__["_state_names"], states)),
+                        params)
 
 
 def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:

@@ -8,7 +8,7 @@ sequences. A plain name needs no sympy; only an expression is parsed (once per s
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -35,10 +35,11 @@ def _expression(spec: NeuronSpec) -> Any:
     return parsed, parsed.expand(parsed.output)
 
 
-def layer_output(spec: NeuronSpec, output: Output, x: torch.Tensor, spike: torch.Tensor,
-                 after: Mapping[str, torch.Tensor], params: Mapping[str, Any]) -> torch.Tensor:
-    """The output of a step (or of a sequence: x, spike and the states as [T, *] sequences) from the states
-    after it, by name, and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge)."""
+def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequence[torch.Tensor],
+                 spike: torch.Tensor, after: Mapping[str, torch.Tensor], params: Mapping[str, Any]) -> torch.Tensor:
+    """The output of a step (or of a sequence: inputs, spike and the states as [T, *] sequences) from the step
+    inputs (x, or one tensor per input of a spec with several), the states after it, by name, and the parameters
+    (v_reset=None, a soft reset, reads as 0 as in the charge)."""
     if output.kind == SPIKE:
         return spike
     if output.kind == STATE:
@@ -46,7 +47,9 @@ def layer_output(spec: NeuronSpec, output: Output, x: torch.Tensor, spike: torch
     from ..spec.torch_eval import evaluate  # sympy: only for outputs that are expressions
 
     parsed, expr = _expression(spec)
-    values = {parsed.x: x, parsed.s: spike,
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    x = inputs[0]
+    values = {**dict(zip(parsed.inputs, inputs)), parsed.s: spike,
               **{symbol: after[name] for name, symbol in parsed.state_symbols.items()},
               **{symbol: 0.0 if params[name] is None else params[name]
                  for name, symbol in parsed.param_symbols.items()}}

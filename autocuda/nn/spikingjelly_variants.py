@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import functional as F
-from .neuron import _BACKENDS, SIGMOID, Neuron, _params, _set_states, _states
+from .neuron import _BACKENDS, SIGMOID, Neuron, _params, _set_states, _states, _step_inputs
 from .spikingjelly import _common, require_tau
 from .spikingjelly_more import RECT
 
@@ -51,9 +51,9 @@ class _NonSpiking(Neuron):
         super().__init__(spec, step_mode="m", backend=backend, **params)
         self.decode = decode
 
-    def forward(self, x_seq: torch.Tensor) -> Any:
+    def forward(self, *inputs: torch.Tensor) -> Any:
         self.reset()  # SpikingJelly's non-spiking nodes start every sequence at v = 0
-        return DECODES[self.decode](self.multi_step_forward(x_seq))
+        return DECODES[self.decode](self.multi_step_forward(*inputs))
 
 
 class NonSpikingIFNode(_NonSpiking):
@@ -80,8 +80,8 @@ class LIAFNode(Neuron):
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
         self.act, self.threshold_related, self.decay_input = act, bool(threshold_related), bool(decay_input)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(super().forward(x))
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.act(super().forward(*inputs))
 
     def functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                            **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
@@ -112,9 +112,10 @@ class ComplementaryLIFNode(Neuron):
         super().reset()
         self.state_seqs = None
 
-    def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+    def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         if not self.store_state_seqs:
-            return super().multi_step_forward(x_seq)
+            return super().multi_step_forward(*inputs)
+        x_seq = _step_inputs(self, inputs, 2)[1]
         compiling = torch.compiler.is_compiling()
         spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, store_state_seq=True,
