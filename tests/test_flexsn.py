@@ -162,9 +162,21 @@ def two_input_core(x_exc, x_inh, v, tau):  # two input sequences, read through o
     return s, h, h * (1.0 - s)
 
 
+def conductance_core(g_e, g_i, v, tau, E_e, E_i):  # each input meets the membrane on its own
+    h = v + (g_e * (E_e - v) + g_i * (E_i - v) - v) / tau
+    s = sg(h - 1.0)
+    return s, h * (1.0 - s)
+
+
 def gated_input_core(x, gate, v):  # the inputs combine non-linearly, then meet the state once
     h = 0.5 * v + torch.where(gate > 0.5, x, 0.2 * x) * torch.sigmoid(gate)
     s = surrogate.atan.apply(h - 1.0, 2.0)
+    return s, h * (1.0 - s)
+
+
+def compared_inputs_core(x, y, v):  # the inputs meet in a condition and beside the state
+    h = torch.where(x > y, 0.5 * v + x, 0.5 * v) + 0.2 * y * v
+    s = sg(h - 1.0)
     return s, h * (1.0 - s)
 
 
@@ -172,7 +184,11 @@ def gated_input_core(x, gate, v):  # the inputs combine non-linearly, then meet 
 @pytest.mark.parametrize("step_mode", ["m", "s"])
 @pytest.mark.parametrize("core, num_states, statics", [
     (two_input_core, 1, lambda: (torch.nn.Parameter(torch.linspace(1.5, 3.0, N, dtype=torch.float64)),)),
-    (gated_input_core, 1, lambda: ())], ids=["two", "gated"])
+    (gated_input_core, 1, lambda: ()),
+    (conductance_core, 1, lambda: (torch.nn.Parameter(torch.linspace(1.5, 3.0, N, dtype=torch.float64)),
+                                   torch.nn.Parameter(torch.tensor(3.0, dtype=torch.float64)),
+                                   torch.tensor(-1.0, dtype=torch.float64))),
+    (compared_inputs_core, 1, lambda: ())], ids=["two", "gated", "conductance", "compared"])
 def test_several_step_inputs_match_spikingjelly(core, num_states, statics, step_mode: str, backend: str) -> None:
     ours = FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True, backend=backend)
     theirs = sj_flexsn.FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True)
@@ -192,23 +208,21 @@ def test_several_step_inputs_match_spikingjelly(core, num_states, statics, step_
         ours(inputs[0])
 
 
-def test_several_step_inputs_share_the_one_input_kernels() -> None:
-    """Inputs read through one value: the spec is the one-input step's, so are its kernels."""
-    def one_input(x, v, tau):
-        h = v + (x - v) / tau
-        s = sg(h - 1.0)
-        return s, h, h * (1.0 - s)
-    tau = torch.tensor(2.0, dtype=torch.float64)
-    two, one = FlexSN(two_input_core, 1, (tau,)), FlexSN(one_input, 1, (tau,))
-    assert two.spec.source("bptt") == one.spec.source("bptt").replace("one_input", "two_input_core")
-    assert two.step.inputs == ("input#0", "input#1") and one.step.inputs == ()
+def test_several_step_inputs_are_the_specs_inputs() -> None:
+    """Each step input is an input of the spec, named as the core names it: the kernels read a sequence and
+    write a gradient sequence for each; a core with one input reads it as x, whatever it calls it."""
+    tau, e_e, e_i = (torch.tensor(value, dtype=torch.float64) for value in (2.0, 3.0, -1.0))
+    two = FlexSN(conductance_core, 1, (tau, e_e, e_i))
+    assert two.spec.inputs == ("g_e", "g_i") and two.step.num_inputs == 2
+    assert two.spec.reset == "hard" and [s.name for s in two.spec.states] == ["v"]
+    forward, backward = two.spec.source("fptt"), two.spec.source("bptt")
+    assert all(f"usr_{name}_seq" in forward and f"usr_grad_{name}_seq" in backward for name in ("g_e", "g_i"))
+    assert FlexSN(lambda current, v: (sg(v + current - 1.0), v + current), 1).spec.inputs == ("x",)
+    # names the spec language or the kernels' arguments take are respelled
+    assert FlexSN(lambda h, s, v: (sg(v + h * s - 1.0), v + h * s), 1).spec.inputs == ("h_input", "s_input")
 
 
 def test_constructor_errors() -> None:
-    with pytest.raises(SpecError, match="2 step inputs.*reads 2 values of them"):
-        FlexSN(lambda x, y, v: (sg(x * v + y - 1), x * v + y), 1)
-    with pytest.raises(SpecError, match="through a condition alone"):
-        FlexSN(lambda x, y, v: (sg(torch.where(x > y, v, -v)), v), 1)
     with pytest.raises(TypeError, match="static_inputs\\[0\\]"):
         FlexSN(lif_core_sg, 0, (1.0,))
     with pytest.raises(ValueError, match="num_states"):

@@ -13,6 +13,7 @@ from autocuda import functional as F
 from autocuda.errors import SpecError
 from autocuda.host import toolchain
 from autocuda.spec.python import EXPRESSION, SPIKE, STATE, expression_text, load_python_spec, neuron, step_spec
+from autocuda.spec.step import StepSpec
 from autocuda.surrogate import SURROGATES, ATan, Custom, Sigmoid, get_surrogate
 
 sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
@@ -529,20 +530,34 @@ def test_refusals_name_the_operation_and_the_line(step, message: str) -> None:
         assert info.value.source.rsplit(":", 1)[1].isdigit()
 
 
-def test_several_step_inputs_read_apart_are_refused() -> None:
-    def apart(x, y, v):  # (v + x) + y: the step reads x and y in two values
-        h = v + x + y
+def test_several_step_inputs_are_the_specs_inputs() -> None:
+    """Each step input is an input of the spec, named as the function names it, wherever the step reads it
+    (apart, or together in one value); the traced spec survives its JSON form (FlexSN's disk cache)."""
+    def apart(x_exc, x_inh, v):  # (v + x_exc) - x_inh: the inputs meet the state one by one
+        h = v + x_exc - 0.5 * x_inh * v
         return sg(h - 1), h
 
-    def together(x, y, v):
-        h = v + (x + y)
+    def together(x_exc, x_inh, v):
+        h = v + (x_exc + x_inh)
         return sg(h - 1), h
 
-    with pytest.raises(SpecError, match="2 step inputs.*reads 2 values of them"):
-        step_spec(apart, ["v"], [], num_inputs=2)
-    combined = step_spec(together, ["v"], [], num_inputs=2)
-    assert combined.spec.charge == step_spec(lambda x, v: (sg(v + x - 1), v + x), ["v"], []).spec.charge
-    assert combined.input_nodes[-1][0] == "add" and combined.inputs == ("input#0", "input#1")
+    for fn in (apart, together):
+        step = step_spec(fn, ["v"], [], num_inputs=2)
+        assert step.spec.inputs == ("x_exc", "x_inh") and step.num_inputs == 2
+        assert {"x_exc", "x_inh"} <= {str(u) for u in step.spec.parsed().charge.free_symbols}
+        assert StepSpec.from_json(step.to_json()) == step
+    with pytest.raises(SpecError, match="fewer than its 2 input"):
+        step_spec(lambda x, v: (sg(v + x - 1), v + x), ["v"], [], num_inputs=2)
+
+
+def test_an_input_in_the_threshold_makes_a_spec_of_its_own() -> None:
+    """The threshold may not read an input (as x before): a spike against an input is a spec of its own shape."""
+    def against_y(x, y, v):
+        s = sg(v + x - y)
+        return s, (v + x) * (1 - s)
+
+    step = step_spec(against_y, ["v"], [], num_inputs=2)
+    assert step.spec.threshold == "0" and step.spec.inputs == ("x", "y")
 
 
 # ---- the decorator and Python files ----
@@ -559,6 +574,23 @@ def test_decorator_errors() -> None:
         def unknown(x, v):
             s = sg(v + x - 1)
             return s, v + x - s
+
+
+def test_decorated_neurons_take_several_inputs() -> None:
+    @neuron(num_inputs=2)
+    def conductance(g_e, g_i, v, tau=2.0, E_e=3.0, E_i=-1.0):
+        h = v + (g_e * (E_e - v) + g_i * (E_i - v) - v) / tau
+        s = sg(h - 1.0)
+        return s, h * (1 - s)
+
+    assert conductance.inputs == ("g_e", "g_i") and [s.name for s in conductance.states] == ["v"]
+    layer = autocuda.nn.Neuron(conductance, step_mode="m")
+    g_e, g_i = torch.rand(6, 4) * 0.9, torch.rand(6, 4) * 0.5
+    assert torch.equal(layer(g_e, g_i), F.multi_step(conductance, (g_e, g_i), backend="reference")[0])
+    with pytest.raises(SpecError, match="the first 2 arguments are the inputs"):
+        neuron(lambda g_e, g_i=0.0, v=0.0: (sg(v - 1), v), num_inputs=2)
+    with pytest.raises(SpecError, match="num_inputs: expected a positive integer"):
+        neuron(lambda x, v: (sg(v - 1), v), num_inputs=0)
 
 
 def test_a_decorated_neuron_runs_in_a_layer() -> None:

@@ -3,12 +3,12 @@
 `core(*step_inputs, *states, *static_inputs)` returns `(*outputs, *new_states)`. At construction the core is
 traced (`autocuda.spec.trace`) into a NeuronSpec (`autocuda.spec.python`): the same spec a TOML file gives, so
 the generated kernels (forward, derived backward, every dtype), the reference and the host runner all apply. Its
-outputs are the spike, new states (read from the state sequences) or other elementwise expressions of (x, the
-states before the step, the static inputs, the spike), which are computed with torch after the kernel and are
-differentiable through autograd. Several step inputs are combined into the one the kernels read, with torch
-before the kernel, where the step reads them through one value of them alone (`spec.inputs`). The mapping of a trace
-onto a spec (sympy) is kept in the disk cache under the trace's text: a warm process traces the core (cheap, no
-sympy) and reads the spec.
+outputs are the spike, new states (read from the state sequences) or other elementwise expressions of (the
+inputs, the states before the step, the static inputs, the spike), which are computed with torch after the
+kernel and are differentiable through autograd. A core with several step inputs gives a spec with several
+`inputs`: the kernels read each (one tensor per input, of one shape) and return a gradient for each. The
+mapping of a trace onto a spec (sympy) is kept in the disk cache under the trace's text: a warm process traces
+the core (cheap, no sympy) and reads the spec.
 
 Static inputs are registered as SpikingJelly does (`_static_input_<i>`: an nn.Parameter is learned, any other
 tensor is a buffer), one value or one per neuron. `backend`: None (the kernels for CUDA tensors, the reference
@@ -29,7 +29,6 @@ from .. import functional as F
 from .. import store
 from ..errors import SpecError
 from ..runtime.plans import spec_ref, surrogate_ref
-from ..spec.inputs import evaluate_inputs
 from ..spec.model import Param
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
@@ -58,8 +57,8 @@ def _traced(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, 
     inner = getattr(core, "__code__", None)
     origin = f"{inner.co_filename}:{inner.co_firstlineno}" if inner is not None else "<python>"
     doc = (getattr(core, "__doc__", None) or "").strip().split("\n")[0]
-    traced, states, spec_params = prepare(core, names[num_inputs:num_inputs + num_states], params,
-                                          num_inputs=num_inputs, origin=origin)
+    traced, inputs, states, spec_params = prepare(core, names[num_inputs:num_inputs + num_states], params,
+                                                  num_inputs=num_inputs, origin=origin)
     key = store.key("flexsn step " + repr((traced.text(), states, [dataclasses.astuple(p) for p in spec_params],
                                            doc, origin)))
     cached = store.read(KIND, key)
@@ -70,7 +69,7 @@ def _traced(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, 
             pass  # an entry this version cannot read: map the trace again
     from ..spec.python import from_trace  # sympy
 
-    step = from_trace(traced, states, spec_params, doc=doc, origin=origin)
+    step = from_trace(traced, inputs, states, spec_params, doc=doc, origin=origin)
     store.save(KIND, key, step.to_json().encode())
     return step
 
@@ -92,12 +91,12 @@ def flexsn_spec(core: Callable[..., Any], num_states: int, static_inputs: Sequen
 
 @functools.lru_cache(maxsize=256)
 def _expression(step: StepSpec, text: str) -> Any:
-    """An output's expression as sympy, and its symbols by name (x, the states, the parameters, s)."""
+    """An output's expression as sympy, and its symbols by name (the inputs, the states, the parameters, s)."""
     import sympy
 
     from ..spec.parse import parse_expression
 
-    names = ["x", *(s.name for s in step.spec.states), *(p.name for p in step.spec.params), "s"]
+    names = [*step.spec.inputs, *(s.name for s in step.spec.states), *(p.name for p in step.spec.params), "s"]
     symbols = {n: sympy.Symbol(n, real=True) for n in names}
     return parse_expression(text, symbols, source=step.spec.origin, field="outputs"), symbols
 
@@ -197,9 +196,7 @@ class FlexSN(nn.Module):
         if self.backend == "eager":
             outputs = self._eager(inputs)
         else:
-            # several inputs: the value of them the step reads, computed before the kernel (`spec.inputs`)
-            x = evaluate_inputs(self.step.input_nodes, self.step.inputs, inputs) if count > 1 else inputs[0]
-            outputs = self._multi(x) if self.step_mode == "m" else self._single(x)
+            outputs = self._multi(inputs) if self.step_mode == "m" else self._single(inputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _params(self, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -216,14 +213,16 @@ class FlexSN(nn.Module):
         given = {n: v for n, v in zip(self.step.states, self._states) if v is not None}
         return [given.get(s.name, 0.0) for s in self.step.spec.states]
 
-    def _multi(self, x_seq: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _multi(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        x_seq = inputs[0]
         if x_seq.dim() < 1 or x_seq.shape[0] == 0:
             raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(x_seq.shape)}")
         kinds = {o.kind for o in self.step.outputs}
         seqs_needed = self._store_state_seqs or bool(kinds & {STATE, EXPRESSION})
         params = self._params(tuple(x_seq.shape[1:]))
         initial = self._initial()
-        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *initial, surrogate=self._surrogate_ref,
+        given = inputs if len(inputs) > 1 else x_seq
+        spikes, finals, seqs = F.multi_step(self._spec_ref, given, *initial, surrogate=self._surrogate_ref,
                                             detach_reset=self.step.detach_reset, store_state_seq=seqs_needed,
                                             backend=_BACKENDS[self.backend], **params)
         order = [s.name for s in self.step.spec.states]
@@ -237,12 +236,14 @@ class FlexSN(nn.Module):
             for name, start in zip(order, initial):
                 first = torch.as_tensor(start, dtype=x_seq.dtype, device=x_seq.device).expand(x_seq.shape[1:])
                 before[name] = torch.cat([first.unsqueeze(0), by_name[name][:-1]])
-        return self._outputs(x_seq, spikes, by_name, before, params)
+        return self._outputs(inputs, spikes, by_name, before, params)
 
-    def _single(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _single(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        x = inputs[0]
         params = self._params(tuple(x.shape))
         initial = self._initial()
-        spike, new = F.single_step(self._spec_ref, x, *initial, surrogate=self._surrogate_ref,
+        given = inputs if len(inputs) > 1 else x
+        spike, new = F.single_step(self._spec_ref, given, *initial, surrogate=self._surrogate_ref,
                                    detach_reset=self.step.detach_reset, backend=_BACKENDS[self.backend], **params)
         order = [s.name for s in self.step.spec.states]
         after = dict(zip(order, new))
@@ -250,10 +251,11 @@ class FlexSN(nn.Module):
         self.state_seqs = None
         before = {n: torch.as_tensor(v, dtype=x.dtype, device=x.device).expand(x.shape)
                   for n, v in zip(order, initial)}
-        return self._outputs(x, spike, after, before, params)
+        return self._outputs(inputs, spike, after, before, params)
 
-    def _outputs(self, x: torch.Tensor, spike: torch.Tensor, after: dict[str, torch.Tensor],
+    def _outputs(self, inputs: tuple[torch.Tensor, ...], spike: torch.Tensor, after: dict[str, torch.Tensor],
                  before: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        x = inputs[0]
         results = []
         for output in self.step.outputs:
             if output.kind == SPIKE:
@@ -264,7 +266,8 @@ class FlexSN(nn.Module):
                 from ..spec.torch_eval import evaluate  # sympy: only for outputs that are expressions
 
                 expr, symbols = _expression(self.step, output.expr)
-                values = {symbols["x"]: x, symbols["s"]: spike, **{symbols[n]: v for n, v in before.items()},
+                values = {**{symbols[n]: u for n, u in zip(self.step.spec.inputs, inputs)},
+                          symbols["s"]: spike, **{symbols[n]: v for n, v in before.items()},
                           **{symbols[n]: v for n, v in params.items()}}
                 results.append(evaluate(expr, values).to(x.dtype).expand(x.shape))
         return tuple(results)

@@ -5,18 +5,21 @@ A step returns `(*outputs, *new_states)`. Mapping it onto a spec (charge, thresh
 - the spike `s` is the surrogate's result, Θ(z) with z its argument;
 - the membrane is the first state whose new value is one of the spec's reset rules applied to a charge h (the
   new value with s = 0): `none` (no s in it), `soft` (h - s·threshold) or `hard` (h·(1 - s) + s·v_reset, with
-  v_reset a parameter or a number); the threshold is h - z and may not depend on x;
-- every other state is an update (which may use x, h, s and the states);
+  v_reset a parameter or a number); the threshold is h - z and may not depend on an input;
+- every other state is an update (which may use the inputs, h, s and the states);
 - a step that fits no rule (or has no spike) gets a spec of its own shape: one more state, the membrane
   `u` = z with threshold 0 and no reset, and every state of the step as an update; a step without a spike
   fires never (charge 0, threshold 1).
 
-Outputs other than the spike and the new states are expressions of (x, the states before the step, the
-parameters, s), returned here for the caller to evaluate with torch after the kernel.
+Outputs other than the spike and the new states are expressions of (the inputs, the states before the step,
+the parameters, s), returned here for the caller to evaluate with torch after the kernel.
+
+A step with several inputs (a conductance LIF, `g_e * (E_e - v) + g_i * (E_i - v)`) gives a spec with several
+`inputs`, each read by the kernels (`spec.step` says how they are named).
 
 `neuron` is the decorator for users: `@autocuda.neuron def lif(x, v, tau=2.0, v_threshold=1.0, v_reset=0.0)`
-gives a NeuronSpec (the first argument is the input, arguments without defaults the states, those with
-defaults the parameters).
+gives a NeuronSpec (the first argument is the input, or the first `num_inputs` arguments the inputs; arguments
+without defaults the states, those with defaults the parameters).
 """
 from __future__ import annotations
 
@@ -177,11 +180,12 @@ class _Membrane:
     v_reset: sympy.Expr | None
 
 
-def _membrane(name: str, new: sympy.Expr, z: sympy.Expr, s: sympy.Symbol, x: sympy.Symbol) -> _Membrane | None:
+def _membrane(name: str, new: sympy.Expr, z: sympy.Expr, s: sympy.Symbol, inputs: set[sympy.Symbol]
+              ) -> _Membrane | None:
     """The reset rule `new` (a state's value after the step) follows, if one does."""
     h = new.xreplace({s: 0})
     threshold = h - z
-    if x in threshold.free_symbols or s in threshold.free_symbols:
+    if threshold.free_symbols & (inputs | {s}):
         return None
     if s not in new.free_symbols:
         return _Membrane(name, h, threshold, "none", None)
@@ -215,20 +219,23 @@ def _free_state(taken: set[str]) -> str:
 def step_spec(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Param], *, num_inputs: int = 1,
               name: str | None = None, doc: str = "", initial: Mapping[str, float | str] | None = None,
               origin: str = "<python>", dtype: torch.dtype = torch.float32) -> StepSpec:
-    """Trace `fn(x, *states, *params)` and map it onto a NeuronSpec (see the module doc). `states` and the
-    parameters' names are the step's own; they are renamed where the spec language needs it."""
-    traced, state_names, spec_params = prepare(fn, states, params, num_inputs=num_inputs, origin=origin,
-                                               dtype=dtype)
-    return from_trace(traced, state_names, spec_params, name=name, doc=doc, initial=initial, origin=origin)
+    """Trace `fn(*inputs, *states, *params)` (the first `num_inputs` arguments the inputs) and map it onto a
+    NeuronSpec (see the module doc). `states` and the parameters' names are the step's own; they are renamed
+    where the spec language needs it."""
+    traced, inputs, state_names, spec_params = prepare(fn, states, params, num_inputs=num_inputs, origin=origin,
+                                                       dtype=dtype)
+    return from_trace(traced, inputs, state_names, spec_params, name=name, doc=doc, initial=initial,
+                      origin=origin)
 
 
-def from_trace(traced: Trace, states: list[str], params: list[Param], *, name: str | None = None, doc: str = "",
-               initial: Mapping[str, float | str] | None = None, origin: str = "<python>") -> StepSpec:
-    """The spec of a traced step whose arguments are x, `states` and `params` (spec names)."""
+def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
+               doc: str = "", initial: Mapping[str, float | str] | None = None, origin: str = "<python>"
+               ) -> StepSpec:
+    """The spec of a traced step whose arguments are `inputs`, `states` and `params` (spec names)."""
     values = _sympy(traced, origin)
     returns = [values[i] for i in traced.returns]
     count = len(returns) - len(states)
-    x, s = sympy.Symbol("x", real=True), S
+    input_symbols, s = {sympy.Symbol(n, real=True) for n in inputs}, S
     outputs, news = tuple(returns[:count]), dict(zip(states, returns[count:]))
     spike = traced.spike
     z = values[spike.argument] if spike is not None else None
@@ -243,7 +250,7 @@ def from_trace(traced: Trace, states: list[str], params: list[Param], *, name: s
     found, step_params = None, [p.name for p in params]
     if z is not None:
         for state in ([users[0]] if detach else states):
-            found = _membrane(state, news[state], z, s, x)
+            found = _membrane(state, news[state], z, s, input_symbols)
             if found is not None and found.reset == "hard":
                 renamed = _v_reset(found.v_reset, params, set(states))
                 if renamed is None:
@@ -265,9 +272,10 @@ def from_trace(traced: Trace, states: list[str], params: list[Param], *, name: s
     spec = NeuronSpec(name=clean_spec_name(name or traced.name), doc=doc, params=tuple(params),
                       states=tuple(State(n, init[n]) for n in fields["state_order"]),
                       charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
-                      updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(), origin=origin)
+                      updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(),
+                      inputs=tuple(inputs), origin=origin)
     return StepSpec(spec, tuple(states), tuple(step_params), tuple(_output(o, news, s) for o in outputs), detach,
-                    spike is not None, traced.inputs, traced.input_nodes)
+                    spike is not None)
 
 
 def _fields(m: _Membrane, news: Mapping[str, sympy.Expr], states: list[str]) -> dict[str, Any]:
@@ -314,21 +322,28 @@ def _param(name: str, default: Any, learnable: Sequence[str], constants: Sequenc
 
 def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc: str | None = None,
            learnable: Sequence[str] = (), constants: Sequence[str] = (), domains: Mapping[str, str] | None = None,
-           initial: Mapping[str, float | str] | None = None) -> Any:
+           initial: Mapping[str, float | str] | None = None, num_inputs: int = 1) -> Any:
     """A NeuronSpec from a step function `f(x, *states, *params) -> (spike, *new_states)`: the first argument is
-    the input, the arguments without defaults are the states (the membrane among them), those with defaults the
-    parameters (runtime scalars; `learnable` names tensors that are learned, `constants` names baked into the
-    kernel, `domains` their allowed values as in TOML). `initial` gives states' initial values (default 0; a
-    number or a parameter's name). Name and doc default to the function's."""
+    the input (the first `num_inputs` arguments the inputs, as in `f(g_e, g_i, v, ...)`), the arguments without
+    defaults are the states (the membrane among them), those with defaults the parameters (runtime scalars;
+    `learnable` names tensors that are learned, `constants` names baked into the kernel, `domains` their allowed
+    values as in TOML). `initial` gives states' initial values (default 0; a number or a parameter's name). Name
+    and doc default to the function's."""
     if fn is None:
         return lambda f: neuron(f, name=name, doc=doc, learnable=learnable, constants=constants, domains=domains,
-                                initial=initial)
+                                initial=initial, num_inputs=num_inputs)
+    if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
+        raise SpecError(f"num_inputs: expected a positive integer, got {num_inputs!r}", symbol="num_inputs")
     positional = signature_names(fn)
-    if not positional or positional[0].default is not inspect.Parameter.empty:
-        raise SpecError(f"{getattr(fn, '__name__', fn)!r}: the first argument is the input x (without a default)")
-    states = [p.name for p in positional[1:] if p.default is inspect.Parameter.empty]
-    defaults = [p for p in positional[1:] if p.default is not inspect.Parameter.empty]
-    if [p.name for p in positional[1:]] != [*states, *(p.name for p in defaults)]:
+    if len(positional) < num_inputs or any(p.default is not inspect.Parameter.empty
+                                           for p in positional[:num_inputs]):
+        first = "the first argument is the input x" if num_inputs == 1 else \
+            f"the first {num_inputs} arguments are the inputs"
+        raise SpecError(f"{getattr(fn, '__name__', fn)!r}: {first} (without a default)")
+    rest = positional[num_inputs:]
+    states = [p.name for p in rest if p.default is inspect.Parameter.empty]
+    defaults = [p for p in rest if p.default is not inspect.Parameter.empty]
+    if [p.name for p in rest] != [*states, *(p.name for p in defaults)]:
         raise SpecError(f"{fn.__name__}: list the states (no defaults) before the parameters (with defaults)")
     params = [_param(p.name, p.default, learnable, constants, domains or {}) for p in defaults]
     unknown = set(learnable) | set(constants) | set(domains or {})
@@ -338,7 +353,7 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
                         symbol=sorted(unknown)[0])
     text = doc if doc is not None else inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
     step = step_spec(fn, states, params, name=name or fn.__name__, doc=text, initial=initial,
-                     origin=_origin(fn))
+                     origin=_origin(fn), num_inputs=num_inputs)
     if [o.kind for o in step.outputs] != [SPIKE]:
         raise SpecError(f"{fn.__name__} must return (spike, *new_states), the spike being the surrogate's "
                         f"result: got {len(step.outputs)} output(s) before the states", source=_origin(fn),

@@ -56,14 +56,11 @@ class Trace:
     names: tuple[str, ...]
     returns: tuple[int, ...]
     spike: Spike | None
-    inputs: tuple[str, ...] = ()         # several step inputs: their names, combined into x by `input_nodes`
-    input_nodes: tuple[Node, ...] = ()   # the table of the combined input (`spec.inputs`), its last node
 
     def text(self) -> str:
         """The whole computation as text (equal texts: equal steps)."""
         spike = None if self.spike is None else (self.spike.argument, self.spike.surrogate.key())
-        combined = (self.inputs, self.input_nodes) if self.inputs else ()
-        return repr((self.names, self.nodes, self.returns, spike, *combined))
+        return repr((self.names, self.nodes, self.returns, spike))
 
 
 # ---- where in the user's function ----
