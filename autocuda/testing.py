@@ -125,14 +125,21 @@ def _base_config(setup: Setup) -> NeuronConfig:
 
 @dataclass(frozen=True, eq=False)
 class Inputs:
-    """float64 values of one run: x [T, N], initial states [N], incoming gradients (of spikes [T, N], final
-    states [N] and, when state sequences are compared, of the state sequences [T, N])."""
+    """float64 values of one run: x [T, N] (the first step input; `more_x` the others of a spec with several),
+    initial states [N], incoming gradients (of spikes [T, N], final states [N] and, when state sequences are
+    compared, of the state sequences [T, N])."""
 
     x: torch.Tensor
     initial: dict[str, torch.Tensor]
     grad_spike: torch.Tensor
     grad_final: dict[str, torch.Tensor]
     grad_seq: dict[str, torch.Tensor] = field(default_factory=dict)
+    more_x: tuple[torch.Tensor, ...] = ()
+
+    @property
+    def all_x(self) -> tuple[torch.Tensor, ...]:
+        """Every step input's sequence, in the spec's order."""
+        return (self.x, *self.more_x)
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,16 +204,16 @@ def _initial(setup: Setup, state: str, params: Mapping[str, Any]) -> torch.Tenso
     return values.get(init, init) if isinstance(init, str) else init
 
 
-def _simulate(setup: Setup, x: torch.Tensor, initial: Sequence[torch.Tensor], params: Mapping[str, Any]
+def _simulate(setup: Setup, xs: Sequence[torch.Tensor], initial: Sequence[torch.Tensor], params: Mapping[str, Any]
               ) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
-    """Reference forward without gradients: (spikes, per state [initial, states...] as [T+1, N]) or None when
-    a state leaves [-BOUND, BOUND] or stops being finite."""
+    """Reference forward without gradients over the step inputs `xs` (one [T, N] each): (spikes, per state
+    [initial, states...] as [T+1, N]) or None when a state leaves [-BOUND, BOUND] or stops being finite."""
     config = _base_config(setup)
     system = config.derivation().system
     with torch.no_grad():
-        spikes, _, seqs = reference.multi_step(system, x, list(initial), _symbols(setup, params),
+        spikes, _, seqs = reference.multi_step(system, tuple(xs), list(initial), _symbols(setup, params),
                                                config.surrogate, setup.detach_reset)
-    trajectories = [torch.cat([i.expand(1, x.shape[1]), s]) for i, s in zip(initial, seqs)]
+    trajectories = [torch.cat([i.expand(1, xs[0].shape[1]), s]) for i, s in zip(initial, seqs)]
     if not all(torch.isfinite(t).all() and t.abs().max() <= BOUND for t in trajectories):
         return None
     return spikes, trajectories
@@ -218,16 +225,16 @@ def _input_gain(setup: Setup) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _calibrated_gain(spec: NeuronSpec, reset: str, constants: tuple[tuple[str, float], ...]) -> float:
-    """The input scale g (x = g (z + 0.5), z standard normal) whose fire rate at the default parameters is
-    closest to FIRE_RATE with bounded states: neurons both fire and stay silent, whatever the spec's units."""
+    """The input scale g (each input g (z + 0.5), z standard normal) whose fire rate at the default parameters
+    is closest to FIRE_RATE with bounded states: neurons both fire and stay silent, whatever the spec's units."""
     base = Setup(spec, "float64", reset, constants=constants, per_neuron=False)
     params = make_params(base, 1, {}, 0, spread=0.0)
     generator = torch.Generator().manual_seed(0)
-    z = torch.randn(16, 256, generator=generator, dtype=F64) + 0.5
+    zs = [torch.randn(16, 256, generator=generator, dtype=F64) + 0.5 for _ in spec.inputs]
     initial = [torch.zeros(256, dtype=F64) + _initial(base, s.name, params) for s in spec.states]
     rated = []
     for gain in (2.0 ** k for k in range(-10, 11)):
-        run = _simulate(base, gain * z, initial, params)
+        run = _simulate(base, [gain * z for z in zs], initial, params)
         if run is not None:
             rated.append((abs(float((run[0] != 0).to(F64).mean()) - FIRE_RATE), gain))  # any level counts
     if not rated or min(rated)[0] > FIRE_RATE - 0.02:
@@ -238,9 +245,10 @@ def _calibrated_gain(spec: NeuronSpec, reset: str, constants: tuple[tuple[str, f
 
 def make_inputs(setup: Setup, params: Mapping[str, Any], shape: tuple[int, int], seed: int, gain: float = 0.0
                 ) -> tuple[Inputs, Inputs]:
-    """Random (multi-step, single-step) inputs; `gain` in [-1, 1] scales x by 2**(gain/2) around the calibrated
-    scale. x is halved until the reference's states stay bounded; the single step starts from states the
-    multi-step reference reached (a random step per neuron), so resets and adaptation are exercised."""
+    """Random (multi-step, single-step) inputs; `gain` in [-1, 1] scales x (every step input) by 2**(gain/2)
+    around the calibrated scale. x is halved until the reference's states stay bounded; the single step starts
+    from states the multi-step reference reached (a random step per neuron), so resets and adaptation are
+    exercised."""
     steps, neurons = shape
     generator = torch.Generator().manual_seed(seed)
 
@@ -248,16 +256,21 @@ def make_inputs(setup: Setup, params: Mapping[str, Any], shape: tuple[int, int],
         return torch.randn(*size, generator=generator, dtype=F64)
 
     scale = _input_gain(setup) * 2.0 ** (gain / 2)
-    x, x_step = scale * (randn(steps, neurons) + 0.5), scale * (randn(1, neurons) + 0.5)
+    # x first, then each further input (none for most specs: their draws are those of one input)
+    xs = [scale * (randn(steps, neurons) + 0.5)]
+    x_steps = [scale * (randn(1, neurons) + 0.5)]
+    for _ in setup.spec.inputs[1:]:
+        xs.append(scale * (randn(steps, neurons) + 0.5))
+        x_steps.append(scale * (randn(1, neurons) + 0.5))
     noise = 0.3 * _membrane_scale(setup, params)
     names = [s.name for s in setup.spec.states]
     initial = [_initial(setup, s, params) + noise * randn(neurons) for s in names]
-    run = _simulate(setup, x, initial, params)
+    run = _simulate(setup, xs, initial, params)
     for _ in range(8):
         if run is not None:
             break
-        x, x_step = x / 2, x_step / 2
-        run = _simulate(setup, x, initial, params)
+        xs, x_steps = [x / 2 for x in xs], [x / 2 for x in x_steps]
+        run = _simulate(setup, xs, initial, params)
     if run is None:
         raise ValueError(f"{setup.label}: the reference diverges even with 1/256 of the calibrated input")
     pick = torch.randint(0, steps + 1, (1, neurons), generator=generator)
@@ -267,8 +280,8 @@ def make_inputs(setup: Setup, params: Mapping[str, Any], shape: tuple[int, int],
         return {"grad_spike": randn(t, neurons), "grad_final": {s: randn(neurons) for s in names},
                 "grad_seq": {s: randn(t, neurons) for s in names} if seqs else {}}
 
-    multi = Inputs(x, dict(zip(names, initial)), **grads(steps, setup.store_state_seq))
-    single = Inputs(x_step, dict(zip(names, starts)), **grads(1, False))
+    multi = Inputs(xs[0], dict(zip(names, initial)), **grads(steps, setup.store_state_seq), more_x=tuple(xs[1:]))
+    single = Inputs(x_steps[0], dict(zip(names, starts)), **grads(1, False), more_x=tuple(x_steps[1:]))
     return multi, single
 
 
@@ -400,15 +413,16 @@ def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, An
     """Reference outputs and gradients (autograd, float64), named like the kernels' outputs, plus `threshold`."""
     d = config.derivation()
     system = d.system
-    x = inputs.x.clone().requires_grad_(True)
+    xs = [u.clone().requires_grad_(True) for u in inputs.all_x]
     initial = [inputs.initial[s.name].clone().requires_grad_(True) for s in system.states]
     states = tuple(initial)
     rows: dict[str, list[torch.Tensor]] = {"spike_seq": [], "h_seq": [], "threshold": [], "spike_distance": []}
-    for t in range(x.shape[0]):
-        values = {**params, system.x: x[t], **dict(zip(system.states, states))}
+    for t in range(xs[0].shape[0]):
+        step_inputs = tuple(u[t] for u in xs)
+        values = {**params, **dict(zip(system.inputs, step_inputs)), **dict(zip(system.states, states))}
         threshold = evaluate(system.threshold, values).detach()
-        rows["threshold"].append(torch.broadcast_to(threshold, x[t].shape))
-        spike, states, h = reference.step(system, x[t], states, params, config.surrogate, d.detach_reset)
+        rows["threshold"].append(torch.broadcast_to(threshold, step_inputs[0].shape))
+        spike, states, h = reference.step(system, step_inputs, states, params, config.surrogate, d.detach_reset)
         rows["spike_distance"].append(_spike_distance(system, {**values, H: h.detach(), THRESHOLD: threshold}))
         rows["spike_seq"].append(spike)
         rows["h_seq"].append(h)
@@ -419,9 +433,10 @@ def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, An
     loss = (out["spike_seq"] * inputs.grad_spike).sum()
     loss = loss + sum((out[f"{s}_final"] * g).sum() for s, g in inputs.grad_final.items())
     loss = loss + sum((out[f"{s}_seq"] * g).sum() for s, g in inputs.grad_seq.items())
-    leaves = [x, *initial, *learnable.values()]
+    leaves = [*xs, *initial, *learnable.values()]
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    names = ["grad_x_seq", *(f"grad_{s.name}_init" for s in system.states), *(f"grad_{p}" for p in learnable)]
+    names = [*(f"grad_{key}" for key in config.input_keys), *(f"grad_{s.name}_init" for s in system.states),
+             *(f"grad_{p}" for p in learnable)]
     out |= {n: torch.zeros_like(leaf) if g is None else g for n, g, leaf in zip(names, grads, leaves)}
     return {k: v.detach() for k, v in out.items()}
 
@@ -444,13 +459,13 @@ def _kernel_run(config: NeuronConfig, inputs: Inputs, params: Mapping[str, Any],
     def put(value: torch.Tensor) -> torch.Tensor:
         return (value[0] if single and value.dim() == 2 else value).to(device, storage).contiguous()
 
-    x, initial = put(inputs.x), {s: put(v) for s, v in inputs.initial.items()}
-    fwd = forward(config, x, initial, params, single_step=single, store_state_seq=bool(inputs.grad_seq),
-                  save_for_backward=True, backend=backend, layout=layout)
+    xs, initial = [put(u) for u in inputs.all_x], {s: put(v) for s, v in inputs.initial.items()}
+    fwd = forward(config, xs[0] if len(xs) == 1 else xs, initial, params, single_step=single,
+                  store_state_seq=bool(inputs.grad_seq), save_for_backward=True, backend=backend, layout=layout)
     grads = {"grad_spike_seq": put(inputs.grad_spike),
              **{f"grad_{s}_final": put(g) for s, g in inputs.grad_final.items()},
              **{f"grad_{s}_seq": put(g) for s, g in inputs.grad_seq.items()}}
-    saved = {**fwd, "x_seq": x, **{f"{s}_init": v for s, v in initial.items()}}
+    saved = {**fwd, **dict(zip(config.input_keys, xs)), **{f"{s}_init": v for s, v in initial.items()}}
     bwd = backward(config, grads, saved, params, single_step=single, grad_state_seq=bool(inputs.grad_seq),
                    backend=backend, layout=layout)
     out = {name: value.detach().to("cpu", F64) for name, value in {**fwd, **bwd}.items()}
@@ -461,7 +476,8 @@ def _rounded(inputs: Inputs, dtype: torch.dtype) -> Inputs:
     def r(v: torch.Tensor) -> torch.Tensor:
         return v.to(dtype).to(F64)
     return Inputs(r(inputs.x), {k: r(v) for k, v in inputs.initial.items()}, r(inputs.grad_spike),
-                  {k: r(v) for k, v in inputs.grad_final.items()}, {k: r(v) for k, v in inputs.grad_seq.items()})
+                  {k: r(v) for k, v in inputs.grad_final.items()}, {k: r(v) for k, v in inputs.grad_seq.items()},
+                  tuple(r(u) for u in inputs.more_x))
 
 
 def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch.Tensor],
@@ -480,7 +496,8 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
     first = torch.where(ambiguous.any(0), ambiguous.to(torch.uint8).argmax(0), steps)
     before_first = torch.arange(steps)[:, None] < first[None, :]
     clean = first == steps
-    values = [inputs.x, *inputs.initial.values(), *(v for k, v in expected.items() if not k.startswith("grad_"))]
+    values = [*inputs.all_x, *inputs.initial.values(),
+              *(v for k, v in expected.items() if not k.startswith("grad_"))]
     grads = [inputs.grad_spike, *inputs.grad_final.values(), *inputs.grad_seq.values(),
              *(v for k, v in expected.items() if k.startswith("grad_"))]
     family = {False: max(float(v.abs().max()) for v in values), True: max(float(v.abs().max()) for v in grads)}

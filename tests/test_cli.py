@@ -44,6 +44,16 @@ def test_show_prints_plain_compilable_source_when_piped(nvcc):
     assert nvcc({"lif bptt float16": source}) == {}
 
 
+def test_show_and_check_a_spec_with_several_inputs(capsys):
+    """The shipped conductance LIF: `show` prints a kernel reading each input, `check` runs it (the tour does
+    as `check --quick` does, for every shipped spec)."""
+    assert main(["show", "conductance_lif", "--kernel", "bptt"]) == 0
+    source = capsys.readouterr().out
+    assert all(f"usr_{u}_seq" in source and f"usr_grad_{u}_seq" in source for u in ("g_e", "g_i"))
+    assert main(["check", "conductance_lif", "--backend", "host", "--quick"]) == 0
+    assert "pass" in capsys.readouterr().out
+
+
 def test_new_writes_a_skeleton_that_check_passes(tmp_path: Path):
     made = autocuda("new", "mymodel", cwd=tmp_path)
     assert made.returncode == 0, made.stderr

@@ -22,11 +22,11 @@ T, N = 6, 7
 
 
 def _inputs(spec, system, reset, generator, shared=False):
-    """Random float64 inputs, initial states and parameters (perturbed defaults, learnable per neuron, or one
-    0-d value for all neurons when `shared`)."""
+    """Random float64 step inputs (one sequence per input of the spec), initial states and parameters
+    (perturbed defaults, learnable per neuron, or one 0-d value for all neurons when `shared`)."""
     # Without a reset, exponential neurons (EIF, AdEx) blow up under strong input: keep it moderate there.
     scale, shift = (1.5, 0.5) if reset != "none" else (0.3, -0.1)
-    x_seq = torch.randn(T, N, dtype=torch.float64, generator=generator) * scale + shift
+    xs = tuple(torch.randn(T, N, dtype=torch.float64, generator=generator) * scale + shift for _ in spec.inputs)
     defaults = {p.name: p.default for p in spec.params}
     params = {}
     for symbol in system.params:
@@ -43,12 +43,12 @@ def _inputs(spec, system, reset, generator, shared=False):
         init = initial_value(spec, s.name, reset, {k.name: v for k, v in params.items()})
         base = float(defaults[init]) if isinstance(init, str) else float(init)
         initial.append((base + 0.3 * torch.randn(N, generator=generator, dtype=torch.float64)).requires_grad_(True))
-    return x_seq.requires_grad_(True), initial, params
+    return tuple(x.requires_grad_(True) for x in xs), initial, params
 
 
-def _forward_with_saves(d, spec, x_seq, initial, params):
+def _forward_with_saves(d, spec, xs, initial, params):
     states, spikes, hs, seqs = tuple(initial), [], [], [[] for _ in initial]
-    for x in x_seq:
+    for x in zip(*xs):  # each step's inputs
         spike, states, h = reference.step(d.system, x, states, params, spec.surrogate, d.detach_reset)
         spikes.append(spike)
         hs.append(h)
@@ -88,15 +88,15 @@ def _check_against_autograd(spec, reset, detach_reset, shared=False):
     name = spec.name
     d = derivation(spec, reset, detach_reset)
     generator = torch.Generator().manual_seed(zlib.crc32(f"{name}-{reset}-{detach_reset}".encode()))
-    x_seq, initial, params = _inputs(spec, d.system, reset, generator, shared)
-    spike_seq, finals, h_seq, state_seqs = _forward_with_saves(d, spec, x_seq, initial, params)
+    xs, initial, params = _inputs(spec, d.system, reset, generator, shared)
+    spike_seq, finals, h_seq, state_seqs = _forward_with_saves(d, spec, xs, initial, params)
     grad_spike = torch.randn_like(spike_seq)
     grad_finals = [torch.randn_like(f) for f in finals]
     grad_seqs = [torch.randn_like(s) for s in state_seqs]
     loss = (spike_seq * grad_spike).sum() + sum((f * g).sum() for f, g in zip(finals, grad_finals)) \
         + sum((s * g).sum() for s, g in zip(state_seqs, grad_seqs))
     learnable = [params[p] for p in d.system.learnable]
-    wrt = [x_seq, *initial, *learnable]
+    wrt = [*xs, *initial, *learnable]
     # a state that nothing reads (a record of h, such as liaf's v_charged) has no graph from its initial value
     expected = [torch.zeros_like(t) if g is None else g
                 for t, g in zip(wrt, torch.autograd.grad(loss, wrt, allow_unused=True))]
@@ -104,14 +104,15 @@ def _check_against_autograd(spec, reset, detach_reset, shared=False):
 
     saved = {i: state_seqs[i].detach() for i, keep in enumerate(d.saved_states) if keep}
     with torch.no_grad():
-        grad_x, grad_init, grad_params = reference.derived_backward(
-            d, spec.surrogate, x_seq.detach(), [s.detach() for s in initial],
+        grad_xs, grad_init, grad_params = reference.derived_backward(
+            d, spec.surrogate, tuple(x.detach() for x in xs), [s.detach() for s in initial],
             {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()},
             h_seq.detach(), saved, grad_spike, grad_finals, grad_seqs)
     if shared:
         grad_params = tuple(g.sum(0) for g in grad_params)
-    for got, want, what in zip([grad_x, *grad_init, *grad_params], expected,
-                               ["x", *(s.name for s in d.system.states), *(p.name for p in d.system.learnable)]):
+    for got, want, what in zip([*grad_xs, *grad_init, *grad_params], expected,
+                               [*spec.inputs, *(s.name for s in d.system.states),
+                                *(p.name for p in d.system.learnable)]):
         label = f"{name} {reset} gradient of {what}"
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m, label=label: f"{label}: {m}")
 

@@ -21,11 +21,22 @@ def inputs(*shape: int, dtype=torch.float64, seed: int = 0) -> torch.Tensor:
     return (torch.rand(*shape, generator=g, dtype=torch.float64) * 1.6 - 0.3).to(dtype)
 
 
+def spec_inputs(name: str, *shape: int, dtype=torch.float64, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """One random sequence per step input of the spec (x alone for most)."""
+    return tuple(inputs(*shape, dtype=dtype, seed=seed + i) for i in range(len(load_spec(name).inputs)))
+
+
+def given(xs: tuple[torch.Tensor, ...]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """What a call passes: x alone, or the tuple of a spec's several inputs."""
+    return xs[0] if len(xs) == 1 else xs
+
+
 @pytest.mark.parametrize("name", SPECS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_shapes_and_dtypes(name: str, dtype: torch.dtype):
-    x = inputs(4, 2, 3, dtype=dtype)
-    spikes, finals, seqs = F.multi_step(name, x, store_state_seq=True)
+    xs = spec_inputs(name, 4, 2, 3, dtype=dtype)
+    x = xs[0]
+    spikes, finals, seqs = F.multi_step(name, given(xs), store_state_seq=True)
     states = load_spec(name).states
     assert spikes.shape == x.shape and spikes.dtype == dtype
     assert len(finals) == len(seqs) == len(states)
@@ -34,17 +45,17 @@ def test_shapes_and_dtypes(name: str, dtype: torch.dtype):
         assert seq.shape == x.shape and seq.dtype == dtype
         assert torch.equal(seq[-1], final)
     assert set(spikes.unique().tolist()) <= {0.0, 1.0}
-    assert F.multi_step(name, x)[2] is None
+    assert F.multi_step(name, given(xs))[2] is None
 
 
 @pytest.mark.parametrize("name", SPECS)
 def test_multi_step_equals_stepped_single_steps(name: str):
-    x = inputs(5, 7, seed=1)
-    spikes, finals, _ = F.multi_step(name, x)
+    xs = spec_inputs(name, 5, 7, seed=1)
+    spikes, finals, _ = F.multi_step(name, given(xs))
     states: tuple = ()
     stepped = []
-    for xt in x:
-        spike, states = F.single_step(name, xt, *states)
+    for xt in zip(*xs):
+        spike, states = F.single_step(name, given(xt), *states)
         stepped.append(spike)
     assert torch.equal(torch.stack(stepped), spikes)
     for a, b in zip(states, finals):

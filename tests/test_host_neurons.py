@@ -148,6 +148,6 @@ def test_inputs_make_neurons_fire_and_rest() -> None:
             system = config.derivation().system
             params = {p: case.params[p.name] for p in system.params}
             initial = [case.multi.initial[s.name] for s in case.setup.spec.states]
-            spikes, _, _ = reference.multi_step(system, case.multi.x, initial, params, config.surrogate)
+            spikes, _, _ = reference.multi_step(system, case.multi.all_x, initial, params, config.surrogate)
             rate = float((spikes != 0).double().mean())  # a multi-level spike: any level
             assert 0.05 < rate < 0.9, (name, reset, rate)

@@ -1,12 +1,11 @@
 """Specs with several step inputs (`inputs = [...]`): each input is read where x is and gets its own gradient.
 
-The spec here (a conductance-based LIF, tests/specs/conductance_lif.toml) reads g_e and g_i each beside the
+The spec here (a conductance-based LIF, neuron_specs/conductance_lif.toml) reads g_e and g_i each beside the
 membrane, so no single value of the inputs alone carries them.
 """
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,12 +17,12 @@ from autocuda.errors import SpecError
 from autocuda.kernels import derivation
 from autocuda.spec.model import NeuronSpec, load_spec, spec_text
 
-SPEC = Path(__file__).parent / "specs" / "conductance_lif.toml"
+SPEC = "conductance_lif"
 F64 = torch.float64
 
 
 def _spec() -> NeuronSpec:
-    return load_spec(str(SPEC))
+    return load_spec(SPEC)
 
 
 def _conductances(steps: int = 12, neurons: int = 9, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,7 +82,7 @@ def test_host_kernels_equal_the_reference(single):
     for backend in ("reference", "host"):
         inputs = [g_e.clone().requires_grad_(True), g_i.clone().requires_grad_(True)]
         run = F.single_step if single else F.multi_step
-        spikes, finals, *_ = run(str(SPEC), tuple(inputs), backend=backend)
+        spikes, finals, *_ = run(SPEC, tuple(inputs), backend=backend)
         weights = torch.linspace(-1.0, 1.0, spikes.numel(), dtype=F64).view(spikes.shape)
         loss = (spikes * weights).sum() + (finals[0] ** 2).sum()
         results[backend] = (spikes.detach(), finals[0].detach(), *torch.autograd.grad(loss, inputs))
@@ -111,21 +110,21 @@ def test_single_input_specs_keep_x():
 def test_wrong_number_of_inputs_is_refused():
     g_e, g_i = _conductances()
     with pytest.raises(TypeError, match=r"takes 2 step input\(s\) \(g_e, g_i\)"):
-        F.multi_step(str(SPEC), g_e, backend="host")
+        F.multi_step(SPEC, g_e, backend="host")
     with pytest.raises(TypeError, match=r"takes 1 step input\(s\) \(x\)"):
         F.multi_step("lif", (g_e, g_i), backend="host")
     with pytest.raises(TypeError, match="takes 2 step input"):
-        F.multi_step(str(SPEC), (g_e, g_i, g_i), backend="reference")
+        F.multi_step(SPEC, (g_e, g_i, g_i), backend="reference")
 
 
 def test_mismatched_inputs_are_refused():
     g_e, g_i = _conductances()
     with pytest.raises(ValueError, match=r"x_seq\[1\]: every step input must match the first"):
-        F.multi_step(str(SPEC), (g_e, g_i[:, :4]), backend="host")
+        F.multi_step(SPEC, (g_e, g_i[:, :4]), backend="host")
     with pytest.raises(ValueError, match=r"x_seq\[1\]"):
-        F.multi_step(str(SPEC), (g_e, g_i.float()), backend="host")
+        F.multi_step(SPEC, (g_e, g_i.float()), backend="host")
     with pytest.raises(TypeError, match="x_seq: expected a torch.Tensor, or a tuple"):
-        F.multi_step(str(SPEC), (), backend="host")
+        F.multi_step(SPEC, (), backend="host")
 
 
 @pytest.mark.parametrize(("inputs", "message"), [
@@ -151,7 +150,7 @@ def test_an_undeclared_input_is_an_unknown_name():
 # ---- the layer: autocuda.nn.Neuron with several inputs ----
 
 def _layer(**kwargs):
-    return ann.Neuron(str(SPEC), **kwargs)
+    return ann.Neuron(SPEC, **kwargs)
 
 
 @pytest.mark.parametrize("backend", ["reference", "host"])
@@ -161,7 +160,7 @@ def test_layer_step_modes_agree_keep_states_and_reset(backend):
     g_e, g_i = _conductances()
     layer = _layer(step_mode="m", store_v_seq=True, backend=backend)
     spikes = torch.cat([layer(g_e[:5], g_i[:5]), layer(g_e[5:], g_i[5:])])
-    expected, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend=backend)
+    expected, finals, _ = F.multi_step(SPEC, (g_e, g_i), backend=backend)
     assert spikes.sum() > 0 and torch.equal(spikes, expected)
     torch.testing.assert_close(layer.v, finals[0])
     assert layer.v_seq.shape == (7, 9) and torch.equal(layer.v_seq[-1], layer.v)
@@ -178,7 +177,7 @@ def test_layer_gradients_reach_every_input_and_detach_cuts_them():
     layer = _layer(step_mode="m", backend="host")
     spikes = layer(g_e, g_i)
     grads = torch.autograd.grad(spikes.sum() + (layer.v ** 2).sum(), (g_e, g_i))
-    spikes, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend="reference")
+    spikes, finals, _ = F.multi_step(SPEC, (g_e, g_i), backend="reference")
     want = torch.autograd.grad(spikes.sum() + (finals[0] ** 2).sum(), (g_e, g_i))
     for got, expected in zip(grads, want):
         assert got.abs().sum() > 0
@@ -194,7 +193,7 @@ def test_layer_functional_forward_takes_one_tensor_per_input():
     g_e, g_i = _conductances()
     layer = _layer(step_mode="m", backend="host")
     (spikes,), (v,) = layer.functional_forward((g_e, g_i), (0.0,))
-    expected, finals, _ = F.multi_step(str(SPEC), (g_e, g_i), backend="host")
+    expected, finals, _ = F.multi_step(SPEC, (g_e, g_i), backend="host")
     assert torch.equal(spikes, expected) and torch.equal(v, finals[0]) and layer.v == 0.0
     layer.step_mode = "s"
     (spike,), (v1,) = layer.functional_forward((g_e[0], g_i[0]), (0.0,))

@@ -186,11 +186,18 @@ def clif(x, v_charged, v, m, tau=2.0, v_threshold=1.0):
     return s, h, h - s * (v_threshold + torch.sigmoid(m)), m
 
 
+@neuron(num_inputs=2, initial={"v": "v_reset"}, domains={"tau": "> 0"})
+def conductance_lif(g_e, g_i, v, tau=2.0, E_e=3.0, E_i=-1.0, v_rest=0.0, v_threshold=1.0, v_reset=0.0):
+    h = v + (g_e * (E_e - v) + g_i * (E_i - v) - (v - v_rest)) / tau
+    s = sg(h - v_threshold)
+    return s, h * (1 - s) + v_reset * s
+
+
 PYTHON = {"lif": lif, "alif": alif, "if": if_, "parametric_lif": parametric_lif, "qif": qif, "eif": eif,
           "izhikevich": izhikevich, "adex": adex, "sfa_lif": sfa_lif, "cuba_lif": cuba_lif,
           "fitzhugh_nagumo": fitzhugh_nagumo, "resonate_fire": resonate_fire, "raf": raf,
           "cuba_lif_discrete": cuba_lif_discrete, "klif": klif, "nonspiking_if": nonspiking_if,
-          "nonspiking_lif": nonspiking_lif, "liaf": liaf, "clif": clif}
+          "nonspiking_lif": nonspiking_lif, "liaf": liaf, "clif": clif, "conductance_lif": conductance_lif}
 # Not written here: two_compartment (its exact step is a general 2x2 matrix exponential; expressible, but long);
 # the multi-level spikes (ternary_if, ternary_lif, ilif): a traced step fires through one surrogate call.
 NOT_WRITTEN = {"two_compartment", "ternary_if", "ternary_lif", "ilif"}
@@ -201,29 +208,30 @@ def test_every_shipped_spec_is_written_or_listed() -> None:
     assert not missing, f"write {sorted(missing)} as Python step functions here (or list them in NOT_WRITTEN)"
 
 
-def _run(spec, x, params, surrogate):
-    x = x.clone().requires_grad_()
-    spikes, finals, seqs = F.multi_step(spec, x, backend="reference", store_state_seq=True, surrogate=surrogate,
+def _run(spec, xs, params, surrogate):
+    """(spikes, state sequences, the gradient of each step input) over `xs`, one sequence per input."""
+    xs = tuple(x.clone().requires_grad_() for x in xs)
+    spikes, finals, seqs = F.multi_step(spec, xs, backend="reference", store_state_seq=True, surrogate=surrogate,
                                         **params)
-    loss = (spikes * torch.linspace(0.5, 1.5, x.numel(), dtype=x.dtype).reshape(x.shape)).sum()
+    loss = (spikes * torch.linspace(0.5, 1.5, spikes.numel(), dtype=spikes.dtype).reshape(spikes.shape)).sum()
     loss = loss + sum((q * (k + 1)).sum() for k, q in enumerate(seqs))
-    (grad,) = torch.autograd.grad(loss, x)
-    return spikes, seqs, grad
+    return spikes, seqs, torch.autograd.grad(loss, xs)
 
 
 @pytest.mark.parametrize("name", sorted(PYTHON))
 def test_python_neuron_steps_as_its_toml_spec(name: str) -> None:
     toml, python = autocuda.load_spec(name), PYTHON[name]
     assert [s.name for s in python.states] == [s.name for s in toml.states]
-    assert python.reset == toml.reset
+    assert python.reset == toml.reset and python.inputs == toml.inputs
     torch.manual_seed(0)
-    x = torch.rand(16, 6, dtype=torch.float64) * 2
+    xs = tuple(torch.rand(16, 6, dtype=torch.float64) * 2 for _ in toml.inputs)
     params = {p.name: p.default for p in toml.params}
-    ours, theirs = _run(python, x, params, toml.surrogate), _run(toml, x, params, toml.surrogate)
+    ours, theirs = _run(python, xs, params, toml.surrogate), _run(toml, xs, params, toml.surrogate)
     assert torch.equal(ours[0], theirs[0]) and ours[0].sum() > 0  # spikes, and some fired
     for a, b in zip(ours[1], theirs[1]):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(ours[2], theirs[2], rtol=1e-9, atol=1e-12)
+    for a, b in zip(ours[2], theirs[2]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["lif", "alif"])

@@ -1,8 +1,6 @@
 """A spec with several step inputs on CUDA: the kernels against the float64 reference in all four dtypes
-(tests/specs/conductance_lif.toml: g_e and g_i each meet the membrane)."""
+(neuron_specs/conductance_lif.toml: g_e and g_i each meet the membrane)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ from autocuda import functional as F
 pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
-SPEC = str(Path(__file__).parent.parent / "specs" / "conductance_lif.toml")
+SPEC = "conductance_lif"
 # (dtype, tolerance of the final membrane and the input gradients, relative to their largest value)
 DTYPES = [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.float16, 2e-2), (torch.bfloat16, 5e-2)]
 

@@ -88,41 +88,44 @@ def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) ->
     return params
 
 
-def reference_run(name, x, states, params, reset, detach, grads):
-    """float64 reference: outputs, gradients, and h - threshold per step (for the ambiguity mask)."""
-    x = x.clone().requires_grad_()
+def reference_run(name, xs, states, params, reset, detach, grads):
+    """float64 reference over the step inputs `xs` (one sequence per input of the spec): outputs, gradients
+    (of each input first), and h - threshold per step (for the ambiguity mask)."""
+    xs = [x.clone().requires_grad_() for x in xs]
     states = [s.clone().requires_grad_() for s in states]
     params = {k: (v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
-    spikes, finals, seqs = F.multi_step(name, x, *states, reset=reset, detach_reset=detach, store_state_seq=True,
-                                        backend="reference", **params)
+    spikes, finals, seqs = F.multi_step(name, tuple(xs), *states, reset=reset, detach_reset=detach,
+                                        store_state_seq=True, backend="reference", **params)
     outputs = [spikes, *finals, *seqs]
-    leaves = [x, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
+    leaves = [*xs, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
     # a state nothing reads (liaf's and clif's v_charged, a record of h) has a zero gradient for its initial value
     gradients = torch.autograd.grad(sum((o * g).sum() for o, g in zip(outputs, grads)), leaves, allow_unused=True,
                                     materialize_grads=True)
     plan = get_plan(resolve_spec(name), None, reset, detach, (), (), False)
     values = {plan.symbols[k]: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
     margins, before = [], [s.detach() for s in states]
-    for t in range(x.shape[0]):
-        step_values = {**values, plan.system.x: x[t].detach(), **dict(zip(plan.system.states, before))}
+    for t in range(xs[0].shape[0]):
+        step_inputs = tuple(x[t].detach() for x in xs)
+        step_values = {**values, **dict(zip(plan.system.inputs, step_inputs)),
+                       **dict(zip(plan.system.states, before))}
         threshold = evaluate(plan.system.threshold, step_values)
-        h = reference.step(plan.system, x[t].detach(), before, values, plan.surrogate, detach)[2]
+        h = reference.step(plan.system, step_inputs, before, values, plan.surrogate, detach)[2]
         margins.append(((h - threshold).abs(), h.abs() + threshold.abs()))
         before = [s[t].detach() for s in seqs]
     return [o.detach() for o in outputs], list(gradients), margins
 
 
-def kernel_run(name, x, states, params, reset, detach, grads, dtype):
-    x = x.to(dtype).clone().requires_grad_()
+def kernel_run(name, xs, states, params, reset, detach, grads, dtype):
+    xs = [x.to(dtype).clone().requires_grad_() for x in xs]
     states = [s.to(dtype).clone().requires_grad_() for s in states]
     compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     params = {k: (v.to(compute).clone().requires_grad_() if isinstance(v, torch.Tensor) else v)
               for k, v in params.items()}
-    spikes, finals, seqs = F.multi_step(name, x, *states, reset=reset, detach_reset=detach, store_state_seq=True,
-                                        backend=KERNELS, **params)
+    spikes, finals, seqs = F.multi_step(name, tuple(xs), *states, reset=reset, detach_reset=detach,
+                                        store_state_seq=True, backend=KERNELS, **params)
     outputs = [spikes, *finals, *seqs]
-    assert all(o.dtype == dtype and o.device == x.device for o in outputs)
-    leaves = [x, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
+    assert all(o.dtype == dtype and o.device == xs[0].device for o in outputs)
+    leaves = [*xs, *states, *(v for v in params.values() if isinstance(v, torch.Tensor))]
     loss = sum((o.to(F64) * g).sum() for o, g in zip(outputs, grads))
     return [o.detach() for o in outputs], list(torch.autograd.grad(loss, leaves))
 
@@ -147,17 +150,18 @@ def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: i
     params = random_params(name, g, compute, shape)
     states = [rounded(uniform(g, shape, -0.2, 0.4), dtype).to(CUDA) for _ in spec.states]
     params = {k: (v.to(CUDA) if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
-    x = uniform(g, (steps, *shape), -0.5, 1.5)
+    xs = [uniform(g, (steps, *shape), -0.5, 1.5) for _ in spec.inputs]  # one sequence per step input
     for _ in range(8):  # scale inputs down until the dynamics stay bounded
-        x = rounded(x, dtype).to(CUDA)
-        seqs = F.multi_step(name, x, *states, reset=reset, store_state_seq=True, backend="reference", **params)[2]
+        xs = [rounded(x, dtype).to(CUDA) for x in xs]
+        seqs = F.multi_step(name, tuple(xs), *states, reset=reset, store_state_seq=True, backend="reference",
+                            **params)[2]
         if all(torch.isfinite(s).all() and s.abs().max() <= BOUND for s in seqs):
             break
-        x = x / 2
+        xs = [x / 2 for x in xs]
     grads = [rounded(uniform(g, (steps, *shape) if i == 0 or i > len(spec.states) else shape, -1, 1), dtype).to(CUDA)
              for i in range(1 + 2 * len(spec.states))]
-    want, want_grads, margins = reference_run(name, x, states, params, reset, detach, grads)
-    got, got_grads = kernel_run(name, x, states, params, reset, detach, grads, dtype)
+    want, want_grads, margins = reference_run(name, xs, states, params, reset, detach, grads)
+    got, got_grads = kernel_run(name, xs, states, params, reset, detach, grads, dtype)
     rtol, atol, margin = TOLERANCES[dtype]
     ambiguous = torch.stack([d <= margin * s for d, s in margins]).expand(steps, *shape)
     valid = ambiguous.cumsum(0) == 0            # steps before a neuron's first ambiguous step
@@ -166,7 +170,7 @@ def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: i
     assert torch.equal(got[0][valid].to(F64), want[0][valid]), f"{name} spikes differ away from the threshold"
     # A state's rounding error scales with the values entering the step, not with the state itself, which can be
     # a near-cancellation (two_compartment in float32, one neuron: v = -2.9e-4 out of terms near 1).
-    values = [x, *states, *want[1:]]
+    values = [*xs, *states, *want[1:]]
     state_scale = max(float(v.to(F64).abs().max()) for v in values)
     for i in range(n_states):
         assert_close(f"{name} final {spec.states[i].name}", got[1 + i], want[1 + i], clean, rtol, atol, state_scale)
@@ -179,14 +183,16 @@ def check_case(name: str, dtype: torch.dtype, reset: str, detach: bool, steps: i
     # scale is then that of the gradients with the upstream gradients' signs dropped, which do not cancel
     # (EIF, bfloat16, one neuron and step, seed 17: grad x 0.0024 = (-0.529 + 0.535) / tau; the kernel's 0.0012
     # is the reference at the stored h).
-    masks = [clean.expand(steps, *shape)] + [clean] * (len(want_grads) - 1)
+    n_inputs = len(xs)
+    masks = [clean.expand(steps, *shape)] * n_inputs + [clean] * (len(want_grads) - n_inputs)
     scale = max((float(w[m].abs().max()) for w, m in zip(want_grads, masks) if m.any()), default=0.0)
     if dtype in (torch.float16, torch.bfloat16):
-        terms = reference_run(name, x, states, params, reset, detach, [g.abs() for g in grads])[1]
+        terms = reference_run(name, xs, states, params, reset, detach, [g.abs() for g in grads])[1]
         scale = max([scale] + [float(w[m].abs().max()) for w, m in zip(terms, masks) if m.any()])
-    assert_close(f"{name} grad x", got_grads[0], want_grads[0], masks[0], rtol, atol, scale)
-    for i, (a, b) in enumerate(zip(got_grads[1:], want_grads[1:])):
-        assert_close(f"{name} grad of input {i + 1}", a, b, clean, rtol, atol, scale)
+    for i, (a, b) in enumerate(zip(got_grads[:n_inputs], want_grads)):
+        assert_close(f"{name} grad {spec.inputs[i]}", a, b, masks[i], rtol, atol, scale)
+    for i, (a, b) in enumerate(zip(got_grads[n_inputs:], want_grads[n_inputs:])):
+        assert_close(f"{name} grad of leaf {i + 1}", a, b, clean, rtol, atol, scale)
     return float(clean.double().mean())
 
 
