@@ -12,7 +12,7 @@ from sympy.codegen.cfunctions import expm1
 
 import autocuda
 from autocuda.nn import LIFNode, Neuron
-from autocuda.spec.torch_eval import evaluate
+from autocuda.spec.torch_eval import evaluate, prepare_expression
 
 X = sympy.Symbol("x", real=True)
 
@@ -68,8 +68,6 @@ def test_scalar_arithmetic_matches_torch_on_tensors(expr: sympy.Expr, value: flo
 
 def test_expressions_compile_whole() -> None:
     """Every kind of number and the integer powers, under fullgraph (the sympy nodes are prepared first)."""
-    from autocuda.spec.torch_eval import prepare_expression
-
     expr = prepare_expression(sympy.Float(0.1) * X + sympy.pi * X ** 2 - sympy.E / (1 + X ** 2) ** 3
                               + sympy.Heaviside(X, sympy.Rational(1, 2)) + sympy.Rational(1, 3) + 2 * sympy.sqrt(2))
     t = torch.tensor([-1.5, 0.0, 0.25, 2.0], dtype=torch.float64)
@@ -79,6 +77,21 @@ def test_expressions_compile_whole() -> None:
     expected = 0.1 * t + math.pi * t**2 - math.e / (1 + t**2) ** 3 + torch.tensor([0, 0.5, 1, 1]) + 1 / 3 \
         + 2 * math.sqrt(2)
     torch.testing.assert_close(evaluate(expr, {X: t}), expected)
+
+
+def test_symbols_are_matched_by_name_under_compile() -> None:
+    """A value given under an equal but distinct symbol object (sympy makes one after its cache is cleared,
+    e.g. by simplify) is found in a compiled call as in an eager one."""
+    from sympy.core.cache import clear_cache
+
+    expr = prepare_expression(2 * sympy.Symbol("y_eval") + 1)
+    clear_cache()
+    twin = sympy.Symbol("y_eval")
+    assert twin == expr.free_symbols.pop()
+    t = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda v: evaluate(expr, {twin: v}), fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(t), 2 * t + 1, rtol=0, atol=0)
 
 
 def test_a_layer_compiled_before_any_eager_call_traces_whole() -> None:

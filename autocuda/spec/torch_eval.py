@@ -22,13 +22,18 @@ Value = Union[torch.Tensor, float, bool]  # noqa: UP007 - used at runtime on py3
 
 
 def evaluate(expr: sympy.Basic, values: Mapping[sympy.Symbol, torch.Tensor | float]) -> torch.Tensor:
-    """The value of `expr` with each free symbol replaced by its entry in `values` (tensor or float)."""
-    tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
+    """The value of `expr` with each free symbol replaced by its entry in `values` (tensor or float).
+
+    Symbols are matched by name: sympy may hold two equal symbol objects (its cache of them can be cleared
+    between a spec's parse and its derivation), and torch.compile looks sympy objects up in a dict by identity,
+    so a lookup by object would find the value in eager mode and miss it in a compiled one."""
+    named = {symbol.name: value for symbol, value in values.items()}
+    tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors], torch.bool)
     if not dtype.is_floating_point:  # all-integer or no tensor inputs: compute in torch's default float
         dtype = torch.get_default_dtype()
     device = tensors[0].device if tensors else torch.device("cpu")
-    result = _Walker(values, dtype, device).eval(expr)
+    result = _Walker(named, dtype, device).eval(expr)
     if isinstance(result, torch.Tensor):
         return result if result.is_floating_point() or result.dtype == torch.bool else result.to(dtype)
     return torch.tensor(result, dtype=torch.bool if isinstance(result, bool) else dtype, device=device)
@@ -43,7 +48,7 @@ def prepare_expression(expr: sympy.Basic) -> sympy.Basic:
 
 
 class _Walker:
-    def __init__(self, values: Mapping[sympy.Symbol, Any], dtype: torch.dtype, device: torch.device):
+    def __init__(self, values: Mapping[str, Any], dtype: torch.dtype, device: torch.device):
         self.values, self.dtype, self.device = values, dtype, device
         self.memo: dict[sympy.Basic, Value] = {}
 
@@ -82,9 +87,9 @@ def _scalar(fn: Callable[..., torch.Tensor], scalar: Callable[..., float], *args
 
 
 def _symbol(w: _Walker, e: sympy.Symbol) -> Value:
-    if e not in w.values:
+    if e.name not in w.values:
         raise TypeError(f"no value given for symbol {e}")
-    value = w.values[e]
+    value = w.values[e.name]
     return value if isinstance(value, torch.Tensor) else float(value)
 
 
