@@ -1,5 +1,8 @@
-"""A spec with several step inputs on CUDA: the kernels against the float64 reference in all four dtypes
-(neuron_specs/conductance_lif.toml: g_e and g_i each meet the membrane)."""
+"""A spec with several step inputs on CUDA, through the functional API's tuple of inputs (multi- and single-step):
+the kernels against the float64 reference (neuron_specs/conductance_lif.toml: g_e and g_i each meet the membrane).
+Float64 and float32 compare every value; float16 and bfloat16 the spikes, since their stored membrane drifts from
+a float64 reference step by step (tests/gpu/test_runtime_gpu.py's property test of every shipped spec checks
+their values, with tolerances for storage rounding and masks for neurons within rounding of the threshold)."""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +14,9 @@ pytestmark = pytest.mark.gpu
 
 CUDA = torch.device("cuda")
 SPEC = "conductance_lif"
-# (dtype, tolerance of the final membrane and the input gradients, relative to their largest value)
-DTYPES = [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.float16, 2e-2), (torch.bfloat16, 5e-2)]
+# (dtype, tolerance of the final membrane and the input gradients, relative to their largest value; None: spikes
+# only)
+DTYPES = [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.float16, None), (torch.bfloat16, None)]
 
 
 @pytest.mark.parametrize(("dtype", "tol"), DTYPES, ids=lambda v: str(v))
@@ -41,7 +45,7 @@ def test_kernels_equal_the_reference(dtype, tol, single):
     if dtype == torch.float64:
         for a, b in zip(got[1:], want[1:]):
             torch.testing.assert_close(a, b, rtol=tol, atol=tol)
-    else:  # neurons whose spike differs are left out of the value comparison
+    elif tol is not None:  # neurons whose spike differs are left out of the value comparison
         same = (got[0] == want[0]).all(0) if not single else got[0] == want[0]
         for a, b in zip(got[1:], want[1:]):
             scale = b.abs().max().clamp_min(1.0)
