@@ -386,7 +386,7 @@ ODE_BASE: dict = {
     "jumps": {"w": "w + b"},
 }
 TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
-             "surrogate", "ode", "jumps", "method")
+             "surrogate", "ode", "jumps", "method", "output", "levels", "inputs")
 
 
 def _toml_string(text: str) -> str:

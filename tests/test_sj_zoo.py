@@ -1,7 +1,8 @@
 """SpikingJelly's model zoo with our neurons: spiking_vgg11_bn, sew_resnet18 and spiking_resnet18 built once with
 SpikingJelly's LIFNode / ParametricLIFNode / IFNode and once with ours, from the same weights, give the same
-outputs and weight gradients in float64 (the torch reference backend), over two training steps with
-`functional.reset_net` between them and truncated BPTT (`functional.detach_net`) inside each.
+outputs and weight gradients in float64 (our layers on the torch reference and on the generated kernels through
+the host runner), over two training steps with `functional.reset_net` between them and truncated BPTT
+(`functional.detach_net`) inside each.
 
 The nets are built on the meta device and VGG's 4096-wide classifier is narrowed before any weight is made:
 the test is about the neurons inside the nets, and stays fast on a CPU."""
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 import autocuda.nn as our
+from autocuda.host import toolchain
 
 
 def _stub_torchvision() -> None:
@@ -106,9 +108,14 @@ def train(net: nn.Module, x: torch.Tensor, chunks: int, lr: float = 0.05) -> lis
     return record
 
 
+@pytest.mark.parametrize("backend", ["reference", pytest.param("host", marks=pytest.mark.skipif(
+    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))])
 @pytest.mark.parametrize(("model", "node"), CASES)
-def test_zoo_model_with_our_neurons_trains_as_theirs(model: str, node: str) -> None:
+def test_zoo_model_with_our_neurons_trains_as_theirs(model: str, node: str, backend: str) -> None:
     theirs, mine = pair(model, node)
+    for module in mine.modules():
+        if isinstance(module, our.Neuron):
+            module.backend = backend  # the torch reference, or the generated kernels run on the CPU
     side = MODELS[model][2]
     x = 2 * torch.rand(2, 2, 3, side, side, dtype=F64, generator=torch.Generator().manual_seed(1))
     expected, got = train(theirs, x, 2), train(mine, x, 2)
