@@ -78,7 +78,7 @@ def test_broken_core_raises_compile_error_with_nvccs_message(nvcc):
     kernel.add_param("float *", "y")
     kernel.core = "y[index] = undeclared_thing;"
     with pytest.raises(CompileError) as info:
-        nvcc_check(kernel.full_codes)
+        nvcc_check(kernel.full_codes, optimise=False)
     message = str(info.value)
     assert 'identifier "undeclared_thing" is undefined' in message
     assert "y[index] = undeclared_thing;" in message  # the numbered source follows the diagnostics

@@ -77,14 +77,24 @@ def nvcc_path() -> str:
     return found
 
 
-def nvcc_check(source: str, archs: Iterable[str] = CHECK_ARCHS) -> None:
-    """Compile `source` for each architecture with nvcc (no GPU needed); raise CompileError on failure."""
+# nvcc's flags that turn off the optimisers of cicc (CUDA C++ to PTX) and ptxas (PTX to SASS), both still run.
+UNOPTIMISED = ("-Xcicc", "-O0", "-Xptxas", "-O0")
+
+
+def nvcc_check(source: str, archs: Iterable[str] = CHECK_ARCHS, optimise: bool = True) -> None:
+    """Compile `source` for each architecture with nvcc (no GPU needed); raise CompileError on failure.
+
+    `optimise=False` turns off cicc's and ptxas's optimisers. The verdict (does nvcc accept this source for these
+    architectures?) is the same: whether a source is valid does not depend on how well it is optimised, and every
+    stage that can refuse it (parsing, PTX generation, assembly into SASS) still runs. Leave it on where the
+    output itself matters (register counts, spills, SASS)."""
     gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+    flags = () if optimise else UNOPTIMISED
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     with tempfile.TemporaryDirectory(prefix="autocuda-check-") as tmp:
         path = Path(tmp) / f"k{digest}.cu"
         path.write_text(source)
-        result = subprocess.run([nvcc_path(), "-std=c++17", "--fatbin", *gencode, "-o", os.devnull, str(path)],
-                                capture_output=True, text=True)
+        result = subprocess.run([nvcc_path(), "-std=c++17", "--fatbin", *flags, *gencode, "-o", os.devnull,
+                                 str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         raise CompileError(f"nvcc failed:\n{result.stderr.strip()}\n{_numbered(source)}")
