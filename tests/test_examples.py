@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autocuda.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,7 +43,7 @@ def test_train_digits_with_a_new_spec_file(tmp_path: Path) -> None:
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
     pytest.importorskip("matplotlib", reason="the spike raster needs matplotlib (pip install -e '.[examples]')")
     spec = tmp_path / "my_neuron.toml"
-    subprocess.run([sys.executable, "-m", "autocuda", "new", str(spec)], check=True, capture_output=True)
+    assert main(["new", str(spec)]) == 0
     out = run("train_digits.py", "--epochs", "1", "--quick", "--device", "cpu", "--out", str(tmp_path),
               "--spec", str(spec))
     assert "test accuracy" in out
