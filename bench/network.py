@@ -29,6 +29,7 @@ from torch import nn
 
 TAU, V_TH, ALPHA = 2.0, 1.0, 4.0
 CHANNELS = (64, 128, 256, 256)
+WARMUP = 3  # untimed training steps after the first (timed alone as first_step_s), before the timed ones
 
 
 class SigmoidSpike(torch.autograd.Function):
@@ -151,7 +152,8 @@ def build(system: str, device: torch.device) -> nn.Module:
     return model
 
 
-def measure(system: str, T: int, B: int, precision: str, steps: int, device: torch.device) -> dict:
+def measure(system: str, T: int, B: int, precision: str, steps: int, device: torch.device,
+            warmup: int = WARMUP) -> dict:
     torch.manual_seed(0)
     model = build(system, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -175,7 +177,7 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
     step()
     sync()
     first = time.perf_counter() - t0
-    for _ in range(3):
+    for _ in range(warmup):
         step()
     sync()
     if device.type == "cuda":
@@ -193,7 +195,8 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
 
 
 def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: list[str], steps: int,
-                device: torch.device, progress: Callable[[dict], None] = lambda row: None) -> list[dict]:
+                device: torch.device, progress: Callable[[dict], None] = lambda row: None,
+                warmup: int = WARMUP) -> list[dict]:
     """One row per (T, B), precision and system; a system whose library is missing is a row saying so."""
     rows = []
     for T, B in shapes:
@@ -201,7 +204,7 @@ def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: l
             for system in systems:
                 row: dict = {"system": system, "mode": mode_of(system), "T": T, "B": B, "precision": precision}
                 try:
-                    row.update(measure(system, T, B, precision, steps, device))
+                    row.update(measure(system, T, B, precision, steps, device, warmup))
                 except (ImportError, AttributeError) as error:
                     row["skipped"] = f"{type(error).__name__}: {error}"
                 except Exception as error:  # a compiler's failure on one row: the others still run

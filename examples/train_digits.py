@@ -105,7 +105,7 @@ def save_raster(model: SpikingMLP, x: torch.Tensor, y: torch.Tensor, steps: int,
     model.reset()
     layers = [("input (64 pixels)", x_seq[:, 0]), ("hidden LIF", hidden[:, 0].cpu()), ("output LIF", out[:, 0].cpu())]
     fig, axes = plt.subplots(1, 4, figsize=(13, 3.6), gridspec_kw={"width_ratios": [1, 1.2, 1.2, 1.2]})
-    axes[0].imshow(x[0].reshape(8, 8), cmap="gray_r")
+    axes[0].imshow(x[0].reshape(8, 8).cpu().numpy(), cmap="gray_r")
     axes[0].set_title(f"image (label {int(y[0])})")
     axes[0].axis("off")
     for ax, (title, spikes) in zip(axes[1:], layers):

@@ -108,14 +108,16 @@ def nvcc_identity() -> str:
 
 def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS,
                   passed: Path | None = None) -> dict[str, str]:
-    """nvcc-check each labelled source (in parallel); the failures as label -> nvcc's message. Sources recorded
-    in the folder `passed` are taken as accepted; those accepted now are recorded there."""
+    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`); the failures as
+    label -> nvcc's message. Sources recorded in the folder `passed` are taken as accepted; those accepted now
+    are recorded there."""
     def check(item: tuple[str, str]) -> tuple[str, str | None]:
-        record = passed and passed / hashlib.sha256(f"{nvcc_identity()}\n{archs}\n{item[1]}".encode()).hexdigest()
+        key = f"{nvcc_identity()}\n{archs}\nunoptimised\n{item[1]}"
+        record = passed and passed / hashlib.sha256(key.encode()).hexdigest()
         if record and record.is_file():
             return item[0], None
         try:
-            nvcc_check(item[1], archs)
+            nvcc_check(item[1], archs, optimise=False)
         except CompileError as error:
             return item[0], str(error)
         if record:

@@ -1,11 +1,16 @@
-"""The `autocuda` command: list, show, new + check, cache, version, one-line errors (bench: tests/test_benchmark.py)."""
+"""The `autocuda` command: list, show, new + check, cache, version, one-line errors (bench: tests/test_benchmark.py).
+
+Most tests call `main` in this process (output captured, so not a terminal: as in a user's pipeline); one runs
+the module in a child process, as the installed entry point does."""
 from __future__ import annotations
 
 import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -14,11 +19,31 @@ from autocuda.cli import main
 from autocuda.spec.model import list_specs
 
 
-def autocuda(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def autocuda(*args: str) -> subprocess.CompletedProcess:
     """The installed entry point's code in a child process, output piped (as a user's shell pipeline)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "autocuda.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
+    return subprocess.run([sys.executable, "-m", "autocuda.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`autocuda ARGS` run by `main` in this process: its exit status (argparse's exits included) and output."""
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+    return run
 
 
 def test_version(capsys):
@@ -35,8 +60,8 @@ def test_list_names_every_shipped_spec_with_its_doc(capsys):
         assert any(line.split()[0] == name and doc in line for line in out.splitlines()), name
 
 
-def test_show_prints_plain_compilable_source_when_piped(nvcc):
-    result = autocuda("show", "lif", "--kernel", "bptt", "--dtype", "float16")
+def test_show_prints_plain_compilable_source_when_piped(nvcc, cli):
+    result = cli("show", "lif", "--kernel", "bptt", "--dtype", "float16")
     assert result.returncode == 0, result.stderr
     source = result.stdout
     assert "\x1b[" not in source, "escape codes in piped output"
@@ -54,24 +79,38 @@ def test_show_and_check_a_spec_with_several_inputs(capsys):
     assert "pass" in capsys.readouterr().out
 
 
-def test_new_writes_a_skeleton_that_check_passes(tmp_path: Path):
-    made = autocuda("new", "mymodel", cwd=tmp_path)
+def test_new_writes_a_skeleton_that_check_passes(tmp_path: Path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    made = cli("new", "mymodel")
     assert made.returncode == 0, made.stderr
     assert (tmp_path / "mymodel.toml").is_file()
-    shown = autocuda("show", "mymodel.toml", "--kernel", "fptt", cwd=tmp_path)
+    shown = cli("show", "mymodel.toml", "--kernel", "fptt")
     assert shown.returncode == 0 and "mymodel_fptt_float32" in shown.stdout, shown.stderr
-    checked = autocuda("check", "mymodel.toml", "--backend", "host", "--quick", cwd=tmp_path)
+    checked = cli("check", "mymodel.toml", "--backend", "host", "--quick")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "pass" in checked.stdout and "FAIL" not in checked.stdout
 
 
-def test_new_refuses_to_overwrite_and_refuses_bad_names(tmp_path: Path):
-    assert autocuda("new", "mymodel", cwd=tmp_path).returncode == 0
-    again = autocuda("new", "mymodel", cwd=tmp_path)
+def test_new_refuses_to_overwrite_and_refuses_bad_names(tmp_path: Path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    assert cli("new", "mymodel").returncode == 0
+    again = cli("new", "mymodel")
     assert again.returncode == 2 and "exists" in again.stderr
-    assert autocuda("new", "mymodel", "--force", cwd=tmp_path).returncode == 0
-    bad = autocuda("new", "__global__", cwd=tmp_path)
+    assert cli("new", "mymodel", "--force").returncode == 0
+    bad = cli("new", "__global__")
     assert bad.returncode == 2 and "__global__" in bad.stderr
+
+
+def assert_one_line_error(result: Ran | subprocess.CompletedProcess, words: str) -> None:
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autocuda: error:") and words in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_entry_point_exits_with_one_line_error():
+    """In a fresh interpreter: nothing else (an import-time warning, say) reaches stderr."""
+    assert_one_line_error(autocuda("show", "no_such_spec"), "no_such_spec")
 
 
 @pytest.mark.parametrize("args, words", [
@@ -79,17 +118,15 @@ def test_new_refuses_to_overwrite_and_refuses_bad_names(tmp_path: Path):
     (("check",), "--all"),
     (("show", "missing.toml"), "missing.toml"),
 ])
-def test_errors_are_one_line_without_a_traceback(args, words):
-    result = autocuda(*args)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autocuda: error:") and words in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+def test_errors_are_one_line_without_a_traceback(args, words, cli):
+    assert_one_line_error(cli(*args), words)
 
 
-def test_debug_shows_the_traceback():
-    result = autocuda("--debug", "show", "no_such_spec")
-    assert result.returncode != 0 and "Traceback" in result.stderr
+def test_debug_shows_the_traceback(cli):
+    from autocuda import SpecError
+
+    with pytest.raises(SpecError, match="no_such_spec"):  # uncaught: the interpreter prints its traceback
+        cli("--debug", "show", "no_such_spec")
 
 
 def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from autocuda.ckernel import CKernel, CKernel1D, CKernel2D
-from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check
+from autocuda.runtime.compile import (
+    CHECK_ARCHS,
+    FAST_COMPILE,
+    UNOPTIMISED,
+    CompileError,
+    nvcc_check,
+    unoptimised_flags,
+)
 
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 
@@ -78,10 +85,19 @@ def test_broken_core_raises_compile_error_with_nvccs_message(nvcc):
     kernel.add_param("float *", "y")
     kernel.core = "y[index] = undeclared_thing;"
     with pytest.raises(CompileError) as info:
-        nvcc_check(kernel.full_codes)
+        nvcc_check(kernel.full_codes, optimise=False)
     message = str(info.value)
     assert 'identifier "undeclared_thing" is undefined' in message
     assert "y[index] = undeclared_thing;" in message  # the numbered source follows the diagnostics
+
+
+@pytest.mark.parametrize(("release", "flags"), [("12.4", UNOPTIMISED), ("12.8", FAST_COMPILE),
+                                               ("13.0", FAST_COMPILE), ("unknown", UNOPTIMISED)])
+def test_unoptimised_checks_use_fast_compile_where_nvcc_has_it(release, flags, tmp_path: Path):
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    nvcc.chmod(0o755)
+    assert unoptimised_flags(str(nvcc)) == flags
 
 
 @pytest.mark.parametrize("cls", [CKernel1D, CKernel2D])

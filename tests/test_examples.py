@@ -1,18 +1,44 @@
 """The scripts in examples/ run (quick modes; the full training run and its accuracy are measured by hand and
-stated in examples/train_digits.py and docs/examples.md)."""
+stated in examples/train_digits.py and docs/examples.md).
+
+Most run as `__main__` in this process (`run`): a fresh interpreter would add only its imports. One that puts
+modules of its own into sys.modules runs in a child process (`run_alone`)."""
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+
+from autocuda.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(script: str, *args: str, timeout: float = 300) -> str:
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """`run(script, *args)`: the script as `__main__` with these arguments, from the repository's root; its
+    standard output. The global random state is restored after it."""
+    def run_script(script: str, *args: str) -> str:
+        path = ROOT / "examples" / script
+        monkeypatch.setattr(sys, "argv", [str(path), *args])
+        monkeypatch.chdir(ROOT)
+        capsys.readouterr()
+        with torch.random.fork_rng():
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as stop:
+                assert stop.code in (None, 0), f"{script} exited with {stop.code}:\n{capsys.readouterr().err[-3000:]}"
+        return capsys.readouterr().out
+    return run_script
+
+
+def run_alone(script: str, *args: str, timeout: float = 300) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
@@ -20,14 +46,14 @@ def run(script: str, *args: str, timeout: float = 300) -> str:
     return done.stdout
 
 
-def test_custom_neuron() -> None:
+def test_custom_neuron(run) -> None:
     out = run("custom_neuron.py", "--dtypes", "float32")
     assert "extern \"C\" __global__ void dtlif_fptt_float32" in out
     assert "host check: " in out and ", 0 failed" in out
     assert "one SGD step moves tau" in out
 
 
-def test_train_digits_quick(tmp_path: Path) -> None:
+def test_train_digits_quick(tmp_path: Path, run) -> None:
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
     pytest.importorskip("matplotlib", reason="the spike raster needs matplotlib (pip install -e '.[examples]')")
     out = run("train_digits.py", "--epochs", "1", "--quick", "--device", "cpu", "--out", str(tmp_path))
@@ -36,18 +62,18 @@ def test_train_digits_quick(tmp_path: Path) -> None:
     assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")
 
 
-def test_train_digits_with_a_new_spec_file(tmp_path: Path) -> None:
+def test_train_digits_with_a_new_spec_file(tmp_path: Path, run) -> None:
     """A new user's path: `autocuda new` writes a spec, the digits example trains it (--spec)."""
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
     pytest.importorskip("matplotlib", reason="the spike raster needs matplotlib (pip install -e '.[examples]')")
     spec = tmp_path / "my_neuron.toml"
-    subprocess.run([sys.executable, "-m", "autocuda", "new", str(spec)], check=True, capture_output=True)
+    assert main(["new", str(spec)]) == 0
     out = run("train_digits.py", "--epochs", "1", "--quick", "--device", "cpu", "--out", str(tmp_path),
               "--spec", str(spec))
     assert "test accuracy" in out
 
 
-def test_flexsn_lif() -> None:
+def test_flexsn_lif(run) -> None:
     pytest.importorskip("spikingjelly", reason="the example's core is SpikingJelly's (its surrogate module)")
     out = run("flexsn_lif.py", "--steps", "30")
     assert "traced spec: 0.5*v + 0.5*x | threshold 1.0 | reset hard" in out
@@ -58,7 +84,7 @@ def test_flexsn_lif() -> None:
 def test_train_sj_vgg_digits_quick() -> None:
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
     pytest.importorskip("spikingjelly", reason="the example trains SpikingJelly's model zoo")
-    out = run("train_sj_vgg_digits.py", "--epochs", "1", "--quick", "--device", "cpu")
+    out = run_alone("train_sj_vgg_digits.py", "--epochs", "1", "--quick", "--device", "cpu")
     theirs, ours = (line for line in out.splitlines() if "epoch 1" in line)
     assert theirs.startswith("SpikingJelly LIFNode") and ours.startswith("autocuda LIFNode")
     for line in (theirs, ours):  # (float32 rounding differs between the two: accuracies may differ a little)

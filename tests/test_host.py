@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +187,22 @@ def test_a_group_the_compiler_refuses_is_compiled_kernel_by_kernel() -> None:
     assert "refused_group_ok" not in str(caught.value).split("---")[0]  # the message names the broken one alone
     paths = [host_cache.find(runner._digest(host.translation_unit(*job(k)))) for k in good]
     assert all(paths) and paths[0] != paths[1] and paths[0].stat().st_ino != paths[1].stat().st_ino
+
+
+def test_threads_asking_for_one_kernel_at_once_compile_it_once() -> None:
+    kernel = scaler("concurrent_scale", 3.25)
+    start = threading.Barrier(4)
+
+    def load(_: int) -> object:
+        start.wait()
+        return host.load_kernel(*job(kernel))
+
+    before = dict(host.stats)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        loaded = list(pool.map(load, range(4)))
+    assert all(k is loaded[0] for k in loaded)
+    new = {kind: host.stats[kind] - before.get(kind, 0) for kind in ("compiled", "disk", "memory")}
+    assert new["compiled"] + new["disk"] == 1 and new["memory"] == 3, new
 
 
 def test_kernels_of_one_group_need_distinct_names() -> None:

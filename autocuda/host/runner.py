@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +82,10 @@ class HostKernel:
 
 
 _loaded: dict[tuple[str, str, tuple], HostKernel] = {}
+# One lock per kernel being loaded: threads that ask for the same kernel at once (check_spec runs its cases in
+# threads) wait for one compile instead of each compiling it.
+_loading: dict[tuple[str, str, tuple], threading.Lock] = {}
+_loading_guard = threading.Lock()
 Job = tuple[str, str, "Sequence[CParam]"]  # (source, kernel name, parameters), as load_kernel takes them
 # Kernels per compiler run in `load_kernels`: each run pays the compiler's start-up, the precompiled shim's load and
 # the link once, for the whole group.
@@ -94,11 +99,21 @@ def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
     if key in _loaded:
         stats["memory"] += 1
         return _loaded[key]
-    unit = translation_unit(source, name, params)
-    path, cached = cache.load_or_build(_digest(unit), lambda out: _compile(unit, source, name, out))
-    stats["disk" if cached else "compiled"] += 1
-    _loaded[key] = _open(path, name, params)
-    return _loaded[key]
+    with _loading_guard:
+        lock = _loading.setdefault(key, threading.Lock())
+    try:
+        with lock:
+            if key in _loaded:  # another thread loaded it while this one waited
+                stats["memory"] += 1
+                return _loaded[key]
+            unit = translation_unit(source, name, params)
+            path, cached = cache.load_or_build(_digest(unit), lambda out: _compile(unit, source, name, out))
+            stats["disk" if cached else "compiled"] += 1
+            _loaded[key] = _open(path, name, params)
+            return _loaded[key]
+    finally:
+        with _loading_guard:
+            _loading.pop(key, None)
 
 
 def load_kernels(jobs: Iterable[Job], group: int = GROUP, workers: int | None = None) -> list[HostKernel]:
