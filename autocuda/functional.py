@@ -310,12 +310,16 @@ def _tensor_facts(params: dict[str, Any]) -> tuple:
 def _spread(value: Tensor) -> int:
     """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
     value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
-    [C, 1, ...]); -1 anything else (expanded to one value per neuron)."""
+    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of an eager layer's key."""
     shape = value.shape
     if value.numel() == 1:
         return 0
     sized = [i for i, size in enumerate(shape) if size != 1]
-    return len(shape) - sized[0] if len(sized) == 1 and sized[0] < len(shape) - 1 else -1
+    if len(sized) != 1 or sized[0] == len(shape) - 1:
+        return -1
+    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
+    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
+    return -1 if torch.are_deterministic_algorithms_enabled() else len(shape) - sized[0]
 
 
 def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
@@ -323,9 +327,7 @@ def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
     per channel where every parameter spread over channels names the same dim (the kernels take one channel
     layout), else one per neuron."""
     dims = {k for k in spreads.values() if k > 0}
-    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
-    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
-    dim = dims.pop() if len(dims) == 1 and not torch.are_deterministic_algorithms_enabled() else 0
+    dim = dims.pop() if len(dims) == 1 else 0
     return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
             for n, k in spreads.items()}, dim
 

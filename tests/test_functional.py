@@ -322,16 +322,21 @@ def test_per_channel_parameters_are_read_per_neuron_under_deterministic_algorith
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.host import toolchain
 
-    assert F._kinds({"w": 2}) == ({"w": PER_CHANNEL}, 2)
+    w = torch.ones(3, 1, dtype=torch.float64)
+    x = torch.rand(6, 2, 3, 5, dtype=torch.float64)
+    assert F._kinds({"w": F._spread(w)}) == ({"w": PER_CHANNEL}, 2)
+    assert F._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 2
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        assert F._kinds({"w": 2}) == ({"w": PER_NEURON}, 0)
+        assert F._kinds({"w": F._spread(w)}) == ({"w": PER_NEURON}, 0)
+        # an eager layer made before, for the same call, is not reused: the flag is part of its key
+        assert F._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 0
     finally:
         torch.use_deterministic_algorithms(before)
     if toolchain.missing() is not None:
         pytest.skip(f"host runner: {toolchain.missing()}")
-    x = torch.rand(6, 2, 3, 5, dtype=torch.float64) * 2
+    x = x * 2
 
     def step(deterministic: bool) -> list[torch.Tensor]:
         w = torch.linspace(-1, 1, 3, dtype=torch.float64).reshape(3, 1).requires_grad_()
