@@ -318,7 +318,6 @@ class Neuron(_Base):
 
 
 
-
 # The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
 # specializing attribute and method lookups on layers, so a method's lookup costs more than a function's;
 # `self.__dict__` is read once for the names that follow.
