@@ -14,7 +14,10 @@ forward to backward. Rows run in priority order (the models in the order given, 
 and stop starting once --budget seconds are spent; each row is appended to progress.jsonl as it ends.
 
     python bench/flexsn_peer.py --out DIR [--models alif,sfa_lif,cuba_lif] [--dtypes float32,bfloat16]
-        [--shapes 8x8M,64x1M,1024x16K] [--budget 200]
+        [--shapes 8x8M,64x1M,1024x16K] [--budget 200] [--systems ours-flexsn,sj-flexsn,ours-spec] [--first-only]
+
+SpikingJelly's first call compiles its kernels for each (T, N, dtype) and takes minutes at long T. `--first-only`
+runs only first calls, so several processes can fill Triton's disk cache in parallel before one timing run.
 """
 from __future__ import annotations
 
@@ -61,15 +64,17 @@ def systems(case: Case) -> dict[str, Forward]:
             "ours-spec": ours(case)}
 
 
-def row(case: Case, clock: Clock) -> dict[str, Any]:
+def row(case: Case, clock: Clock, chosen: tuple[str, ...] = SYSTEMS, first_only: bool = False) -> dict[str, Any]:
     w, (steps, neurons) = case.workload, case.x.shape
     result: dict[str, Any] = {"model": w.label, "dtype": dtype_name(case.dtype), "T": steps, "N": neurons}
-    made = systems(case)
+    made = {name: forward for name, forward in systems(case).items() if name in chosen}
     outputs = {}
     for name, forward in made.items():
         step = call(case, forward)
         try:
             result[f"{name}_first_call_s"] = clock.first(step)
+            if first_only:
+                continue
             result[f"{name}_ms"] = clock.median(step)
             if case.x.is_cuda:
                 result[f"{name}_saved_B"] = _memory_of(case, forward)["saved_bytes_per_step"]
@@ -116,9 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--shapes", default="8x8M,64x1M,1024x16K")
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which no new row starts")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
+    parser.add_argument("--first-only", action="store_true",
+                        help="time only each system's first call (fills compiler caches, e.g. Triton's, for a "
+                             "later timing run)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda", help="cuda; cpu checks the logic only (tiny --shapes)")
     args = parser.parse_args(argv)
+    unknown = set(args.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"--systems: unknown {', '.join(sorted(unknown))}; choose from {', '.join(SYSTEMS)}")
     device = torch.device(args.device)
     clock = Clock(device, quick=False)
     shapes = [_shape(s) for s in args.shapes.split(",")]
@@ -134,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         torch.manual_seed(0)
         case = Case.draw(w, dtype, steps, neurons, device).mode(True)
-        rows.append(row(case, clock))
+        rows.append(row(case, clock, tuple(args.systems.split(",")), args.first_only))
         del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -144,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows)
     print(text)
     (args.out / "table.md").write_text(text + "\n")
-    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     result = {"device": name, "torch": torch.__version__, "rows": rows}
     (args.out / "flexsn_peer.json").write_text(json.dumps(result, indent=1) + "\n")
