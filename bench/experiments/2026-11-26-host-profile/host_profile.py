@@ -72,7 +72,7 @@ cprofile("functional_training", train, 2000)
 from bench import network  # noqa: E402
 from torch import nn  # noqa: E402
 
-for system in ("ours", "ours-compiled", "loop-compiled"):
+for system in ("ours", "ours-compiled", "ours-fused", "loop-compiled"):
     torch.manual_seed(0)
     model = network.build(system, torch.device("cuda"))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
