@@ -18,10 +18,10 @@ for m in alif sfa_lif cuba_lif; do for d in float32 bfloat16; do
   if [ "$(grep -c "^$m $d .* rc=0 " $OUT/w/done.txt)" = 4 ]; then
     left=$(( 570 - $(date +%s) + start ))
     [ $left -lt 40 ] && { echo "$m $d: no time left"; continue; }
-    timeout $left python3 bench/flexsn_peer.py --out $OUT/peer-$m-$d --models $m --dtypes $d --shapes 64x1M \
-      --budget 1 > $OUT/w/peer-$m-$d.log 2>&1
-    tail -1 $OUT/peer-$m-$d/table.md
+    timeout $left python3 bench/flexsn_peer.py --out /tmp/peer-$m-$d --models $m --dtypes $d --shapes 64x1M \
+      --budget 1 > /tmp/peer-$m-$d.log 2>&1
+    tail -1 /tmp/peer-$m-$d/table.md
   else echo "$m $d: not compiled"; fi
 done; done
-cat $OUT/peer-*/progress.jsonl > $OUT/progress.jsonl 2>/dev/null
+cat /tmp/peer-*/progress.jsonl > $OUT/progress.jsonl 2>/dev/null; tail -n 5 /tmp/peer-*.log > $OUT/peer_logs.txt 2>/dev/null
 tail -3 /tmp/w-alif-float32-0.log
