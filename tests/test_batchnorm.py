@@ -13,17 +13,16 @@ from unittest import mock
 
 import pytest
 import torch
+from backends import CPU_BACKENDS
 from torch import nn
 
 import autocuda.nn as ann
 from autocuda import functional as F
 from autocuda.errors import SpecError
-from autocuda.host import toolchain
 from autocuda.spec.model import NeuronSpec, load_spec
 from autocuda.spec.transform import with_input_affine
 
-BACKENDS = ["reference", pytest.param("host", marks=pytest.mark.skipif(toolchain.missing() is not None,
-                                                                        reason=f"host runner: {toolchain.missing()}"))]
+BACKENDS = CPU_BACKENDS
 DT = torch.float64
 
 

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 import torch
+from backends import CPU_BACKENDS
 
 from autocuda.errors import SpecError
-from autocuda.host import toolchain
 from autocuda.nn import FlexSN
 
 sj_flexsn = pytest.importorskip("spikingjelly.activation_based.neuron.flexsn")
@@ -59,8 +59,7 @@ def _cases():
     }
 
 
-BACKENDS = ["reference", pytest.param("host", marks=pytest.mark.skipif(
-    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))]
+BACKENDS = CPU_BACKENDS
 
 
 def _loss(outputs, states) -> torch.Tensor:

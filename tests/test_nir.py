@@ -19,15 +19,15 @@ from torch import nn
 
 nir = pytest.importorskip("nir")  # SpikingJelly's NIR exchange also needs nirtorch: those tests skip without it
 
-from autocuda.host import toolchain  # noqa: E402
+from backends import CPU_BACKENDS, NEEDS_HOST  # noqa: E402
+
 from autocuda.nir import NIRModule, from_nir, to_nir  # noqa: E402
 from autocuda.nn import IFNode, LIFNode, Neuron, ParametricLIFNode  # noqa: E402
 from autocuda.spec import NeuronSpec  # noqa: E402
 
 DT = 1e-4
 F64 = torch.float64
-BACKENDS = ["reference", pytest.param("host", marks=pytest.mark.skipif(
-    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))]
+BACKENDS = CPU_BACKENDS
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -351,7 +351,7 @@ def test_round_trip_of_an_imported_recurrent_graph(tmp_path: Path) -> None:
     np.testing.assert_array_equal(_run(model, x), expected)  # exporting left the model's states alone
 
 
-@pytest.mark.skipif(toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}")
+@NEEDS_HOST
 @pytest.mark.parametrize("method", ["euler", "semi_implicit", "exact"])
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_gradients_of_host_kernels_match_reference(method: str, recurrent: bool) -> None:

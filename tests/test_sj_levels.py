@@ -7,10 +7,10 @@ import inspect
 
 import pytest
 import torch
+from backends import CPU_BACKENDS
 
 import autocuda.nn as our
 import autocuda.surrogate as ours
-from autocuda.host import toolchain
 from autocuda.nn.spikingjelly_levels import MultiLevelSpikeCount, ilif_spec
 from autocuda.spec.model import load_spec
 
@@ -21,8 +21,7 @@ except Exception as error:
     pytest.skip(f"SpikingJelly does not import: {type(error).__name__}: {error}", allow_module_level=True)
 
 F64 = torch.float64
-BACKENDS = ["reference", pytest.param("host", marks=pytest.mark.skipif(
-    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))]
+BACKENDS = CPU_BACKENDS
 CASES = [
     ("TernaryIFNode", {}),
     ("TernaryIFNode", {"v_reset": None}),

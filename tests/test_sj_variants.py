@@ -8,10 +8,10 @@ import inspect
 
 import pytest
 import torch
+from backends import CPU_BACKENDS
 
 import autocuda.nn as our
 import autocuda.surrogate as ours
-from autocuda.host import toolchain
 from autocuda.nn import Neuron
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
@@ -20,8 +20,7 @@ except Exception as error:
     pytest.skip(f"SpikingJelly does not import: {type(error).__name__}: {error}", allow_module_level=True)
 
 F64 = torch.float64
-BACKENDS = ["reference", pytest.param("host", marks=pytest.mark.skipif(
-    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))]
+BACKENDS = CPU_BACKENDS
 
 
 def inputs(seed: int, shape: tuple[int, ...] = (6, 3, 4)) -> tuple[torch.Tensor, torch.Tensor]:
