@@ -46,6 +46,8 @@ ulonglong1 ulonglong2 float1 float3 double1 double3 double4 dim3 uint ushort uch
 """.split())
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}\Z")
+# A kernel's name becomes C text (symbols, #line file names) and a file name: a C identifier, nothing else.
+KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
 
 
 def identifier_problem(name: object) -> str | None:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from .errors import AutocudaError
-from .nn import Neuron
+from .nn.neuron import Neuron
 
 __all__ = ["Monitor", "MonitorFullWarning"]
 

@@ -25,7 +25,6 @@ import functools
 import hashlib
 import os
 import re
-import secrets
 import shutil
 import stat
 import tempfile
@@ -240,7 +239,7 @@ def write_name(path: Path, existing: Path, data: bytes) -> None:
     checksum; a copy where the file system takes no links. Should `existing` have been replaced in between, the
     checksum no longer matches and the entry is rebuilt, never used."""
     private_folder(path.parent)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    temporary = path.with_name(f".{path.name}.{os.urandom(8).hex()}")
     try:
         os.link(existing, temporary, follow_symlinks=False)
     except OSError:

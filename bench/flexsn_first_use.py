@@ -5,9 +5,14 @@ Each measurement is a child process that imports torch, brings the device up, th
 `import autocuda.nn`, `FlexSN(core, num_states)` (trace, and map onto a spec: sympy when not cached), the first
 forward and the first backward (derive, render, compile and load the kernels: from the disk cache when warm).
 The child times the stages by wrapping them (`derive_render_s`: building kernel sources; `compile_s`: NVRTC on a
-GPU, the host runner's compiler on a CPU) and says whether sympy and jinja2 were imported.
+GPU, the host runner's compiler on a CPU; `load_s`: getting each launchable kernel, from the disk cache or
+compiled; `op_backward_s`: autocuda's part of the first backward, the rest being torch's) and says whether sympy
+and jinja2 were imported. `--warm-torch` first runs the same torch ops around the layer (a product, a sum, a
+backward) on other tensors, before the clock, so that torch's own first use (its kernels loaded on first launch,
+autograd's device thread) is not counted; the time it took is `torch_warm_s`.
 
-    python bench/flexsn_first_use.py [--device cuda] [--cores lif,alif] [--repeat 2] [--out DIR]
+    python bench/flexsn_first_use.py [--device cuda] [--cores lif,alif] [--repeat 2] [--warm 1] [--warm-torch]
+                                     [--out DIR]
 
 Prints a table and writes `first_use.json` under --out (when given). Targets (issue 26): cold <= 2 s, warm
 <= 0.1 s, from `import autocuda.nn` to the first backward done.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,16 +32,23 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The child: argv = device, core name. Prints one JSON line.
+# The child: argv = device, core name, warm torch (0 or 1). Prints one JSON line.
 CHILD = r"""
 import json, sys, time
 import torch
-device, name = torch.device(sys.argv[1]), sys.argv[2]
+device, name, warm_torch = torch.device(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
 x = (torch.randn(8, 4096, device=device) * 2.0 + 0.5).requires_grad_(True)
 g = torch.randn(8, 4096, device=device)
 sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 sync()
-spent = {"derive_render_s": 0.0, "compile_s": 0.0}
+torch_warm_s = 0.0
+if warm_torch:
+    start = time.perf_counter()
+    other = x.detach().clone().requires_grad_(True)
+    (torch.sigmoid(other) * g).sum().backward()
+    sync()
+    torch_warm_s = time.perf_counter() - start
+spent = {"derive_render_s": 0.0, "compile_s": 0.0, "load_s": 0.0, "op_backward_s": 0.0}
 
 def timed(owner, attr, field):
     inner = getattr(owner, attr)
@@ -61,11 +74,16 @@ t0 = time.perf_counter()
 import autocuda.nn
 from autocuda.surrogate import Sigmoid
 t1 = time.perf_counter()
-from autocuda.runtime import compile as compiling, neuron_launch
-from autocuda.host import runner
+from autocuda import ops
+from autocuda.runtime import compile as compiling, launch, neuron_launch
 timed(neuron_launch.NeuronConfig, "_generate", "derive_render_s")
 timed(compiling, "nvrtc_compile", "compile_s")
-timed(runner, "_compile", "compile_s")
+timed(launch, "kernel_function", "load_s")
+timed(ops, "_backward", "op_backward_s")
+if device.type == "cpu":  # the host runner: imported only where it runs
+    from autocuda.host import runner
+    timed(runner, "_compile", "compile_s")
+    timed(runner, "load_kernel", "load_s")
 spike = Sigmoid(4.0)
 core = {"lif": (lif, 1), "alif": (alif, 2)}[name]
 layer = autocuda.nn.FlexSN(*core, backend="cuda" if device.type == "cuda" else "host")
@@ -77,13 +95,13 @@ t3 = time.perf_counter()
 sync()
 t4 = time.perf_counter()
 print(json.dumps({"first_use_s": t4 - t0, "import_s": t1 - t0, "construct_s": t2 - t1,
-                  "first_forward_s": t3 - t2, "first_backward_s": t4 - t3, **spent,
+                  "first_forward_s": t3 - t2, "first_backward_s": t4 - t3, **spent, "torch_warm_s": torch_warm_s,
                   "kernels_compiled": compiling.stats["compiled"], "kernels_from_disk": compiling.stats["disk"],
                   "sympy": "sympy" in sys.modules, "jinja2": "jinja2" in sys.modules}))
 """
 
 COLUMNS = ("first_use_s", "import_s", "construct_s", "first_forward_s", "first_backward_s", "derive_render_s",
-           "compile_s")
+           "compile_s", "load_s", "op_backward_s", "torch_warm_s")
 
 
 def child_env(cache: Path) -> dict[str, str]:
@@ -94,8 +112,8 @@ def child_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def measure(device: str, core: str, cache: Path, label: str) -> dict[str, Any]:
-    argv = [sys.executable, "-c", CHILD, device, core]
+def measure(device: str, core: str, cache: Path, label: str, warm_torch: bool = False) -> dict[str, Any]:
+    argv = [sys.executable, "-c", CHILD, device, core, "1" if warm_torch else "0"]
     start = time.perf_counter()
     proc = subprocess.run(argv, env=child_env(cache), capture_output=True, text=True, timeout=600)
     row: dict[str, Any] = {"core": core, "cache": label, "process_wall_s": time.perf_counter() - start}
@@ -106,7 +124,9 @@ def measure(device: str, core: str, cache: Path, label: str) -> dict[str, Any]:
     return row
 
 
-def run(device: str, cores: list[str], repeat: int) -> list[dict[str, Any]]:
+def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: bool = False
+        ) -> list[dict[str, Any]]:
+    """`repeat` times per core: a cold child, then `warm` children on the cache it left."""
     # One child first compiles every module's bytecode (as `pip install` does), so that "cold" means an empty
     # autocuda cache, not Python compiling sympy from source.
     with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
@@ -116,8 +136,8 @@ def run(device: str, cores: list[str], repeat: int) -> list[dict[str, Any]]:
         for _ in range(repeat):
             with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
                 cache = Path(tmp) / "autocuda"
-                rows.append(measure(device, core, cache, "cold"))
-                rows.append(measure(device, core, cache, "warm"))
+                rows.append(measure(device, core, cache, "cold", warm_torch))
+                rows += [measure(device, core, cache, "warm", warm_torch) for _ in range(warm)]
     return rows
 
 
@@ -134,16 +154,34 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def medians(rows: list[dict[str, Any]]) -> str:
+    """The median of each column over the rows of each (core, cache)."""
+    head = ["core", "cache", "n", *COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault((r["core"], r["cache"]), []).append(r)
+    for (core, cache), group in groups.items():
+        cells = [core, cache, str(len(group)), *(f"{statistics.median(r[c] for r in group):.4f}" for c in COLUMNS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (NVRTC kernels) or cpu (the host runner)")
     parser.add_argument("--cores", default="lif,alif", help="of lif, alif")
-    parser.add_argument("--repeat", type=int, default=2, help="cold/warm pairs per core")
+    parser.add_argument("--repeat", type=int, default=2, help="cold children per core")
+    parser.add_argument("--warm", type=int, default=1, help="warm children after each cold one")
+    parser.add_argument("--warm-torch", action="store_true",
+                        help="run torch's own ops once before the clock (their first use is not counted)")
     parser.add_argument("--out", type=Path, help="folder for first_use.json")
     args = parser.parse_args(argv)
-    rows = run(args.device, args.cores.split(","), args.repeat)
+    rows = run(args.device, args.cores.split(","), args.repeat, args.warm, args.warm_torch)
     print(table(rows))
-    result = {"device": args.device, "rows": rows, "python": sys.version.split()[0],
+    print(medians(rows))
+    result = {"device": args.device, "rows": rows, "python": sys.version.split()[0], "warm_torch": args.warm_torch,
               "what": "seconds from `import autocuda.nn` (torch imported, device up) to the first backward done"}
     if args.device.startswith("cuda"):
         import torch

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import re
 import subprocess
 import tempfile
 import threading
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import store
+from ..cnames import KERNEL_NAME
 from ..codegen.code import Code, braced
 from . import cache, toolchain
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 SHIM = Path(__file__).with_name("shim.h").read_text()
 MAX_THREADS_PER_BLOCK = 1024  # the GPU's limit: a launch the GPU would refuse is refused here too
-# A kernel's name becomes C text (symbols, #line file names) and a file name: a C identifier, nothing else.
-KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
 
 # How compiled kernels were obtained in this process: "memory", "disk" (cache hit) or "compiled".
 stats: Counter[str] = Counter()

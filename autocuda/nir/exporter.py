@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..nn import Neuron
+from ..nn.neuron import Neuron
 from ..spec.model import NeuronSpec, load_spec
 from . import modules as M
 from .graph import NIRModule

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..nn import Neuron
+from ..nn.neuron import Neuron
 from . import modules as M
 from .graph import NIRModule
 from .specs import METHODS, NEURONS, nir_spec

@@ -9,28 +9,37 @@
   `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
   `ILIFNode`).
+
+Each public name is imported from its module on first use (PEP 562): `import autocuda.nn` imports none of them,
+and a process that uses only `FlexSN` never imports the SpikingJelly-compatible classes (nor SpikingJelly).
 """
 from __future__ import annotations
 
-from .batchnorm import BatchNormNeuron, batchnorm_fusions, fuse_batchnorm
-from .flexsn import FlexSN
-from .neuron import Neuron
-from .spikingjelly import (
-    AdExNode,
-    ALIFNode,
-    EIFNode,
-    IFNode,
-    IzhikevichNode,
-    LIFNode,
-    ParametricLIFNode,
-    QIFNode,
-)
-from .spikingjelly_levels import ILIFNode, TernaryIFNode, TernaryLIFNode
-from .spikingjelly_more import CUBALIFNode, HalfThresholdIFNode, KLIFNode, RAFNode, SimpleIFNode, SimpleLIFNode
-from .spikingjelly_variants import ComplementaryLIFNode, LIAFNode, NonSpikingIFNode, NonSpikingLIFNode
+import importlib
+from typing import Any
 
-__all__ = ["Neuron", "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode",
-           "ALIFNode", "SimpleIFNode", "SimpleLIFNode", "HalfThresholdIFNode", "CUBALIFNode", "KLIFNode", "RAFNode",
-           "NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode", "TernaryIFNode",
-           "TernaryLIFNode", "ILIFNode",
-           "FlexSN", "BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"]
+# Public names and the modules they live in, in the order of `__all__`.
+_HOMES = {
+    "Neuron": ".neuron",
+    **dict.fromkeys(("IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode",
+                     "ALIFNode"), ".spikingjelly"),
+    **dict.fromkeys(("SimpleIFNode", "SimpleLIFNode", "HalfThresholdIFNode", "CUBALIFNode", "KLIFNode", "RAFNode"),
+                    ".spikingjelly_more"),
+    **dict.fromkeys(("NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode"),
+                    ".spikingjelly_variants"),
+    **dict.fromkeys(("TernaryIFNode", "TernaryLIFNode", "ILIFNode"), ".spikingjelly_levels"),
+    "FlexSN": ".flexsn",
+    **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
+}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

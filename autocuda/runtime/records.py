@@ -16,8 +16,8 @@ import torch
 
 from .. import store
 from ..ckernel import CParam, _launcher
+from ..cnames import KERNEL_NAME
 from ..errors import RecordError
-from ..host.runner import KERNEL_NAME
 
 MAX_RECORD_BYTES = 1 << 24
 MAX_SOURCE = 1 << 22  # characters of kernel source; generated kernels have tens of thousands

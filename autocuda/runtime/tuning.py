@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -109,6 +108,8 @@ def _elapsed_ms(run: Callable[[], Any], flush: torch.Tensor | None = None) -> fl
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
+    import statistics  # with fractions and decimal: only a process that times layouts imports them
+
     return statistics.median(times)
 
 

@@ -98,15 +98,17 @@ from .domain import Bound
 from .names import check_identifier, spec_name_problem
 from .ode import TIME_STEP, check_structure, discretise, with_jump
 
+# TOML is read only when a spec is loaded from text: a layer of a traced or cached spec never imports the parser.
 if TYPE_CHECKING:
     import sympy
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
 else:
     sympy = lazy_import("sympy")
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+    tomllib = lazy_import("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 __all__ = ["Param", "State", "Level", "NeuronSpec", "ParsedSpec", "is_spec_path", "load_spec", "list_specs",
            "spec_from_toml", "reset_rules"]
