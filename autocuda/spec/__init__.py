@@ -1,4 +1,5 @@
-"""Neuron specs: the declarative description (model), its expression language (parse), torch evaluation.
+"""Neuron specs: the declarative description (model), its expression language (parse), its sympy form
+(parsed), torch evaluation.
 
 Names are imported on first use: `parse` and `torch_eval` need sympy, which a process running only cached
 kernels never imports, and `model` needs `autocuda.surrogate`, which itself needs this package.
@@ -9,8 +10,8 @@ import importlib
 from typing import Any
 
 _HOMES = {"check_identifier": ".parse", "parse_expression": ".parse", "evaluate": ".torch_eval",
-          **dict.fromkeys(("NeuronSpec", "Param", "State", "ParsedSpec", "load_spec", "list_specs",
-                           "spec_from_toml"), ".model")}
+          "ParsedSpec": ".parsed",
+          **dict.fromkeys(("NeuronSpec", "Param", "State", "load_spec", "list_specs", "spec_from_toml"), ".model")}
 
 __all__ = list(_HOMES)
 
