@@ -47,7 +47,7 @@ alpha = 4.0
 
 
 def _spec(name_or_path: str):
-    from .spec.model import load_spec
+    from .spec.load import load_spec
 
     if name_or_path.endswith(".py") or ".py:" in name_or_path:
         from .spec.python import load_python_spec  # runs the file: the user's own code, as `python FILE` would
@@ -74,7 +74,7 @@ def _highlight(code: str) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .spec.model import list_specs
+    from .spec.load import list_specs
 
     rows = list_specs()
     width = max(len(n) for n, _ in rows)
@@ -164,7 +164,7 @@ def _print_table(rows: Sequence[tuple[str, str, str, float]], header: Sequence[s
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .spec.model import list_specs
+    from .spec.load import list_specs
 
     names = [n for n, _ in list_specs()] if args.all else args.specs
     if not names:
@@ -180,7 +180,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
     """Every shipped spec: derive and render all kernels in all dtypes, then check them on the best backend."""
     from .kernels import neuron_kernel
     from .progress import progress
-    from .spec.model import list_specs
+    from .spec.load import list_specs
 
     backend = _backend(args.backend)
     print(f"autocuda {__version__}: generating and checking every shipped neuron (backend: {backend})\n")

@@ -35,7 +35,8 @@ from .runtime.plans import (
 )
 from .spec.domain import checks as domain_checks
 from .spec.domain import problem as domain_problem
-from .spec.model import NeuronSpec, is_spec_path, load_spec
+from .spec.load import is_spec_path, load_spec
+from .spec.model import NeuronSpec
 from .surrogate import Surrogate
 
 __all__ = ["multi_step", "single_step"]

@@ -25,7 +25,8 @@ import torch
 
 from . import functional as F
 from .monitor import Monitor
-from .spec.model import NeuronSpec, load_spec
+from .spec.load import load_spec
+from .spec.model import NeuronSpec
 
 __all__ = ["raster", "traces", "rate_histogram", "drive", "Response", "response", "fi_curve", "plot_fi", "save",
            "INPUTS", "FORMATS"]

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from autocuda.kernels import neuron_kernel
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 
 # the options of a training call of a reset layer: initial states are numbers, no gradient of the final states

@@ -34,7 +34,7 @@ def ours(case: Case, by_name: bool = False, final_states: bool = True) -> Forwar
     the start of a sequence, after `reset()` (the kernels then start from them and read no state tensor).
     `final_states=False`: the call neither writes nor returns them (its finals are then ())."""
     from autocuda.functional import multi_step
-    from autocuda.spec.model import load_spec
+    from autocuda.spec.load import load_spec
     from autocuda.surrogate import Sigmoid
 
     w, surrogate = case.workload, Sigmoid(alpha=ALPHA)

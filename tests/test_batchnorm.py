@@ -19,7 +19,8 @@ from torch import nn
 import autocuda.nn as ann
 from autocuda import functional as F
 from autocuda.errors import SpecError
-from autocuda.spec.model import NeuronSpec, load_spec
+from autocuda.spec.load import load_spec
+from autocuda.spec.model import NeuronSpec
 from autocuda.spec.transform import with_input_affine
 
 BACKENDS = CPU_BACKENDS

@@ -19,7 +19,7 @@ import torch
 from autocuda import cli
 from autocuda.cli import bench_package
 from autocuda.functional import multi_step
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 
 bench_package()  # the checkout's bench/ folder, imported as the package `bench`

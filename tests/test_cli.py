@@ -16,7 +16,7 @@ import pytest
 
 from autocuda import __version__
 from autocuda.cli import main
-from autocuda.spec.model import list_specs
+from autocuda.spec.load import list_specs
 
 
 def autocuda(*args: str) -> subprocess.CompletedProcess:

@@ -14,7 +14,8 @@ import torch
 from autocuda import reference
 from autocuda.kernels import derivation, neuron_kernel
 from autocuda.spec.derive import H
-from autocuda.spec.model import NeuronSpec, list_specs, load_spec, reset_rules
+from autocuda.spec.load import list_specs, load_spec
+from autocuda.spec.model import NeuronSpec, reset_rules
 from autocuda.spec.system import initial_value
 
 SPECS = [name for name, _ in list_specs()]

@@ -10,7 +10,7 @@ import torch
 from autocuda import functional as F
 from autocuda import ops
 from autocuda.runtime.neuron_launch import KIND_OPTIONS
-from autocuda.spec.model import list_specs, load_spec
+from autocuda.spec.load import list_specs, load_spec
 
 SPECS = [name for name, _ in list_specs()]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

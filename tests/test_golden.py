@@ -20,7 +20,7 @@ import torch
 
 from autocuda import kernels
 from autocuda.runtime import tuning
-from autocuda.spec.model import list_specs, load_spec
+from autocuda.spec.load import list_specs, load_spec
 
 GOLDEN = Path(__file__).with_name("golden") / "kernel_sources.sha256"
 DTYPES = ("float32", "float16", "bfloat16", "float64")

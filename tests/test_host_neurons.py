@@ -21,7 +21,8 @@ from autocuda import reference
 from autocuda.codegen.neuron import NeuronKernel
 from autocuda.host import load_kernels
 from autocuda.runtime.neuron_launch import SMALL_LOOP
-from autocuda.spec.model import NeuronSpec, list_specs, load_spec, reset_rules
+from autocuda.spec.load import list_specs, load_spec
+from autocuda.spec.model import NeuronSpec, reset_rules
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
 
 SPECS = [name for name, _ in list_specs()]

@@ -15,7 +15,8 @@ from autocuda import nn as ann
 from autocuda import reference
 from autocuda.errors import SpecError
 from autocuda.kernels import derivation
-from autocuda.spec.model import NeuronSpec, load_spec, spec_text
+from autocuda.spec.load import load_spec
+from autocuda.spec.model import NeuronSpec, spec_text
 
 SPEC = "conductance_lif"
 F64 = torch.float64

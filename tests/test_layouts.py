@@ -14,7 +14,7 @@ from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, choose_layout, forward
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 
 T, N = 7, 32
 LAYOUTS = {

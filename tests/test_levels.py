@@ -7,7 +7,8 @@ import pytest
 
 from autocuda.errors import SpecError
 from autocuda.host import toolchain
-from autocuda.spec.model import Level, NeuronSpec, load_spec, spec_from_toml, spec_text
+from autocuda.spec.load import load_spec, spec_from_toml
+from autocuda.spec.model import Level, NeuronSpec, spec_text
 from autocuda.surrogate import ATan
 from autocuda.testing import check_spec
 

@@ -14,7 +14,7 @@ import pytest
 
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.records import KernelRecord
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.testing import Report, Setup, check_case, make_case
 
 SHAPES = ((6, 9), (4, 5))   # several steps (the reverse loop matters) and several neurons (per-neuron values)

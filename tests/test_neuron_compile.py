@@ -13,7 +13,8 @@ import pytest
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.kernels import neuron_kernel
-from autocuda.spec.model import list_specs, load_spec, reset_rules
+from autocuda.spec.load import list_specs, load_spec
+from autocuda.spec.model import reset_rules
 
 LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2},
            {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 32, "block": 64})  # the last: a long-loop tuning

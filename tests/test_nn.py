@@ -13,7 +13,7 @@ from torch import nn
 
 from autocuda import functional as F
 from autocuda import nn as ann
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import ATan, Sigmoid
 
 CLASSES = [ann.IFNode, ann.LIFNode, ann.ParametricLIFNode, ann.QIFNode, ann.EIFNode, ann.IzhikevichNode,

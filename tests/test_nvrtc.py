@@ -11,7 +11,7 @@ import torch
 from autocuda.codegen.neuron import KERNELS
 from autocuda.kernels import neuron_kernel
 from autocuda.runtime import compile, nvrtc, plans
-from autocuda.spec.model import list_specs, load_spec
+from autocuda.spec.load import list_specs, load_spec
 
 pytestmark = pytest.mark.skipif(not nvrtc.found(), reason="NVRTC not found: pip install -e '.[test]' brings it")
 HOPPER = 90

@@ -48,7 +48,8 @@ from autocuda.host import cache as host_cache
 from autocuda.host import runner as host_runner
 from autocuda.host import toolchain
 from autocuda.runtime.compile import nvcc_check, nvcc_path
-from autocuda.spec.model import NeuronSpec, spec_from_toml
+from autocuda.spec.load import spec_from_toml
+from autocuda.spec.model import NeuronSpec
 
 REPO = Path(__file__).resolve().parents[1]
 F32, F64 = torch.float32, torch.float64
@@ -385,7 +386,7 @@ ODE_BASE: dict = {
     "ode": {"v": "(-v + x - w) / tau", "w": "-w / tau_w"},
     "jumps": {"w": "w + b"},
 }
-TOML_KEYS = ("name", "doc", "charge", "threshold", "reset", "params", "states", "updates", "derived", "options",
+TOML_KEYS = ("name", "doc", "params", "states", "charge", "threshold", "reset", "updates", "derived", "options",
              "surrogate", "ode", "jumps", "method", "output", "levels", "inputs")
 
 

@@ -11,7 +11,8 @@ from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.kernels import derivation, source
 from autocuda.runtime import tuning
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
-from autocuda.spec.model import NeuronSpec, load_spec, spec_from_toml
+from autocuda.spec.load import load_spec, spec_from_toml
+from autocuda.spec.model import NeuronSpec
 
 K = REPLAY_STEPS
 

@@ -27,7 +27,8 @@ from autocuda import nn as ann
 from autocuda.errors import SpecError
 from autocuda.spec import budget
 from autocuda.spec.domain import parse_domain
-from autocuda.spec.model import NeuronSpec, Param, load_spec, spec_from_toml
+from autocuda.spec.load import load_spec, spec_from_toml
+from autocuda.spec.model import NeuronSpec, Param
 from autocuda.surrogate import Custom
 from autocuda.testing import check_spec
 

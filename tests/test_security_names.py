@@ -25,7 +25,8 @@ from autocuda.errors import SpecError
 from autocuda.host import toolchain
 from autocuda.host.runner import SHIM
 from autocuda.kernels import neuron_kernel
-from autocuda.spec.model import NeuronSpec, load_spec, spec_text
+from autocuda.spec.load import load_spec
+from autocuda.spec.model import NeuronSpec, spec_text
 from autocuda.spec.names import LANGUAGE_NAMES, MAX_SPEC_NAME
 from autocuda.testing import check_spec
 

@@ -12,7 +12,7 @@ from backends import CPU_BACKENDS
 import autocuda.nn as our
 import autocuda.surrogate as ours
 from autocuda.nn.spikingjelly_levels import MultiLevelSpikeCount, ilif_spec
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based import neuron as sj_neuron

@@ -16,7 +16,7 @@ from autocuda.kernels import neuron_kernel
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.plans import get_plan
 from autocuda.runtime.records import KernelRecord, kernel_record
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_record_names_change_with_the_generator_code(monkeypatch):
 
 def test_a_bad_spec_is_refused_every_time(cache_root):
     from autocuda.errors import SpecError
-    from autocuda.spec.model import spec_from_toml
+    from autocuda.spec.load import spec_from_toml
 
     text = 'name = "bad"\nreset = "soft"\nstates = { v = 0.0 }\ncharge = "v + x + nope"\n'
     for _ in range(2):  # nothing about an invalid spec is remembered

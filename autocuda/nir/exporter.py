@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..nn.neuron import Neuron
-from ..spec.model import NeuronSpec, load_spec
+from ..spec.load import load_spec
+from ..spec.model import NeuronSpec
 from . import modules as M
 from .graph import NIRModule
 from .specs import NEURONS, spec_kind

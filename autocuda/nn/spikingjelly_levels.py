@@ -15,7 +15,8 @@ import math
 import numbers
 from typing import Any
 
-from ..spec.model import Level, NeuronSpec, load_spec
+from ..spec.load import load_spec
+from ..spec.model import Level, NeuronSpec
 from ..surrogate import Custom
 from .neuron import SIGMOID, Neuron
 from .spikingjelly import _common

@@ -19,16 +19,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from ..spec.model import (
-    NeuronSpec,
-    Reset,
-    check_reset,
-    is_spec_path,
-    load_spec,
-    runtime_params,
-    spec_text,
-    tensor_param_names,
-)
+from ..spec.load import is_spec_path, load_spec
+from ..spec.model import NeuronSpec, Reset, check_reset, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
 from . import nvrtc
 from .neuron_launch import NeuronConfig

@@ -1,5 +1,5 @@
-"""Neuron specs: the declarative description (model), its expression language (parse), its sympy form
-(parsed), torch evaluation.
+"""Neuron specs: the declarative description (model), read from text and files (load), its expression language
+(parse), its sympy form (parsed), torch evaluation.
 
 Names are imported on first use: `parse` and `torch_eval` need sympy, which a process running only cached
 kernels never imports, and `model` needs `autocuda.surrogate`, which itself needs this package.
@@ -11,7 +11,8 @@ from typing import Any
 
 _HOMES = {"check_identifier": ".parse", "parse_expression": ".parse", "evaluate": ".torch_eval",
           "ParsedSpec": ".parsed",
-          **dict.fromkeys(("NeuronSpec", "Param", "State", "load_spec", "list_specs", "spec_from_toml"), ".model")}
+          **dict.fromkeys(("NeuronSpec", "Param", "State"), ".model"),
+          **dict.fromkeys(("load_spec", "list_specs", "spec_from_toml"), ".load")}
 
 __all__ = list(_HOMES)
 

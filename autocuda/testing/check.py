@@ -19,7 +19,8 @@ from ..codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..runtime.neuron_launch import NeuronConfig, backward, forward, replay_option
 from ..spec.derive import THRESHOLD, H, StepSystem
-from ..spec.model import NeuronSpec, load_spec
+from ..spec.load import load_spec
+from ..spec.model import NeuronSpec
 from ..spec.torch_eval import evaluate
 from ..surrogate import get_surrogate
 from .cases import DTYPES, F64, TOLERANCES, Case, Inputs, Setup, Tolerance, make_case

@@ -30,7 +30,8 @@ from autocuda import nn as ann
 from autocuda import ops, reference
 from autocuda.runtime.plans import get_plan, resolve_spec
 from autocuda.spec.domain import problem as domain_problem
-from autocuda.spec.model import list_specs, load_spec, reset_rules
+from autocuda.spec.load import list_specs, load_spec
+from autocuda.spec.model import reset_rules
 from autocuda.spec.torch_eval import evaluate
 
 pytestmark = pytest.mark.gpu

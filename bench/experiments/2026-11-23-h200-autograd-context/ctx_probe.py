@@ -9,7 +9,7 @@ import torch
 
 from autocuda import functional as F
 from autocuda.runtime import driver
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 
 pushes = []

@@ -6,7 +6,7 @@ import time
 import torch
 
 from autocuda import functional as F
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 
 dev = "cuda"

@@ -9,7 +9,7 @@ import torch
 from autocuda import benchmark as B
 from autocuda import functional as F
 from autocuda import ops
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 
 dev = "cuda"

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 
 from autocuda import functional as F  # noqa: E402
 from autocuda.nn import LIFNode  # noqa: E402
-from autocuda.spec.model import load_spec  # noqa: E402
+from autocuda.spec.load import load_spec  # noqa: E402
 from autocuda.surrogate import Sigmoid  # noqa: E402
 
 torch.manual_seed(0)

@@ -3,7 +3,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from autocuda.nn import LIFNode
 from autocuda import functional as F
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 x = torch.rand(4, 64) * 2
 xg = x.clone().requires_grad_()

@@ -2,7 +2,7 @@ import sys, cProfile, pstats, io, time
 sys.path.insert(0, sys.argv[1])
 import torch
 from autocuda import functional as F
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
 x = torch.rand(4, 4096, device="cuda") * 2
 spec, sg = load_spec("lif"), Sigmoid(alpha=4.0)

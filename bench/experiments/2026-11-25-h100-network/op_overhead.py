@@ -8,7 +8,7 @@ import torch
 import torch._library.custom_ops as custom_ops
 
 from autocuda import functional as F, ops
-from autocuda.spec.model import load_spec
+from autocuda.spec.load import load_spec
 
 src = inspect.getsource(custom_ops)
 at = src.find("def backend_impl")

@@ -1,0 +1,117 @@
+"""Specs from text and files: TOML text, a spec file, or a shipped spec by name -> `NeuronSpec`. Every error is a
+`SpecError` naming the source and the field; a file is read again when it changed."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+from ..lazy import lazy_import
+from ..resources import resource_dir
+from .model import NeuronSpec
+from .names import spec_name_problem
+
+# TOML is read only when a spec is loaded from text: a layer of a traced or cached spec never imports the parser.
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+else:
+    tomllib = lazy_import("tomllib" if sys.version_info >= (3, 11) else "tomli")
+
+__all__ = ["is_spec_path", "list_specs", "load_spec", "spec_from_toml"]
+
+# The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader)
+_TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name != "origin")
+
+
+def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
+    """Parse TOML text into a NeuronSpec; every error is a SpecError naming `source` and the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"invalid TOML: {err}", source=source) from None
+    except RecursionError:
+        raise SpecError("invalid TOML: arrays or tables nested too deeply", source=source) from None
+    for key in data:
+        if key not in _TOML_KEYS:
+            close = difflib.get_close_matches(key, _TOML_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(_TOML_KEYS)})"
+            raise SpecError(f"unknown key '{key}'{hint}", source=source, field=key, symbol=key)
+    if "name" not in data and default_name is None:
+        raise SpecError("missing 'name'", source=source, field="name")
+    if "charge" not in data and "ode" not in data:
+        raise SpecError("missing 'charge' (or [ode])", source=source, field="charge")
+    fields = {"name": default_name, **data, "origin": source}
+    if "name" not in data and spec_name_problem(default_name) is not None:
+        _refuse_stem_name(fields, source)
+    return NeuronSpec(**fields)
+
+
+def _refuse_stem_name(fields: dict[str, Any], source: str) -> None:
+    """A file without `name` whose stem cannot name a spec: refused, and with the spec's own first mistake, if
+    it has one (checked under a valid name), so that renaming the file is not the only fix the user sees."""
+    stem = fields["name"]
+    advice = (f"the file name {stem!r} is the spec's name when it has no 'name' field, and it cannot be one: "
+              f"{spec_name_problem(stem)}; add name = \"...\"")
+    try:
+        NeuronSpec(**{**fields, "name": "unnamed"})
+    except SpecError as err:
+        raise SpecError(f"{err.message}; and field 'name': {advice}", source=source, field=err.field,
+                        symbol=err.symbol) from None
+    raise SpecError(advice, source=source, field="name", symbol=stem)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: Path, source: str, stamp: tuple[int, int]) -> NeuronSpec:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"not UTF-8 text: {err}", source=source) from None
+    return spec_from_toml(text, source=source, default_name=path.stem)
+
+
+def _load_path(path: Path, source: str) -> NeuronSpec:
+    stat = path.stat()  # FileNotFoundError for a missing file, as open() would
+    return _load_file(path.resolve(), source, (stat.st_mtime_ns, stat.st_size))
+
+
+def _shipped() -> dict[str, Path]:
+    return {_key(p.stem): p for p in sorted(resource_dir("neuron_specs").glob("*.toml"))}
+
+
+def _key(name: str) -> str:
+    # 'ParametricLIF', 'parametric_lif' and 'parametric-lif' all find parametric_lif.toml
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def is_spec_path(name_or_path: str | os.PathLike[str]) -> bool:
+    """Whether `load_spec` reads this as a file path (else as a shipped spec's name)."""
+    if type(name_or_path) is not str:  # a path object (str first: this is asked on every call by name)
+        return isinstance(name_or_path, os.PathLike) or is_spec_path(os.fspath(name_or_path))
+    return name_or_path.endswith(".toml") or "/" in name_or_path or os.sep in name_or_path
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
+    """Load a TOML spec file, or a shipped spec by (case-insensitive) name, e.g. 'lif' or 'Izhikevich'. A file
+    is read again when its modification time or size changed since it was last loaded."""
+    text = os.fspath(name_or_path)
+    if is_spec_path(name_or_path):
+        return _load_path(Path(text), text)
+    shipped = _shipped()
+    path = shipped.get(_key(text))
+    if path is None:
+        known = ", ".join(p.stem for p in shipped.values())
+        raise SpecError(f"no shipped spec named {text!r} (shipped: {known})", source=text, field="name", symbol=text)
+    return _load_path(path, path.name)
+
+
+def list_specs() -> list[tuple[str, str]]:
+    """(name, doc) of every shipped spec, sorted by name."""
+    return sorted((spec.name, spec.doc) for spec in (_load_path(p, p.name) for p in _shipped().values()))
