@@ -70,6 +70,15 @@ def profile() -> str:
     return "slow" if os.environ.get(SLOW_VARIABLE, "0").strip() not in ("", "0") else "default"
 
 
+# Specs that the default profile runs with every option of a test that covers many variants (with --slow every
+# spec runs with every option; by default the others run with their own reset and default options). alif has two
+# states, one of them replayed in backward, and all three reset rules; parametric_lif a per-neuron tensor
+# parameter; nonspiking_if no parameter at all (nothing to hoist), no hard reset and an output that is not the
+# spike. With them, rendering test_neuron_compile's default set runs every line and branch of the generator and
+# its templates that rendering the full set runs (bench/results/2026-11-27-cpu2-test-time/branches.py).
+REPRESENTATIVE_SPECS = ("alif", "parametric_lif", "nonspiking_if")
+
+
 def examples(full: int, default: int) -> int:
     """A property's example count: `full` in the slow profile, `default` (the fewest that still draw every
     kind of case the property is about) otherwise."""
