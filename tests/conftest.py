@@ -26,16 +26,18 @@ from autocuda.dtypes import get_dtype
 from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
 
 # -- profiles -----------------------------------------------------------------------------------------
-# The default profile runs every property and fuzzer with fewer examples, and does not nvcc-check again a source
+# The default profile runs every property and fuzzer with fewer examples, checks a covering set of the kernel
+# variants where a test would check all of them (REPRESENTATIVE_SPECS), and does not nvcc-check again a source
 # nvcc accepted before (see `nvcc`); the slow profile (`--slow` or AUTOCUDA_SLOW_TESTS=1) runs each with its full
-# count and checks every source. Tests that set their own count take it from `examples`.
+# count and every variant, and checks every source. Tests that set their own count take it from `examples`.
 SLOW_VARIABLE = "AUTOCUDA_SLOW_TESTS"
 PROFILES = {"default": 20, "slow": 100}  # hypothesis's max_examples where a test sets none
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
-                     help=f"full example counts for the property tests and fuzzers (as {SLOW_VARIABLE}=1)")
+                     help=f"full example counts for the property tests and fuzzers, and every kernel variant "
+                          f"(as {SLOW_VARIABLE}=1)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
