@@ -26,16 +26,18 @@ from autocuda.dtypes import get_dtype
 from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
 
 # -- profiles -----------------------------------------------------------------------------------------
-# The default profile runs every property and fuzzer with fewer examples, and does not nvcc-check again a source
+# The default profile runs every property and fuzzer with fewer examples, checks a covering set of the kernel
+# variants where a test would check all of them (REPRESENTATIVE_SPECS), and does not nvcc-check again a source
 # nvcc accepted before (see `nvcc`); the slow profile (`--slow` or AUTOCUDA_SLOW_TESTS=1) runs each with its full
-# count and checks every source. Tests that set their own count take it from `examples`.
+# count and every variant, and checks every source. Tests that set their own count take it from `examples`.
 SLOW_VARIABLE = "AUTOCUDA_SLOW_TESTS"
 PROFILES = {"default": 20, "slow": 100}  # hypothesis's max_examples where a test sets none
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
-                     help=f"full example counts for the property tests and fuzzers (as {SLOW_VARIABLE}=1)")
+                     help=f"full example counts for the property tests and fuzzers, and every kernel variant "
+                          f"(as {SLOW_VARIABLE}=1)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,6 +70,15 @@ def share_cores() -> None:
 def profile() -> str:
     """The profile in force: "slow" where $AUTOCUDA_SLOW_TESTS is set (and not 0), else "default"."""
     return "slow" if os.environ.get(SLOW_VARIABLE, "0").strip() not in ("", "0") else "default"
+
+
+# Specs that the default profile runs with every option of a test that covers many variants (with --slow every
+# spec runs with every option; by default the others run with their own reset and default options). alif has two
+# states, one of them replayed in backward, and all three reset rules; parametric_lif a per-neuron tensor
+# parameter; nonspiking_if no parameter at all (nothing to hoist), no hard reset and an output that is not the
+# spike. With them, rendering test_neuron_compile's default set runs every line and branch of the generator and
+# its templates that rendering the full set runs (bench/results/2026-11-27-cpu2-test-time/branches.py).
+REPRESENTATIVE_SPECS = ("alif", "parametric_lif", "nonspiking_if")
 
 
 def examples(full: int, default: int) -> int:

@@ -71,12 +71,13 @@ def variants(specs: Iterable[str] | None = None) -> Iterator[tuple[str, str, str
                         yield _label(name, kind, dtype, layout), name, kind, dtype, layout
 
 
+def sources(specs: Iterable[str] | None = None) -> dict[str, str]:
+    return {label: kernels.source(load_spec(name), kind, dtype, **options)
+            for label, name, kind, dtype, options in variants(specs)}
+
+
 def digests(specs: Iterable[str] | None = None) -> dict[str, str]:
-    out = {}
-    for label, name, kind, dtype, options in variants(specs):
-        source = kernels.source(load_spec(name), kind, dtype, **options)
-        out[label] = hashlib.sha256(source.encode()).hexdigest()
-    return out
+    return {label: hashlib.sha256(source.encode()).hexdigest() for label, source in sources(specs).items()}
 
 
 def _read() -> dict[str, str]:
@@ -88,7 +89,12 @@ def _read() -> dict[str, str]:
 
 
 def test_every_kernel_variant_is_byte_identical_to_its_pin():
-    found = digests()
+    texts = sources()
+    found = {label: hashlib.sha256(source.encode()).hexdigest() for label, source in texts.items()}
+    named: dict[str, str] = {}  # the kernels are compiled and cached by name: two texts must not share one
+    for label, source in texts.items():
+        name = source.split('extern "C" __global__ void ')[1].split("(")[0]
+        assert named.setdefault(name, source) == source, f"{label}: another variant's text has the name {name}"
     if os.environ.get("AUTOCUDA_UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text("".join(f"{digest}  {label}\n" for label, digest in sorted(found.items())))

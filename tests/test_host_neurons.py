@@ -1,11 +1,18 @@
 """The emitted neuron kernels, run on the CPU through autocuda.host, match the reference (issue 5, design.md §6).
 
-For every shipped spec x {float32, float64, float16, bfloat16} x {hard, soft} x detach_reset: hypothesis property
-tests (random shapes, parameters and inputs, plus explicit T = 1, N = 1 and N = 601 examples) of FPTT -> BPTT
-and of step-forward -> step-backward, compared by `autocuda.testing.check_case` (float64 autograd oracle).
+Hypothesis property tests (random shapes, parameters and inputs, plus explicit T = 1, N = 1 and N = 601 examples)
+of FPTT -> BPTT and of step-forward -> step-backward, compared by `autocuda.testing.check_case` (float64 autograd
+oracle), for setups of shipped spec x {float32, float64, float16, bfloat16} x {hard, soft} x detach_reset:
+
+- with --slow, every one of them (the full product);
+- by default, a covering set: every spec in every dtype with its own reset rule (its equations printed in each
+  arithmetic type); every spec with every reset rule and detach_reset in float64 (its derived resets and their
+  gradients, against the reference at float64's tolerance); and the full product for conftest's
+  REPRESENTATIVE_SPECS. So each pair of spec, dtype and (reset, detach_reset) that the full product holds is
+  checked together (`test_the_default_setups_hold_every_pair_of_the_full_product` checks it).
 
 Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
-disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles all ~870 up front, 16 to a compiler run, on
+disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 16 to a compiler run, on
 every core.
 """
 from __future__ import annotations
@@ -14,7 +21,7 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from conftest import examples
+from conftest import REPRESENTATIVE_SPECS, examples, profile
 from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
@@ -36,7 +43,19 @@ def spec_resets(name: str) -> tuple[str, ...]:
     return RESETS if "hard" in rules else rules[:2]
 
 
-SPEC_RESETS = [(name, reset) for name in SPECS for reset in spec_resets(name)]
+CaseKey = tuple[str, str, str, bool]  # spec, dtype, reset, detach_reset
+FULL = [(name, dtype, reset, detach) for name in SPECS for reset in spec_resets(name) for dtype in DTYPES
+        for detach in (False, True)]
+
+
+def covers(key: CaseKey) -> bool:
+    """Whether the default profile checks this setup (see the module's docstring)."""
+    name, dtype, reset, detach = key
+    own = reset == spec_resets(name)[0] and not detach
+    return name in REPRESENTATIVE_SPECS or own or dtype == "float64"
+
+
+CHOSEN = FULL if profile() == "slow" else [key for key in FULL if covers(key)]
 # Few examples (compilation dominates, and each case already covers T x N values): 3 drawn ones with --slow, 1 by
 # default, beside the test's 3 explicit edge cases. Each setup gets its own fixed seed (see the test), so CI is
 # reproducible yet setups do not all draw the same shapes. No deadline: the first example of a setup may compile.
@@ -59,10 +78,8 @@ FORCED_LAYOUTS = [("alif", "float32", {"lanes": 4, "vector": True, "prefetch": 2
 
 
 def _setups() -> Iterator[Setup]:
-    for name, reset in SPEC_RESETS:
-        for dtype in DTYPES:
-            for detach_reset in (False, True):
-                yield Setup(load_spec(name), dtype, reset, detach_reset)
+    for name, dtype, reset, detach_reset in CHOSEN:
+        yield Setup(load_spec(name), dtype, reset, detach_reset)
     for name in SPECS:   # the default op path: forward saves only what backward needs, no state sequences
         yield from (Setup(load_spec(name), dtype, spec_resets(name)[0], store_state_seq=False)
                     for dtype in ("float32", "float16"))
@@ -94,9 +111,8 @@ def compiled_kernels() -> int:
     return len(jobs)
 
 
-@pytest.mark.parametrize("detach_reset", [False, True], ids=["attached", "detach_reset"])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("name", "reset"), SPEC_RESETS, ids=[f"{n}-{r}" for n, r in SPEC_RESETS])
+@pytest.mark.parametrize(("name", "dtype", "reset", "detach_reset"), CHOSEN,
+                         ids=[f"{n}-{r}-{d}-{'detach_reset' if x else 'attached'}" for n, d, r, x in CHOSEN])
 def test_kernels_match_reference(name: str, dtype: str, reset: str, detach_reset: bool) -> None:
     setup = Setup(load_spec(name), dtype, reset, detach_reset)
 
@@ -152,3 +168,11 @@ def test_inputs_make_neurons_fire_and_rest() -> None:
             spikes, _, _ = reference.multi_step(system, case.multi.all_x, initial, params, config.surrogate)
             rate = float((spikes != 0).double().mean())  # a multi-level spike: any level
             assert 0.05 < rate < 0.9, (name, reset, rate)
+
+
+def test_the_default_setups_hold_every_pair_of_the_full_product() -> None:
+    """Each (spec, dtype), (spec, reset, detach_reset) and (dtype, reset, detach_reset) of the full product is in
+    the default profile's setups (the last holds only while the representative specs have every reset rule)."""
+    default = [key for key in FULL if covers(key)]
+    for pick in (lambda k: (k[0], k[1]), lambda k: (k[0], k[2], k[3]), lambda k: k[1:]):
+        assert {pick(k) for k in FULL} == {pick(k) for k in default}

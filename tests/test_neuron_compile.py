@@ -1,14 +1,32 @@
-"""Every kernel variant of every shipped spec is valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
+"""Kernel variants of the shipped specs are valid CUDA for sm_80 and sm_90 (nvcc, no GPU needed).
 
-Variants: 4 kernels x 4 dtypes x 3 resets x detach_reset, plus the speed layouts (vector accesses, several
-neurons per thread, prefetching), initial states passed as numbers, a forward without final states, and native
-half2/bfloat162 arithmetic in one configuration per spec. Translation units of `CHUNK` kernels run in parallel.
+The full set, per spec and dtype: 4 kernels x its reset rules x detach_reset, the speed layouts (vector accesses,
+several neurons per thread, prefetching) with per-neuron tensors and state sequences, backward kernels without
+final-state gradients, initial states passed as numbers, a forward without final states, and native
+half2/bfloat162 arithmetic.
+
+The default profile checks a covering set of it (`--slow` checks the full set: 3,504 distinct kernels, not 762):
+
+- every shipped spec in every dtype, each of the 4 kernels with the spec's own reset rule and default options: each
+  spec's equations printed in each arithmetic type;
+- every variant of the full set, in every dtype, for the specs in conftest's REPRESENTATIVE_SPECS (between them
+  they have what changes a kernel's skeleton beyond its equations: see there).
+
+So every combination of kernel kind, dtype and options that the full set holds is in the default set
+(`test_the_default_set_holds_every_option_combination_of_the_full_set` checks it), and every line and branch of
+the generator and its templates that rendering the full set runs, rendering the default set runs too
+(bench/results/2026-11-27-cpu2-test-time/branches.py measures it). nvcc's verdict on a kernel that differs from a
+checked one only in options already checked on another spec is the same unless the spec's equations and those
+options interact, which is what the slow profile checks. Translation units of `CHUNK` kernels run in parallel.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from conftest import REPRESENTATIVE_SPECS, profile
 
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
@@ -21,49 +39,88 @@ LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector":
 # candidate (its ring of 32 steps in shared memory must fit the 48 KB a block may declare statically)
 NATIVE = ({"native": True}, {"native": True, "lanes": 8, "vector": True})
 
+Variant = tuple[str, str, tuple[tuple[str, Any], ...]]  # spec, kernel kind, neuron_kernel's options
 
-@functools.cache  # rendering ~450 kernels a dtype is slow: both tests share it
-def _variants(dtype: str) -> tuple[str, ...]:
-    sources = []
-    for name, _ in list_specs():
-        spec = load_spec(name)
-        tensors = [p.name for p in spec.params if p.kind == "tensor"]
-        for reset in reset_rules(spec):
-            for detach in (False, True):
-                for kind in KERNELS:
-                    sources.append(neuron_kernel(spec, kind, dtype, reset=reset, detach_reset=detach).full_codes)
-        for layout in LAYOUTS:
-            if dtype == "float64" and layout.get("lanes") == 4:
-                continue  # 32 bytes: wider than one vector access
-            for kind in ("fptt", "bptt"):
-                sources.append(neuron_kernel(spec, kind, dtype, per_neuron=tensors, store_state_seq=True,
-                                             **layout).full_codes)
-        for kind in ("bptt", "step-backward") if dtype in ("float32", "float16") else ():
-            sources.append(neuron_kernel(spec, kind, dtype, grad_finals=False).full_codes)  # finals start at 0
-        for kind in KERNELS:  # initial states as numbers (dtype-specific: rounded through the storage type)
-            finals = {"grad_finals": False} if kind in ("bptt", "step-backward") else {}
-            sources.append(neuron_kernel(spec, kind, dtype, given_inits=False, **finals).full_codes)
-        sources.append(neuron_kernel(spec, "fptt", dtype, given_inits=False, final_states=False).full_codes)
-        for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
+
+def _options(**options: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(options.items()))
+
+
+def spec_variants(name: str, dtype: str) -> Iterator[Variant]:
+    """The full set's variants of one spec in one dtype: first its 4 kernels with its own reset rule."""
+    spec = load_spec(name)
+    tensors = tuple(p.name for p in spec.params if p.kind == "tensor")
+    for reset in reset_rules(spec):
+        for detach in (False, True):
             for kind in KERNELS:
-                sources.append(neuron_kernel(spec, kind, dtype, **layout).full_codes)
-            for kind in ("fptt", "bptt"):
-                sources.append(neuron_kernel(spec, kind, dtype, given_inits=False, **layout).full_codes)
-    return tuple(dict.fromkeys(sources))
+                yield name, kind, _options(reset=reset, detach_reset=detach)
+    for layout in LAYOUTS:
+        if dtype == "float64" and layout.get("lanes") == 4:
+            continue  # 32 bytes: wider than one vector access
+        for kind in ("fptt", "bptt"):
+            yield name, kind, _options(per_neuron=tensors, store_state_seq=True, **layout)
+    for kind in ("bptt", "step-backward") if dtype in ("float32", "float16") else ():
+        yield name, kind, _options(grad_finals=False)  # final states' gradients start at 0
+    for kind in KERNELS:  # initial states as numbers (dtype-specific: rounded through the storage type)
+        finals = {"grad_finals": False} if kind in ("bptt", "step-backward") else {}
+        yield name, kind, _options(given_inits=False, **finals)
+    yield name, "fptt", _options(given_inits=False, final_states=False)
+    for layout in NATIVE if dtype in ("float16", "bfloat16") else ():
+        for kind in KERNELS:
+            yield name, kind, _options(**layout)
+        for kind in ("fptt", "bptt"):
+            yield name, kind, _options(given_inits=False, **layout)
+
+
+def full_set(dtype: str) -> list[Variant]:
+    return [variant for name, _ in list_specs() for variant in spec_variants(name, dtype)]
+
+
+def default_set(dtype: str) -> list[Variant]:
+    """Every spec's own-reset kernels with default options, and the representative specs' full variants."""
+    return [variant for name, _ in list_specs()
+            for variant in list(spec_variants(name, dtype))[:None if name in REPRESENTATIVE_SPECS else len(KERNELS)]]
+
+
+def signature(variant: Variant, dtype: str) -> tuple:
+    """What a variant is apart from its spec: kind, dtype and options (per-neuron tensors: whether there are any)."""
+    _, kind, options = variant
+    return kind, dtype, tuple((k, bool(v) if k == "per_neuron" else v) for k, v in options)
+
+
+@functools.cache  # rendering is slow: both tests share it
+def _sources(dtype: str) -> tuple[str, ...]:
+    chosen = full_set(dtype) if profile() == "slow" else default_set(dtype)
+    return tuple(dict.fromkeys(neuron_kernel(load_spec(name), kind, dtype, **dict(options)).full_codes
+                               for name, kind, options in chosen))
 
 
 CHUNK = 64  # kernels per translation unit: nvcc's time grows faster than linearly with a unit's size
 
 
 def test_every_variant_of_every_shipped_spec_compiles(nvcc):
-    units = {f"{dtype} #{i // CHUNK}": "\n".join(_variants(dtype)[i:i + CHUNK])
-             for dtype in DTYPES for i in range(0, len(_variants(dtype)), CHUNK)}
+    units = {f"{dtype} #{i // CHUNK}": "\n".join(_sources(dtype)[i:i + CHUNK])
+             for dtype in DTYPES for i in range(0, len(_sources(dtype)), CHUNK)}
     failures = nvcc(units)
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_kernel_names_are_unique_per_variant(dtype):
-    sources = _variants(dtype)
+    sources = _sources(dtype)
     names = [s.split('extern "C" __global__ void ')[1].split("(")[0] for s in sources]
     assert len(names) == len(set(names)), "two different kernels share a name"
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_the_default_set_holds_every_option_combination_of_the_full_set(dtype):
+    """Each (kernel kind, dtype, options) of the full set is in the default set on some spec, and every spec's
+    own-reset kernels are, so no option goes unchecked by default (nothing is rendered here)."""
+    full, default = full_set(dtype), default_set(dtype)
+    missing = {signature(v, dtype) for v in full} - {signature(v, dtype) for v in default}
+    assert not missing, f"options of the full set that no default variant has: {sorted(missing)[:5]}"
+    assert set(default) <= set(full)
+    own = {(name, kind) for name, kind, options in default if options == _options(
+        reset=reset_rules(load_spec(name))[0], detach_reset=False)}
+    assert own == {(name, kind) for name, _ in list_specs() for kind in KERNELS}
+    assert set(REPRESENTATIVE_SPECS) <= {name for name, _ in list_specs()}

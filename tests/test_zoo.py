@@ -51,7 +51,7 @@ def test_zoo_is_shipped_with_one_line_docs():
 
 def _sources(specs: list[NeuronSpec], dtype: str) -> str:
     """Every kernel kind of every spec (hard reset; other variants differ only in their equations, and
-    tests/test_neuron_compile.py compiles all of them for every shipped spec), one definition per name."""
+    tests/test_neuron_compile.py compiles them for the shipped specs: see there), one definition per name."""
     kernels = {k.kernel_name: k.full_codes for spec in specs for k in (neuron_kernel(spec, kind, dtype)
                                                                          for kind in KERNELS)}
     return "\n".join(kernels.values())
