@@ -122,15 +122,17 @@ def test_lif_with_more_than_2_31_neurons_forward(release):
 SHAPE = (2, 4, 65536)   # [B, C, W]: N = 524288, wide enough for the vectorised layouts (4 fp32 / 8 fp16 per thread)
 
 
-def _training_step(name: str, dtype: torch.dtype) -> list[torch.Tensor]:
-    """Outputs and every gradient (x, initial states, a per-channel learnable parameter) of one step."""
+def _training_step(name: str, dtype: torch.dtype, per_neuron: bool = False) -> list[torch.Tensor]:
+    """Outputs and every gradient (x, initial states, a per-channel learnable parameter) of one step.
+    `per_neuron`: the parameter's values spread to one per neuron, so its gradient is each neuron's partial."""
     g = torch.Generator(device=CUDA).manual_seed(7)
     x = (torch.rand(8, *SHAPE, generator=g, device=CUDA) * 2).to(dtype).requires_grad_()
     compute = F32 if dtype != F64 else F64
-    if name == "parametric_lif":
-        params = {"w": torch.linspace(-1, 1, 4, device=CUDA, dtype=compute).reshape(4, 1).requires_grad_()}
-    else:  # alif: tau per channel, learned although the spec makes it a scalar
-        params = {"tau": torch.linspace(1.5, 4, 4, device=CUDA, dtype=compute).reshape(4, 1).requires_grad_()}
+    name_and_values = {"parametric_lif": ("w", (-1, 1)),
+                       "alif": ("tau", (1.5, 4))}  # alif: tau per channel, learned though the spec makes it a scalar
+    key, (low, high) = name_and_values[name]
+    value = torch.linspace(low, high, 4, device=CUDA, dtype=compute).reshape(4, 1)
+    params = {key: (value.expand(SHAPE).clone() if per_neuron else value).requires_grad_()}
     states = [(torch.rand(*SHAPE, generator=g, device=CUDA) * 0.5).to(dtype).requires_grad_()
               for _ in range(2 if name == "alif" else 1)]
     spikes, finals, seqs = F.multi_step(name, x, *states, store_state_seq=True, **params)
@@ -166,13 +168,20 @@ def test_two_runs_are_bitwise_identical(name, dtype):
 @pytest.mark.parametrize("name", ["parametric_lif", "alif"])
 def test_per_channel_sums_agree_with_the_deterministic_path(name, dtype):
     """By default a per-channel parameter's gradient is summed per channel with atomics: outputs and the other
-    gradients are bitwise those of the deterministic path, that gradient equal up to the order of its sum."""
+    gradients are bitwise those of the deterministic path, that gradient equal up to the order of its sum.
+
+    The order's rounding is bounded by the sum of the terms' magnitudes, not by the sum (its terms have both
+    signs): about 1e3 atomic additions per channel here, each of relative error 2**-24, so within 1e-4 of each
+    channel's sum of |partials| (a neuron's partial is its own gradient when the parameter is one per neuron)."""
     fast = _training_step(name, dtype)
     with _deterministic():
         exact = _training_step(name, dtype)
+        partials = _training_step(name, dtype, per_neuron=True)[-1]
     for i, (a, b) in enumerate(zip(fast[:-1], exact[:-1])):
         assert torch.equal(a, b), f"output/gradient {i} differs from the deterministic path"
-    torch.testing.assert_close(fast[-1], exact[-1], rtol=1e-5, atol=0)
+    scale = partials.abs().sum(dim=(0, 2)).reshape(exact[-1].shape)
+    error = (fast[-1] - exact[-1]).abs()
+    assert (error <= 1e-4 * scale).all(), f"per-channel sums differ by {(error / scale).max().item():.2e} of the scale"
 
 
 def test_two_runs_of_a_module_are_bitwise_identical():
