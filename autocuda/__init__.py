@@ -8,8 +8,9 @@ spec layer uses but does not own (`spec.hooks`) when it is imported, before any 
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from .lazy import exported
 
 __version__ = "0.1.0"
 
@@ -50,11 +51,7 @@ _wire_spec_hooks()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return exported(__name__, _HOMES, name, _SUBMODULES)
 
 
 def __dir__() -> list[str]:

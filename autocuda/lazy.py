@@ -7,6 +7,7 @@ the derive and print stages, which always need it, import it as usual.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -22,3 +23,13 @@ class lazy_import:  # noqa: N801 - stands in for a module name
 
     def __repr__(self) -> str:
         return f"<lazily imported module {self._name!r}>"
+
+
+def exported(package: str, homes: Mapping[str, str], name: str, submodules: Iterable[str] = ()) -> Any:
+    """A package's public `name` for its module `__getattr__` (PEP 562): imported on first use from the module
+    `homes` names (relative to `package`), or one of its `submodules` itself; AttributeError for anything else."""
+    if name in homes:
+        return getattr(importlib.import_module(homes[name], package), name)
+    if name in submodules:
+        return importlib.import_module(f".{name}", package)
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -15,8 +15,9 @@ and a process that uses only `FlexSN` never imports the SpikingJelly-compatible 
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from ..lazy import exported
 
 # Public names and the modules they live in, in the order of `__all__`.
 _HOMES = {
@@ -36,9 +37,7 @@ __all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return exported(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:

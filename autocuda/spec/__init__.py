@@ -6,8 +6,9 @@ kernels never imports, and `model` needs `autocuda.surrogate`, which itself need
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from ..lazy import exported
 
 _HOMES = {"check_identifier": ".parse", "parse_expression": ".parse", "evaluate": ".torch_eval",
           "ParsedSpec": ".parsed",
@@ -18,6 +19,4 @@ __all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return exported(__name__, _HOMES, name)
