@@ -26,8 +26,10 @@ from .driver import load_function
 
 # Single-precision division without IEEE rounding (at most 2 ulp): the IEEE path branches to a slow path, and a
 # branch in the time loop keeps the compiler from issuing later steps' loads early (float64 is unaffected).
-# Denormals flushed to zero.
-NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false", "-ftz=true")
+# Denormals flushed to zero. No multiply-add contraction: which products the compiler fuses depends on the code
+# around them (the unroll factor, neurons per thread), and every layout the tuner may pick must give bitwise
+# the same results.
+NVRTC_OPTIONS = ("-std=c++17", "--prec-div=false", "-ftz=true", "--fmad=false")
 CHECK_ARCHS = ("sm_80", "sm_90")
 
 

@@ -49,7 +49,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 #   (unit roundoff 4.9e-4 / 3.9e-3). Backward recomputes the spike, the surrogate and v[t-1] from the stored h,
 #   and sigma' (Sigmoid, alpha=4) amplifies an error in h by up to 4, summed over T steps: hence ~20x / ~10x the
 #   unit roundoff relative to the largest gradient; the margins are ~4 units of storage rounding of h.
-# float32 on the GPU: contracted multiply-adds, 2-ulp transcendentals and divisions (--prec-div=false) give
+# float32 on the GPU: 2-ulp transcendentals and divisions (--prec-div=false) give
 # 1e-5-sized errors that cancellation can raise. An sfa_lif initial-state gradient 4.6e-5 off (float32, one step,
 # one neuron, seed 7; identical with IEEE division) was not that rounding but the exact integrator's coupling
 # phi = (e^{a dt} - e^{d dt})/(a - d) cancelling where tau and tau_w nearly coincide (RANGES draws both from
@@ -428,15 +428,18 @@ def test_backward_launches_leave_the_autograd_thread_in_the_devices_context(monk
     assert switches == [] and grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("full", [False, True], ids=["plain", "full"])
 @pytest.mark.parametrize("odd", [False, True], ids=["even", "odd"])
 @pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "parametric_lif", "alif"])
-def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long, odd, tmp_path, monkeypatch):
+def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long, odd, full, tmp_path, monkeypatch):
     """Each layout the tuner may pick (shared-memory ring, pair copies for one half neuron per thread, vector
-    accesses of 4, 8 or 16 bytes) gives bitwise the results of the fixed rule, for long loops over few neurons
-    and short ones over many, also for odd N (where half precision has no vector or pair layout left); ALIF's
-    replay in 32-step segments (long loops) too."""
+    accesses of 4, 8 or 16 bytes, unrolled 2 to 8 times) gives bitwise the results of the fixed rule, for long
+    loops over few neurons and short ones over many, also for odd N (where half precision has no vector or pair
+    layout left); ALIF's replay in 32-step segments (long loops) too. `full`: initial states as tensors, every
+    state's sequence written, and gradients of the final states and of the state sequences given (the
+    training step of a layer that keeps its states)."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
 
@@ -450,14 +453,18 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     steps = neuron.LONG_LOOP_STEPS + 3 if long else 5
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
-    inits = {s.name: 0.0 for s in spec.states}
+    inits = {s.name: torch.rand(n, device=CUDA).to(dtype) * 0.5 if full else 0.0 for s in spec.states}
+    grads = {"grad_spike_seq": g}
+    if full:
+        grads |= {f"grad_{s.name}_final": torch.randn(n, device=CUDA).to(dtype) for s in spec.states}
+        grads |= {f"grad_{s.name}_seq": torch.randn(steps, n, device=CUDA).to(dtype) for s in spec.states}
 
     def run(layout):
-        out = neuron.forward(config, x, inits, params, layout=layout)
+        out = neuron.forward(config, x, inits, params, store_state_seq=full, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, **{f"{k}_init": v for k, v in inits.items()}}
         saved |= {k: v for k, v in out.items() if k.endswith(("_seq", "_checkpoints")) and k != "spike_seq"}
-        return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
-                                     given_inits=False, layout=layout)
+        return out | neuron.backward(config, grads, saved, params, grad_state_seq=full, grad_finals=full,
+                                     given_inits=full, layout=layout)
 
     fixed = run({"lanes": 0, "unroll": 1, **neuron.replay_option(n, steps)})
     layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long)
@@ -468,6 +475,45 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
             assert torch.equal(got[key], fixed[key]), f"{layout}: {key} differs"
     tuned = run(None)  # the tuner's own choice (any of the above)
     assert all(torch.equal(tuned[key], fixed[key]) for key in fixed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dtype):
+    """A parameter read per channel (its gradient summed per channel with atomics) and the same values read per
+    neuron (one partial per neuron) give bitwise the same outputs and input gradients in every layout the tuner
+    may pick, and the same per-channel sums up to their order (bounded by the sum of |partials|)."""
+    from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
+    from autocuda.runtime import neuron_launch as neuron
+    from autocuda.runtime import tuning
+
+    spec = resolve_spec("parametric_lif")
+    channels, n, steps = 4, neuron.LONG_LOOP_NEURONS, 6
+    w = torch.linspace(-1, 1, channels, device=CUDA)
+    x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
+    g = torch.randn(steps, n, device=CUDA).to(dtype)
+    scalars = {p.name: p.default for p in spec.params if p.kind != "tensor"}
+
+    def run(kind, layout):
+        config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=(("w", kind),))
+        params = dict(scalars, w=w if kind == PER_CHANNEL else w.repeat_interleave(n // channels))
+        if kind == PER_CHANNEL:
+            params |= {"ac_channels": float(channels), "ac_inner": float(n // channels)}
+        out = neuron.forward(config, x, {"v": 0.0}, params, layout=layout)
+        saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0}
+        return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
+                                     given_inits=False, layout=layout)
+
+    layouts = [None, *tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long=False)]
+    first = run(PER_NEURON, layouts[0])
+    for layout in layouts:
+        by_channel, by_neuron = run(PER_CHANNEL, layout), run(PER_NEURON, layout)
+        for key in by_neuron:
+            if key != "grad_w":
+                assert torch.equal(by_neuron[key], first[key]), f"{layout}: {key} differs from the tuned layout's"
+                assert torch.equal(by_channel[key], by_neuron[key]), f"{layout}: {key} differs per channel"
+        partials = by_neuron["grad_w"].reshape(channels, -1)
+        error = (by_channel["grad_w"] - partials.sum(1)).abs()
+        assert (error <= 1e-4 * partials.abs().sum(1)).all(), f"{layout}: per-channel sums differ"
 
 
 @pytest.mark.parametrize("long", [True, False], ids=["long", "short"])
