@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from backends import NEEDS_HOST
 
 from autocuda import functional as F
 from autocuda import ops
@@ -278,3 +279,39 @@ def test_no_final_state_gradient_takes_a_kernel_that_starts_from_zero(name):
     recipes = ops.entry(get_plan(name).key).config._recipes
     flags = {flags for kind, _, flags, _ in recipes if kind == "bptt"}
     assert (False, False, False) in flags and (False, True, False) in flags, flags  # numbers as initial states
+
+
+@NEEDS_HOST
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread(lanes):
+    """Backward adds a per-channel parameter's gradient per channel: a thread whose lanes are all in one run of a
+    channel adds their sum, one where a run ends among its lanes adds each lane's own. Runs of 9 neurons end
+    inside threads of 2 and 4 lanes (one run spans three threads); the sums are the per-neuron partials'."""
+    from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
+    from autocuda.runtime import neuron_launch as neuron
+
+    spec = resolve_spec("parametric_lif")
+    channels, inner, steps = 5, 9, 4
+    n = 8 * channels * inner
+    g = torch.Generator().manual_seed(3)
+    w = torch.linspace(-1, 1, channels)
+    x, grad = torch.rand(steps, n, generator=g) * 2, torch.randn(steps, n, generator=g)
+    layout = {"lanes": lanes, "vector": True, "unroll": 2} if lanes > 1 else {"lanes": 0, "unroll": 2}
+
+    def run(kind):
+        config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=(("w", kind),))
+        params = {"v_threshold": 1.0, "v_reset": 0.0}
+        if kind == PER_CHANNEL:
+            params |= {"w": w, "ac_channels": float(channels), "ac_inner": float(inner)}
+        else:
+            params |= {"w": w.repeat_interleave(inner).repeat(n // (channels * inner))}
+        out = neuron.forward(config, x, {"v": 0.0}, params, layout=layout, backend="host")
+        saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0}
+        return out | neuron.backward(config, {"grad_spike_seq": grad}, saved, params, grad_finals=False,
+                                     given_inits=False, layout=layout, backend="host")
+
+    by_channel, by_neuron = run(PER_CHANNEL), run(PER_NEURON)
+    assert torch.equal(by_channel["grad_x_seq"], by_neuron["grad_x_seq"])
+    partials = by_neuron["grad_w"].reshape(-1, channels, inner).transpose(0, 1).reshape(channels, -1)
+    torch.testing.assert_close(by_channel["grad_w"], partials.sum(1), rtol=1e-5, atol=1e-5)
+    assert partials.abs().sum() > 0

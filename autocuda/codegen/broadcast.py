@@ -4,6 +4,7 @@ which imports this without the generator's dependencies."""
 from __future__ import annotations
 
 __all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "PARAM_INDEX", "PER_CHANNEL", "PER_NEURON", "SHARED",
+           "channel_run",
            "Broadcast"]
 
 # How a tensor parameter spreads over the neurons (`KernelOptions.tensor_params`): one value for all, one per neuron,
@@ -14,7 +15,14 @@ SHARED, PER_NEURON, PER_CHANNEL = False, True, "channel"
 Broadcast = bool | str
 BROADCASTS: tuple[Broadcast, ...] = (SHARED, PER_NEURON, PER_CHANNEL)
 CHANNEL_KEYS = ("ac_channels", "ac_inner")
-CHANNEL_RUN = "(ac_n0 + lane) / ac_inner"  # a lane's run of neurons of one channel (runs repeat every C)
+
+
+def channel_run(lane: str) -> str:
+    """The run of neurons of one channel that lane `lane` of a thread is in (runs repeat every C channels)."""
+    return f"(ac_n0 + {lane}) / ac_inner"
+
+
+CHANNEL_RUN = channel_run("lane")
 # Where lane `lane` of a thread reads a tensor parameter: (offset, one element per lane after it?)
 PARAM_INDEX: dict[Broadcast, tuple[str, bool]] = {SHARED: ("0", False), PER_NEURON: ("ac_n0", True),
                                                   PER_CHANNEL: (f"{CHANNEL_RUN} % ac_channels", False)}

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .broadcast import CHANNEL_RUN
+from .broadcast import CHANNEL_RUN, channel_run
 from .code import Code
 from .options import VECTOR_CTYPES, KernelOptions, Plan, Statement, Transfer, pair_copies
 
@@ -148,10 +148,7 @@ class BodyWriter:
                 code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_stage[lane] = "
                           f"{item.lane_value(item.register + '[lane]')};")
             if item.channel_sum:
-                # every lane takes part (a lane past N adds nothing): the sum is shared across the warp
-                code.line("#pragma unroll")
-                code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_add_to_channel({item.pointer}, "
-                          f"{CHANNEL_RUN}, ac_channels, ac_n0 + lane < N ? ac_stage[lane] : {item.element}(0));")
+                self.channel_sum(item)
             elif self.vector and item.vectorizable:
                 # elements meet the vector through memcpy: a pointer cast would break aliasing rules
                 code.line(f"{self.vector_t} ac_vec;  ")
@@ -161,6 +158,28 @@ class BodyWriter:
                 code.line("#pragma unroll")
                 with code.block(f"for (int lane = 0; lane < {lanes}; ++lane)"):
                     code.line(f"if (ac_n0 + lane < N) {item.element_ref} = ac_stage[lane];")
+
+    def channel_sum(self, item: Transfer) -> None:
+        """Add each lane's value (`ac_stage`) into its channel's sum (a lane past N adds nothing). A thread's lanes
+        are consecutive neurons, all in one run of a channel except where a run ends among them. Threads whose
+        lanes share a run add their sum, shared across the warp (`ac_add_to_channel`: every thread of a run
+        calls it together); the threads where a run ends add each lane's value alone."""
+        code, lanes, zero = self.code, self.lanes, f"{item.element}(0)"
+        value = f"ac_n0 + lane < N ? ac_stage[lane] : {zero}"
+        if lanes == 1:
+            code.line("#pragma unroll")
+            code.line(f"for (int lane = 0; lane < 1; ++lane) ac_add_to_channel({item.pointer}, {CHANNEL_RUN}, "
+                      f"ac_channels, {value});")
+            return
+        with code.block(f"if ({channel_run('0')} == {channel_run(str(lanes - 1))})"):
+            code.line(f"{item.element} ac_sum = {zero};")
+            code.line("#pragma unroll")
+            code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_sum += {value};")
+            code.line(f"ac_add_to_channel({item.pointer}, {channel_run('0')}, ac_channels, ac_sum);")
+        with code.block("else"):
+            code.line("#pragma unroll")
+            code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_add_to_channel_alone({item.pointer}, "
+                      f"{CHANNEL_RUN}, ac_channels, {value});")
 
     def load(self, item: Transfer, slot: str) -> None:
         code, lanes = self.code, self.lanes

@@ -477,17 +477,21 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     assert all(torch.equal(tuned[key], fixed[key]) for key in fixed)
 
 
+@pytest.mark.parametrize("channels, inner", [(4, 32768), (5, 9)], ids=["long-runs", "runs-end-inside-threads"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dtype):
+def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dtype, channels, inner):
     """A parameter read per channel (its gradient summed per channel with atomics) and the same values read per
     neuron (one partial per neuron) give bitwise the same outputs and input gradients in every layout the tuner
-    may pick, and the same per-channel sums up to their order (bounded by the sum of |partials|)."""
+    may pick, and the same per-channel sums up to their order (bounded by the sum of |partials|). Runs of one
+    channel of 9 neurons end inside threads of 2, 4 or 8 neurons, and one run can span three threads."""
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
 
     spec = resolve_spec("parametric_lif")
-    channels, n, steps = 4, neuron.LONG_LOOP_NEURONS, 6
+    # whole blocks of C runs, a multiple of 8 neurons (vector layouts), at least as many as big layers' (tuned)
+    block = 8 * channels * inner
+    n, steps = block * -(-neuron.LONG_LOOP_NEURONS // block), 6
     w = torch.linspace(-1, 1, channels, device=CUDA)
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
@@ -495,9 +499,10 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
 
     def run(kind, layout):
         config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=(("w", kind),))
-        params = dict(scalars, w=w if kind == PER_CHANNEL else w.repeat_interleave(n // channels))
+        per_neuron = w.repeat_interleave(inner).repeat(n // (channels * inner))
+        params = dict(scalars, w=w if kind == PER_CHANNEL else per_neuron)
         if kind == PER_CHANNEL:
-            params |= {"ac_channels": float(channels), "ac_inner": float(n // channels)}
+            params |= {"ac_channels": float(channels), "ac_inner": float(inner)}
         out = neuron.forward(config, x, {"v": 0.0}, params, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0}
         return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
@@ -511,7 +516,7 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
             if key != "grad_w":
                 assert torch.equal(by_neuron[key], first[key]), f"{layout}: {key} differs from the tuned layout's"
                 assert torch.equal(by_channel[key], by_neuron[key]), f"{layout}: {key} differs per channel"
-        partials = by_neuron["grad_w"].reshape(channels, -1)
+        partials = by_neuron["grad_w"].reshape(-1, channels, inner).transpose(0, 1).reshape(channels, -1)
         error = (by_channel["grad_w"] - partials.sum(1)).abs()
         assert (error <= 1e-4 * partials.abs().sum(1)).all(), f"{layout}: per-channel sums differ"
 
