@@ -213,7 +213,14 @@ class _Statistics(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, channel: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         dims = [d for d in range(x.dim()) if d != channel]
-        var, mean = torch.var_mean(x.float() if x.dtype in _LOW else x, dim=dims, correction=0)
+        wide = x.float() if x.dtype in _LOW else x
+        if torch.compiler.is_compiling():
+            # Two plain reductions (the mean, then the squared deviations', which Inductor fuses into one pass):
+            # Triton fails to compile Inductor's one-pass var_mean kernel for large layers (torch 2.11)
+            mean = wide.mean(dim=dims, keepdim=True)
+            var, mean = (wide - mean).square().mean(dim=dims), mean.reshape(-1)
+        else:
+            var, mean = torch.var_mean(wide, dim=dims, correction=0)
         ctx.save_for_backward(x, mean)
         ctx.channel, ctx.count = channel, count
         return mean, var
