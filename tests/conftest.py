@@ -140,6 +140,17 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS
     return {label: message for label, message in results if message is not None}
 
 
+def compile_together(check: Callable[..., dict[str, str]], sources: Mapping[str, str], **options: object
+                     ) -> dict[str, str]:
+    """`check` (the `nvcc` fixture) on the labelled sources joined into one translation unit: one nvcc run, not
+    one per source (each run pays nvcc's start-up and the CUDA headers again). Where nvcc refuses the unit, each
+    source on its own, so that the failures name their sources. Each source must stand alone and declare its own
+    kernel names (generated ones do: their shared preludes sit behind include guards)."""
+    if len(sources) > 1 and not check({" + ".join(sources): "\n".join(sources.values())}, **options):
+        return {}
+    return check(dict(sources), **options)
+
+
 @pytest.fixture(scope="session")
 def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
     """`compile_batch` (with the record of accepted sources, in the default profile where pytest's cache is

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
+from conftest import compile_together
+
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.host import load_kernels
@@ -59,7 +61,7 @@ def _sources(specs: list[NeuronSpec], dtype: str) -> str:
 
 def test_zoo_kernels_compile(nvcc):
     specs = [load_spec(name) for name in ZOO]
-    failures = nvcc({dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
+    failures = compile_together(nvcc, {dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
 
 
