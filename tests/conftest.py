@@ -7,6 +7,7 @@ loads this file too, runs no test, and would import them (seconds of CPU) before
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import math
 import os
@@ -55,11 +56,21 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from hypothesis import settings
 
+    gc.disable()  # until the tests are collected: see pytest_collection_finish
     share_cores()
     for name, count in PROFILES.items():
         settings.register_profile(f"autocuda-{name}", max_examples=count)
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
         settings.load_profile(f"autocuda-{profile()}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collection imports torch, sympy and every test module and builds the test items: objects that live as long
+    as the process. The garbage collector's full passes would walk them all each time (seconds over a run), so
+    it is off while they are built; after one collection they are frozen out of its passes (gc.freeze)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()
 
 
 def share_cores() -> None:
