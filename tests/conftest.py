@@ -73,12 +73,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.enable()
 
 
+def cores() -> int:
+    """The cores this test process may keep busy: in an xdist worker its share, else all of them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 def share_cores() -> None:
     """In an xdist worker: torch's threads (and those of the scripts the tests start) limited to the worker's share
-    of the cores, since workers that each spin a thread per core slow each other down many times over."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if workers > 1:
-        threads = max(1, (os.cpu_count() or 1) // workers)
+    of the cores, since workers that each spin a thread per core slow each other down many times over. The
+    tests' compiler pools take `cores()` as well: more compilers than cores cost CPU time in switching."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:
+        threads = cores()
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         import torch
 
@@ -161,7 +167,7 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None
             record.touch()
         return item[0], None
 
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+    with ThreadPoolExecutor(max_workers=cores()) as pool:
         results = list(pool.map(check, sources.items()))
     return {label: message for label, message in results if message is not None}
 

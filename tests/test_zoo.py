@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from conftest import compile_together
+from conftest import compile_together, cores
 
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
@@ -66,8 +66,8 @@ def test_zoo_kernels_compile(nvcc):
 
 
 def _precompile(specs: list[NeuronSpec]) -> None:
-    """Compile the host kernels check_spec loads, on every core (it would compile them one by one); the options
-    are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
+    """Compile the host kernels check_spec loads, on this process's cores (it would compile them one by one); the
+    options are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
     jobs = {}
     for spec in specs:
         for dtype in HOST["dtypes"]:
@@ -80,7 +80,7 @@ def _precompile(specs: list[NeuronSpec]) -> None:
                                         **layout),
                           config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
                     jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-    load_kernels(jobs.values())
+    load_kernels(jobs.values(), workers=cores())
 
 
 def test_zoo_kernels_match_reference_on_host():
