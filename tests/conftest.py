@@ -1,9 +1,13 @@
 """Shared test machinery: the test profiles (default and `--slow`), the `gpu` marker's skip rule, nvcc compile
 checks, a host C++ evaluator, and the seeds' two worked kernels (heaviside, cumsum) built for any dtype.
+
+torch, numpy, hypothesis and autocuda are imported by the functions that use them: pytest-xdist's controller
+loads this file too, runs no test, and would import them (seconds of CPU) before it starts the workers.
 """
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import math
 import os
@@ -13,17 +17,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import pytest
-import torch
-from hypothesis import settings
 
-from autocuda import cfunction
-from autocuda.ckernel import CKernel1D, CKernel2D
-from autocuda.dtypes import get_dtype
-from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check, nvcc_path
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from autocuda.ckernel import CKernel1D, CKernel2D
 
 # -- profiles -----------------------------------------------------------------------------------------
 # The default profile runs every property and fuzzer with fewer examples, checks a covering set of the kernel
@@ -50,6 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
     if config.getoption("--slow"):
         os.environ[SLOW_VARIABLE] = "1"  # seen by the test modules, xdist's workers and subprocesses
+    if controller:  # it runs no test: neither profiles nor threads to set
+        return
+    from hypothesis import settings
+
+    gc.disable()  # until the tests are collected: see pytest_collection_finish
     share_cores()
     for name, count in PROFILES.items():
         settings.register_profile(f"autocuda-{name}", max_examples=count)
@@ -57,13 +64,30 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(f"autocuda-{profile()}")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collection imports torch, sympy and every test module and builds the test items: objects that live as long
+    as the process. The garbage collector's full passes would walk them all each time (seconds over a run), so
+    it is off while they are built; after one collection they are frozen out of its passes (gc.freeze)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+
+
+def cores() -> int:
+    """The cores this test process may keep busy: in an xdist worker its share, else all of them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 def share_cores() -> None:
     """In an xdist worker: torch's threads (and those of the scripts the tests start) limited to the worker's share
-    of the cores, since workers that each spin a thread per core slow each other down many times over."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if workers > 1:
-        threads = max(1, (os.cpu_count() or 1) // workers)
+    of the cores, since workers that each spin a thread per core slow each other down many times over. The
+    tests' compiler pools take `cores()` as well: more compilers than cores cost CPU time in switching."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:
+        threads = cores()
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        import torch
+
         torch.set_num_threads(min(torch.get_num_threads(), threads))
 
 
@@ -90,6 +114,8 @@ def examples(full: int, default: int) -> int:
 # -- the gpu marker -----------------------------------------------------------------------------------
 def gpu_missing() -> str | None:
     """Why GPU tests cannot run here, or None when they can."""
+    import torch
+
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch.cuda.is_available() is False"
     from autocuda.runtime import nvrtc
@@ -113,15 +139,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # gives the same verdict. Failures are never recorded; the slow profile and `--cache-clear` compile everything.
 @functools.cache
 def nvcc_identity() -> str:
+    from autocuda.runtime.compile import nvcc_path
+
     path = nvcc_path()
     return path + "\n" + subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
 
 
-def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS,
+def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None,
                   passed: Path | None = None) -> dict[str, str]:
-    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`); the failures as
-    label -> nvcc's message. Sources recorded in the folder `passed` are taken as accepted; those accepted now
-    are recorded there."""
+    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`) for `archs` (default
+    CHECK_ARCHS); the failures as label -> nvcc's message. Sources recorded in the folder `passed` are taken as
+    accepted; those accepted now are recorded there."""
+    from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check
+
+    archs = CHECK_ARCHS if archs is None else archs
+
     def check(item: tuple[str, str]) -> tuple[str, str | None]:
         key = f"{nvcc_identity()}\n{archs}\nunoptimised\n{item[1]}"
         record = passed and passed / hashlib.sha256(key.encode()).hexdigest()
@@ -135,15 +167,28 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] = CHECK_ARCHS
             record.touch()
         return item[0], None
 
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+    with ThreadPoolExecutor(max_workers=cores()) as pool:
         results = list(pool.map(check, sources.items()))
     return {label: message for label, message in results if message is not None}
+
+
+def compile_together(check: Callable[..., dict[str, str]], sources: Mapping[str, str], **options: object
+                     ) -> dict[str, str]:
+    """`check` (the `nvcc` fixture) on the labelled sources joined into one translation unit: one nvcc run, not
+    one per source (each run pays nvcc's start-up and the CUDA headers again). Where nvcc refuses the unit, each
+    source on its own, so that the failures name their sources. Each source must stand alone and declare its own
+    kernel names (generated ones do: their shared preludes sit behind include guards)."""
+    if len(sources) > 1 and not check({" + ".join(sources): "\n".join(sources.values())}, **options):
+        return {}
+    return check(dict(sources), **options)
 
 
 @pytest.fixture(scope="session")
 def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
     """`compile_batch` (with the record of accepted sources, in the default profile where pytest's cache is
     on), or a skip (with the reason) where the CUDA toolkit is absent."""
+    from autocuda.runtime.compile import nvcc_path
+
     try:
         nvcc_path()
     except RuntimeError as error:
@@ -193,6 +238,8 @@ def run_host(cases: Sequence[HostCase]) -> list[np.ndarray]:
 
     Returns each case's values at its points, in order.
     """
+    import numpy as np
+
     cases = [HostCase(*case) for case in cases]
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
@@ -217,6 +264,10 @@ def host_eval() -> Callable[[Sequence[HostCase]], list[np.ndarray]]:
 # -- the seeds' worked examples -----------------------------------------------------------------------------
 def heaviside_kernel(dtype: str | torch.dtype) -> CKernel1D:
     """y = Θ(x) element-wise (Θ(0) = 1), in the word type of `dtype`."""
+    from autocuda import cfunction
+    from autocuda.ckernel import CKernel1D
+    from autocuda.dtypes import get_dtype
+
     d = get_dtype(dtype)
     kernel = CKernel1D(kernel_name=f"heaviside_{d.name}")
     kernel.add_param(f"const {d.ctype} *", "x")
@@ -227,6 +278,10 @@ def heaviside_kernel(dtype: str | torch.dtype) -> CKernel1D:
 
 def cumsum_kernel(dtype: str | torch.dtype, reverse: bool = False) -> CKernel2D:
     """y[t] = x[t] + y[t -/+ 1] over the time axis of [T, N]; `reverse` sums from the last step back."""
+    from autocuda import cfunction
+    from autocuda.ckernel import CKernel2D
+    from autocuda.dtypes import get_dtype
+
     d = get_dtype(dtype)
     kernel = CKernel2D(kernel_name=f"cumsum_{d.name}{'_rev' if reverse else ''}", reverse=reverse)
     kernel.add_param(f"const {d.ctype} *", "x")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
+from conftest import compile_together
 
 from autocuda import cfunction as cf
 from autocuda import surrogate
@@ -251,7 +252,7 @@ def compiled(nvcc) -> tuple[dict[str, str], dict[str, str]]:
     for dtype in DEVICE_DTYPES:
         d = get_dtype(dtype)
         sources[dtype] = "\n".join([*d.headers, d.prelude, emitters_kernel(dtype, True), emitters_kernel(dtype, False)])
-    return sources, nvcc(sources)
+    return sources, compile_together(nvcc, sources)
 
 
 @pytest.mark.parametrize("dtype", DEVICE_DTYPES)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compile_together
 
 from autocuda.ckernel import CKernel, CKernel1D, CKernel2D
 from autocuda.runtime.compile import (
@@ -37,7 +38,7 @@ def seed_sources(seed_kernels) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def seed_failures(nvcc, seed_sources) -> dict[str, str]:
     assert tuple(CHECK_ARCHS) == ("sm_80", "sm_90")
-    return nvcc(seed_sources)
+    return compile_together(nvcc, seed_sources)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -12,8 +12,8 @@ oracle), for setups of shipped spec x {float32, float64, float16, bfloat16} x {h
   checked together (`test_the_default_setups_hold_every_pair_of_the_full_product` checks it).
 
 Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
-disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 16 to a compiler run, on
-every core.
+disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 16 to a compiler run, as
+many runs at once as this process has cores (`conftest.cores`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPRESENTATIVE_SPECS, examples, profile
+from conftest import REPRESENTATIVE_SPECS, cores, examples, profile
 from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
@@ -103,11 +103,11 @@ def _kernels(setup: Setup) -> list[NeuronKernel]:
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """Compile every kernel of this file up front, many to a compiler run and a run per core (`load_kernels`).
-    Tests would compile on demand anyway, one kernel a run."""
+    """Compile every kernel of this file up front, many to a compiler run and a run per core of this process
+    (`load_kernels`, `conftest.cores`). Tests would compile on demand anyway, one kernel a run."""
     jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
             for setup in _setups() for k in _kernels(setup)}
-    load_kernels(jobs.values())
+    load_kernels(jobs.values(), workers=cores())
     return len(jobs)
 
 

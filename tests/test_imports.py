@@ -1,5 +1,10 @@
 """What importing autocuda costs: the public names of `autocuda.nn` are imported on first use, and none of them
-needs the generator (sympy, jinja2) or the optional tools (NIR, matplotlib). Each check runs in a fresh process."""
+needs the generator (sympy, jinja2), Dynamo or the optional tools (NIR, matplotlib, cupy).
+
+The import checks share one fresh process (a child interpreter costs more than all of them): it runs STEPS in turn
+and records the WATCHED modules imported after each. A step only adds modules, so one absent after a step is
+absent from a fresh process that runs that step alone: sharing the process can fail an absence check wrongly,
+never pass it wrongly."""
 from __future__ import annotations
 
 import json
@@ -17,30 +22,46 @@ HEAVY = ("sympy", "jinja2", "nir", "nirtorch", "matplotlib", "cupy")
 SJ_COMPAT = ("autocuda.nn.neuron", "autocuda.nn.spikingjelly", "autocuda.nn.spikingjelly_more",
              "autocuda.nn.spikingjelly_variants", "autocuda.nn.spikingjelly_levels", "autocuda.nn.batchnorm",
              "spikingjelly")
+DYNAMO = "torch._dynamo"
+WATCHED = (*HEAVY, *SJ_COMPAT, DYNAMO)
+STEPS = {"autocuda.nn": "import autocuda, autocuda.nn",
+         "FlexSN": "from autocuda.nn import FlexSN",
+         "autocuda.functional": "import autocuda.functional",
+         "every public name": "for name in autocuda.nn.__all__: getattr(autocuda.nn, name)"}
 
 
-def imported_after(code: str) -> list[str]:
-    """The modules (of HEAVY and SJ_COMPAT) that a fresh process has imported after running `code`."""
-    names = [*HEAVY, *SJ_COMPAT]
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", probe], env=os.environ | {"PYTHONPATH": str(REPO)},
+@pytest.fixture(scope="module")
+def imported_after() -> dict[str, list[str]]:
+    """Step -> the WATCHED modules a fresh process has imported once it has run STEPS up to that one."""
+    lines = ["import json, sys", "found = {}"]
+    for step, code in STEPS.items():
+        lines += [code, f"found[{step!r}] = sorted(m for m in {WATCHED!r} if m in sys.modules)"]
+    lines.append("print(json.dumps(found))")
+    done = subprocess.run([sys.executable, "-c", "\n".join(lines)], env=os.environ | {"PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_importing_autocuda_nn_imports_none_of_its_classes():
-    assert imported_after("import autocuda, autocuda.nn") == []
+def test_importing_autocuda_nn_imports_none_of_its_classes(imported_after):
+    assert imported_after["autocuda.nn"] == []
 
 
-def test_flexsn_needs_neither_the_spikingjelly_classes_nor_the_generator():
-    assert imported_after("from autocuda.nn import FlexSN") == []
+def test_flexsn_needs_neither_the_spikingjelly_classes_nor_the_generator(imported_after):
+    assert imported_after["FlexSN"] == []
 
 
-def test_every_public_name_of_autocuda_nn_imports_nothing_heavy():
-    found = imported_after("import autocuda.nn, autocuda.functional\n"
-                           "for name in autocuda.nn.__all__: getattr(autocuda.nn, name)")
-    assert not set(found) & set(HEAVY), found
+def test_importing_autocuda_imports_neither_sympy_nor_jinja(imported_after):
+    assert not {"sympy", "jinja2", "cupy"} & set(imported_after["autocuda.functional"])
+
+
+def test_importing_the_functional_api_does_not_import_dynamo(imported_after):
+    assert DYNAMO not in imported_after["autocuda.functional"], "importing Dynamo costs seconds in every fresh process"
+
+
+def test_every_public_name_of_autocuda_nn_imports_nothing_heavy(imported_after):
+    found = imported_after["every public name"]
+    assert not set(found) & {*HEAVY, DYNAMO}, found
     assert "autocuda.nn.batchnorm" in found, "the loop above must have imported every class"
 
 

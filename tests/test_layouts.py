@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from conftest import cores
 
 from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.host import load_kernels
@@ -65,7 +66,8 @@ NATIVE_LAYOUTS = ({"lanes": 2}, {"native": True}, {"native": True, "lanes": 4, "
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> None:
     """Compile the kernels `_run_all` launches for the layouts below up front, many to a compiler run and a run
-    per core (`load_kernels`); the tests would compile them on demand, one kernel a run."""
+    per core of this process (`load_kernels`, `conftest.cores`); the tests would compile them on demand, one
+    kernel a run."""
     runs = [(name, dtype, layout) for name in MODELS for dtype, layouts in LAYOUTS.items()
             for layout in ({"lanes": 1}, *layouts)]
     runs += [(name, dtype, layout) for name in ("izhikevich", "parametric_lif") for dtype in NATIVE_TOLERANCE
@@ -76,7 +78,7 @@ def compiled_kernels() -> None:
         for kind, flags in (("fptt", (True, True, True, True)), ("bptt", (False, True, True))):
             kernel = config.recipe(kind, dtype, flags, Layout.of(layout)).kernel
             jobs[kernel.kernel_name] = (kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
-    load_kernels(jobs.values())
+    load_kernels(jobs.values(), workers=cores())
 
 
 @pytest.mark.parametrize("dtype", list(LAYOUTS), ids=str)

@@ -8,6 +8,7 @@ The nets are built on the meta device and VGG's 4096-wide classifier is narrowed
 the test is about the neurons inside the nets, and stays fast on a CPU."""
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -78,14 +79,20 @@ def initialize(net: nn.Module, seed: int) -> None:
                 tensor.copy_(values + (1.0 if name.endswith("bn1.weight") or name.endswith("bn2.weight") else 0.0))
 
 
-def pair(model: str, node: str, device: str = "cpu", dtype: torch.dtype = F64) -> tuple[nn.Module, nn.Module]:
-    theirs = build(model, getattr(sj_neuron, node), device, dtype)
+@functools.cache
+def initial_state(model: str, node: str) -> dict[str, torch.Tensor]:
+    """The weights both nets start from: SpikingJelly's net, initialised (made once per case)."""
+    theirs = build(model, getattr(sj_neuron, node))
     initialize(theirs, 0)
-    mine = build(model, getattr(our, node), device, dtype)
-    mine.load_state_dict(theirs.state_dict())
-    for net in (theirs, mine):
-        functional.set_step_mode(net, "m")
-    return theirs, mine
+    return theirs.state_dict()
+
+
+def starting_net(model: str, node: type) -> nn.Module:
+    """A net of `node` layers (SpikingJelly's or ours) with the case's initial weights, in multi-step mode."""
+    net = build(model, node)
+    net.load_state_dict(initial_state(model, node.__name__))
+    functional.set_step_mode(net, "m")
+    return net
 
 
 def train(net: nn.Module, x: torch.Tensor, chunks: int, lr: float = 0.05) -> list[tuple[torch.Tensor, dict]]:
@@ -108,17 +115,26 @@ def train(net: nn.Module, x: torch.Tensor, chunks: int, lr: float = 0.05) -> lis
     return record
 
 
+def _input(model: str) -> torch.Tensor:
+    side = MODELS[model][2]
+    return 2 * torch.rand(2, 2, 3, side, side, dtype=F64, generator=torch.Generator().manual_seed(1))
+
+
+@functools.cache
+def trained_theirs(model: str, node: str) -> list[tuple[torch.Tensor, dict]]:
+    """SpikingJelly's net's training record: the same for both backends of ours, so made once."""
+    return train(starting_net(model, getattr(sj_neuron, node)), _input(model), 2)
+
+
 @pytest.mark.parametrize("backend", ["reference", pytest.param("host", marks=pytest.mark.skipif(
     toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))])
 @pytest.mark.parametrize(("model", "node"), CASES)
 def test_zoo_model_with_our_neurons_trains_as_theirs(model: str, node: str, backend: str) -> None:
-    theirs, mine = pair(model, node)
+    mine = starting_net(model, getattr(our, node))
     for module in mine.modules():
         if isinstance(module, our.Neuron):
             module.backend = backend  # the torch reference, or the generated kernels run on the CPU
-    side = MODELS[model][2]
-    x = 2 * torch.rand(2, 2, 3, side, side, dtype=F64, generator=torch.Generator().manual_seed(1))
-    expected, got = train(theirs, x, 2), train(mine, x, 2)
+    expected, got = trained_theirs(model, node), train(mine, _input(model), 2)
     for (out_a, grads_a), (out_b, grads_b) in zip(expected, got):
         torch.testing.assert_close(out_b, out_a)
         assert grads_a.keys() == grads_b.keys()

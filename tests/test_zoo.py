@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
+from conftest import compile_together, cores
+
 from autocuda.codegen.neuron import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.host import load_kernels
@@ -59,13 +61,13 @@ def _sources(specs: list[NeuronSpec], dtype: str) -> str:
 
 def test_zoo_kernels_compile(nvcc):
     specs = [load_spec(name) for name in ZOO]
-    failures = nvcc({dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
+    failures = compile_together(nvcc, {dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
 
 
 def _precompile(specs: list[NeuronSpec]) -> None:
-    """Compile the host kernels check_spec loads, on every core (it would compile them one by one); the options
-    are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
+    """Compile the host kernels check_spec loads, on this process's cores (it would compile them one by one); the
+    options are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
     jobs = {}
     for spec in specs:
         for dtype in HOST["dtypes"]:
@@ -78,7 +80,7 @@ def _precompile(specs: list[NeuronSpec]) -> None:
                                         **layout),
                           config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
                     jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-    load_kernels(jobs.values())
+    load_kernels(jobs.values(), workers=cores())
 
 
 def test_zoo_kernels_match_reference_on_host():

@@ -360,12 +360,21 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
         tuned = config.tuned_layout(kind, flags, names, args, like, n, steps or 0, long)
         if tuned is not None:
             return tuned
-    if n < 2 * MIN_THREADS:  # too few neurons for two per thread: skip the alignment checks
-        return LONG_LOOP if long else SMALL_LOOP
+    small = small_layout(n, steps)
+    if small is not None:
+        return small
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES * like.dtype.itemsize),) if long else VECTOR_BYTES
     access = choose_layout(n, like.dtype, _tensors(args), widths)
     return (LONG_LOOP if long else SHORT_LOOP).replace(lanes=access.lanes, vector=access.vector)
+
+
+def small_layout(n: int, steps: int | None) -> Layout | None:
+    """The fixed rule's layout of a call over too few neurons for two per thread (no alignment to check), or None
+    for more neurons (`_layout`; a GPU may time a long loop's layout instead)."""
+    if n >= 2 * MIN_THREADS:
+        return None
+    return LONG_LOOP if long_loop(n, steps) else SMALL_LOOP
 
 
 def long_loop(n: Any, steps: Any) -> bool:

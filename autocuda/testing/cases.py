@@ -123,6 +123,11 @@ class Case:
         steps, neurons = self.multi.x.shape
         return f"{self.setup.label} T={steps} N={neurons}"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How hypothesis shows a case: by its label. It prints each explicit example's arguments before running
+        it, failing or not, and printing every tensor of a case would take longer than checking it."""
+        printer.text(f"Case({self.label})")
+
 
 # -- random values --------------------------------------------------------------------------------------------
 def _runtime_params(setup: Setup) -> list[Param]:

@@ -17,7 +17,8 @@ import torch
 from .. import reference
 from ..codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
-from ..runtime.neuron_launch import NeuronConfig, backward, forward, replay_option
+from ..layout import Layout
+from ..runtime.neuron_launch import NeuronConfig, backward, forward, replay_option, small_layout
 from ..spec.derive import THRESHOLD, H, StepSystem
 from ..spec.load import load_spec
 from ..spec.model import NeuronSpec
@@ -285,11 +286,33 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
                     jobs.append((setup, _shape(i, case_seed, max_steps, max_neurons, multiple), case_seed))
     # Host kernels compile in compiler processes and run with the GIL released: threads overlap both.
     workers = (os.cpu_count() or 2) if backend == "host" else 1
+    if backend == "host":
+        _compile_host_kernels(jobs)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         report = Report(list(pool.map(lambda job: check_case(make_case(*job), backend), jobs)))
     if raise_on_failure:
         report.raise_on_failure()
     return report
+
+
+def _compile_host_kernels(jobs: Iterable[tuple[Setup, tuple[int, int], int]]) -> None:
+    """The host kernels that the jobs' cases launch (as `_kernel_run` does), compiled up front, many to a compiler
+    run (`load_kernels`): the cases would compile them one by one. Kernels of a shape whose layout depends on its
+    tensors are left to compile when launched."""
+    from ..host import load_kernels
+
+    found = {}
+    for setup, (steps, neurons), _ in jobs:
+        config, storage = setup.config(), get_dtype(setup.dtype).torch_dtype
+        seqs = setup.store_state_seq
+        for kind, flags, loop in (("fptt", (seqs, True, True, True), steps), ("bptt", (seqs, True, True), steps),
+                                  ("step-forward", (False, True, True, True), None),
+                                  ("step-backward", (False, True, True), None)):
+            layout = Layout.of(dict(setup.layout)) if setup.layout else small_layout(neurons, loop)
+            if layout is not None:
+                kernel = config.recipe(kind, storage, flags, layout).kernel
+                found[kernel.kernel_name] = (kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
+    load_kernels(found.values())
 
 
 def _shape(example: int, seed: int, max_steps: int, max_neurons: int, multiple: int = 1) -> tuple[int, int]:
