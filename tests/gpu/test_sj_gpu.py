@@ -50,7 +50,8 @@ def full_float32():
                                              ("spiking_resnet18", "IFNode")])
 def test_zoo_model_with_our_kernels_trains_as_theirs(model: str, node: str) -> None:
     zoo = _zoo()
-    theirs, mine = zoo.pair(model, node, device=CUDA, dtype=torch.float32)
+    theirs, mine = (zoo.starting_net(model, getattr(layers, node)).to(CUDA, torch.float32)
+                    for layers in (zoo.sj_neuron, our))
     side = zoo.MODELS[model][2]
     x = 2 * torch.rand(4, 2, 3, side, side, device=CUDA, generator=torch.Generator(CUDA).manual_seed(1))
     expected, got = zoo.train(theirs, x, 2), zoo.train(mine, x, 2)
