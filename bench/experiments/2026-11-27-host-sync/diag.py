@@ -13,24 +13,12 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import nir_mlp  # noqa: E402
 
-
-def phases(model, optimizer, x, y):
-    t = [time.perf_counter()]
-    nir_mlp._reset(model)
-    optimizer.zero_grad(set_to_none=True)
-    t.append(time.perf_counter())
-    loss = nn.functional.cross_entropy(model(x).float().mean(0), y)
-    t.append(time.perf_counter())
-    loss.backward()
-    t.append(time.perf_counter())
-    optimizer.step()
-    t.append(time.perf_counter())
-    return [1e6 * (b - a) for a, b in zip(t, t[1:])]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floors import phases  # noqa: E402
 
 
 def main():

@@ -1,7 +1,6 @@
 """Which layout makes the per-channel training step differ from the deterministic path (tests/gpu/
 test_reliability_gpu.py): every short-loop candidate forced on both paths through `_layout`."""
 import importlib.util
-import sys
 from pathlib import Path
 
 import torch

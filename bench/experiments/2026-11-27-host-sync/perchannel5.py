@@ -1,9 +1,8 @@
 """Do backward layouts give bitwise the same results? The reliability test's training step (per-neuron path)
 with each short-loop candidate forced on backward (forward fixed), compared with the first."""
 import importlib.util
-from pathlib import Path
-
 import sys
+from pathlib import Path
 
 import torch
 

@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import nir_mlp  # noqa: E402
+
 from autocuda import ops  # noqa: E402
 from autocuda.runtime import driver, neuron_launch  # noqa: E402
 
