@@ -4,8 +4,7 @@ which imports this without the generator's dependencies."""
 from __future__ import annotations
 
 __all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "PARAM_INDEX", "PER_CHANNEL", "PER_NEURON", "SHARED",
-           "channel_run",
-           "Broadcast"]
+           "Broadcast", "channel_run"]
 
 # How a tensor parameter spreads over the neurons (`KernelOptions.tensor_params`): one value for all, one per neuron,
 # or one per channel of a [..., C, inner] neuron layout (neuron n's channel: n / ac_inner % ac_channels, the two

@@ -215,8 +215,8 @@ class _Statistics(torch.autograd.Function):
         dims = [d for d in range(x.dim()) if d != channel]
         wide = x.float() if x.dtype in _LOW else x
         if torch.compiler.is_compiling():
-            # Two plain reductions (the mean, then the squared deviations', which Inductor fuses into one pass):
-            # Triton fails to compile Inductor's one-pass var_mean kernel for large layers (torch 2.11)
+            # Two plain reductions (the mean, then the squared deviations'): Inductor's one-pass var_mean kernel
+            # for large layers fails in Triton's compiler (bench/results/2026-11-27-h200-fused-compiled)
             mean = wide.mean(dim=dims, keepdim=True)
             var, mean = (wide - mean).square().mean(dim=dims), mean.reshape(-1)
         else:
