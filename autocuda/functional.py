@@ -22,6 +22,7 @@ import torch
 
 from . import ops
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
+from .memory_order import memory_order
 from .runtime.plans import (
     compute_dtype,
     constant_result,
@@ -66,6 +67,15 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
     """
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
+    if not x_seq.is_contiguous():
+        order = memory_order(x_seq, 1, initial_states, params)
+        if order is not None:  # channels_last and other dense layouts: run on the contiguous view, no copy
+            spikes, kept, seqs = multi_step(spec, _one_or_all(order.inputs(inputs)), *order.states(initial_states),
+                                            surrogate=surrogate, detach_reset=detach_reset, reset=reset,
+                                            store_state_seq=store_state_seq, final_states=final_states,
+                                            backend=backend, **order.params(params))
+            return (order.sequence(spikes), None if kept is None else tuple(map(order.neuron, kept)),
+                    None if seqs is None else tuple(map(order.sequence, seqs)))
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
     call = _Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
                  len(inputs))
@@ -92,6 +102,13 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
     (spike, new states). Arguments as in `multi_step` (several step inputs: a tuple of one tensor each)."""
     inputs = _step_inputs(x, "x", 0)
     x = inputs[0]
+    if not x.is_contiguous():
+        order = memory_order(x, 0, states, params)
+        if order is not None:  # channels_last and other dense layouts: run on the contiguous view, no copy
+            spike, new_states = single_step(spec, _one_or_all(order.inputs(inputs)), *order.states(states),
+                                            surrogate=surrogate, detach_reset=detach_reset, reset=reset,
+                                            backend=backend, **order.params(params))
+            return order.sequence(spike), tuple(map(order.sequence, new_states))
     call = _Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params, len(inputs))
     if call.backend == "reference":
         from . import reference as ref  # derives the step with sympy: imported only for this path
@@ -125,6 +142,11 @@ def _step_inputs(x: Any, name: str, min_dim: int) -> tuple[Tensor, ...]:
                              f"{tuple(u.shape)} {u.dtype} on {u.device} against {tuple(first.shape)} {first.dtype} "
                              f"on {first.device}")
     return tuple(x)
+
+
+def _one_or_all(inputs: tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
+    """The step inputs as a call takes them: one tensor, or a tuple of several."""
+    return inputs[0] if len(inputs) == 1 else inputs
 
 
 def _check_input(x: Any, name: str, min_dim: int) -> None:

@@ -11,8 +11,10 @@ cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): t
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
 folded into the neuron: `fuse_batchnorm`), loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of
 the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN). A `-ro` suffix
-compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A system
-whose library is missing is reported as skipped with the reason. Rows are written to network.json as they come.
+compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A `-cl`
+suffix on any system (last) runs the model and its input in torch.channels_last. A system whose library is missing
+is reported as skipped with the reason. Rows are written to network.json as they come. The peak memory counts
+everything the row allocates from building the model on (compilation's buffers and CUDA graph pools included).
 """
 from __future__ import annotations
 
@@ -133,14 +135,27 @@ NEURONS: dict[str, Callable[[], nn.Module]] = {
 
 # torch.compile's mode by the system's suffix (none: eager)
 MODES = {"-compiled": "default", "-compiled-ro": "reduce-overhead"}
+CHANNELS_LAST = "-cl"  # a last suffix: the model and its input in torch.channels_last
+# the default systems: each neuron in both layouts where the layout changes the convolutions' kernels
+SYSTEMS = (*NEURONS, *(f"{s}{CHANNELS_LAST}" for s in ("ours", "ours-compiled-ro", "loop-compiled-ro", "sj")))
+
+
+def neuron_of(system: str) -> str:
+    return system.removesuffix(CHANNELS_LAST)
 
 
 def mode_of(system: str) -> str:
-    return next((mode for suffix, mode in MODES.items() if system.endswith(suffix)), "eager")
+    return next((mode for suffix, mode in MODES.items() if neuron_of(system).endswith(suffix)), "eager")
+
+
+def known(system: str) -> bool:
+    return neuron_of(system) in NEURONS
 
 
 def build(system: str, device: torch.device) -> nn.Module:
-    model = SpikingVGG(NEURONS[system]).to(device)
+    model = SpikingVGG(NEURONS[neuron_of(system)]).to(device)
+    if system.endswith(CHANNELS_LAST):
+        model = model.to(memory_format=torch.channels_last)
     if system.startswith("ours-fused"):
         model = _ours_fused(model)
     mode = mode_of(system)
@@ -155,9 +170,16 @@ def build(system: str, device: torch.device) -> nn.Module:
 def measure(system: str, T: int, B: int, precision: str, steps: int, device: torch.device,
             warmup: int = WARMUP) -> dict:
     torch.manual_seed(0)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device) if cuda else 0
     model = build(system, device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.rand(T, B, 3, 32, 32, device=device)
+    if system.endswith(CHANNELS_LAST):
+        x = x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, (T, B))
     target = torch.randint(0, 10, (B,), device=device)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bfloat16"
                 else contextlib.nullcontext())
@@ -180,9 +202,6 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
     for _ in range(warmup):
         step()
     sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    cuda = device.type == "cuda"
     timers: list[Callable[[], float]] = []
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -190,7 +209,7 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
     sync()
     wall = (time.perf_counter() - t0) / steps * 1e3
     ms = [timer() for timer in timers]
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+    peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20 if cuda else float("nan")
     return {"step_ms": statistics.median(ms), "wall_ms_per_step": wall, "first_step_s": first, "peak_mib": peak}
 
 
@@ -231,16 +250,18 @@ def _timed(step: Callable[[], None], cuda: bool) -> Callable[[], float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for network.json and network.txt")
-    parser.add_argument("--systems", default=",".join(NEURONS), help=f"comma list of {', '.join(NEURONS)}")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma list of {', '.join(NEURONS)}, each also with the suffix {CHANNELS_LAST}")
     parser.add_argument("--shapes", default="4x64,16x32", help="comma list of TxB (default 4x64,16x32)")
     parser.add_argument("--precisions", default="float32,bfloat16", help="float32 and/or bfloat16 (AMP autocast)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per row (default 20)")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test)")
     args = parser.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
-    unknown = [s for s in systems if s not in NEURONS]
+    unknown = [s for s in systems if not known(s)]
     if unknown:
-        parser.error(f"--systems: unknown {unknown[0]!r} (known: {', '.join(NEURONS)})")
+        parser.error(f"--systems: unknown {unknown[0]!r} (known: {', '.join(NEURONS)}, each also with "
+                     f"{CHANNELS_LAST})")
     device = torch.device(args.device)
     shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -262,10 +283,10 @@ def _device_name(device: torch.device) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<22} {'mode':<15} {'step ms':>9} {'wall ms':>9} "
+    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<25} {'mode':<15} {'step ms':>9} {'wall ms':>9} "
              f"{'first s':>8} {'peak MiB':>9}"]
     for r in rows:
-        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<22} {r.get('mode', ''):<15}"
+        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<25} {r.get('mode', ''):<15}"
         if "skipped" in r:
             lines.append(f"{head} skipped: {r['skipped'][:80]}")
         else:

@@ -200,7 +200,7 @@ def _network(cfg: Config, runner: Runner) -> list[dict[str, Any]]:
     """bench/network.py's rows: every system (peers only with peers on), float32 and AMP bfloat16."""
     from . import network
 
-    systems = [s for s in network.NEURONS if cfg.peers or s.startswith("ours")]
+    systems = [s for s in network.SYSTEMS if cfg.peers or s.startswith("ours")]
     precisions = ["float32", "bfloat16"] if cfg.device.type == "cuda" else ["float32"]
     shapes = list(NETWORK_SHAPES) if cfg.device.type == "cuda" else [(2, 2)]
     return network.measure_all(systems, shapes, precisions, 3 if cfg.quick else 20, cfg.device,
