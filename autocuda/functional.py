@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from . import ops
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
@@ -48,7 +49,8 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
                surrogate: Any = None, detach_reset: bool = False, reset: str | None = None,
-               store_state_seq: bool = False, final_states: bool = True, backend: str | None = None, **params: Any
+               store_state_seq: bool = False, final_states: bool = True, backend: str | None = None,
+               recompute: bool = False, **params: Any
                ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
     """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states or None, state sequences [T, *] or None).
 
@@ -64,7 +66,20 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
     a soft reset. `reset` ('hard', 'soft', 'none') overrides the spec's reset rule. `final_states=False`
     returns None for the final states and the kernels do not write them (inference that starts every sequence
     afresh: one write per neuron and state less).
+
+    `recompute=True` keeps only the call's arguments for backward, which runs this forward again first
+    (`torch.utils.checkpoint`): what forward saves (h, T values per neuron) is not held from forward to backward,
+    at the cost of a second forward. It saves memory where the input is kept anyway (a fused BatchNorm's input),
+    or where torch.compile recomputes it from what is kept.
     """
+    if recompute is not False:
+        if recompute is not True:
+            raise TypeError(f"recompute: expected True or False, got {recompute!r}")
+        if torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(
+                multi_step, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
+                surrogate=surrogate, detach_reset=detach_reset, reset=reset, store_state_seq=store_state_seq,
+                final_states=final_states, backend=backend, **params)
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():

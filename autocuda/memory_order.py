@@ -61,9 +61,13 @@ def memory_order(x: Tensor, first: int, states: Sequence[Any], params: Mapping[s
     neuron_shape = tuple(x.shape[first:])
     if any(isinstance(s, Tensor) and tuple(s.shape) != neuron_shape for s in states):
         return None
-    if any(isinstance(v, Tensor) and v.dim() > len(neuron_shape) for v in params.values()):
+    if any(isinstance(v, Tensor) and not _broadcasts(tuple(v.shape), neuron_shape) for v in params.values()):
         return None
     return MemoryOrder(order, first)
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:

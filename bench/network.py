@@ -9,7 +9,8 @@ cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): t
         [--precisions float32,bfloat16] [--steps 20] [--device cuda]
 
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
-folded into the neuron: `fuse_batchnorm`), loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of
+folded into the neuron: `fuse_batchnorm`), `-rc` after ours or ours-fused (the neurons with `recompute=True`),
+loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of
 the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN). A `-ro` suffix
 compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A `-cl`
 suffix on any system (last) runs the model and its input in torch.channels_last. A system whose library is missing
@@ -118,6 +119,12 @@ def _ours() -> nn.Module:
     return LIFNode(tau=TAU, step_mode="m")
 
 
+def _ours_recompute() -> nn.Module:
+    layer = _ours()
+    layer.recompute = True  # backward runs the forward again instead of keeping h
+    return layer
+
+
 def _ours_fused(model: nn.Module) -> nn.Module:
     from autocuda.nn import fuse_batchnorm
 
@@ -127,7 +134,9 @@ def _ours_fused(model: nn.Module) -> nn.Module:
 
 NEURONS: dict[str, Callable[[], nn.Module]] = {
     "ours": _ours, "ours-compiled": _ours, "ours-compiled-ro": _ours, "ours-fused": _ours,
-    "ours-fused-compiled-ro": _ours, "loop": LoopLIF, "loop-compiled": LoopLIF, "loop-compiled-ro": LoopLIF,
+    "ours-fused-compiled-ro": _ours, "ours-rc-compiled-ro": _ours_recompute, "ours-fused-rc": _ours_recompute,
+    "ours-fused-rc-compiled-ro": _ours_recompute, "loop": LoopLIF, "loop-compiled": LoopLIF,
+    "loop-compiled-ro": LoopLIF,
     "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),
     "sj-flexsn": _sj_flexsn,
 }
@@ -137,7 +146,8 @@ NEURONS: dict[str, Callable[[], nn.Module]] = {
 MODES = {"-compiled": "default", "-compiled-ro": "reduce-overhead"}
 CHANNELS_LAST = "-cl"  # a last suffix: the model and its input in torch.channels_last
 # the default systems: each neuron in both layouts where the layout changes the convolutions' kernels
-SYSTEMS = (*NEURONS, *(f"{s}{CHANNELS_LAST}" for s in ("ours", "ours-compiled-ro", "loop-compiled-ro", "sj")))
+SYSTEMS = (*NEURONS, *(f"{s}{CHANNELS_LAST}" for s in ("ours", "ours-compiled-ro", "ours-rc-compiled-ro",
+                                                    "ours-fused-rc", "loop-compiled-ro", "sj")))
 
 
 def neuron_of(system: str) -> str:

@@ -100,6 +100,8 @@ def test_errors_name_the_shapes_the_caller_passed() -> None:
         F.multi_step("lif", x, torch.zeros(2, 4, 5, dtype=DT), backend="reference")
     with pytest.raises(ValueError, match=r"shape \(3, 1, 1, 1, 1\) does not broadcast"):
         F.multi_step("lif", x, backend="reference", tau=torch.ones(3, 1, 1, 1, 1, dtype=DT))
+    with pytest.raises(ValueError, match=r"shape \(3,\) does not broadcast to the neuron shape \(2, 4, 5, 6\)"):
+        F.multi_step("lif", x, backend="reference", tau=torch.ones(3, dtype=DT))
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

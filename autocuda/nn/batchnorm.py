@@ -190,7 +190,7 @@ class BatchNormNeuron(nn.Module):
         if mode == "m":
             spikes, finals, seqs = F.multi_step(ref, x, *_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
-                                                **params)
+                                                recompute=n.recompute, **params)
             if finals is not None:  # always: the layer keeps its final states
                 _set_states(n, n.state_names, finals, compiling)
             if seqs is not None:

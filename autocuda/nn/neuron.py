@@ -65,6 +65,8 @@ class Neuron(_Base):
     the spec's learnable parameters become `nn.Parameter`s by default). `v_reset=None` means a soft reset.
     `options` sets the spec's compile-time options; `initial` overrides states' initial values.
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
+    `recompute=True` (an attribute of every layer, also set later) keeps only a multi-step call's arguments for
+    backward, which runs the forward again (`functional.multi_step`): less memory, one more forward.
     """
 
     # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base:
@@ -76,11 +78,12 @@ class Neuron(_Base):
     __dir__ = nn.Module.__dir__
     _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
     step_mode: str = "s"  # a plain attribute of each layer (this hides StepModule's property where it is a base)
+    recompute: bool = False  # layers built without it (SpikingJelly's signatures, older pickles) read this
 
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
-                 **params: Any):
+                 recompute: bool = False, **params: Any):
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
@@ -88,7 +91,7 @@ class Neuron(_Base):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
-        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq)):
+        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq), ("recompute", recompute)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
         if surrogate_function is None:
@@ -101,6 +104,7 @@ class Neuron(_Base):
         self._input_names = self.spec.inputs
         self._output = spec_output(self.spec)  # the spike, unless the spec names another output
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
+        self.recompute = recompute
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
         self._set_params(params)
@@ -253,7 +257,7 @@ class Neuron(_Base):
         compiling = torch.compiler.is_compiling()
         params = _params(self, compiling)
         run: Callable[..., Any] = F.multi_step if multi else F.single_step
-        extra = {"store_state_seq": self._output.kind != SPIKE} if multi else {}
+        extra = {"store_state_seq": self._output.kind != SPIKE, "recompute": self.recompute} if multi else {}
         out = run(self._spec_ref, given, *states[:n], surrogate=self._surrogate_ref,
                   detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **params)
         after = out[2] if multi else out[1]  # the state sequences, or the new states
@@ -296,7 +300,7 @@ class Neuron(_Base):
         spikes, finals, seqs = F.multi_step(self._spec_ref, given, *_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                             store_state_seq=self.store_v_seq or self._output.kind != SPIKE,
-                                            backend=_BACKENDS[self.backend], **params)
+                                            backend=_BACKENDS[self.backend], recompute=self.recompute, **params)
         if finals is not None:  # always: this module keeps its final states
             _set_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
