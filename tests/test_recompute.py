@@ -100,6 +100,13 @@ def test_compiled_fullgraph_with_recompute_equals_eager() -> None:
     torch.testing.assert_close(b.grad, a.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_a_layer_shows_recompute_when_set() -> None:
+    layer = ann.LIFNode(step_mode="m")
+    assert "recompute" not in repr(layer)
+    layer.recompute = True
+    assert "recompute=True" in repr(layer)
+
+
 def test_recompute_takes_a_bool() -> None:
     with pytest.raises(TypeError, match="recompute: expected True or False, got 1"):
         F.multi_step("lif", _input(6), recompute=1)  # type: ignore[arg-type]

@@ -318,7 +318,8 @@ class Neuron(_Base):
         options = [f"{n}={v}" for n, v in self.spec.options]
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
-                          f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}"])
+                          f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}",
+                          *(["recompute=True"] if self.recompute else [])])
 
 
 
