@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MemoryOrder", "memory_order"]
+__all__ = ["MemoryOrder", "broadcasts", "memory_order"]
 
 Tensor = torch.Tensor
 
@@ -61,12 +61,13 @@ def memory_order(x: Tensor, first: int, states: Sequence[Any], params: Mapping[s
     neuron_shape = tuple(x.shape[first:])
     if any(isinstance(s, Tensor) and tuple(s.shape) != neuron_shape for s in states):
         return None
-    if any(isinstance(v, Tensor) and not _broadcasts(tuple(v.shape), neuron_shape) for v in params.values()):
+    if any(isinstance(v, Tensor) and not broadcasts(tuple(v.shape), neuron_shape) for v in params.values()):
         return None
     return MemoryOrder(order, first)
 
 
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+def broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """`shape` expands to `target` (numpy rules, without growing `target`)."""
     return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from autocuda import calls, ops
 from autocuda import functional as F
-from autocuda import ops
 from autocuda.runtime.neuron_launch import KIND_OPTIONS
 from autocuda.spec.load import list_specs, load_spec
 
@@ -324,14 +324,14 @@ def test_per_channel_parameters_are_read_per_neuron_under_deterministic_algorith
 
     w = torch.ones(3, 1, dtype=torch.float64)
     x = torch.rand(6, 2, 3, 5, dtype=torch.float64)
-    assert F._kinds({"w": F._spread(w)}) == ({"w": PER_CHANNEL}, 2)
-    assert F._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 2
+    assert calls._kinds({"w": calls._spread(w)}) == ({"w": PER_CHANNEL}, 2)
+    assert calls._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 2
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        assert F._kinds({"w": F._spread(w)}) == ({"w": PER_NEURON}, 0)
+        assert calls._kinds({"w": calls._spread(w)}) == ({"w": PER_NEURON}, 0)
         # an eager layer made before, for the same call, is not reused: the flag is part of its key
-        assert F._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 0
+        assert calls._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 0
     finally:
         torch.use_deterministic_algorithms(before)
     if toolchain.missing() is not None:

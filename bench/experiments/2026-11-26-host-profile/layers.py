@@ -9,7 +9,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from autocuda import ops  # noqa: E402
-from autocuda.functional import _layer, multi_step  # noqa: E402
+from autocuda.calls import _layer  # noqa: E402
+from autocuda.functional import multi_step  # noqa: E402
 from autocuda.nn import LIFNode  # noqa: E402
 from autocuda.runtime import driver, neuron_launch  # noqa: E402
 from autocuda.runtime.launch import current_stream_ptr  # noqa: E402

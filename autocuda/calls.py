@@ -1,0 +1,393 @@
+"""A neuron call's configuration and arguments, for the functional API (`autocuda.functional`).
+
+`_Layer` is what a configuration decides (spec, surrogate, reset, backend, the parameters' names and types),
+worked out and checked once per process (`_layer`); `Call` is one call's arguments checked, defaults filled in,
+and matched to its layer's plan, ready to launch (`Call.launch`).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import ops
+from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
+from .memory_order import broadcasts
+from .runtime.plans import (
+    compute_dtype,
+    constant_result,
+    default_backend,
+    plan,
+    plan_for,
+    plan_info,
+    spec_facts,
+    spec_ref,
+    surrogate_ref,
+)
+from .spec.domain import checks as domain_checks
+from .spec.domain import problem as domain_problem
+from .spec.load import is_spec_path, load_spec
+from .surrogate import Surrogate
+
+__all__ = ["Call", "as_rows", "output_names"]
+
+Tensor = torch.Tensor
+
+
+@constant_result
+def output_names(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
+                 ) -> tuple[str, ...]:
+    """Names of the forward op's outputs, in order (`ops.forward_outputs`)."""
+    return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)
+
+
+class _Layer:
+    """What a call's configuration decides, worked out and checked once: the spec's facts, the backend, the
+    parameters given (names, numbers' types, which are tensors), the plan (the ops' key and argument order),
+    defaults, and each state's initial rule. Eager calls reuse it (`_layer`); it holds no tensor of a call."""
+
+    def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
+                 x: Tensor, params: dict[str, Any], eager: bool = True):
+        ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
+        self.objects = (spec, surrogate)  # held: `_layer` keys them by id
+        facts = spec_facts(ref)
+        self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
+        self.inputs = facts.inputs
+        defaults, init_rules = facts.defaults, facts.initial
+        # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
+        # a layer's parameter types are part of its key)
+        self.domains = tuple((n, bounds) for n, bounds in facts.domains
+                             if n in params and isinstance(params[n], (int, float)))
+        # One (name, comparison, limit) per bound, flat: the per-call check is one loop
+        self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
+                                   for holds, limit in domain_checks(bounds))
+        self.backend = backend or default_backend(x.device.type)
+        if self.backend not in ("cuda", "host", "reference"):
+            raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
+        values, reset = self._values(dict(defaults), params, reset)
+        constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
+        tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
+        kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
+        signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
+        self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
+                            self.backend != "reference")
+        self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
+        # an eager call's scalars in kernel order; this layer's parameter types are fixed (part of its key)
+        # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
+        self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars)) \
+            if eager else _compiled_only
+        # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
+        # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
+        self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
+        skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
+        self.skipped = skipped & set(params)  # of the names given (a layer serves calls giving the same names)
+        self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
+        self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
+        # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
+        self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
+        self.forms: dict[tuple[bool, ...], ops.ForwardForm] = {}  # `form`'s answers
+
+    def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
+             ) -> ops.ForwardForm:
+        """The forward op's form for an eager call (`ops.forward_form`), held here: one dict lookup per call."""
+        options = (single_step, store_state_seq, save, given_inits, final_states)
+        found = self.forms.get(options)
+        if found is None:
+            found = self.forms[options] = ops.forward_form(self.key, *options)
+        return found
+
+    def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
+                ) -> tuple[dict[str, Any], str | None]:
+        unknown = [n for n in params if n not in self.param_names]
+        if unknown:
+            raise TypeError(f"unknown parameter {unknown[0]!r} for neuron {self.name!r} "
+                            f"(parameters: {', '.join(self.param_names)})")
+        for name, value in params.items():
+            if name == "v_reset" and value is None:  # SpikingJelly's convention: no reset value = soft reset
+                reset = "soft" if reset is None else reset
+                continue
+            if name in self.constant_names and isinstance(value, torch.Tensor):
+                raise TypeError(f"parameter {name!r} is a compile-time constant of {self.name!r}: pass a number")
+            if not isinstance(value, torch.Tensor) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"parameter {name!r}: expected a number or a tensor, got {type(value).__name__}")
+            values[name] = value
+        return values, reset
+
+    def values(self, params: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> dict[str, Any]:
+        """A call's parameter values by name (defaults filled in), its tensors checked against x and its numbers
+        against their domains."""
+        for name in self.given_tensors:
+            _check_tensor_param(name, params[name], x, shape)
+        for name, holds, limit in self.domain_checks:
+            if not holds(params[name], limit):
+                bounds = dict(self.domains)[name]
+                raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, params[name])}")
+        if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
+            return params
+        if not self.skipped:
+            return {**self.defaults, **params}
+        return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
+
+    def positions(self, single_step: bool, store_state_seq: bool, save: bool, final_states: bool
+                  ) -> tuple[int, tuple, tuple]:
+        """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence), under
+        torch.compile (a constant for Dynamo: `output_names` is one); eager calls read them from the op's form."""
+        names = output_names(self.key, single_step, store_state_seq, save, final_states)
+        seqs = tuple(names.index(f"{s}_seq") for s in self.state_names) if store_state_seq else ()
+        finals = tuple(names.index(f"{s}_final") for s in self.state_names) if final_states else ()
+        return names.index("spike_seq"), finals, seqs
+
+
+# Eager calls' layers by what decides them (see `_layer`). Bounded: a key holds the values of compile-time
+# constants, and a program that sweeps one must not grow this without end.
+_LAYERS: dict[tuple, _Layer] = {}
+_MAX_LAYERS = 1024
+# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
+# with them, so the id stays its own
+_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
+
+
+def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
+           params: dict[str, Any]) -> _Layer:
+    """The layer of an eager call: built (and checked) once per configuration, not on every call (defaults
+    merged, constants and the tensor signature collected, the plan looked up: a large share of a small call's
+    host time). Under torch.compile, Dynamo traces the construction instead (`Call`); its lookups are constant
+    results.
+
+    The key: the spec and surrogate by identity (`_surrogate_identity`), the other arguments, x's device kind
+    (the default backend), and of the parameters their names, their types (bool, for one, is refused), the
+    values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
+    here."""
+    types = tuple(map(type, params.values()))
+    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
+        spec = load_spec(spec)
+    try:
+        spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
+        constants = _CONSTANTS.get(spec_id)
+        if constants is None:
+            constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
+        key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, x.is_cuda, tuple(params), types,
+               () if _PLAIN.issuperset(types) else _tensor_facts(params),
+               tuple(params.get(n) for n in constants[1]) if constants[1] else ())
+        found = _LAYERS.get(key)
+    except TypeError:  # an unhashable argument, or a spec of the wrong type: the layer's checks name it
+        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+    if found is None:
+        found = _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+        if len(_LAYERS) >= _MAX_LAYERS:
+            _LAYERS.clear()
+        _LAYERS[key] = found
+    return found
+
+
+# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
+_names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
+
+
+def _surrogate_identity(surrogate: Any) -> Any:
+    """A surrogate as a cache key: a name by value; a Surrogate, immutable, by id (the layer holds it, so the id
+    stays its own; so are specs keyed); anything else (a mapping, a SpikingJelly surrogate: both mutable) by its
+    current reference (`surrogate_ref`)."""
+    if surrogate is None or type(surrogate) is str:
+        return surrogate
+    if isinstance(surrogate, Surrogate):
+        return id(surrogate)
+    return surrogate_ref(surrogate)
+
+
+_FLOAT = frozenset({float})  # the types of initial states given as numbers only
+_PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the layer checks them)
+
+
+def _tensor_facts(params: dict[str, Any]) -> tuple:
+    grad = torch.is_grad_enabled()
+    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
+                 for value in params.values())
+
+
+def _spread(value: Tensor) -> int:
+    """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
+    value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
+    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of an eager layer's key."""
+    shape = value.shape
+    if value.numel() == 1:
+        return 0
+    sized = [i for i, size in enumerate(shape) if size != 1]
+    if len(sized) != 1 or sized[0] == len(shape) - 1:
+        return -1
+    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
+    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
+    return -1 if torch.are_deterministic_algorithms_enabled() else len(shape) - sized[0]
+
+
+def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
+    """Each tensor parameter's kernel broadcast kind, and the channel dim (from the end; 0 for none): one value
+    per channel where every parameter spread over channels names the same dim (the kernels take one channel
+    layout), else one per neuron."""
+    dims = {k for k in spreads.values() if k > 0}
+    dim = dims.pop() if len(dims) == 1 else 0
+    return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
+            for n, k in spreads.items()}, dim
+
+
+def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, ...]) -> None:
+    if not value.is_floating_point():
+        raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
+    if value.device != x.device:
+        raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {x.device}")
+    if not broadcasts(tuple(value.shape), shape):
+        raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
+                         f"neuron shape {shape}")
+
+
+class Call:
+    """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
+
+    def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
+                 detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
+                 num_inputs: int = 1):
+        self.x, self.shape = x, shape
+        self.numel = _numel(self.shape)
+        # asked once per call: the answer decides both the layer's lookup and the op's path
+        self.compiling = torch.compiler.is_compiling()
+        if self.compiling:
+            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, eager=False)
+        else:
+            layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
+        self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
+        if num_inputs != len(layer.inputs):
+            several = f"a tuple of {len(layer.inputs)} tensors" if len(layer.inputs) > 1 else "one tensor"
+            raise TypeError(f"neuron {layer.name!r} takes {len(layer.inputs)} step input(s) "
+                            f"({', '.join(layer.inputs)}): pass {several}, got {num_inputs}")
+        self.values = layer.values(params, x, self.shape)
+        self.states = self._states(states)
+
+    def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
+        """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
+        names = self.state_names
+        self.numbers = len(states) == len(names) and _FLOAT.issuperset(map(type, states))
+        if self.numbers:  # as after a reset: nothing to check
+            return list(states)
+        if len(states) > len(names):
+            raise TypeError(f"neuron {self.layer.name!r} has {len(names)} states ({', '.join(names)}), "
+                            f"got {len(states)} initial values")
+        values = [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
+                  for i, name in enumerate(names)]
+        self.numbers = not any(isinstance(s, torch.Tensor) for s in values)
+        return values
+
+    def _check_state(self, name: str, state: Any) -> Tensor | float:
+        x = self.x
+        if isinstance(state, (int, float)) and not isinstance(state, bool):
+            return float(state)
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
+        if tuple(state.shape) != self.shape:
+            raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
+                             f"{tuple(state.shape)}")
+        if state.dtype != x.dtype:
+            raise TypeError(f"state {name!r}: expected dtype {x.dtype} (the input's), got {state.dtype}")
+        if state.device != x.device:
+            raise ValueError(f"state {name!r}: on {state.device}, but the input is on {x.device}")
+        return state
+
+    def _initial(self, name: str) -> Tensor | float:
+        init = self.layer.inits[name]
+        value = self.values[init] if isinstance(init, str) else init
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(self.x.dtype).expand(self.shape).clone()
+        return float(value)
+
+    def state_tensors(self) -> list[Tensor]:
+        """The initial states as tensors of the neuron shape (numbers filled in)."""
+        return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
+
+    # -- running --------------------------------------------------------------------------------------
+    def tensor_args(self) -> list[Tensor]:
+        out = []
+        compute = compute_dtype(self.x.dtype)
+        for name, kind in self.layer.tensors:
+            value = self.values[name]
+            if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
+                value = torch.full((1,), float(value), dtype=compute, device=self.x.device)
+            value = value.to(compute)
+            if kind == PER_CHANNEL:
+                out.append(value.reshape(-1))
+            else:
+                out.append(value.expand(self.shape).reshape(self.numel) if kind else value.reshape(1))
+        return out
+
+    def channel_sizes(self) -> list[float]:
+        """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
+        channel (the sizes of the neuron shape after the channel dim), as the ops' float scalars."""
+        dim = self.layer.channel_dim
+        inner = _numel(self.shape[len(self.shape) - dim + 1:])
+        return [float(self.shape[len(self.shape) - dim]), float(inner)]
+
+    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
+               more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
+        """The forward op's outputs, and where they stand (`_Layer.positions`); `more`: the step inputs after x."""
+        states: list[Tensor]
+        initial: list[float]
+        if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
+            states, initial = [], self.states  # type: ignore[assignment]  # all numbers here
+        else:
+            states, initial = [as_rows(s, (self.numel,)) for s in self.state_tensors()], []
+        layer = self.layer
+        tensors = self.tensor_args() if layer.tensors else []
+        values = self.values
+        save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*more, *states, *tensors)))
+        if self.compiling:
+            scalars = [float(values[n]) for n in layer.scalars]
+            if layer.channel_dim:
+                scalars += self.channel_sizes()
+            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states,
+                                  more)
+            return outputs, layer.positions(single_step, store_state_seq, save, final_states)
+        form = layer.form(single_step, store_state_seq, save, not initial, final_states)
+        given: Sequence[float] = layer.scalar_values(values)
+        if layer.channel_dim:
+            given = [*given, *self.channel_sizes()]
+        return ops.forward_eager(form, x, states, initial, tensors, given, more), form.positions
+
+    def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
+        """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
+        dtype."""
+        layer = plan(self.key)
+        compute = compute_dtype(inputs[0].dtype)
+        params = {layer.symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
+                  for n, v in self.values.items() if n in layer.symbols}
+        states = [s.to(compute) for s in self.state_tensors()]
+        converted = tuple(u.to(compute) for u in inputs)
+        return converted[0] if len(converted) == 1 else converted, states, params, layer.surrogate, layer.detach_reset
+
+
+def _compiled_only(values: dict[str, Any]) -> Sequence[float]:
+    raise RuntimeError("a layer built under torch.compile reads its scalars in the traced code")
+
+
+def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
+    """The values of `names`, in order, as floats: one itemgetter where they are floats already (no list built
+    per call)."""
+    if floats and len(names) > 1:
+        return operator.itemgetter(*names)
+    return lambda values: [float(values[n]) for n in names]
+
+
+def as_rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`t` as a contiguous tensor of `shape` (the kernels' [T, N] or [N], whose leading size and element count
+    are t's): itself when it already is one, since a reshape would add a view, and an autograd node, to every
+    call."""
+    if t.dim() == len(shape) and t.is_contiguous():
+        return t
+    return t.reshape(shape).contiguous()
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for size in shape:  # not math.prod: torch.compile traces a plain loop over (symbolic) sizes
+        n = n * size
+    return n
