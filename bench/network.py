@@ -145,9 +145,10 @@ NEURONS: dict[str, Callable[[], nn.Module]] = {
 # torch.compile's mode by the system's suffix (none: eager)
 MODES = {"-compiled": "default", "-compiled-ro": "reduce-overhead"}
 CHANNELS_LAST = "-cl"  # a last suffix: the model and its input in torch.channels_last
-# the default systems: each neuron in both layouts where the layout changes the convolutions' kernels
-SYSTEMS = (*NEURONS, *(f"{s}{CHANNELS_LAST}" for s in ("ours", "ours-compiled-ro", "ours-rc-compiled-ro",
-                                                    "ours-fused-rc", "loop-compiled-ro", "sj")))
+# the default systems: the rows of docs/performance.md's network table (any other combination by name)
+SYSTEMS = ("ours", "ours-cl", "ours-compiled", "ours-compiled-ro", "ours-compiled-ro-cl", "ours-rc-compiled-ro-cl",
+           "ours-fused", "ours-fused-compiled-ro", "loop", "loop-compiled", "loop-compiled-ro", "loop-compiled-ro-cl",
+           "sj", "sj-cl", "sj-flexsn")
 
 
 def neuron_of(system: str) -> str:

@@ -370,6 +370,21 @@ def test_network_rows_train_the_same_model_with_each_neuron():
     assert "skipped: ImportError" in table and table.count("\n") == 4
 
 
+def test_network_systems_name_a_neuron_a_mode_and_a_layout():
+    from bench import network
+
+    assert all(network.known(s) for s in network.SYSTEMS)
+    assert network.mode_of("ours-rc-compiled-ro-cl") == "reduce-overhead" and network.mode_of("sj-cl") == "eager"
+    assert network.neuron_of("loop-compiled-ro-cl") == "loop-compiled-ro" and not network.known("ours-cl-ro")
+    x = torch.rand(2, 2, 3, 32, 32)
+    rows = network.measure_all(["ours-cl", "ours-fused-rc-cl"], [(2, 2)], ["float32"], 1, torch.device("cpu"),
+                               warmup=0)
+    assert all("skipped" not in r for r in rows), rows
+    model = network.build("ours-cl", torch.device("cpu"))
+    assert model.blocks[0].conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert model(x.flatten(0, 1).contiguous(memory_format=torch.channels_last).unflatten(0, (2, 2))).shape == (2, 10)
+
+
 def test_the_network_model_is_the_same_with_our_neuron_and_the_plain_loop():
     """Our LIF layer and the benchmark's plain loop are the same neuron: equal logits from equal weights."""
     from bench import network
