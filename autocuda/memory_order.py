@@ -23,7 +23,7 @@ class MemoryOrder:
     sequence) stay in place."""
 
     def __init__(self, order: tuple[int, ...], first: int):
-        self.order, self.first = order, first
+        self.order = order
         self.neuron_order = tuple(d - first for d in order[first:])
         self.inverse, self.neuron_inverse = _inverse(order), _inverse(self.neuron_order)
 
