@@ -50,7 +50,7 @@ class _Layer:
     defaults, and each state's initial rule. Eager calls reuse it (`_layer`); it holds no tensor of a call."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
-                 x: Tensor, params: dict[str, Any], eager: bool = True):
+                 x: Tensor, params: dict[str, Any], eager: bool = True, save_h: bool = True):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
         self.objects = (spec, surrogate)  # held: `_layer` keys them by id
         facts = spec_facts(ref)
@@ -73,7 +73,7 @@ class _Layer:
         kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
         signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
         self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
-                            self.backend != "reference")
+                            self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
         # an eager call's scalars in kernel order; this layer's parameter types are fixed (part of its key)
         # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
@@ -151,7 +151,7 @@ _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 
 
 def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
-           params: dict[str, Any]) -> _Layer:
+           params: dict[str, Any], save_h: bool = True) -> _Layer:
     """The layer of an eager call: built (and checked) once per configuration, not on every call (defaults
     merged, constants and the tensor signature collected, the plan looked up: a large share of a small call's
     host time). Under torch.compile, Dynamo traces the construction instead (`Call`); its lookups are constant
@@ -169,14 +169,15 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
         constants = _CONSTANTS.get(spec_id)
         if constants is None:
             constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
-        key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, x.is_cuda, tuple(params), types,
+        key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, x.is_cuda, tuple(params),
+               types,
                () if _PLAIN.issuperset(types) else _tensor_facts(params),
                tuple(params.get(n) for n in constants[1]) if constants[1] else ())
         found = _LAYERS.get(key)
     except TypeError:  # an unhashable argument, or a spec of the wrong type: the layer's checks name it
-        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params, save_h=save_h)
     if found is None:
-        found = _Layer(spec, surrogate, detach_reset, reset, backend, x, params)
+        found = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, save_h=save_h)
         if len(_LAYERS) >= _MAX_LAYERS:
             _LAYERS.clear()
         _LAYERS[key] = found
@@ -248,15 +249,16 @@ class Call:
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
-                 num_inputs: int = 1):
+                 num_inputs: int = 1, save_h: bool = True):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         # asked once per call: the answer decides both the layer's lookup and the op's path
         self.compiling = torch.compiler.is_compiling()
         if self.compiling:
-            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, eager=False)
+            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, eager=False,
+                                        save_h=save_h)
         else:
-            layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params)
+            layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params, save_h)
         self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
         if num_inputs != len(layer.inputs):
             several = f"a tuple of {len(layer.inputs)} tensors" if len(layer.inputs) > 1 else "one tensor"

@@ -33,7 +33,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
                surrogate: Any = None, detach_reset: bool = False, reset: str | None = None,
                store_state_seq: bool = False, final_states: bool = True, backend: str | None = None,
-               recompute: bool = False, **params: Any
+               recompute: bool = False, save_h: bool = True, **params: Any
                ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
     """Run `spec` over x_seq [T, *]: (spike_seq [T, *], final states or None, state sequences [T, *] or None).
 
@@ -54,7 +54,15 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
     (`torch.utils.checkpoint`): what forward saves (h, T values per neuron) is not held from forward to backward,
     at the cost of a second forward. It saves memory where the input is kept anyway (a fused BatchNorm's input),
     or where torch.compile recomputes it from what is kept.
+
+    `save_h=False` (the kernels' backends): forward saves no h for backward, only each state every few steps
+    (`<state>_checkpoints`), and backward replays the steps in between from x, which it keeps instead of h
+    (bitwise the values forward had). A training call then writes T values per neuron less, and backward reads x
+    where it read h: fewer bytes where nothing else keeps what the layer is given (its input is kept anyway,
+    as a fused BatchNorm's is), the same memory otherwise.
     """
+    if save_h is not True and save_h is not False:
+        raise TypeError(f"save_h: expected True or False, got {save_h!r}")
     if recompute is not False:
         if recompute is not True:
             raise TypeError(f"recompute: expected True or False, got {recompute!r}")
@@ -62,7 +70,7 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
             return torch.utils.checkpoint.checkpoint(
                 multi_step, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
                 surrogate=surrogate, detach_reset=detach_reset, reset=reset, store_state_seq=store_state_seq,
-                final_states=final_states, backend=backend, **params)
+                final_states=final_states, backend=backend, save_h=save_h, **params)
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():
@@ -71,12 +79,12 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
             spikes, kept, seqs = multi_step(spec, _one_or_all(order.inputs(inputs)), *order.states(initial_states),
                                             surrogate=surrogate, detach_reset=detach_reset, reset=reset,
                                             store_state_seq=store_state_seq, final_states=final_states,
-                                            backend=backend, **order.params(params))
+                                            backend=backend, save_h=save_h, **order.params(params))
             return (order.sequence(spikes), None if kept is None else tuple(map(order.neuron, kept)),
                     None if seqs is None else tuple(map(order.sequence, seqs)))
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
     call = Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
-                 len(inputs))
+                len(inputs), save_h)
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None

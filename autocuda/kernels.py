@@ -12,11 +12,12 @@ from typing import Any
 
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
 from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
+from .codegen.options import MULTI_STEP
 from .dtypes import DType, get_dtype
 from .errors import LiteralError, SpecError
 from .layout import Layout
 from .spec.budget import bounded
-from .spec.derive import Derivation, Reset, derive
+from .spec.derive import Derivation, Reset, derive, replaying_charge
 from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
 from .surrogate import Surrogate, get_surrogate
@@ -56,6 +57,7 @@ class KernelRequest:
     given_inits: bool
     final_states: bool
     layout: Layout
+    replay_charge: bool = False              # multi-step kernels save no h: backward replays it (`replaying_charge`)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -66,6 +68,8 @@ def _kernel(request: KernelRequest) -> NeuronKernel:
 def _build(r: KernelRequest) -> NeuronKernel:
     spec = r.spec
     d = _derivation(spec, r.reset, r.detach_reset, r.constants)
+    if r.replay_charge and r.kernel in MULTI_STEP:
+        d = replaying_charge(d)
     symbols = {p.name: p for p in d.system.params}
     unknown = [name for name, _ in r.tensors if name not in symbols]
     if unknown:
@@ -91,7 +95,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
                   prefetch: int = 0, staged: int = 0, staged_blocks: int = 1, native: bool = False,
-                  block: int = 256, replay: int = REPLAY_STEPS) -> NeuronKernel:
+                  block: int = 256, replay: int = REPLAY_STEPS, replay_charge: bool = False) -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -109,6 +113,9 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `replay`: steps between the checkpoints that forward writes of a saved state whose steps backward can
     replay (ALIF's adaptation: `codegen.neuron.replay_steps`); 0 or 1 saves every step. Forward and backward
     must agree.
+    `replay_charge=True`: the multi-step forward saves no h but a checkpoint of every state every `replay` steps,
+    and the multi-step backward replays each segment's steps from x (`spec.derive.replaying_charge`); the two
+    must agree. Single-step kernels are unchanged.
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.
@@ -131,7 +138,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                     staged_blocks=staged_blocks, native=native, block=block, replay=replay)
     return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants),
                                  chosen, tuple((n, kinds.get(n, SHARED)) for n in names), store_state_seq,
-                                 save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout))
+                                 save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout,
+                                 bool(replay_charge)))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

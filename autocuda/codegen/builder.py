@@ -62,6 +62,7 @@ class Builder:
         # Invariants of these alone are the same for every lane: one register per thread, not one per lane.
         self.lane_free = {p for p in system.params if p not in self.tensor_params}
         self.invariants: dict[sp.Expr, sp.Symbol] = {}
+        self.sealed = 0  # the first `sealed` invariants share common subexpressions among themselves only (`seal`)
         self.plan.params += [kernel_param("N", "long long", False, True)]
         if self.multi:
             self.plan.params += [kernel_param("T", "long long", False, True)]
@@ -201,19 +202,31 @@ class Builder:
         else:
             self.plan.setup.append(Transfer(comment, symbol.name, "", "", self.printer(value), vectorizable=False))
 
+    def seal(self) -> None:
+        """Close the invariants hoisted so far into a group of their own: `done` shares subexpressions within it
+        alone, so they are computed exactly as a kernel that hoisted only them computes them (a replay of
+        forward's step in backward gets forward's values, bit for bit)."""
+        self.sealed = len(self.invariants)
+
     def done(self) -> Plan:
         """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
         They share common subexpressions like the loop body does: the coefficients of a discretised linear system
         repeat each other, and printed one by one they make sources that are slow to compile."""
+        counter = itertools.count(1)
+
         def names():
-            for i in itertools.count(1):
+            for i in counter:
                 yield sp.Symbol(f"ac_kc{i}", real=True)
-        replacements, reduced = sp.cse(list(self.invariants), symbols=names(), order="none")
-        for symbol, value in replacements:
-            self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
-        for (expr, symbol), value in zip(self.invariants.items(), reduced):
-            comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
-            self._compute_once(comment, symbol, value, symbol in self.lane_free)
+        items = list(self.invariants.items())
+        for group in (items[:self.sealed], items[self.sealed:]):
+            if not group:
+                continue
+            replacements, reduced = sp.cse([expr for expr, _ in group], symbols=names(), order="none")
+            for symbol, value in replacements:
+                self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
+            for (expr, symbol), value in zip(group, reduced):
+                comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
+                self._compute_once(comment, symbol, value, symbol in self.lane_free)
         return self.plan
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:

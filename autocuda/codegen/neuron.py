@@ -132,7 +132,8 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     # A forward kernel depends on detach_reset and the surrogate only through what it saves: leaving them out
     # of its name lets identical forward kernels share one name, one source and one compiled binary.
     forward = options.forward
-    identity = ((_text(derivation.system), _text(derivation.forward), derivation.saved_states, options) if forward
+    identity = ((_text(derivation.system), _text(derivation.forward), derivation.saved_states, options,
+                 *(("charge replayed",) if derivation.charge_replayed else ())) if forward
                 else (_text(derivation), options, surrogate_gradient))
     digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset and not forward else ""

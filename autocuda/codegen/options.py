@@ -175,9 +175,15 @@ def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
     as stored, so forward stores it rounded toward the side of the threshold it was on (`plans.h_stored_as_decided`):
     the replay decides every spike as forward did. 1 (a checkpoint every step, as a saved sequence) with
     `replay` 0 or 1, or native half2 arithmetic. The name of what is saved stays the same for every dtype: the
-    ops' outputs are named alike."""
+    ops' outputs are named alike. A replayed charge (`Derivation.charge_replayed`) keeps every checkpoint in
+    float, one every `replay` steps (every step for 0 or 1), and refuses native arithmetic."""
     if not (derivation.replayable and options.multi_step):
         return 0
+    if derivation.charge_replayed:  # no h saved: backward replays every step, from checkpoints in float
+        if options.native:
+            raise ValueError("a replayed charge needs checkpoints exact in float arithmetic: native packed "
+                             "arithmetic (native=True) keeps none")
+        return max(options.replay, 1)
     return options.replay if options.replay > 1 and not options.native else 1
 
 

@@ -32,6 +32,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
     b = Builder(derivation, options)
     system, step = derivation.system, derivation.forward
     saving = options.save_for_backward
+    keeps_h = saving and not (derivation.charge_replayed and options.multi_step)
     pointers = [b.pointer(input_key(u.name), const=True) for u in system.inputs]
     b.register(*(input_register(u.name) for u in system.inputs), *(c_name(s.name) for s in system.states),
                "ac_out_spike")
@@ -41,7 +42,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
         b.plan.setup.append(b.initial(c_name(s.name), s.name))
     b.params_setup()
     b.pointer("spike_seq", const=False)
-    if saving:
+    if keeps_h:
         b.pointer("h_seq", const=False)
         b.register("ac_out_h")
     charge, threshold = b.emit([step.charge, step.threshold], comment="charge and threshold")
@@ -58,7 +59,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
     b.statement("ac_out_spike[lane]", "ac_s", declare=False)
     b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
     segment = replay_steps(derivation, options)
-    if saving:
+    if keeps_h:
         if segment > 1 and b.storage is not b.compute:
             h_stored_as_decided(b)
         else:
@@ -69,7 +70,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
             pointer = b.pointer(f"{s.name}_seq", const=False)
             b.plan.stores.append(b.store(pointer, "ac_row", c_name(s.name), f"{s.name}[t] after reset"))
         if saved and saving and segment:  # backward replays the steps in between
-            exact = segment > 1  # a replay starts from the value forward had
+            exact = segment > 1 or derivation.charge_replayed  # a replay starts from the value forward had
             pointer = b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
             store = b.store(pointer, "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
                             c_name(s.name), f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
@@ -122,26 +123,40 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         if options.grad_state_seq:
             pointer = b.pointer(f"grad_{s.name}_seq", const=True)
             b.plan.loads.append(b.load(grad, pointer, "ac_row", f"gradient of {s.name}[t]", accumulate=True))
-    b.pointer("h_seq", const=True)
+    replayed = derivation.charge_replayed and b.multi  # h too is replayed, from x: no h_seq
+    if not replayed:
+        b.pointer("h_seq", const=True)
     carry_h = derivation.recompute_membrane and b.multi
     segment = replay_steps(derivation, options)
-    b.plan.segment = segment if segment > 1 else 0  # one step: the saved sequence's loop, read at t-1
+    # one step without a replayed charge: the saved sequence's loop, read at t-1
+    b.plan.segment = segment if segment > 1 or replayed else 0
     if carry_h:  # h[t-1] is loaded anyway to recompute v[t-1]; it becomes the next step's h[t]
         b.plan.setup.append(b.load("ac_h_cur", "h_seq", "(T - 1) * N + ac_n0", "h[T-1]"))
-    elif b.plan.segment:  # loaded by the replay, kept for the reverse pass
+    elif b.plan.segment:  # loaded (or computed) by the replay, kept for the reverse pass
         b.plan.histories.append("ac_hist_h")
-        b.plan.replay_loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
+        if not replayed:
+            b.plan.replay_loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
         b.plan.loads.append(_recall("ac_h_cur", "ac_hist_h", "h[t], from the replay"))
     else:
         b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
     _previous_states(b, derivation, "_checkpoints" if segment else "_seq")
     for u, needed in zip(system.inputs, step.needs_inputs):
-        if needed:
+        if needed or replayed:
             pointer = b.pointer(input_key(u.name), const=True)
             b.register(input_register(u.name))
-            b.plan.loads.append(b.load(input_register(u.name), pointer, "ac_row", f"input {u.name}[t]"))
+            load = b.load(input_register(u.name), pointer, "ac_row", f"input {u.name}[t]")
+            if not replayed:
+                b.plan.loads.append(load)
+                continue
+            b.plan.replay_loads.append(load)
+            if needed:  # kept by the replay for the reverse pass: x is read once
+                b.plan.histories.append(c_name(u.name, "hist"))
+                b.plan.loads.append(_recall(input_register(u.name), c_name(u.name, "hist"),
+                                            f"input {u.name}[t], from the replay"))
     b.params_setup()
-    if segment:
+    if replayed:
+        _replay_charge(b, derivation)
+    elif segment:
         _replay(b, derivation)
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
@@ -190,8 +205,9 @@ def _previous_states(b: Builder, derivation: Derivation, saved_as: str) -> None:
     """Registers holding each needed state of step t-1: loaded (from <state>`saved_as`), replayed, recomputed
     from h[t-1], or the initial value."""
     system = derivation.system
+    replayed = derivation.charge_replayed and b.multi  # every state is replayed, needed or not
     for i, (s, needed) in enumerate(zip(system.states, derivation.backward.needs_states)):
-        if not needed:
+        if not (needed or replayed):
             continue
         state, initial = c_name(s.name), c_name(s.name, "init")
         b.register(state, initial)
@@ -205,12 +221,13 @@ def _previous_states(b: Builder, derivation: Derivation, saved_as: str) -> None:
                         comment=f"{s.name}[t-1] recomputed from h[t-1]", guard="t > 0", otherwise=f"{initial}[lane]")
         elif b.plan.segment:
             pointer, history = b.pointer(f"{s.name}_checkpoints", const=True, compute_type=True), c_name(s.name, "hist")
-            b.plan.histories.append(history)
             checkpoint = b.load(state, pointer, f"(ac_s0 / {b.plan.segment} - 1) * N + ac_n0",
                                 f"{s.name} before the segment: its checkpoint, or the initial value",
                                 otherwise=f"{initial}[lane]", compute_type=True)
             b.plan.replay_setup.append(dataclasses.replace(checkpoint, guard="ac_s0 > 0", streamable=False))
-            b.plan.loads.append(_recall(state, history, f"{s.name}[t-1], from the replay"))
+            if needed:
+                b.plan.histories.append(history)
+                b.plan.loads.append(_recall(state, history, f"{s.name}[t-1], from the replay"))
         else:
             pointer = b.pointer(f"{s.name}{saved_as}", const=True)
             b.plan.loads.append(b.load(state, pointer, "ac_row - N", f"saved {s.name}[t-1]",
@@ -220,6 +237,34 @@ def _previous_states(b: Builder, derivation: Derivation, saved_as: str) -> None:
 def _recall(register: str, history: str, comment: str) -> Transfer:
     """register[lane] = its value at this step of the segment, kept by the replay."""
     return Transfer(comment, register, "", "", f"{history}[ac_k][lane]", vectorizable=False, streamable=False)
+
+
+def _replay_charge(b: Builder, derivation: Derivation) -> None:
+    """The replay's step where h is replayed too (`Derivation.charge_replayed`): forward's step again, printed as
+    forward prints it, from the step's inputs and the states; what the reverse pass reads goes into the
+    histories (the states before step t and the inputs it needs, and h[t])."""
+    system, step, needs = derivation.system, derivation.forward, derivation.backward
+    start = len(b.plan.body)
+    kept = [s for s, needed in zip(system.states, needs.needs_states) if needed]
+    kept += [u for u, needed in zip(system.inputs, needs.needs_inputs) if needed]
+    for symbol in kept:
+        b.statement(f"{c_name(symbol.name, 'hist')}[ac_k][lane]", b.printer.names[symbol], declare=False,
+                    comment="what the reverse pass reads" if symbol is kept[0] else "")
+    charge, threshold = b.emit([step.charge, step.threshold], comment="charge and threshold, as forward")
+    b.statement("ac_h", charge)
+    b.statement("ac_thr", threshold)
+    b.statement("ac_hist_h[ac_k][lane]", "ac_h", declare=False)
+    b.statement("ac_s", spike_value(system))
+    if any(e.has(EVENT) for e in step.new_states):
+        b.statement("ac_e", spike_value(system, magnitude=True))
+    news = b.emit(list(step.new_states), comment="reset and state updates, as forward")
+    for s, value in zip(system.states, news):
+        b.statement(c_name(s.name, "next"), value)
+    for s in system.states:
+        b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
+    b.plan.replay_body = b.plan.body[start:]
+    del b.plan.body[start:]
+    b.seal()  # forward's invariants, hoisted in forward's order: computed as forward computes them
 
 
 def _replay(b: Builder, derivation: Derivation) -> None:

@@ -4,7 +4,9 @@ BatchNorm's output is an affine map per channel c: `y = a_c * x + b_c` with `a_c
 and `b_c = bias_c - mean_c * a_c`. The layer computes a and b with torch ops (batch statistics in training,
 running statistics in eval, exactly as `torch.nn.BatchNorm2d` does, so autograd gives BatchNorm's own gradients,
 through the statistics too) and hands them to the neuron as the two tensor parameters of
-`spec.transform.with_input_affine(spec)`: the kernels read x and never a normalised copy of it.
+`spec.transform.with_input_affine(spec)`: the kernels read x and never a normalised copy of it. Backward reads x
+anyway (the gradient of the scale is the normalised input's times x), so the multi-step kernels save no h:
+backward replays h from x (`functional.multi_step`'s `save_h=False`).
 
 Shapes: step_mode 'm' takes the convolution's output [T, B, C, *spatial] and computes statistics over T, B and
 the spatial dims (SpikingJelly's `SeqToANNContainer(BatchNorm2d)` and multi-step `layer.BatchNorm2d`: T folded
@@ -190,7 +192,7 @@ class BatchNormNeuron(nn.Module):
         if mode == "m":
             spikes, finals, seqs = F.multi_step(ref, x, *_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
-                                                recompute=n.recompute, **params)
+                                                recompute=n.recompute, save_h=False, **params)
             if finals is not None:  # always: the layer keeps its final states
                 _set_states(n, n.state_names, finals, compiling)
             if seqs is not None:

@@ -212,6 +212,7 @@ class NeuronConfig:
     detach_reset: bool = False
     constants: tuple[tuple[str, float], ...] = ()
     tensors: tuple[tuple[str, Broadcast], ...] = ()  # runtime tensor parameters: (name, how it spreads)
+    replay_charge: bool = False  # multi-step kernels save no h; backward replays it from x (`kernels.neuron_kernel`)
     _kernels: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _tuned: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -225,7 +226,7 @@ class NeuronConfig:
     def text(self) -> str:
         """Everything that selects this layer's kernels, as stable text."""
         return repr((spec_text(self.spec), self.surrogate.key(), self.reset, self.detach_reset, self.constants,
-                     self.tensors))
+                     self.tensors, *(("replay_charge",) if self.replay_charge else ())))
 
     @functools.cached_property
     def key(self) -> str:
@@ -253,7 +254,7 @@ class NeuronConfig:
                              tensors=[n for n, _ in self.tensors],
                              per_neuron=[n for n, kind in self.tensors if kind == PER_NEURON],
                              per_channel=[n for n, kind in self.tensors if kind == PER_CHANNEL],
-                             **options)
+                             replay_charge=self.replay_charge, **options)
 
     def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: Layout) -> Recipe:
         """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order (every call's

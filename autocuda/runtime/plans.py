@@ -152,6 +152,7 @@ class Plan:
     scalars: tuple[str, ...]                 # scalar parameters, op order
     states: tuple[str, ...]
     key: str                                 # the ops' key (kernel plans) or a plan id (reference plans)
+    replay_charge: bool = False              # multi-step kernels save no h (`NeuronConfig.replay_charge`)
 
     @functools.cached_property
     def system(self) -> StepSystem:
@@ -170,28 +171,31 @@ class Plan:
     @functools.cached_property
     def config(self) -> NeuronConfig:
         """What selects this layer's kernels (the ops run it under `key`)."""
-        return NeuronConfig(self.spec, self.surrogate, self.reset, self.detach_reset, self.constants, self.tensors)
+        return NeuronConfig(self.spec, self.surrogate, self.reset, self.detach_reset, self.constants, self.tensors,
+                            self.replay_charge)
 
 
 @constant_result
 def plan_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
              constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
-             kernels: bool) -> str:
+             kernels: bool, replay_charge: bool = False) -> str:
     """The id of a layer's plan (for kernel plans, the ops' key). `signature` lists the parameters given as
     tensors: (name, per neuron?, needs grad?); `kernels`: a plan of the generated kernels (the ops find its
-    configuration by the key: `autocuda.ops.entry`), else of the reference."""
-    return _plan_id(spec, surrogate, reset, detach_reset, constants, signature, kernels)
+    configuration by the key: `autocuda.ops.entry`), else of the reference; `replay_charge`: kernels that save no
+    h (the reference ignores it)."""
+    return _plan_id(spec, surrogate, reset, detach_reset, constants, signature, kernels, replay_charge)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool, constants: tuple,
-             signature: tuple, kernels: bool) -> str:
+             signature: tuple, kernels: bool, replay_charge: bool) -> str:
     resolved = resolve_spec(spec)
     chosen = _resolve_surrogate(resolved, surrogate)
     if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
         raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
                          "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
-    made = _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels)
+    made = _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels,
+                 bool(replay_charge) and kernels)
     if not kernels:
         # The reference reads the derived step and the parameter symbols on every call: work them out here, outside
         # any trace, so that a layer compiled before its first eager call finds them cached instead of tracing the
@@ -224,7 +228,7 @@ def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool, constants: tuple,
-          signature: tuple, kernels: bool) -> Plan:
+          signature: tuple, kernels: bool, replay_charge: bool = False) -> Plan:
     rule = check_reset(spec, reset)
     given = {name: per_neuron for name, per_neuron, _ in signature}
     # The kernels differentiate only what the spec calls learnable: a tensor that needs a gradient makes its
@@ -241,11 +245,11 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
     scalars = tuple(n for n in runtime if n not in tensor_names)
     states = tuple(s.name for s in spec.states)
     if kernels:
-        key = NeuronConfig(spec, surrogate, rule, detach_reset, constants, tensors).key
+        key = NeuronConfig(spec, surrogate, rule, detach_reset, constants, tensors, replay_charge).key
     else:
         text = repr((spec_text(spec), surrogate.key(), rule, detach_reset, constants, tensors))
         key = f"reference_{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
-    built = Plan(spec, surrogate, rule, detach_reset, constants, tensors, scalars, states, key)
+    built = Plan(spec, surrogate, rule, detach_reset, constants, tensors, scalars, states, key, replay_charge)
     known = _PLANS.setdefault(key, built)
     if known != built:  # a digest collision: never run one neuron's kernels for another
         raise RuntimeError(f"autocuda plan key {key!r} already names a different neuron configuration")

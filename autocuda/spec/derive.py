@@ -22,6 +22,7 @@ backward need not read x[t].
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
@@ -165,6 +166,11 @@ class Derivation:
     saved_states: tuple[bool, ...]      # forward saves this state's sequence for backward
     recompute_membrane: bool            # backward recomputes v[t-1] from h[t-1] (nothing saved for it)
     replayable: bool = False            # backward may rebuild the saved states from checkpoints and h (`replayable`)
+    charge_replayed: bool = False       # multi-step: backward recomputes h too, from x (`replaying_charge`)
+
+    def __repr__(self) -> str:
+        """Without `charge_replayed` where it is False (kernel names are digests of it)."""
+        return _repr_without_empty(self, ("charge_replayed",))
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
@@ -326,6 +332,19 @@ def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -
             spiking = update.has(SPIKE) or update.has(THRESHOLD)
             read |= update.free_symbols | (spike_inputs(system) if spiking else set())
     return not read & set(system.inputs) and read & set(system.states) <= kept
+
+
+def replaying_charge(derivation: Derivation) -> Derivation:
+    """The derivation whose multi-step forward saves no h: it writes checkpoints of every state every few steps,
+    and backward replays each segment's steps from the last checkpoint and x, h included.
+
+    Why: memory traffic where backward reads x anyway. A fused BatchNorm's backward reads x for the gradients
+    of its scale; reading h as well moves e more per neuron-step each way (forward's write and backward's read).
+    The replay runs forward's expressions again, printed alike, on the same values: it rebuilds h and every
+    state bit for bit."""
+    states = derivation.system.states
+    return dataclasses.replace(derivation, saved_states=(True,) * len(states), recompute_membrane=False,
+                               replayable=True, charge_replayed=True)
 
 
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:

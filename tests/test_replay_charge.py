@@ -1,0 +1,107 @@
+"""A replayed charge (`save_h=False`): forward saves no h, only every state every K steps, and backward replays each
+segment's steps from x. The replay must rebuild forward's values bit for bit (the spikes it decides are forward's),
+so the gradients are those of the kernels that save h, up to the rounding of backward's own coefficients."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autocuda.functional as F
+from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.kernels import source
+from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
+from autocuda.spec.load import list_specs, load_spec
+
+K = REPLAY_STEPS
+SPECS = [name for name, _ in list_specs()]
+
+
+def _run(name: str, dtype: torch.dtype, steps: int, replay_charge: bool, store_state_seq: bool = False) -> dict:
+    spec = load_spec(name)
+    config = NeuronConfig(spec, spec.surrogate, spec.reset, replay_charge=replay_charge)
+    gen = torch.Generator().manual_seed(steps)
+    n = 10
+    xs = {f"{u}_seq": (torch.randn(steps, n, generator=gen) * 1.5 + 0.5).to(dtype) for u in spec.inputs}
+    init = {s.name: (0.3 * torch.randn(n, generator=gen)).to(dtype) for s in spec.states}
+    params = {p.name: p.default for p in spec.params}
+    x = xs["x_seq"] if len(xs) == 1 else [xs[f"{u}_seq"] for u in spec.inputs]
+    out = forward(config, x, init, params, backend="host", layout={"lanes": 2}, store_state_seq=store_state_seq)
+    grads = {"grad_spike_seq": torch.randn(steps, n, generator=gen).to(dtype),
+             **{f"grad_{s.name}_final": torch.randn(n, generator=gen).to(dtype) for s in spec.states}}
+    saved = {**out, **{f"{k}_init": v for k, v in init.items()}, **xs}
+    return out | backward(config, grads, saved, params, backend="host", layout={"lanes": 2})
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_shipped_spec_replays_its_charge(name):
+    """float64, sequences around the segment size: forward's outputs bitwise, gradients to rounding."""
+    for steps in (1, K - 1, K + 1, 3 * K + 5):
+        saved, replayed = _run(name, torch.float64, steps, False), _run(name, torch.float64, steps, True)
+        assert "h_seq" in saved and "h_seq" not in replayed
+        assert all(f"{s.name}_checkpoints" in replayed for s in load_spec(name).states)
+        for key, value in saved.items():
+            if key == "h_seq" or key.endswith("_checkpoints"):
+                continue
+            if key.startswith("grad_"):
+                torch.testing.assert_close(replayed[key], value, rtol=1e-12, atol=1e-12, equal_nan=True, msg=key)
+            else:
+                assert torch.allclose(replayed[key], value, rtol=0, atol=0, equal_nan=True), (name, steps, key)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "alif", "izhikevich", "ternary_lif"])
+def test_low_precision_replays_decide_forward_spikes(name, dtype):
+    """In float16 and bfloat16 the saved h is rounded to the storage, the replayed one is not: the spikes and
+    states agree bitwise, the gradients closely (the replay's are the more exact)."""
+    saved, replayed = _run(name, dtype, 2 * K + 3, False), _run(name, dtype, 2 * K + 3, True)
+    for key in ("spike_seq", *(f"{s.name}_final" for s in load_spec(name).states)):
+        assert torch.equal(replayed[key], saved[key]), key
+    tolerance = 1e-6 if dtype == torch.float32 else 6e-2
+    torch.testing.assert_close(replayed["grad_x_seq"].float(), saved["grad_x_seq"].float(), rtol=tolerance,
+                               atol=tolerance)
+
+
+def test_checkpoints_are_the_states_every_k_steps():
+    steps = 3 * K + 2
+    out = _run("izhikevich", torch.float32, steps, True, store_state_seq=True)
+    for state in ("v", "w"):
+        assert out[f"{state}_checkpoints"].shape == (steps // K, 10)
+        torch.testing.assert_close(out[f"{state}_checkpoints"], out[f"{state}_seq"][K - 1::K], rtol=0, atol=0)
+
+
+def test_sources_save_no_h_and_backward_reads_x():
+    spec = load_spec("lif")
+    fptt = source(spec, "fptt", "float32", replay_charge=True)
+    bptt = source(spec, "bptt", "float32", replay_charge=True)
+    assert "h_seq" not in fptt and f"if (t % {K} == {K - 1})" in fptt and "usr_v_checkpoints" in fptt
+    assert "h_seq" not in bptt and "const float* __restrict__ x_seq" in bptt
+    assert "ac_hist_h[ac_k][lane] = ac_h;" in bptt, "h comes from the replay"
+    assert "h_seq" in source(spec, "step-forward", "float32", replay_charge=True), "single steps are unchanged"
+    assert fptt != source(spec, "fptt", "float32") and "h_seq" in source(spec, "bptt", "float32")
+    with pytest.raises(ValueError, match="native packed arithmetic"):
+        source(spec, "fptt", "bfloat16", replay_charge=True, native=True, lanes=2)
+
+
+def test_functional_save_h_keeps_x_not_h():
+    x = (torch.randn(2 * K + 1, 4, 3, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
+    kept = []
+
+    def pack(t):
+        kept.append(t)
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        spikes, finals, _ = F.multi_step("parametric_lif", x, backend="host", save_h=False)
+    assert any(t.data_ptr() == x.data_ptr() and t.numel() == x.numel() for t in kept), "x is kept"
+    sequences = [t for t in kept if t.shape[0] == x.shape[0] and t.data_ptr() != x.data_ptr()]
+    assert not sequences, "nothing of x's length besides x"
+    want, want_finals, _ = F.multi_step("parametric_lif", x, backend="reference")
+    assert torch.equal(spikes, want)
+    g = torch.randn_like(spikes)
+    got_grad = torch.autograd.grad([spikes, finals[0]], x, [g, torch.ones_like(finals[0])])[0]
+    want_grad = torch.autograd.grad([want, want_finals[0]], x, [g, torch.ones_like(want_finals[0])])[0]
+    torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_save_h_must_be_a_bool():
+    with pytest.raises(TypeError, match="save_h: expected True or False"):
+        F.multi_step("lif", torch.rand(3, 4), backend="host", save_h=0)
