@@ -105,3 +105,19 @@ def test_functional_save_h_keeps_x_not_h():
 def test_save_h_must_be_a_bool():
     with pytest.raises(TypeError, match="save_h: expected True or False"):
         F.multi_step("lif", torch.rand(3, 4), backend="host", save_h=0)
+
+
+def test_layers_take_save_h():
+    import autocuda.nn as ann
+
+    x = (torch.rand(K + 3, 2, 5, dtype=torch.float64) * 2).requires_grad_(True)
+    results = []
+    for save_h in (True, False):
+        layer = ann.Neuron("alif", step_mode="m", backend="host", save_h=save_h)
+        spikes = layer(x)
+        results.append((spikes, layer.v, torch.autograd.grad(spikes.sum() + layer.a.sum(), x)[0]))
+        assert ("save_h=False" in repr(layer)) == (not save_h)
+    for saved, replayed in zip(*results):
+        torch.testing.assert_close(replayed, saved, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="save_h: expected True or False"):
+        ann.Neuron("lif", save_h=None)

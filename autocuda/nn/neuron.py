@@ -67,6 +67,8 @@ class Neuron(_Base):
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     `recompute=True` (an attribute of every layer, also set later) keeps only a multi-step call's arguments for
     backward, which runs the forward again (`functional.multi_step`): less memory, one more forward.
+    `save_h=False` (likewise) saves no h in a multi-step call: backward replays it from x, which it keeps instead
+    (`functional.multi_step`): fewer bytes moved, the same memory.
     """
 
     # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base:
@@ -79,11 +81,12 @@ class Neuron(_Base):
     _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
     step_mode: str = "s"  # a plain attribute of each layer (this hides StepModule's property where it is a base)
     recompute: bool = False  # layers built without it (SpikingJelly's signatures, older pickles) read this
+    save_h: bool = True      # likewise
 
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
-                 recompute: bool = False, **params: Any):
+                 recompute: bool = False, save_h: bool = True, **params: Any):
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
@@ -91,7 +94,8 @@ class Neuron(_Base):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
-        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq), ("recompute", recompute)):
+        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq), ("recompute", recompute),
+                           ("save_h", save_h)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
         if surrogate_function is None:
@@ -104,7 +108,7 @@ class Neuron(_Base):
         self._input_names = self.spec.inputs
         self._output = spec_output(self.spec)  # the spike, unless the spec names another output
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
-        self.recompute = recompute
+        self.recompute, self.save_h = recompute, save_h
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
         self._set_params(params)
@@ -257,7 +261,8 @@ class Neuron(_Base):
         compiling = torch.compiler.is_compiling()
         params = _params(self, compiling)
         run: Callable[..., Any] = F.multi_step if multi else F.single_step
-        extra = {"store_state_seq": self._output.kind != SPIKE, "recompute": self.recompute} if multi else {}
+        extra = {"store_state_seq": self._output.kind != SPIKE, "recompute": self.recompute,
+                 "save_h": self.save_h} if multi else {}
         out = run(self._spec_ref, given, *states[:n], surrogate=self._surrogate_ref,
                   detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **params)
         after = out[2] if multi else out[1]  # the state sequences, or the new states
@@ -300,7 +305,8 @@ class Neuron(_Base):
         spikes, finals, seqs = F.multi_step(self._spec_ref, given, *_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
                                             store_state_seq=self.store_v_seq or self._output.kind != SPIKE,
-                                            backend=_BACKENDS[self.backend], recompute=self.recompute, **params)
+                                            backend=_BACKENDS[self.backend], recompute=self.recompute,
+                                            save_h=self.save_h, **params)
         if finals is not None:  # always: this module keeps its final states
             _set_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
@@ -319,7 +325,7 @@ class Neuron(_Base):
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}",
-                          *(["recompute=True"] if self.recompute else [])])
+                          *(["recompute=True"] if self.recompute else []), *([] if self.save_h else ["save_h=False"])])
 
 
 
