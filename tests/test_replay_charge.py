@@ -121,3 +121,32 @@ def test_layers_take_save_h():
         torch.testing.assert_close(replayed, saved, rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeError, match="save_h: expected True or False"):
         ann.Neuron("lif", save_h=None)
+
+
+@pytest.mark.parametrize("steps", [4, K + 4])
+def test_calls_shorter_than_a_segment_replay_one_segment(steps):
+    """A call of T < K steps replays one segment of T steps (no step tested against T); its one checkpoint row is
+    what the op's fake kernel (torch.compile) says too."""
+    x = (torch.rand(steps, 6, dtype=torch.float64) * 2).requires_grad_(True)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        F.multi_step("alif", x, backend="host", save_h=False)
+    rows = {tuple(t.shape) for t in kept if t.dim() == 2 and t.shape[0] != steps}
+    assert rows == {(1, 6)}, rows
+
+
+def test_compiled_layer_with_save_h_equals_eager():
+    import autocuda.nn as ann
+
+    eager, compiled_layer = (ann.Neuron("alif", step_mode="m", backend="host", save_h=False) for _ in range(2))
+    compiled = torch.compile(compiled_layer, fullgraph=True)
+    for steps in (4, 2 * K + 1):
+        x = torch.rand(steps, 3, 4, dtype=torch.float64) * 2
+        a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        eager.reset()
+        compiled_layer.reset()
+        want, got = eager(a), compiled(b)
+        assert torch.equal(got, want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-12, atol=1e-12)

@@ -20,7 +20,7 @@ from ..cnames import input_key
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
 from ..dtypes import get_dtype
 from ..errors import KernelArgumentError
-from ..layout import FIELDS, Layout
+from ..layout import FIELDS, REPLAY_STEPS, Layout
 from ..spec.model import NeuronSpec, Reset, spec_text
 from ..surrogate import Surrogate
 from . import tuning
@@ -341,12 +341,17 @@ class KernelCall:
                  ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
         """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`)."""
         layout = _layout(self.config, self.kind, self.flags, self.names, args, like, n, steps, backend)
-        found = self._bound.get((like.dtype, layout))
-        if found is None:
-            recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
-            found = self._bound[(like.dtype, layout)] = (recipe, recipe.bind(self.names))
-        recipe, binding = found
+        recipe, binding = self._recipe(like.dtype, layout)
+        if steps and steps < recipe.kernel.checkpoint_steps:  # shorter than a segment: one segment of T steps
+            recipe, binding = self._recipe(like.dtype, layout.replace(replay=steps))
         return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
+
+    def _recipe(self, dtype: torch.dtype, layout: Layout) -> tuple[Recipe, Binding]:
+        found = self._bound.get((dtype, layout))
+        if found is None:
+            recipe = self.config.recipe(self.kind, dtype, self.flags, layout)
+            found = self._bound[(dtype, layout)] = (recipe, recipe.bind(self.names))
+        return found
 
 
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
@@ -384,9 +389,12 @@ def long_loop(n: Any, steps: Any) -> bool:
 
 
 def replay_option(n: Any, steps: Any) -> dict[str, int]:
-    """The `replay` option that `_layout` gives every kernel of such a shape (none: the kernels' default), for
-    callers that must know the shape of `<state>_checkpoints` without choosing a layout (fake kernels, tests)."""
-    return {"replay": tuning.REPLAY} if long_loop(n, steps) else {}
+    """The `replay` option that a call of such a shape runs with (none: the kernels' default), for callers that must
+    know the shape of `<state>_checkpoints` without choosing a layout (fake kernels, tests): `_layout`'s, or T
+    where T is shorter than a segment (`KernelCall`: one segment of T steps, whose steps need no test against T)."""
+    if long_loop(n, steps):
+        return {"replay": tuning.REPLAY}
+    return {"replay": int(steps)} if steps and steps < REPLAY_STEPS else {}
 
 
 def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
