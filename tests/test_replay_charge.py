@@ -150,3 +150,16 @@ def test_compiled_layer_with_save_h_equals_eager():
         want.sum().backward()
         got.sum().backward()
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("dtype", "others"), [(torch.float32, 0), (torch.bfloat16, 1)], ids=str)
+def test_fused_batchnorm_replays_h_in_float32_and_keeps_it_in_half(dtype, others):
+    import autocuda.nn as ann
+
+    layer = ann.BatchNormNeuron(3, ann.Neuron("lif", step_mode="m", backend="host")).to(dtype)
+    x = (torch.randn(4, 2, 3, 5, 5) + 1).to(dtype).requires_grad_(True)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        layer(x)
+    large = {t.data_ptr() for t in kept if t.numel() == x.numel() and t.data_ptr() != x.data_ptr()}
+    assert len(large) == others

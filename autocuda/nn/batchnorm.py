@@ -5,8 +5,8 @@ and `b_c = bias_c - mean_c * a_c`. The layer computes a and b with torch ops (ba
 running statistics in eval, exactly as `torch.nn.BatchNorm2d` does, so autograd gives BatchNorm's own gradients,
 through the statistics too) and hands them to the neuron as the two tensor parameters of
 `spec.transform.with_input_affine(spec)`: the kernels read x and never a normalised copy of it. Backward reads x
-anyway (the gradient of the scale is the normalised input's times x), so the multi-step kernels save no h:
-backward replays h from x (`functional.multi_step`'s `save_h=False`).
+anyway (the gradient of the scale is the normalised input's times x), so for float32 and float64 input the
+multi-step kernels save no h: backward replays h from x (`functional.multi_step`'s `save_h=False`).
 
 Shapes: step_mode 'm' takes the convolution's output [T, B, C, *spatial] and computes statistics over T, B and
 the spatial dims (SpikingJelly's `SeqToANNContainer(BatchNorm2d)` and multi-step `layer.BatchNorm2d`: T folded
@@ -192,7 +192,7 @@ class BatchNormNeuron(nn.Module):
         if mode == "m":
             spikes, finals, seqs = F.multi_step(ref, x, *_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
-                                                recompute=n.recompute, save_h=False, **params)
+                                                recompute=n.recompute, save_h=_keeps_h(x), **params)
             if finals is not None:  # always: the layer keeps its final states
                 _set_states(n, n.state_names, finals, compiling)
             if seqs is not None:
@@ -204,6 +204,12 @@ class BatchNormNeuron(nn.Module):
         if n.store_v_seq:
             _append_v_seq(n, new_states[0], compiling)
         return spike
+
+
+def _keeps_h(x: torch.Tensor) -> bool:
+    """Whether the neuron saves h: only for float16 and bfloat16 input, where replaying h from x in backward costs
+    more arithmetic than the bytes it saves (docs/batchnorm.md); float32 and float64 replay it."""
+    return x.dtype in _LOW
 
 
 class _Statistics(torch.autograd.Function):
