@@ -67,8 +67,9 @@ def memory_order(x: Tensor, first: int, states: Sequence[Any], params: Mapping[s
 
 
 def broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """`shape` expands to `target` (numpy rules, without growing `target`)."""
-    return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
+    """`shape` expands to `target` (numpy rules, without growing `target`). Compared with `==`, not `in`: Dynamo
+    answers `in` on a tuple holding a symbolic size (a dynamic shape) by identity, so a size equal to it fails."""
+    return len(shape) <= len(target) and all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target)))
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:

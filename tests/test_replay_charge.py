@@ -163,3 +163,25 @@ def test_fused_batchnorm_replays_h_in_float32_and_keeps_it_in_half(dtype, others
         layer(x)
     large = {t.data_ptr() for t in kept if t.numel() == x.numel() and t.data_ptr() != x.data_ptr()}
     assert len(large) == others
+
+
+def test_fused_batchnorm_compiles_with_dynamic_shapes():
+    """Symbolic sizes (torch.compile's dynamic shapes) pass the parameters' broadcast check, and sequences on
+    both sides of the segment size replay alike."""
+    import copy
+
+    import autocuda.nn as ann
+
+    layer = ann.BatchNormNeuron(4, ann.LIFNode(step_mode="m", backend="host")).double()
+    other = copy.deepcopy(layer)
+    compiled = torch.compile(other, fullgraph=True, dynamic=True)
+    for shape in [(4, 3, 4, 5, 6), (K + 3, 2, 4, 3, 3)]:
+        x = torch.randn(*shape, dtype=torch.float64)
+        a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        layer.reset()
+        other.reset()
+        want, got = layer(a), compiled(b)
+        assert torch.equal(got, want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-12, atol=1e-12)

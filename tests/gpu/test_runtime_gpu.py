@@ -466,11 +466,12 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
         return out | neuron.backward(config, grads, saved, params, grad_state_seq=full, grad_finals=full,
                                      given_inits=full, layout=layout)
 
-    fixed = run({"lanes": 0, "unroll": 1, **neuron.replay_option(n, steps)})
+    replay = neuron.replay_option(n, steps)  # the launch's: T steps in one segment where T is shorter than one
+    fixed = run({"lanes": 0, "unroll": 1, **replay})
     layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long)
     assert layouts
     for layout in layouts:
-        got = run(layout)
+        got = run({**layout, **replay})
         for key in fixed:
             assert torch.equal(got[key], fixed[key]), f"{layout}: {key} differs"
     tuned = run(None)  # the tuner's own choice (any of the above)
