@@ -321,11 +321,13 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", 
 def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Layout | Mapping[str, Any] | None
          ) -> dict[str, torch.Tensor]:
-    if layout is None:
-        chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
-    else:
-        chosen = Layout.of(layout)
-    return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
+    if layout is not None:
+        return config.recipe(kind, like.dtype, flags, Layout.of(layout)).run(given, like, n, steps, backend)
+    chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
+    recipe = config.recipe(kind, like.dtype, flags, chosen)
+    if steps and steps < recipe.kernel.checkpoint_steps:  # as `KernelCall`: one segment of T steps
+        recipe = config.recipe(kind, like.dtype, flags, chosen.replace(replay=steps))
+    return recipe.run(given, like, n, steps, backend)
 
 
 class KernelCall:
