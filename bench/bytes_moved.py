@@ -2,7 +2,10 @@
 (`BatchNormNeuron`: the normalisation inside the neuron's kernels, its parameters one per channel).
 
 The neuron kernels' traffic is counted from their generated parameter lists: a `*_seq` pointer moves T*N elements,
-another pointer N (per neuron) or C (per channel: left out, C against T*N), read if const, else written. The
+a `*_checkpoints` one N per K steps written (K = min(8, T), as the launch picks) and read for the segments after
+the first, another pointer N (per neuron) or C (per
+channel: left out, C against T*N), read if const, else written. The fused kernels are those of float32 input,
+which save no h (backward replays it from x). The
 torch passes around them are counted as the docs describe them (docs/batchnorm.md): BatchNorm's statistics read
 x once; its normalising pass reads x and writes y; its backward reads the gradient of y and x twice (a reduction,
 then the elementwise pass) and writes the gradient of x; the fused block's statistics term (`x * c1 + c0` added to
@@ -36,7 +39,11 @@ def kernel_elements(kernel, steps: int) -> tuple[float, float]:
     for name, param in kernel.cparams.items():
         if not param.pointer or name in (f"grad_{INPUT_SCALE}", f"grad_{INPUT_SHIFT}", INPUT_SCALE, INPUT_SHIFT):
             continue  # one per channel
-        share = 1.0 if name.endswith("_seq") else 1.0 / steps
+        if name.endswith("_checkpoints"):  # forward writes a row every K steps; backward reads those before T - 1
+            rows = (steps - 1 if param.const else steps) // kernel.checkpoint_steps
+            share = rows / steps
+        else:
+            share = 1.0 if name.endswith("_seq") else 1.0 / steps
         if param.const:
             read += share
         else:
@@ -50,7 +57,7 @@ def count(steps: int) -> list[dict]:
     channel = {"tensors": [INPUT_SCALE, INPUT_SHIFT], "per_channel": [INPUT_SCALE, INPUT_SHIFT]}
 
     def neuron(kind: str, options: dict, is_fused: bool) -> tuple[float, float]:
-        spec, extra = (fused, channel) if is_fused else (lif, {})
+        spec, extra = (fused, {**channel, "replay_charge": True, "replay": min(8, steps)}) if is_fused else (lif, {})
         return kernel_elements(neuron_kernel(spec, kind, "float32", **options, **extra), steps)
 
     def total(*passes: tuple[float, float]) -> float:
