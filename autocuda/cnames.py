@@ -77,7 +77,7 @@ def comment_text(text: str, limit: int = 200) -> str:
 # Kernel argument keys (`codegen.neuron`) that hold no user's name; every other key is made from one, in a shape
 # below: `<state>_init`, `<state>_seq`, `<state>_final`, `<state>_checkpoints`, `grad_<state or param>...`.
 FIXED_KEYS = frozenset({"x_seq", "spike_seq", "h_seq", "grad_spike_seq", "grad_x_seq", "N", "T",
-                        "ac_channels", "ac_inner"})
+                        "ac_channels", "ac_inner", "ac_grad_x_scale", "ac_grad_x_shift"})
 KEY_SUFFIXES = ("_init", "_seq", "_final", "_checkpoints")
 KEY_PREFIXES = ("grad_",)
 

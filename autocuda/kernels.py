@@ -58,6 +58,7 @@ class KernelRequest:
     final_states: bool
     layout: Layout
     replay_charge: bool = False              # multi-step kernels save no h: backward replays it (`replaying_charge`)
+    gradients: str = "all"                   # what BPTT stores (`codegen.options.GRADIENTS`)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -78,7 +79,7 @@ def _build(r: KernelRequest) -> NeuronKernel:
     options = KernelOptions(r.kernel, get_dtype(r.dtype), tuple((symbols[n], per) for n, per in r.tensors),
                             store_state_seq=r.store_state_seq, save_for_backward=r.save_for_backward,
                             grad_state_seq=r.grad_state_seq, grad_finals=r.grad_finals, given_inits=r.given_inits,
-                            final_states=r.final_states, **r.layout.options())
+                            final_states=r.final_states, gradients=r.gradients, **r.layout.options())
     title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
     try:
         return build_kernel(spec.name, d, options, r.surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
@@ -95,7 +96,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                   grad_state_seq: bool = False, grad_finals: bool = True, given_inits: bool = True,
                   final_states: bool = True, lanes: int = 0, vector: bool = False, unroll: int = 1,
                   prefetch: int = 0, staged: int = 0, staged_blocks: int = 1, native: bool = False,
-                  block: int = 256, replay: int = REPLAY_STEPS, replay_charge: bool = False) -> NeuronKernel:
+                  block: int = 256, replay: int = REPLAY_STEPS, replay_charge: bool = False,
+                  gradients: str = "all") -> NeuronKernel:
     """One generated kernel of `spec` ('fptt', 'bptt', 'step-forward' or 'step-backward').
 
     `tensors` names the parameters passed as tensors (default: the spec's tensor parameters); those in
@@ -116,6 +118,9 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `replay_charge=True`: the multi-step forward saves no h but a checkpoint of every state every `replay` steps,
     and the multi-step backward replays each segment's steps from x (`spec.derive.replaying_charge`); the two
     must agree. Single-step kernels are unchanged.
+    `gradients` (BPTT with per-channel parameters): "all"; "sums", the per-channel sums alone; "corrected", every
+    other gradient, the input's with c1[c] * x + c0[c] added (c1, c0: inputs `ac_grad_x_scale`,
+    `ac_grad_x_shift`, one per channel) — a BatchNorm's two backward passes (`nn.batchnorm`).
     `grad_finals=False`: a backward kernel without inputs for the final states' gradients (they are zero).
     `given_inits=False`: each initial state is one number for every neuron, passed by value (no tensor to
     fill and read), and backward computes no gradient for it.
@@ -139,7 +144,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants),
                                  chosen, tuple((n, kinds.get(n, SHARED)) for n in names), store_state_seq,
                                  save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout,
-                                 bool(replay_charge)))
+                                 bool(replay_charge), gradients))
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:

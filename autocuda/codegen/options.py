@@ -2,7 +2,7 @@
 loop schedule (segments of replayed steps, the shared-memory ring, the register stages)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import sympy as sp
 
@@ -22,6 +22,12 @@ REPLAY_STEPS = 8
 SHARED_BYTES = 48 * 1024
 # 32-bit registers a thread may give its staged inputs: long loops run few threads, but must not spill.
 STAGED_WORDS = 128
+# What a BPTT kernel stores (`KernelOptions.gradients`): every gradient; the per-channel sums alone; or every other
+# gradient, the input's with a per-channel term c1[c] * x + c0[c] added (the second of two passes, between which
+# the caller turns the sums into c1 and c0: a BatchNorm's statistics' term)
+GRADIENTS = ("all", "sums", "corrected")
+CORRECTION_KEYS = ("ac_grad_x_scale", "ac_grad_x_shift")  # c1 and c0, one per channel, in the arithmetic's type
+
 
 @dataclass(frozen=True)
 class KernelOptions:
@@ -45,6 +51,12 @@ class KernelOptions:
     native: bool = False                                 # half2/bfloat162 arithmetic instead of float
     block: int = 256                                     # threads per block (sizes the prefetch ring in shared memory)
     replay: int = REPLAY_STEPS                           # steps per checkpoint of replayed states (`replay_steps`)
+    gradients: str = "all"                               # what BPTT stores: one of GRADIENTS
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, without `gradients` where it is "all" (kernel names are digests of it)."""
+        shown = [f for f in fields(self) if not (f.name == "gradients" and self.gradients == "all")]
+        return f"KernelOptions({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -56,6 +68,11 @@ class KernelOptions:
         if self.prefetch > 1 and self.staged > 1:
             raise ValueError("prefetch (a ring in shared memory) and staged (registers) are two ways of loading "
                              f"ahead: give one (got prefetch={self.prefetch}, staged={self.staged})")
+        if self.gradients not in GRADIENTS:
+            raise ValueError(f"gradients: expected one of {GRADIENTS}, got {self.gradients!r}")
+        if self.gradients != "all" and (self.kernel != "bptt" or not self.per_channel):
+            raise ValueError(f"gradients={self.gradients!r}: a BPTT kernel with per-channel parameters only (got a "
+                             f"{self.kernel!r} kernel{'' if self.per_channel else ' without per-channel parameters'})")
         if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
             raise ValueError(f"replay: steps per checkpoint, an int >= 0 (0 or 1: every step), got {self.replay!r}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))

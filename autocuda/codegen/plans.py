@@ -19,8 +19,9 @@ from ..spec.derive import (
     spike_levels,
     spike_value,
 )
+from .broadcast import PARAM_INDEX, PER_CHANNEL
 from .builder import H_PREVIOUS, Builder
-from .options import KernelOptions, Plan, Transfer, replay_steps
+from .options import CORRECTION_KEYS, KernelOptions, Plan, Transfer, replay_steps
 
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_STORED = sp.Symbol("ac_h_stored", real=True)
@@ -107,6 +108,9 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     step; store the gradient of x, and those of the initial states and of the learnable parameters."""
     b = Builder(derivation, options)
     system, step = derivation.system, derivation.backward
+    corrected = options.gradients == "corrected"
+    # the step inputs the reverse pass reads: the adjoint's, and x where its gradient gets the per-channel term
+    reads = tuple(needed or (corrected and i == 0) for i, needed in enumerate(step.needs_inputs))
     b.pointer("grad_spike_seq", const=True)
     outs = [_grad_register(u.name) for u in system.inputs]
     b.register("ac_grad_s", "ac_h_cur", *outs)
@@ -140,7 +144,7 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     else:
         b.plan.loads.append(b.load("ac_h_cur", "h_seq", "ac_row", "h[t]"))
     _previous_states(b, derivation, "_checkpoints" if segment else "_seq")
-    for u, needed in zip(system.inputs, step.needs_inputs):
+    for u, needed in zip(system.inputs, reads):
         if needed or replayed:
             pointer = b.pointer(input_key(u.name), const=True)
             b.register(input_register(u.name))
@@ -154,8 +158,10 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
                 b.plan.loads.append(_recall(input_register(u.name), c_name(u.name, "hist"),
                                             f"input {u.name}[t], from the replay"))
     b.params_setup()
+    if corrected:
+        _correction_setup(b)
     if replayed:
-        _replay_charge(b, derivation)
+        _replay_charge(b, derivation, reads)
     elif segment:
         _replay(b, derivation)
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
@@ -166,7 +172,9 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     for k, level in enumerate(spike_levels(system)):  # a level's own surrogate, else the kernel's
         gradient = surrogate_gradient if level.surrogate is None else level.surrogate.gradient(SURROGATE_INPUT)
         b.statement(level_gradient_symbol(k).name, gradient.subs(SURROGATE_INPUT, level.argument))
-    outputs = b.emit([*step.grad_inputs, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    grad_inputs = (step.grad_inputs[0] + _SCALE * system.x + _SHIFT, *step.grad_inputs[1:]) if corrected \
+        else step.grad_inputs
+    outputs = b.emit([*grad_inputs, *step.grad_states, *step.grad_params], comment="adjoint of one step")
     count = len(outs)
     grad_inputs, grad_states = outputs[:count], outputs[count:count + len(system.states)]
     grad_params = outputs[count + len(system.states):]
@@ -176,7 +184,8 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement(c_name(s.name, "grad_prev"), value)
     for s in system.states:
         b.statement(f"{c_name(s.name, 'grad')}[lane]", c_name(s.name, "grad_prev"), declare=False)
-    for p, value in zip(system.learnable, grad_params):
+    stored = [(p, value) for p, value in zip(system.learnable, grad_params) if _stores_gradient(b, p)]
+    for p, value in stored:
         acc = c_name(p.name, "acc")
         b.register(acc)
         b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", acc, "", "", b.compute.literal(0),
@@ -184,16 +193,41 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
-    for u, out in zip(system.inputs, outs):
+    sums = options.gradients == "sums"
+    for u, out in zip(system.inputs, () if sums else outs):
         pointer = b.pointer(f"grad_{input_key(u.name)}", const=False)
         b.plan.stores.append(b.store(pointer, "ac_row", out, f"gradient of {u.name}[t]"))
-    for s in system.states if options.given_inits else ():  # a number given for all neurons has no gradient
+    # a number given for all neurons has no gradient
+    for s in system.states if options.given_inits and not sums else ():
         pointer = b.pointer(f"grad_{s.name}_init", const=False)
         b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name, "grad"), f"gradient of {s.name}[-1]"))
-    for p in system.learnable:
+    for p, _ in stored:
         b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
+
+
+_SCALE, _SHIFT = sp.Symbol("ac_gx_scale", real=True), sp.Symbol("ac_gx_shift", real=True)  # c1 and c0
+
+
+def _correction_setup(b: Builder) -> None:
+    """c1 and c0 of the input gradient's per-channel term, loaded once per thread as the per-channel parameters
+    are (`KernelOptions.gradients`)."""
+    offset, per_lane = PARAM_INDEX[PER_CHANNEL]
+    for key, symbol, what in zip(CORRECTION_KEYS, (_SCALE, _SHIFT), ("c1", "c0")):
+        pointer, register = b.pointer(key, const=True, compute_type=True), symbol.name
+        b.register(register)
+        b.printer.names[symbol] = f"{register}[lane]"
+        b.plan.setup.append(Transfer(f"{what} of the input gradient's per-channel term", register, pointer, offset,
+                                     element=b.param_dtype.element, vectorizable=False, per_lane=per_lane,
+                                     pair=b.storage.pair_floats))
+
+
+def _stores_gradient(b: Builder, param: sp.Symbol) -> bool:
+    """Whether this kernel stores the gradient of a learnable parameter: every one, or (`KernelOptions.gradients`)
+    the per-channel sums alone, or all but them."""
+    per_channel = b.tensor_params.get(param) == PER_CHANNEL
+    return {"all": True, "sums": per_channel, "corrected": not per_channel}[b.o.gradients]
 
 
 def _grad_register(name: str) -> str:
@@ -239,14 +273,14 @@ def _recall(register: str, history: str, comment: str) -> Transfer:
     return Transfer(comment, register, "", "", f"{history}[ac_k][lane]", vectorizable=False, streamable=False)
 
 
-def _replay_charge(b: Builder, derivation: Derivation) -> None:
+def _replay_charge(b: Builder, derivation: Derivation, reads: tuple[bool, ...]) -> None:
     """The replay's step where h is replayed too (`Derivation.charge_replayed`): forward's step again, printed as
     forward prints it, from the step's inputs and the states; what the reverse pass reads goes into the
     histories (the states before step t and the inputs it needs, and h[t])."""
     system, step, needs = derivation.system, derivation.forward, derivation.backward
     start = len(b.plan.body)
     kept = [s for s, needed in zip(system.states, needs.needs_states) if needed]
-    kept += [u for u, needed in zip(system.inputs, needs.needs_inputs) if needed]
+    kept += [u for u, needed in zip(system.inputs, reads) if needed]
     for symbol in kept:
         b.statement(f"{c_name(symbol.name, 'hist')}[ac_k][lane]", b.printer.names[symbol], declare=False,
                     comment="what the reverse pass reads" if symbol is kept[0] else "")

@@ -257,8 +257,8 @@ class NeuronConfig:
                              replay_charge=self.replay_charge, **options)
 
     def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: Layout) -> Recipe:
-        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order (every call's
-        path: one dict lookup once built)."""
+        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, trailing ones
+        left out at their defaults (every call's path: one dict lookup once built)."""
         key = (kind, dtype, flags, layout)
         found = self._recipes.get(key)
         if found is None:
@@ -314,7 +314,7 @@ class NeuronConfig:
 # The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
 KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
                 "step-forward": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
-                "bptt": ("grad_state_seq", "grad_finals", "given_inits"),
+                "bptt": ("grad_state_seq", "grad_finals", "given_inits", "gradients"),
                 "step-backward": ("grad_state_seq", "grad_finals", "given_inits")}
 
 
@@ -438,14 +438,16 @@ def forward(config: NeuronConfig, x: torch.Tensor | Sequence[torch.Tensor], init
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
              params: Mapping[str, Any], *, single_step: bool = False, grad_state_seq: bool = False,
              grad_finals: bool = True, given_inits: bool = True, backend: str = "cuda",
-             layout: Layout | Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+             layout: Layout | Mapping[str, Any] | None = None, gradients: str = "all") -> dict[str, torch.Tensor]:
     """Launch the backward kernel. `grads`: grad_spike_seq, grad_<state>_final (unless `grad_finals` is False:
     they are zero) and grad_<state>_seq (when `grad_state_seq`);
     `saved`: h_seq and whatever else the kernel reads (x_seq or each input's sequence, <state>_seq,
     <state>_init: tensors, or numbers when `given_inits` is False). Returns grad_x_seq (grad_<input>_seq for
     each of several inputs), grad_<state>_init (for tensors given) and grad_<param>
-    (per-neuron partial sums; reduce them)."""
+    (per-neuron partial sums; reduce them). `gradients` (BPTT): what it stores (`kernels.neuron_kernel`); the
+    correction's c1 and c0 come in `params` under their keys."""
     grad_spike = grads["grad_spike_seq"]
     kind = "step-backward" if single_step else "bptt"
-    return _run(config, kind, (grad_state_seq, grad_finals, given_inits), {**grads, **saved, **params},
+    flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
+    return _run(config, kind, flags, {**grads, **saved, **params},
                 grad_spike, grad_spike.shape[-1], None if single_step else grad_spike.shape[0], backend, layout)
