@@ -38,9 +38,10 @@ from collections.abc import Sequence
 
 import torch
 
+from .codegen.broadcast import CORRECTION_KEYS, PER_CHANNEL
 from .runtime import neuron_launch
 from .runtime.neuron_launch import NeuronConfig
-from .runtime.plans import compute_dtype, find_plan
+from .runtime.plans import compute_dtype, constant_result, find_plan
 from .spec.model import runtime_params
 
 Tensor = torch.Tensor
@@ -201,6 +202,14 @@ class ForwardForm:
         _check_count("scalars", scalars, len(e.scalars), self.key)
 
 
+@constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
+def training_layout(key: str, given_inits: bool) -> tuple[tuple[int, ...], int, tuple[int, ...], tuple[str, ...]]:
+    """Of a multi-step training forward that writes the final states: what autograd saves (`ForwardForm.picks`),
+    where the spikes and the final states stand among its outputs, and the learnable parameters in order."""
+    form = forward_form(key, False, False, True, given_inits, True)
+    return form.picks, form.spike_at, form.finals, entry(key).learnable
+
+
 @functools.lru_cache(maxsize=1024)
 def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True) -> ForwardForm:
@@ -210,35 +219,42 @@ def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, give
 
 class _BackwardForm:
     """neuron_backward for one (key, single step?, initial states as tensors?, state sequence gradients given?,
-    final state gradients given?): the kernel's kind and options, the op's inputs by kernel name in op order,
-    and the names of what it returns."""
+    final state gradients given?, what it stores: `gradients`): the kernel's kind and options, the op's inputs by
+    kernel name in op order, and the names of what it returns."""
 
-    def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool):
+    def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
+                 gradients: str = "all"):
         e = entry(key)
         self.key, self.config, self.single = key, e.config, single
         saved = saved_names(key, single, given_inits)
         finals = tuple(f"grad_{s}_final" for s in e.states) if grad_finals else ()
         seqs = tuple(f"grad_{s}_seq" for s in e.states) if grad_state_seq else ()
         numbers = () if given_inits else tuple(f"{s}_init" for s in e.states)
-        inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars)
-        self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt",
-                                        (grad_state_seq, grad_finals, given_inits), inputs)
-        self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars))
-        self.returns = (*(f"grad_{k}" for k in e.config.input_keys),
-                        *(f"grad_{s}_init" for s in e.states if given_inits), *(f"grad_{p}" for p in e.learnable))
-        self.n_inputs = len(e.config.input_keys)
-        self.n_inits = len(e.states) if given_inits else 0
+        terms = CORRECTION_KEYS if gradients == "corrected" else ()
+        inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars, *terms)
+        flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
+        self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt", flags, inputs)
+        self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars), len(terms))
+        sums = gradients == "sums"
+        channel = {f"grad_{name}" for name, kind in e.config.tensors if kind == PER_CHANNEL}
+        self.returns = (*(() if sums else (f"grad_{k}" for k in e.config.input_keys)),
+                        *(f"grad_{s}_init" for s in e.states if given_inits and not sums),
+                        *(name for name in (f"grad_{p}" for p in e.learnable)
+                          if gradients == "all" or (name in channel) == sums))
+        self.n_inputs = 0 if sums else len(e.config.input_keys)
+        self.n_inits = len(e.states) if given_inits and not sums else 0
 
     def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
             saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float]) -> list[Tensor]:
+            scalars: Sequence[float], correction: Sequence[Tensor] = ()) -> list[Tensor]:
         """grad_x (of each step input), the gradient of each initial state given as a tensor, each learnable
-        parameter's partials."""
-        if (len(saved), len(initial), len(tensor_params), len(scalars)) != self.counts:
-            for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars"),
-                                           self.counts, (saved, initial, tensor_params, scalars)):
+        parameter's partials (of a pass: those it stores). `correction`: c1 and c0 (`gradients="corrected"`)."""
+        if (len(saved), len(initial), len(tensor_params), len(scalars), len(correction)) != self.counts:
+            for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars",
+                                            "correction terms"),
+                                           self.counts, (saved, initial, tensor_params, scalars, correction)):
                 _check_count(what, got, expected, self.key)
-        args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars)
+        args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars, *correction)
         shape = grad_spike.shape
         n, steps = shape[-1], (None if self.single else shape[0])
         names, outputs = self.kernel(args, grad_spike, n, steps, "cuda" if grad_spike.is_cuda else "host")
@@ -260,9 +276,9 @@ class _BackwardForm:
 
 
 @functools.lru_cache(maxsize=1024)
-def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool
-                   ) -> _BackwardForm:
-    return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals)
+def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
+                   gradients: str = "all") -> _BackwardForm:
+    return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals, gradients)
 
 
 # -- forward ----------------------------------------------------------------------------------------------
@@ -326,6 +342,52 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
     inputs = e.config.input_keys  # a gradient per step input, shaped like the sequence
     return [*[grad_spike.new_empty(grad_spike.shape) for _ in inputs], *[grad_spike.new_empty((n,)) for _ in inits],
             *[grad_spike.new_empty(sizes[p] if f"grad_{p}" in sums else (n,), dtype=compute) for p in e.learnable]]
+
+
+@torch.library.custom_op("autocuda::neuron_backward_part", mutates_args=())
+def neuron_backward_part(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
+                         initial: list[float], tensor_params: list[Tensor], scalars: list[float],
+                         correction: list[Tensor]) -> list[Tensor]:
+    """One pass of a BPTT in two (`gradients`: "sums", then "corrected" with c1 and c0 in `correction`; a
+    multi-step layer with per-channel parameters, no state sequences): what `_BackwardForm.returns` names."""
+    return _backward_part_impl(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars,
+                               correction)
+
+
+def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_finals: Sequence[Tensor],
+                        saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
+                        scalars: Sequence[float], correction: Sequence[Tensor]) -> list[Tensor]:
+    if gradients not in ("sums", "corrected"):
+        raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
+    if grad_finals:
+        _check_count("final state gradients", grad_finals, len(entry(key).states), key)
+    form = _backward_form(key, False, not initial, False, bool(grad_finals), gradients)
+    return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction)
+
+
+@neuron_backward_part.register_fake
+def _backward_part_fake(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars, correction):
+    e = entry(key)
+    form = _backward_form(key, False, not initial, False, bool(grad_finals), gradients)
+    compute = compute_dtype(grad_spike.dtype)
+    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensors, tensor_params)}
+    channel = {f"grad_{name}" for name, kind in e.config.tensors if kind == PER_CHANNEL}
+    inputs = {f"grad_{k}" for k in e.config.input_keys}
+    return [grad_spike.new_empty(grad_spike.shape) if name in inputs
+            else grad_spike.new_empty(grad_spike.shape[-1:]) if name.endswith("_init")
+            else grad_spike.new_empty(sizes[name] if name in channel else grad_spike.shape[-1:], dtype=compute)
+            for name in form.returns]
+
+
+def backward_part(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
+                  initial: list[float], tensor_params: list[Tensor], scalars: list[float], correction: list[Tensor]
+                  ) -> list[Tensor]:
+    """`autocuda::neuron_backward_part`: the op under torch.compile, its implementation otherwise."""
+    if torch.compiler.is_compiling():
+        return torch.ops.autocuda.neuron_backward_part(key, gradients, grad_spike, grad_finals, saved, initial,
+                                                       tensor_params, scalars, correction)
+    return _backward_part_impl(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars,
+                               correction)
 
 
 # -- autograd -------------------------------------------------------------------------------------------------

@@ -64,3 +64,123 @@ def test_passes_need_bptt_with_per_channel_parameters():
         neuron_kernel(spec, "bptt", "float32", gradients="some", **channel)
     assert neuron_kernel(spec, "bptt", "float32", **channel).kernel_name == \
         neuron_kernel(spec, "bptt", "float32", gradients="all", **channel).kernel_name
+
+
+# -- the fused BatchNorm layer's training call in two passes (`nn.batchnorm_passes`) ------------------------
+def _layer(name: str, dtype=torch.float64, **neuron):
+    import autocuda.nn as ann
+
+    torch.manual_seed(2)
+    layer = ann.BatchNormNeuron(4, ann.Neuron(name, step_mode="m", backend="host", **neuron)).to(dtype)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.uniform_(-0.3, 0.3)
+    return layer
+
+
+def _spy(monkeypatch) -> list:
+    from autocuda.nn import batchnorm_passes
+
+    calls = []
+    original = batchnorm_passes.two_passes
+    monkeypatch.setattr(batchnorm_passes, "two_passes", lambda *a, **k: calls.append(1) or original(*a, **k))
+    return calls
+
+
+def _train(layer, x: torch.Tensor, calls: int = 2) -> tuple:
+    inp = x.clone().requires_grad_(True)
+    for _ in range(calls):  # the second call starts from the states the first kept (tensors)
+        spikes = layer(inp)
+        (spikes * torch.linspace(-1, 1, spikes.numel(), dtype=spikes.dtype).reshape(spikes.shape)).sum().backward()
+        for state in layer.neuron.state_names:
+            setattr(layer.neuron, state, getattr(layer.neuron, state).detach())
+    grads = {k: v.grad.clone() for k, v in layer.named_parameters()}
+    return spikes.detach(), inp.grad, grads, layer.running_mean.clone(), layer.running_var.clone()
+
+
+@pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich"])
+def test_fused_layer_in_two_passes_equals_one_pass(name, monkeypatch):
+    import copy
+
+    from autocuda.nn.batchnorm import BatchNormNeuron
+
+    layer = _layer(name)
+    one_pass = copy.deepcopy(layer)
+    x = torch.randn(5, 3, 4, 6, 7, dtype=torch.float64) + 0.8
+    calls = _spy(monkeypatch)
+    got = _train(layer, x)
+    assert len(calls) == 2
+    monkeypatch.setattr(BatchNormNeuron, "_two_passes_fit", lambda self, x: False)
+    want = _train(one_pass, x)
+    assert len(calls) == 2 and torch.equal(got[0], want[0]) and got[0].sum() > 0
+    torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+    assert got[2].keys() == want[2].keys()
+    for key in want[2]:
+        torch.testing.assert_close(got[2][key], want[2][key], rtol=1e-10, atol=1e-12, msg=key)
+    for a, b in zip(got[3:], want[3:]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_layer_in_two_passes_keeps_nothing_of_xs_size_but_x():
+    layer = _layer("lif")
+    x = (torch.randn(4, 2, 4, 5, 5, dtype=torch.float64) + 1).requires_grad_(True)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        layer(x)
+    large = {t.data_ptr() for t in kept if t.numel() >= x.numel()}
+    assert large == {x.data_ptr()}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_fused_layer_in_two_passes_compiles(dynamic, monkeypatch):
+    import copy
+
+    layer = _layer("parametric_lif")
+    other = copy.deepcopy(layer)
+    compiled = torch.compile(other, fullgraph=True, dynamic=dynamic)
+    calls = _spy(monkeypatch)
+    for shape in ((4, 3, 4, 6, 7), (10, 2, 4, 3, 5)):
+        x = torch.randn(*shape, dtype=torch.float64) + 0.8
+        a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        layer.reset()
+        other.reset()
+        want, got = layer(a), compiled(b)
+        assert torch.equal(got, want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(other.weight.grad, layer.weight.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(other.neuron.w.grad, layer.neuron.w.grad, rtol=1e-10, atol=1e-10)
+    assert calls, "the eager layer took the two passes"
+
+
+@pytest.mark.parametrize("case", ["bfloat16", "recompute", "store_v_seq", "eval", "no_grad", "channels_last",
+                                  "reference", "frozen_affine"])
+def test_other_calls_take_one_pass(case, monkeypatch):
+    dtype = torch.bfloat16 if case == "bfloat16" else torch.float64
+    neuron = {"recompute": True} if case == "recompute" else {"store_v_seq": True} if case == "store_v_seq" \
+        else {"backend": "torch"} if case == "reference" else {}
+    if case == "reference":
+        import autocuda.nn as ann
+
+        layer = ann.BatchNormNeuron(4, ann.Neuron("lif", step_mode="m", **neuron)).to(dtype)
+    else:
+        layer = _layer("lif", dtype, **neuron)
+    if case == "eval":
+        layer.eval()
+    if case == "frozen_affine":
+        layer.weight.requires_grad_(False)
+    x = (torch.randn(4, 2, 4, 5, 5) + 1).to(dtype)
+    if case == "channels_last":
+        x = x.reshape(8, 4, 5, 5).contiguous(memory_format=torch.channels_last).reshape(4, 2, 4, 5, 5)
+    calls = _spy(monkeypatch)
+    x.requires_grad_(case != "no_grad")
+    with torch.set_grad_enabled(case != "no_grad"):
+        layer(x)
+    assert not calls
+
+
+def test_two_passes_refuse_one_value_per_channel():
+    layer = _layer("lif")
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        layer(torch.randn(1, 1, 4, 1, 1, dtype=torch.float64, requires_grad=True))

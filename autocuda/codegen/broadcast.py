@@ -3,8 +3,8 @@ shared by the generator (`codegen.builder`, `codegen.schedule`) and the launch s
 which imports this without the generator's dependencies."""
 from __future__ import annotations
 
-__all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "PARAM_INDEX", "PER_CHANNEL", "PER_NEURON", "SHARED",
-           "Broadcast", "channel_run"]
+__all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "CORRECTION_KEYS", "PARAM_INDEX", "PER_CHANNEL",
+           "PER_NEURON", "SHARED", "Broadcast", "channel_run"]
 
 # How a tensor parameter spreads over the neurons (`KernelOptions.tensor_params`): one value for all, one per neuron,
 # or one per channel of a [..., C, inner] neuron layout (neuron n's channel: n / ac_inner % ac_channels, the two
@@ -14,6 +14,9 @@ SHARED, PER_NEURON, PER_CHANNEL = False, True, "channel"
 Broadcast = bool | str
 BROADCASTS: tuple[Broadcast, ...] = (SHARED, PER_NEURON, PER_CHANNEL)
 CHANNEL_KEYS = ("ac_channels", "ac_inner")
+# c1 and c0 of the per-channel term a BPTT kernel of `gradients="corrected"` adds to the input's gradient
+# (`codegen.options.GRADIENTS`), one per channel in the arithmetic's type
+CORRECTION_KEYS = ("ac_grad_x_scale", "ac_grad_x_shift")
 
 
 def channel_run(lane: str) -> str:

@@ -26,7 +26,6 @@ STAGED_WORDS = 128
 # gradient, the input's with a per-channel term c1[c] * x + c0[c] added (the second of two passes, between which
 # the caller turns the sums into c1 and c0: a BatchNorm's statistics' term)
 GRADIENTS = ("all", "sums", "corrected")
-CORRECTION_KEYS = ("ac_grad_x_scale", "ac_grad_x_shift")  # c1 and c0, one per channel, in the arithmetic's type
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from ..spec.derive import (
     spike_levels,
     spike_value,
 )
-from .broadcast import PARAM_INDEX, PER_CHANNEL
+from .broadcast import CORRECTION_KEYS, PARAM_INDEX, PER_CHANNEL
 from .builder import H_PREVIOUS, Builder
-from .options import CORRECTION_KEYS, KernelOptions, Plan, Transfer, replay_steps
+from .options import KernelOptions, Plan, Transfer, replay_steps
 
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_STORED = sp.Symbol("ac_h_stored", real=True)

@@ -24,9 +24,11 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .. import functional as F
+from ..calls import Call
 from ..runtime.plans import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
+from . import batchnorm_passes as passes
 from .neuron import _BACKENDS, Neuron, _append_v_seq, _params, _set_states, _states
 
 __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
@@ -34,6 +36,7 @@ __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
 # the per-step input shapes BatchNorm{1,2,3}d accepts
 SHAPES = {1: ("B, C", "B, C, L"), 2: ("B, C, H, W",), 3: ("B, C, D, H, W",)}
 _LOW = (torch.float16, torch.bfloat16)
+_PASSES = (torch.float32, torch.float64)  # inputs whose kernels replay h (`_keeps_h`): the two passes need it
 
 
 class BatchNormNeuron(nn.Module):
@@ -135,6 +138,10 @@ class BatchNormNeuron(nn.Module):
             raise ValueError(f"step_mode: expected 's' or 'm', got {mode!r}")
         first = 1 if mode == "m" else 0
         self._check(x, first)
+        if mode == "m" and self._two_passes_fit(x):
+            spikes = self._run_two_passes(x)
+            if spikes is not None:
+                return spikes
         scale, shift = self._affine(x, first)
         shape = (self.num_features, *(1,) * (x.dim() - first - 2))  # broadcast over the neuron shape [B, C, ...]
         return self._run(x, scale.reshape(shape), shift.reshape(shape), mode)
@@ -154,10 +161,7 @@ class BatchNormNeuron(nn.Module):
     def _affine(self, x: torch.Tensor, first: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(a, b) per channel: BatchNorm's output is a * x + b."""
         if self.training or self.running_mean is None:
-            count = x.numel() // self.num_features
-            if count < 2:  # as torch's BatchNorm, whenever it uses batch statistics
-                raise ValueError(f"x: expected more than 1 value per channel for batch statistics, got shape "
-                                 f"{tuple(x.shape)}")
+            count = self._count(x)
             mean, var = _Statistics.apply(x, first + 1, count)
             if self.training and self.running_mean is not None:
                 self._track(mean.detach(), var.detach(), count, self.running_mean, self.running_var,
@@ -169,6 +173,45 @@ class BatchNormNeuron(nn.Module):
             scale = self.weight * scale
         shift = -mean * scale if self.bias is None else self.bias - mean * scale
         return scale, shift
+
+    def _count(self, x: torch.Tensor) -> int:
+        """Values per channel of batch statistics."""
+        count = x.numel() // self.num_features
+        if count < 2:  # as torch's BatchNorm, whenever it uses batch statistics
+            raise ValueError(f"x: expected more than 1 value per channel for batch statistics, got shape "
+                             f"{tuple(x.shape)}")
+        return count
+
+    def _two_passes_fit(self, x: torch.Tensor) -> bool:
+        """Whether a multi-step call may take the two-pass backward (`batchnorm_passes`): training on batch
+        statistics, with BatchNorm's affine parameters learned, float32 or float64 contiguous input, the neuron
+        keeping no sequence and not recomputing."""
+        n, weight, bias = self.neuron, self.weight, self.bias
+        return (self.training or self.running_mean is None) and torch.is_grad_enabled() \
+            and x.dtype in _PASSES and x.is_contiguous() and weight is not None and bias is not None \
+            and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq
+
+    def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The call through `batchnorm_passes`, or None where its configuration does not fit (`eligible`)."""
+        n = self.neuron
+        base, ref = self._fused
+        if n.spec is not base:
+            base, ref = self._fused = (n.spec, spec_ref(with_input_affine(n.spec)))
+        compiling = torch.compiler.is_compiling()
+        weight, bias = cast(torch.Tensor, self.weight), cast(torch.Tensor, self.bias)
+        shape = (self.num_features, *(1,) * (x.dim() - 3))
+        # a and b stand in as BatchNorm's parameters (their shape, and that they need gradients: the kernels' key)
+        params = {**_params(n, compiling), INPUT_SCALE: weight.reshape(shape), INPUT_SHIFT: bias.reshape(shape)}
+        call = Call(ref, x, tuple(x.shape[1:]), _states(n, x, 1, compiling), n._surrogate_ref, n.detach_reset, None,
+                    _BACKENDS[n.backend], params, 1, save_h=False)
+        if not passes.eligible(call):
+            return None
+        count = self._count(x)
+        spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2)
+        if self.training and self.running_mean is not None:
+            self._track(mean, var, count, self.running_mean, self.running_var, self.num_batches_tracked)
+        _set_states(n, n.state_names, finals, compiling)
+        return spikes
 
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int, running_mean: torch.Tensor,
                running_var: Any, batches: Any) -> None:

@@ -324,10 +324,7 @@ def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mappin
     if layout is not None:
         return config.recipe(kind, like.dtype, flags, Layout.of(layout)).run(given, like, n, steps, backend)
     chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
-    recipe = config.recipe(kind, like.dtype, flags, chosen)
-    if steps and steps < recipe.kernel.checkpoint_steps:  # as `KernelCall`: one segment of T steps
-        recipe = config.recipe(kind, like.dtype, flags, chosen.replace(replay=steps))
-    return recipe.run(given, like, n, steps, backend)
+    return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
 
 
 class KernelCall:
@@ -343,21 +340,24 @@ class KernelCall:
                  ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
         """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`)."""
         layout = _layout(self.config, self.kind, self.flags, self.names, args, like, n, steps, backend)
-        recipe, binding = self._recipe(like.dtype, layout)
-        if steps and steps < recipe.kernel.checkpoint_steps:  # shorter than a segment: one segment of T steps
-            recipe, binding = self._recipe(like.dtype, layout.replace(replay=steps))
-        return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
-
-    def _recipe(self, dtype: torch.dtype, layout: Layout) -> tuple[Recipe, Binding]:
-        found = self._bound.get((dtype, layout))
+        found = self._bound.get((like.dtype, layout))
         if found is None:
-            recipe = self.config.recipe(self.kind, dtype, self.flags, layout)
-            found = self._bound[(dtype, layout)] = (recipe, recipe.bind(self.names))
-        return found
+            recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
+            found = self._bound[(like.dtype, layout)] = (recipe, recipe.bind(self.names))
+        recipe, binding = found
+        return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
 
 
 def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
+    """The layout of a call (`_loop_layout`); a sequence shorter than a replay segment replays one segment of T
+    steps (`replay_option`), whose steps need no test against T, so their loads issue together."""
+    layout = _loop_layout(config, kind, flags, names, args, like, n, steps, backend)
+    return layout.replace(replay=steps) if steps and steps < layout.replay else layout
+
+
+def _loop_layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...],
+                 args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
     """The layout of a call (its arguments: `args`, named by `names`):
     time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
     rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
