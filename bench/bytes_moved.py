@@ -8,9 +8,9 @@ channel: left out, C against T*N), read if const, else written. The fused kernel
 which save no h (backward replays it from x). The
 torch passes around them are counted as the docs describe them (docs/batchnorm.md): BatchNorm's statistics read
 x once; its normalising pass reads x and writes y; its backward reads the gradient of y and x twice (a reduction,
-then the elementwise pass) and writes the gradient of x; the fused block's statistics term (`x * c1 + c0` added to
-the neuron kernel's gradient of x) reads x and that gradient and writes the sum, in one pass under torch.compile
-and two in eager mode.
+then the elementwise pass) and writes the gradient of x; the fused block's backward is two passes of the neuron's
+kernels (`nn.batchnorm_passes`), the second adding the statistics' term to the gradient it writes, eager and
+compiled alike.
 
     python bench/bytes_moved.py [--steps 4,16] [--out DIR]
 """
@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from autocuda.codegen.broadcast import CORRECTION_KEYS
 from autocuda.kernels import neuron_kernel
 from autocuda.spec.load import load_spec
 from autocuda.spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
@@ -30,14 +31,14 @@ INFERENCE = {"given_inits": False, "save_for_backward": False}
 BACKWARD = {"given_inits": False, "grad_finals": False}
 # torch passes, in elements per neuron-step: (reads, writes)
 BN_STATISTICS, BN_NORMALISE, BN_BACKWARD = (1, 0), (1, 1), (4, 1)
-FUSED_STATISTICS_TERM = {"compiled": (2, 1), "eager": (3, 2)}
 
 
 def kernel_elements(kernel, steps: int) -> tuple[float, float]:
     """(read, written) elements per neuron-step of a neuron kernel, from its pointer parameters."""
     read = written = 0.0
     for name, param in kernel.cparams.items():
-        if not param.pointer or name in (f"grad_{INPUT_SCALE}", f"grad_{INPUT_SHIFT}", INPUT_SCALE, INPUT_SHIFT):
+        if not param.pointer or name in (f"grad_{INPUT_SCALE}", f"grad_{INPUT_SHIFT}", INPUT_SCALE, INPUT_SHIFT,
+                                          *CORRECTION_KEYS):
             continue  # one per channel
         if name.endswith("_checkpoints"):  # forward writes a row every K steps; backward reads those before T - 1
             rows = (steps - 1 if param.const else steps) // kernel.checkpoint_steps
@@ -63,15 +64,16 @@ def count(steps: int) -> list[dict]:
     def total(*passes: tuple[float, float]) -> float:
         return sum(r + w for r, w in passes)
 
+    # backward: the neuron's BPTT twice (the per-channel sums, then the input's gradient with the statistics' term)
+    two_passes = (neuron("bptt", {**BACKWARD, "gradients": "sums"}, True),
+                  neuron("bptt", {**BACKWARD, "gradients": "corrected"}, True))
     rows = []
     for phase, unfused, fused_passes in (
             ("eval", (BN_NORMALISE, neuron("fptt", INFERENCE, False)), (neuron("fptt", INFERENCE, True),)),
             ("training forward", (BN_STATISTICS, BN_NORMALISE, neuron("fptt", FORWARD, False)),
              (BN_STATISTICS, neuron("fptt", FORWARD, True))),
-            ("backward, compiled", (neuron("bptt", BACKWARD, False), BN_BACKWARD),
-             (neuron("bptt", BACKWARD, True), FUSED_STATISTICS_TERM["compiled"])),
-            ("backward, eager", (neuron("bptt", BACKWARD, False), BN_BACKWARD),
-             (neuron("bptt", BACKWARD, True), FUSED_STATISTICS_TERM["eager"]))):
+            ("backward, compiled", (neuron("bptt", BACKWARD, False), BN_BACKWARD), two_passes),
+            ("backward, eager", (neuron("bptt", BACKWARD, False), BN_BACKWARD), two_passes)):
         rows.append({"T": steps, "phase": phase, "unfused": total(*unfused), "fused": total(*fused_passes)})
     for mode in ("compiled", "eager"):
         parts = [r for r in rows if r["phase"] in ("training forward", f"backward, {mode}")]
@@ -85,7 +87,7 @@ def count(steps: int) -> list[dict]:
 def format_table(rows: list[dict]) -> str:
     lines = ["elements per neuron-step (x 4 bytes in float32, x 2 in bfloat16; per-channel vectors left out)",
              f"{'T':>3} {'phase':<24} {'unfused':>8} {'fused':>8} {'share':>6}"]
-    lines += [f"{r['T']:>3} {r['phase']:<24} {r['unfused']:>8.2f} {r['fused']:>8.2f} {r['share']:>6.0%}"
+    lines += [f"{r['T']:>3} {r['phase']:<24} {r['unfused']:>8.2f} {r['fused']:>8.2f} {r['share']:>6.1%}"
               for r in rows]
     return "\n".join(lines) + "\n"
 
