@@ -24,6 +24,15 @@ state or none (grad_finals = []: a kernel that starts from zero, no zero tensors
 state sequences or none, and returns grad_x, the gradient of each initial state, then one per-neuron partial
 sum per learnable parameter (`Entry.learnable`); with `initial` numbers, no gradients of initial states.
 
+A third op runs one pass of a BPTT in two (a fused BatchNorm's backward, `nn.batchnorm_passes`):
+
+    autocuda::neuron_backward_part(str key, str gradients, Tensor grad_spike, Tensor[] grad_finals,
+                                   Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars,
+                                   Tensor[] correction) -> Tensor[]
+
+with `gradients` "sums" (the per-channel sums alone) or "corrected" (every other gradient, the input's with
+c1[c] * x + c0[c] added; `correction` = [c1, c0]).
+
 Keys are a readable spec name plus a digest of everything that selects the kernels, identical in every
 process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels, compiled by
 NVRTC, through the CUDA driver on torch's current stream; CPU tensors run the same generated source through the
