@@ -155,7 +155,7 @@ def test_fused_layer_in_two_passes_compiles(dynamic, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["bfloat16", "recompute", "store_v_seq", "eval", "no_grad", "channels_last",
-                                  "reference", "frozen_affine"])
+                                  "reference", "frozen_affine", "deterministic"])
 def test_other_calls_take_one_pass(case, monkeypatch):
     dtype = torch.bfloat16 if case == "bfloat16" else torch.float64
     neuron = {"recompute": True} if case == "recompute" else {"store_v_seq": True} if case == "store_v_seq" \
@@ -175,8 +175,13 @@ def test_other_calls_take_one_pass(case, monkeypatch):
         x = x.reshape(8, 4, 5, 5).contiguous(memory_format=torch.channels_last).reshape(4, 2, 4, 5, 5)
     calls = _spy(monkeypatch)
     x.requires_grad_(case != "no_grad")
-    with torch.set_grad_enabled(case != "no_grad"):
-        layer(x)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(case == "deterministic")
+    try:
+        with torch.set_grad_enabled(case != "no_grad"):
+            layer(x)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
     assert not calls
 
 

@@ -36,7 +36,9 @@ __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
 # the per-step input shapes BatchNorm{1,2,3}d accepts
 SHAPES = {1: ("B, C", "B, C, L"), 2: ("B, C, H, W",), 3: ("B, C, D, H, W",)}
 _LOW = (torch.float16, torch.bfloat16)
-_PASSES = (torch.float32, torch.float64)  # inputs whose kernels replay h (`_keeps_h`): the two passes need it
+# Inputs whose kernels replay h from x rather than save it (float16 and bfloat16 save it: there the replay's
+# arithmetic costs more than the bytes it saves); the two backward passes replay it
+_REPLAYS_H = (torch.float32, torch.float64)
 
 
 class BatchNormNeuron(nn.Module):
@@ -188,7 +190,7 @@ class BatchNormNeuron(nn.Module):
         keeping no sequence and not recomputing."""
         n, weight, bias = self.neuron, self.weight, self.bias
         return (self.training or self.running_mean is None) and torch.is_grad_enabled() \
-            and x.dtype in _PASSES and x.is_contiguous() and weight is not None and bias is not None \
+            and x.dtype in _REPLAYS_H and x.is_contiguous() and weight is not None and bias is not None \
             and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq
 
     def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -235,7 +237,8 @@ class BatchNormNeuron(nn.Module):
         if mode == "m":
             spikes, finals, seqs = F.multi_step(ref, x, *_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
-                                                recompute=n.recompute, save_h=_keeps_h(x), **params)
+                                                recompute=n.recompute, save_h=x.dtype not in _REPLAYS_H,
+                                                **params)
             if finals is not None:  # always: the layer keeps its final states
                 _set_states(n, n.state_names, finals, compiling)
             if seqs is not None:
@@ -247,12 +250,6 @@ class BatchNormNeuron(nn.Module):
         if n.store_v_seq:
             _append_v_seq(n, new_states[0], compiling)
         return spike
-
-
-def _keeps_h(x: torch.Tensor) -> bool:
-    """Whether the neuron saves h: only for float16 and bfloat16 input, where replaying h from x in backward costs
-    more arithmetic than the bytes it saves (docs/batchnorm.md); float32 and float64 replay it."""
-    return x.dtype in _LOW
 
 
 class _Statistics(torch.autograd.Function):
