@@ -172,9 +172,9 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
     for k, level in enumerate(spike_levels(system)):  # a level's own surrogate, else the kernel's
         gradient = surrogate_gradient if level.surrogate is None else level.surrogate.gradient(SURROGATE_INPUT)
         b.statement(level_gradient_symbol(k).name, gradient.subs(SURROGATE_INPUT, level.argument))
-    grad_inputs = (step.grad_inputs[0] + _SCALE * system.x + _SHIFT, *step.grad_inputs[1:]) if corrected \
+    input_grads = (step.grad_inputs[0] + _SCALE * system.x + _SHIFT, *step.grad_inputs[1:]) if corrected \
         else step.grad_inputs
-    outputs = b.emit([*grad_inputs, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    outputs = b.emit([*input_grads, *step.grad_states, *step.grad_params], comment="adjoint of one step")
     count = len(outs)
     grad_inputs, grad_states = outputs[:count], outputs[count:count + len(system.states)]
     grad_params = outputs[count + len(system.states):]

@@ -38,7 +38,7 @@ class Block(NamedTuple):
     affine_at: tuple[int, int]        # where a and b stand among the kernel's tensor parameters
     others: tuple[tuple[bool, bool], ...]  # each other tensor parameter: (learnable?, one per neuron?)
     channel: int                      # x's channel dim
-    count: int                        # values per channel (M)
+    per_channel: int                  # values per channel (M)
     eps: float
     sums: tuple[str, ...]             # the first pass's outputs: a's and b's names, in the kernel's order
     picks: tuple[int, ...]            # what backward reads, among (x, initial states, forward's outputs)
@@ -56,7 +56,7 @@ def two_passes(call: Call, x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     tensors = call.tensor_args()
     others = [t for name, t in zip(names, tensors) if name not in _AFFINE]
     picks, spike_at, finals, learnable = ops.training_layout(call.key, not call.numbers)
-    block = Block(call.key, tuple(call.states) if call.numbers else (),
+    block = Block(call.key, tuple(float(s) for s in call.states) if call.numbers else (),
                   tuple([float(call.values[n]) for n in layer.scalars] + call.channel_sizes()),
                   (names.index(INPUT_SCALE), names.index(INPUT_SHIFT)),
                   tuple((name in learnable, kind is True) for name, kind in layer.tensors if name not in _AFFINE),
@@ -118,12 +118,13 @@ class _TwoPasses(torch.autograd.Function):
         a = params[block.affine_at[0]]
         centred = sum_scale - mean * sum_shift
         grad_var = -0.5 * a * rstd * rstd * centred
-        c1 = grad_var * (2.0 / block.count)
-        c0 = -a * sum_shift / block.count - c1 * mean
+        c1 = grad_var * (2.0 / block.per_channel)
+        c0 = -a * sum_shift / block.per_channel - c1 * mean
         rest = ops.backward_part(block.key, "corrected", grad_spike, grad_finals, picked, initial, params, scalars,
                                  [c1.contiguous(), c0.contiguous()])
         grad_x, grad_states, partials = rest[0].view(x.shape), rest[1:1 + ctx.n_states], rest[1 + ctx.n_states:]
-        grad_others, at = [], 0
+        grad_others: list[torch.Tensor | None] = []
+        at = 0
         for learnable, per_neuron in block.others:
             if not learnable:
                 grad_others.append(None)

@@ -54,6 +54,9 @@ def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
     return Layout()
 
 
+# A kernel kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
+Flags = tuple[bool | str, ...]
+
 OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels")  # channels: zeros, one per channel (sums)
 
 
@@ -256,7 +259,7 @@ class NeuronConfig:
                              per_channel=[n for n, kind in self.tensors if kind == PER_CHANNEL],
                              replay_charge=self.replay_charge, **options)
 
-    def recipe(self, kind: str, dtype: torch.dtype, flags: tuple[bool, ...], layout: Layout) -> Recipe:
+    def recipe(self, kind: str, dtype: torch.dtype, flags: Flags, layout: Layout) -> Recipe:
         """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, trailing ones
         left out at their defaults (every call's path: one dict lookup once built)."""
         key = (kind, dtype, flags, layout)
@@ -267,7 +270,7 @@ class NeuronConfig:
             found = self._recipes[key] = Recipe(kernel, dtype, self.channel_sums)
         return found
 
-    def tuned_layout(self, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
+    def tuned_layout(self, kind: str, flags: Flags, names: tuple[str, ...], args: Sequence[Any],
                      like: torch.Tensor, n: int, steps: int, long: bool) -> Layout | None:
         """The layout timed fastest for shapes like this call's (its arguments: `args`, named by `names`; once per
         process, or read from the disk store); None when it does not fit this
@@ -318,7 +321,7 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", 
                 "step-backward": ("grad_state_seq", "grad_finals", "given_inits")}
 
 
-def _run(config: NeuronConfig, kind: str, flags: tuple[bool, ...], given: Mapping[str, Any], like: torch.Tensor,
+def _run(config: NeuronConfig, kind: str, flags: Flags, given: Mapping[str, Any], like: torch.Tensor,
          n: int, steps: int | None, backend: str, layout: Layout | Mapping[str, Any] | None
          ) -> dict[str, torch.Tensor]:
     if layout is not None:
@@ -332,7 +335,7 @@ class KernelCall:
     (`names`): the ops' path. Its recipes and their bindings are found once per (dtype, layout); looking both
     up on every call, and building a mapping of the arguments, cost a sixth of a small call's host time."""
 
-    def __init__(self, config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...]):
+    def __init__(self, config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...]):
         self.config, self.kind, self.flags, self.names = config, kind, flags, names
         self._bound: dict[tuple, tuple[Recipe, Binding]] = {}
 
@@ -348,7 +351,7 @@ class KernelCall:
         return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
 
 
-def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...], args: Sequence[Any],
+def _layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...], args: Sequence[Any],
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
     """The layout of a call (`_loop_layout`); a sequence shorter than a replay segment replays one segment of T
     steps (`replay_option`), whose steps need no test against T, so their loads issue together."""
@@ -356,7 +359,7 @@ def _layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tup
     return layout.replace(replay=steps) if steps and steps < layout.replay else layout
 
 
-def _loop_layout(config: NeuronConfig, kind: str, flags: tuple[bool, ...], names: tuple[str, ...],
+def _loop_layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...],
                  args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
     """The layout of a call (its arguments: `args`, named by `names`):
     time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
