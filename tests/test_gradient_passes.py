@@ -189,3 +189,38 @@ def test_two_passes_refuse_one_value_per_channel():
     layer = _layer("lif")
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         layer(torch.randn(1, 1, 4, 1, 1, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
+def test_opcheck_backward_passes(numbers):
+    """`autocuda::neuron_backward_part`: schema, fake kernel (shapes and dtypes of what each pass returns) and the
+    implementation agree (`torch.library.opcheck`)."""
+    from autocuda import ops
+    from autocuda.codegen.broadcast import CHANNEL_KEYS
+    from autocuda.runtime.plans import get_plan
+
+    spec = with_input_affine(load_spec("parametric_lif"))
+    signature = ((INPUT_SCALE, PER_CHANNEL, True), (INPUT_SHIFT, PER_CHANNEL, True), ("w", False, True))
+    key = get_plan(spec, None, None, False, (), signature, True, replay_charge=True).key
+    e = ops.entry(key)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(T, N, generator=gen, dtype=torch.float64) + 0.8
+    states = [] if numbers else [torch.rand(N, generator=gen, dtype=torch.float64) * 0.3]
+    initial = [0.1] if numbers else []
+    values = {INPUT_SCALE: torch.rand(C, dtype=torch.float64) + 0.5, INPUT_SHIFT: torch.rand(C, dtype=torch.float64),
+              "w": torch.tensor([0.2], dtype=torch.float64)}
+    tensors = [values[name] for name in e.tensors]
+    sizes = dict(zip(CHANNEL_KEYS, (C, INNER)))
+    defaults = {p.name: p.default for p in spec.params}
+    scalars = [float(sizes[n] if n in sizes else defaults[n]) for n in e.scalars]
+    outputs = torch.ops.autocuda.neuron_forward(key, x, states, initial, tensors, scalars, False, True, True, [])
+    available = {"x_seq": x, **{f"{s}_init": v for s, v in zip(e.states, states)},
+                 **dict(zip(ops.forward_outputs(key, False, False, True), outputs))}
+    saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
+    grad = torch.randn(T, N, generator=gen, dtype=torch.float64)
+    finals = [torch.ones(N, dtype=torch.float64)]
+    for gradients, correction in (("sums", []), ("corrected", [torch.rand(C, dtype=torch.float64)] * 2)):
+        torch.library.opcheck(torch.ops.autocuda.neuron_backward_part.default,
+                              (key, gradients, grad, finals, saved, initial, tensors, scalars, correction))
+    with pytest.raises(ValueError, match="gradients 'sums' or 'corrected'"):
+        torch.ops.autocuda.neuron_backward_part(key, "all", grad, finals, saved, initial, tensors, scalars, [])

@@ -220,10 +220,10 @@ def find_plan(plan_id: str) -> Plan | None:
 
 
 def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
-             constants: tuple = (), signature: tuple = (), kernels: bool = True) -> Plan:
+             constants: tuple = (), signature: tuple = (), kernels: bool = True, replay_charge: bool = False) -> Plan:
     """The plan of a layer, from objects or names (for introspection and tests; calls use `plan_for`)."""
     return _PLANS[plan_for(spec_ref(spec), surrogate_ref(surrogate), reset, detach_reset, constants, signature,
-                           kernels)]
+                           kernels, replay_charge)]
 
 
 @functools.lru_cache(maxsize=1024)
