@@ -185,3 +185,18 @@ def test_fused_batchnorm_compiles_with_dynamic_shapes():
         want.sum().backward()
         got.sum().backward()
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["once", "recompute"])
+def test_functional_save_h_with_several_inputs_and_recompute(recompute):
+    """Every step input is kept and replayed (conductance LIF's g_e and g_i), also under recompute."""
+    gen = torch.Generator().manual_seed(4)
+    inputs = [(torch.rand(K + 5, 6, generator=gen, dtype=torch.float64) * 2).requires_grad_(True) for _ in range(2)]
+    results = []
+    for save_h in (True, False):
+        spikes, finals, _ = F.multi_step("conductance_lif", tuple(inputs), backend="host", save_h=save_h,
+                                         recompute=recompute)
+        results.append((spikes, *finals, *torch.autograd.grad(spikes.sum() + finals[0].sum(), inputs)))
+    assert results[0][0].sum() > 0
+    for saved, replayed in zip(*results):
+        torch.testing.assert_close(replayed, saved, rtol=1e-12, atol=1e-12)
