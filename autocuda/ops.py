@@ -47,7 +47,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .codegen.broadcast import CORRECTION_KEYS, PER_CHANNEL
+from .codegen.broadcast import CORRECTION_KEYS
 from .runtime import neuron_launch
 from .runtime.neuron_launch import NeuronConfig
 from .runtime.plans import compute_dtype, constant_result, find_plan
@@ -245,7 +245,7 @@ class _BackwardForm:
         self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt", flags, inputs)
         self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars), len(terms))
         sums = gradients == "sums"
-        channel = {f"grad_{name}" for name, kind in e.config.tensors if kind == PER_CHANNEL}
+        channel = e.config.channel_sums
         self.returns = (*(() if sums else (f"grad_{k}" for k in e.config.input_keys)),
                         *(f"grad_{s}_init" for s in e.states if given_inits and not sums),
                         *(name for name in (f"grad_{p}" for p in e.learnable)
@@ -342,15 +342,24 @@ def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], 
 
 @neuron_backward.register_fake
 def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars):
+    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
+    return _gradients_like(key, form.returns, grad_spike, tensor_params)
+
+
+def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_params: Sequence[Tensor]
+                    ) -> list[Tensor]:
+    """Empty tensors shaped as the gradients `names` that a backward op returns (fake kernels): a step input's
+    like the spikes' gradient, an initial state's one per neuron, a learnable parameter's partials one per neuron
+    in the compute dtype, or one per channel (its sum) shaped like the parameter."""
     e = entry(key)
-    n = grad_spike.shape[-1]
     compute = compute_dtype(grad_spike.dtype)
-    inits = () if initial else e.states
-    sums = e.config.channel_sums  # of per-channel parameters: one per channel, as the parameter
-    sizes = {name: value.shape for name, value in zip(e.tensors, tensor_params)}
-    inputs = e.config.input_keys  # a gradient per step input, shaped like the sequence
-    return [*[grad_spike.new_empty(grad_spike.shape) for _ in inputs], *[grad_spike.new_empty((n,)) for _ in inits],
-            *[grad_spike.new_empty(sizes[p] if f"grad_{p}" in sums else (n,), dtype=compute) for p in e.learnable]]
+    sums = e.config.channel_sums
+    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensors, tensor_params)}
+    inputs = {f"grad_{k}" for k in e.config.input_keys}
+    neurons = grad_spike.shape[-1:]
+    return [grad_spike.new_empty(grad_spike.shape) if name in inputs
+            else grad_spike.new_empty(neurons) if name.endswith("_init")
+            else grad_spike.new_empty(sizes[name] if name in sums else neurons, dtype=compute) for name in names]
 
 
 @torch.library.custom_op("autocuda::neuron_backward_part", mutates_args=())
@@ -376,16 +385,8 @@ def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_final
 
 @neuron_backward_part.register_fake
 def _backward_part_fake(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars, correction):
-    e = entry(key)
     form = _backward_form(key, False, not initial, False, bool(grad_finals), gradients)
-    compute = compute_dtype(grad_spike.dtype)
-    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensors, tensor_params)}
-    channel = {f"grad_{name}" for name, kind in e.config.tensors if kind == PER_CHANNEL}
-    inputs = {f"grad_{k}" for k in e.config.input_keys}
-    return [grad_spike.new_empty(grad_spike.shape) if name in inputs
-            else grad_spike.new_empty(grad_spike.shape[-1:]) if name.endswith("_init")
-            else grad_spike.new_empty(sizes[name] if name in channel else grad_spike.shape[-1:], dtype=compute)
-            for name in form.returns]
+    return _gradients_like(key, form.returns, grad_spike, tensor_params)
 
 
 def backward_part(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],

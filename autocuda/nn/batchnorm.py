@@ -184,6 +184,13 @@ class BatchNormNeuron(nn.Module):
                              f"{tuple(x.shape)}")
         return count
 
+    def _fused_ref(self) -> str:
+        """The reference of the fused spec of the neuron's spec (made afresh when that spec was replaced)."""
+        base, ref = self._fused
+        if self.neuron.spec is not base:  # the neuron's spec was replaced (other options): fuse that one
+            base, ref = self._fused = (self.neuron.spec, spec_ref(with_input_affine(self.neuron.spec)))
+        return ref
+
     def _two_passes_fit(self, x: torch.Tensor) -> bool:
         """Whether a multi-step call may take the two-pass backward (`batchnorm_passes`): training on batch
         statistics, with BatchNorm's affine parameters learned, float32 or float64 contiguous input, the neuron
@@ -196,9 +203,7 @@ class BatchNormNeuron(nn.Module):
     def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
         """The call through `batchnorm_passes`, or None where its configuration does not fit (`eligible`)."""
         n = self.neuron
-        base, ref = self._fused
-        if n.spec is not base:
-            base, ref = self._fused = (n.spec, spec_ref(with_input_affine(n.spec)))
+        ref = self._fused_ref()
         compiling = torch.compiler.is_compiling()
         weight, bias = cast(torch.Tensor, self.weight), cast(torch.Tensor, self.bias)
         shape = (self.num_features, *(1,) * (x.dim() - 3))
@@ -228,9 +233,7 @@ class BatchNormNeuron(nn.Module):
     def _run(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, mode: str) -> torch.Tensor:
         """The neuron's call (as `Neuron.forward`) on the fused spec, its states kept in the neuron."""
         n = self.neuron
-        base, ref = self._fused
-        if n.spec is not base:  # the neuron's spec was replaced (other options): fuse that one
-            base, ref = self._fused = (n.spec, spec_ref(with_input_affine(n.spec)))
+        ref = self._fused_ref()
         compiling = torch.compiler.is_compiling()
         params = {**_params(n, compiling), INPUT_SCALE: scale, INPUT_SHIFT: shift}
         surrogate, detach, backend = n._surrogate_ref, n.detach_reset, _BACKENDS[n.backend]
@@ -260,15 +263,7 @@ class _Statistics(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, channel: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        dims = [d for d in range(x.dim()) if d != channel]
-        wide = x.float() if x.dtype in _LOW else x
-        if torch.compiler.is_compiling():
-            # Two plain reductions (the mean, then the squared deviations'): Inductor's one-pass var_mean kernel
-            # for large layers fails in Triton's compiler (bench/results/2026-11-27-h200-fused-compiled)
-            mean = wide.mean(dim=dims, keepdim=True)
-            var, mean = (wide - mean).square().mean(dim=dims), mean.reshape(-1)
-        else:
-            var, mean = torch.var_mean(wide, dim=dims, correction=0)
+        mean, var = passes.batch_statistics(x.float() if x.dtype in _LOW else x, channel)
         ctx.save_for_backward(x, mean)
         ctx.channel, ctx.count = channel, count
         return mean, var

@@ -81,7 +81,7 @@ class _TwoPasses(torch.autograd.Function):
     def forward(ctx: Any, block: Block, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, n_states: int,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         states, others = list(tensors[:n_states]), list(tensors[n_states:])
-        mean, var = _statistics(x, block.channel)
+        mean, var = batch_statistics(x, block.channel)
         rstd = torch.rsqrt(var + block.eps)
         scale = weight * rstd
         shift = bias - mean * scale
@@ -136,10 +136,12 @@ class _TwoPasses(torch.autograd.Function):
         return (None, grad_x, grad_weight, sum_shift.to(weight.dtype), None, *grad_states, *grad_others)
 
 
-def _statistics(x: torch.Tensor, channel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per channel: the mean and the biased variance over the other dims."""
+def batch_statistics(x: torch.Tensor, channel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per channel (dim `channel` of x): the mean and the biased variance over the other dims."""
     dims = [d for d in range(x.dim()) if d != channel]
-    if torch.compiler.is_compiling():  # two plain reductions, as `batchnorm._Statistics` does under Inductor
+    if torch.compiler.is_compiling():
+        # Two plain reductions (the mean, then the squared deviations'): Inductor's one-pass var_mean kernel for
+        # large layers fails in Triton's compiler
         mean = x.mean(dim=dims, keepdim=True)
         return mean.reshape(-1), (x - mean).square().mean(dim=dims)
     var, mean = torch.var_mean(x, dim=dims, correction=0)
