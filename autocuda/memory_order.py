@@ -54,8 +54,7 @@ def memory_order(x: Tensor, first: int, states: Sequence[Any], params: Mapping[s
     call then checks them as given, and its errors name the shapes the caller passed)."""
     if x.is_contiguous():
         return None
-    # dims by decreasing stride; sorted pairs of ints, which torch.compile traces as constants
-    order = (*range(first), *(d for _, d in sorted((-x.stride(d), d) for d in range(first, x.dim()))))
+    order = (*range(first), *_by_stride(x, first))
     if order == tuple(range(x.dim())) or not x.permute(order).is_contiguous():
         return None
     neuron_shape = tuple(x.shape[first:])
@@ -70,6 +69,21 @@ def broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """`shape` expands to `target` (numpy rules, without growing `target`). Compared with `==`, not `in`: Dynamo
     answers `in` on a tuple holding a symbolic size (a dynamic shape) by identity, so a size equal to it fails."""
     return len(shape) <= len(target) and all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(target)))
+
+
+def _by_stride(x: Tensor, first: int) -> list[int]:
+    """x's dims from `first` on by decreasing stride, the lower dim first among equal strides. Picked by pairwise
+    comparisons, not `sorted`: under torch.compile with dynamic shapes the strides are symbolic, which Dynamo
+    compares (guarding on the answer) but does not sort."""
+    left, order = list(range(first, x.dim())), []
+    while left:
+        widest = left[0]
+        for d in left[1:]:
+            if x.stride(d) > x.stride(widest):
+                widest = d
+        order.append(widest)
+        left.remove(widest)
+    return order
 
 
 def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:

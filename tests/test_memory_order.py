@@ -148,3 +148,18 @@ def test_compiled_fullgraph_on_channels_last_equals_eager() -> None:
     want.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_with_dynamic_shapes_on_channels_last_equals_eager() -> None:
+    """Under dynamic shapes the strides are symbolic: the dim order is still found (pairwise comparisons)."""
+    import autocuda.nn as ann
+
+    eager, compiled_layer = (ann.Neuron("lif", step_mode="m", backend="host") for _ in range(2))
+    compiled = torch.compile(compiled_layer, fullgraph=True, dynamic=True)
+    for batch in (2, 3):
+        x = (torch.rand(4, batch, 3, 5, 6, dtype=torch.float64) * 2).permute(0, 1, 3, 4, 2).contiguous() \
+            .permute(0, 1, 4, 2, 3)
+        eager.reset()
+        compiled_layer.reset()
+        want, got = eager(x), compiled(x)
+        assert torch.equal(got, want) and got.stride() == want.stride()
