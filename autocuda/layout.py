@@ -28,7 +28,8 @@ class Layout:
     replay: int = REPLAY_STEPS   # steps per checkpoint of replayed states
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+        # the fields are numbers and flags: a plain tuple (astuple deep-copies each)
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, name) for name in _FIELD_ORDER)))
 
     def __hash__(self) -> int:  # a cache key of every call: hashed once
         return self._hash  # type: ignore[attr-defined]
@@ -51,4 +52,5 @@ class Layout:
         return dataclasses.replace(self, **changes)
 
 
-FIELDS = frozenset(field.name for field in dataclasses.fields(Layout))
+_FIELD_ORDER = tuple(field.name for field in dataclasses.fields(Layout))
+FIELDS = frozenset(_FIELD_ORDER)

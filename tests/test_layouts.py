@@ -14,7 +14,7 @@ from autocuda.codegen.neuron import REPLAY_STEPS
 from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
-from autocuda.runtime.neuron_launch import NeuronConfig, backward, choose_layout, forward
+from autocuda.runtime.neuron_launch import MIN_THREADS, NeuronConfig, backward, choose_layout, forward
 from autocuda.spec.load import load_spec
 
 T, N = 7, 32
@@ -215,3 +215,23 @@ def test_staged_inputs_fit_the_register_budget_and_need_vector_accesses():
     for bad in ({"staged": True}, {"staged": -1}, {"staged": 8, "staged_blocks": 0}):
         with pytest.raises(ValueError, match="staged"):
             neuron_kernel(lif, "fptt", **bad)
+
+
+def test_repeated_calls_build_no_layout_after_the_first(monkeypatch):
+    """A call's layout is looked up, not built: a call shorter than a replay segment (T < REPLAY_STEPS) once built
+    a new Layout on every launch, which cost more host time than the rest of a small call."""
+    from autocuda.functional import multi_step
+
+    x = (torch.randn(3, 2 * MIN_THREADS) * 2).requires_grad_(True)  # enough neurons for vector accesses
+
+    def calls():
+        multi_step("lif", x, tau=2.0, backend="host")[0].sum().backward()
+        with torch.no_grad():
+            multi_step("lif", x, tau=2.0, backend="host")
+    calls()
+    built = []
+    original = Layout.__post_init__
+    monkeypatch.setattr(Layout, "__post_init__", lambda self: (built.append(self), original(self))[1])
+    for _ in range(3):
+        calls()
+    assert built == []

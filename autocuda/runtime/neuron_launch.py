@@ -50,8 +50,17 @@ def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
         lanes = width // size
         if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS \
                 and all(t.data_ptr() % width == 0 for t in tensors):
-            return Layout(lanes=lanes, vector=True)
-    return Layout()
+            return _vector_layout(lanes)
+    return _SCALAR_LAYOUT
+
+
+# choose_layout's answers, built once: a Layout per call would cost more host time than the rest of the choice
+_SCALAR_LAYOUT = Layout()
+
+
+@functools.lru_cache(maxsize=16)
+def _vector_layout(lanes: int) -> Layout:
+    return Layout(lanes=lanes, vector=True)
 
 
 # A kernel kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
@@ -356,7 +365,13 @@ def _layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...
     """The layout of a call (`_loop_layout`); a sequence shorter than a replay segment replays one segment of T
     steps (`replay_option`), whose steps need no test against T, so their loads issue together."""
     layout = _loop_layout(config, kind, flags, names, args, like, n, steps, backend)
-    return layout.replace(replay=steps) if steps and steps < layout.replay else layout
+    return _replaying(layout, steps) if steps and steps < layout.replay else layout
+
+
+@functools.lru_cache(maxsize=256)
+def _replaying(layout: Layout, steps: int) -> Layout:
+    """`layout` replaying segments of `steps` steps, built once per pair (as `_with_access`'s)."""
+    return layout.replace(replay=steps)
 
 
 def _loop_layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...],
@@ -377,7 +392,12 @@ def _loop_layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str
     # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
     widths = (max(4, LONG_LOOP_LANES * like.dtype.itemsize),) if long else VECTOR_BYTES
     access = choose_layout(n, like.dtype, _tensors(args), widths)
-    return (LONG_LOOP if long else SHORT_LOOP).replace(lanes=access.lanes, vector=access.vector)
+    return _with_access(LONG_LOOP if long else SHORT_LOOP, access)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_access(loop: Layout, access: Layout) -> Layout:
+    return loop.replace(lanes=access.lanes, vector=access.vector)
 
 
 def small_layout(n: int, steps: int | None) -> Layout | None:
