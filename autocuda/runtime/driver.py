@@ -115,6 +115,11 @@ class Launcher:
         self._get_current = _unprototyped(self.lib, "cuCtxGetCurrent")
         self._launch = _unprototyped(self.lib, "cuLaunchKernel")
 
+    def in_own_context(self) -> bool:
+        """Whether this thread's current context is the kernel's (the caller holds `lock`)."""
+        self._get_current(self._current_ref)
+        return self._current.value == self.context
+
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int) -> None:
         """Launch with the slots as they are (the caller holds `lock` while writing them and launching)."""
         self._get_current(self._current_ref)

@@ -559,3 +559,34 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     assert again._tuned == tuned_config._tuned
     x, g = x[:-1], g[:-1]  # a sequence one step shorter: the same group of shapes, nothing timed
     run(tuned_config)
+
+
+@pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich"])
+def test_torchs_static_launcher_gives_the_ctypes_launchers_results(name, monkeypatch):
+    """Where torch has its C++ launcher (`runtime.launch.STATIC_LAUNCHER`), launches go through it: spikes and
+    gradients bitwise those of the ctypes launch, and the static launcher is the one that ran."""
+    from autocuda.runtime import launch
+
+    x = (torch.rand(6, 5000, device=CUDA) * 2).requires_grad_()
+    params = {"w": torch.full((1,), 0.3, device=CUDA, requires_grad=True)} if name == "parametric_lif" else {}
+
+    def run():
+        spikes, finals, _ = F.multi_step(name, x, **params)
+        leaves = [x, *params.values()]
+        return [spikes, *finals, *torch.autograd.grad((spikes * torch.arange(6.0, device=CUDA)[:, None]).sum(),
+                                                      leaves)]
+    run()  # loads the kernels: the static launcher is looked up then
+    static = launch.STATIC_LAUNCHER
+    calls = []
+    if static is not None:
+        monkeypatch.setattr(launch, "STATIC_LAUNCHER", lambda *args: (calls.append(args[0]), static(*args))[1])
+    got = run()
+    monkeypatch.setattr(launch, "STATIC_LAUNCHER", None)
+    want = run()
+    torch.cuda.synchronize()
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    if static is not None:
+        assert len(calls) == 2, "forward and backward through torch's launcher"
+    else:
+        pytest.skip(f"torch {torch.__version__} has no static CUDA launcher: compared ctypes with itself")
