@@ -32,9 +32,10 @@ from .spec.domain import problem as domain_problem
 from .spec.load import is_spec_path, load_spec
 from .surrogate import Surrogate
 
-__all__ = ["Call", "as_rows", "output_names"]
+__all__ = ["Call", "as_rows", "layer_key", "output_names", "sequence_results"]
 
 Tensor = torch.Tensor
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
 
 
 @constant_result
@@ -165,14 +166,7 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
     if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
         spec = load_spec(spec)
     try:
-        spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
-        constants = _CONSTANTS.get(spec_id)
-        if constants is None:
-            constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
-        key = (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, x.is_cuda, tuple(params),
-               types,
-               () if _PLAIN.issuperset(types) else _tensor_facts(params),
-               tuple(params.get(n) for n in constants[1]) if constants[1] else ())
+        key = layer_key(spec, surrogate, detach_reset, reset, backend, save_h, x.is_cuda, params, types)
         found = _LAYERS.get(key)
     except TypeError:  # an unhashable argument, or a spec of the wrong type: the layer's checks name it
         return _Layer(spec, surrogate, detach_reset, reset, backend, x, params, save_h=save_h)
@@ -182,6 +176,19 @@ def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str 
             _LAYERS.clear()
         _LAYERS[key] = found
     return found
+
+
+def layer_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None, save_h: bool,
+              is_cuda: bool, params: dict[str, Any], types: tuple[type, ...]) -> tuple:
+    """`_layer`'s key (its docstring says what it holds) of a spec given as a name, a reference or an object;
+    `types`: the parameters' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
+    spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
+    constants = _CONSTANTS.get(spec_id)
+    if constants is None:
+        constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
+    return (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, is_cuda, tuple(params),
+            types, () if _PLAIN.issuperset(types) else _tensor_facts(params),
+            tuple(params.get(n) for n in constants[1]) if constants[1] else ())
 
 
 # Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
@@ -377,6 +384,20 @@ def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], 
     if floats and len(names) > 1:
         return operator.itemgetter(*names)
     return lambda values: [float(values[n]) for n in names]
+
+
+def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
+                     neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
+                     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+    """A multi-step call's results from the forward op's outputs and their positions (`_Layer.positions`): the
+    spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
+    neuron shape [*]; as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
+    spike, finals, seqs = positions
+    if shape is None:
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
+                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
+    return (outputs[spike].view(shape), tuple(outputs[i].view(neuron_shape) for i in finals) if final_states else None,
+            tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
 
 
 def as_rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from .calls import Call, as_rows
+from . import prepared
+from .calls import SUPPORTED_DTYPES, Call, as_rows, sequence_results
 from .memory_order import memory_order
 from .runtime.plans import plan
 from .spec.model import NeuronSpec
@@ -27,7 +28,6 @@ from .spec.model import NeuronSpec
 __all__ = ["multi_step", "single_step"]
 
 Tensor = torch.Tensor
-SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
@@ -71,6 +71,11 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
                 multi_step, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
                 surrogate=surrogate, detach_reset=detach_reset, reset=reset, store_state_seq=store_state_seq,
                 final_states=final_states, backend=backend, save_h=save_h, **params)
+    if recompute is False:
+        done = prepared.multi_step(spec, x_seq, initial_states, surrogate, detach_reset, reset, store_state_seq,
+                                   final_states, backend, save_h, params)
+        if done is not None:
+            return done
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():
@@ -93,12 +98,9 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
         return _reference_multi(call, inputs, store_state_seq, final_states)
     flat = as_rows(x_seq, (steps, call.numel))
     more = [as_rows(u, (steps, call.numel)) for u in inputs[1:]]
-    outputs, (spike, finals, seqs) = call.launch(flat, False, store_state_seq, final_states, more)
-    if flat is x_seq:  # x_seq is [T, N] already: so are the outputs
-        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
-                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
-    return (outputs[spike].view(shape), tuple(outputs[i].view(call.shape) for i in finals) if final_states else None,
-            tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
+    outputs, positions = call.launch(flat, False, store_state_seq, final_states, more)
+    return sequence_results(outputs, positions, None if flat is x_seq else shape, call.shape, final_states,
+                            store_state_seq)
 
 
 def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: Tensor | float, surrogate: Any = None,

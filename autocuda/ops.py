@@ -211,6 +211,20 @@ class ForwardForm:
         _check_count("scalars", scalars, len(e.scalars), self.key)
 
 
+class BoundForm(ForwardForm):
+    """A form whose kernel is bound to one call shape, device and alignment (`KernelCall.bind`), for calls with
+    initial states and parameters all numbers (`autocuda.prepared`, whose key fixes what `ForwardForm.run`
+    checks and looks up on every call)."""
+
+    def __init__(self, form: ForwardForm, launch: neuron_launch.BoundLaunch):
+        self.__dict__.update(form.__dict__)
+        self.launch = launch
+
+    def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
+            scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
+        return self.launch((x, *initial, *scalars), x)
+
+
 @constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
 def training_layout(key: str, given_inits: bool) -> tuple[tuple[int, ...], int, tuple[int, ...], tuple[str, ...]]:
     """Of a multi-step training forward that writes the final states: what autograd saves (`ForwardForm.picks`),

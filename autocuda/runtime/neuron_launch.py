@@ -137,6 +137,14 @@ class Recipe:
         """`run_ordered` with the caller's values as a sequence (`args`, in the order `binding` was made for):
         the ops' path, which builds no mapping per call. Scalars pass as given (the ops' float[] arguments). `like`
         is the contiguous sequence input (x or the spikes' gradient), in the storage dtype."""
+        produced, values = self.arguments(binding, args, like, n, steps)
+        if n and steps != 0:
+            self._launch(values, n, like, backend)
+        return produced
+
+    def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None
+                  ) -> tuple[list[torch.Tensor], tuple]:
+        """The outputs, allocated, and every parameter's value in parameter order."""
         # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs more host
         # time, and without the dtype keyword where it is like's. `like` is the sequence input, refused below
         # unless contiguous, so a tensor laid out like it is contiguous.
@@ -163,9 +171,7 @@ class Recipe:
         pool += args
         for at in binding.integers:  # sizes among the ops' float[] scalars
             pool[at - len(args)] = int(pool[at - len(args)])
-        if n and steps != 0:
-            self._launch(binding.arrange(pool), n, like, backend)
-        return produced
+        return produced, binding.arrange(pool)
 
     def _refuse(self, name: str, value: Any, dtype: torch.dtype) -> None:
         if value is None:
@@ -341,23 +347,70 @@ def _run(config: NeuronConfig, kind: str, flags: Flags, given: Mapping[str, Any]
 
 class KernelCall:
     """One kernel of a layer (kind and options), called with its arguments as a sequence in a fixed order
-    (`names`): the ops' path. Its recipes and their bindings are found once per (dtype, layout); looking both
-    up on every call, and building a mapping of the arguments, cost a sixth of a small call's host time."""
+    (`names`): the ops' path. What a call's shape decides (layout, recipe, binding, grid, launcher) is found once
+    per (dtype, N, T, backend, device, the tensors' alignment) and kept as a `BoundLaunch`."""
 
     def __init__(self, config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...]):
         self.config, self.kind, self.flags, self.names = config, kind, flags, names
         self._bound: dict[tuple, tuple[Recipe, Binding]] = {}
+        self._launches: dict[tuple, BoundLaunch] = {}
 
     def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str
                  ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
         """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`)."""
+        addresses = 0  # every tensor's address ORed: its low bits are the alignment the layouts ask about
+        for value in args:
+            if isinstance(value, torch.Tensor):
+                addresses |= value.data_ptr()
+        key = (like.dtype, n, steps, backend, like.get_device(), addresses & 15)
+        bound = self._launches.get(key)
+        if bound is None:
+            bound = self.bind(args, like, n, steps, backend, key)
+        return bound.recipe.outputs, bound(args, like)
+
+    def bind(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
+             key: tuple | None = None) -> BoundLaunch:
+        """What a call of this shape runs (kept under `key`, except while a CUDA graph is captured: a capture
+        takes the fixed rules' layout where a later call would time one)."""
         layout = _layout(self.config, self.kind, self.flags, self.names, args, like, n, steps, backend)
         found = self._bound.get((like.dtype, layout))
         if found is None:
             recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
             found = self._bound[(like.dtype, layout)] = (recipe, recipe.bind(self.names))
-        recipe, binding = found
-        return recipe.outputs, recipe.run_args(binding, args, like, n, steps, backend)
+        bound = BoundLaunch(*found, like, n, steps, backend)
+        if key is not None and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if len(self._launches) >= _MAX_LAUNCHES:  # shapes that vary without end must not grow this
+                self._launches.clear()
+            self._launches[key] = bound
+        return bound
+
+
+_MAX_LAUNCHES = 256
+
+
+class BoundLaunch:
+    """One kernel for one call shape, device and alignment: recipe, binding, grid, block and launcher found; a
+    call allocates the outputs, arranges the values and launches."""
+
+    def __init__(self, recipe: Recipe, binding: Binding, like: torch.Tensor, n: int, steps: int | None,
+                 backend: str):
+        self.recipe, self.binding, self.n, self.steps = recipe, binding, n, steps
+        kernel = recipe.kernel
+        self.grid, self.block = ((-(-n // kernel.lanes) + kernel.block - 1) // kernel.block,), (kernel.block,)
+        self.runs = bool(n) and steps != 0
+        self.device = like.get_device()
+        self.launcher = kernel.cuda_launcher(self.device) if backend == "cuda" and self.runs else None
+        self.backend = backend
+
+    def __call__(self, args: Sequence[Any], like: torch.Tensor) -> list[torch.Tensor]:
+        recipe, n = self.recipe, self.n
+        produced, values = recipe.arguments(self.binding, args, like, n, self.steps)
+        launcher = self.launcher
+        if launcher is not None:
+            launcher(self.grid, self.block, values, current_stream_ptr(self.device))
+        elif self.runs:
+            recipe._launch(values, n, like, self.backend)
+        return produced
 
 
 def _layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...], args: Sequence[Any],

@@ -1,0 +1,131 @@
+"""Prepared eager calls: a `functional.multi_step` call like an earlier one runs from what the full path worked
+out for that one (`calls.Call` and the op's form), without the argument handling in between.
+
+A call is prepared where only numbers vary among what decides it: eager (neither traced nor under a functorch
+transform), one contiguous step input of at least one step, on the CPU or a GPU, through the kernels' backends;
+parameters given as numbers or None; initial states given as numbers or left out; no recompute. The key holds what
+the full path's decisions depend on: the spec's and surrogate's identity, every option, the parameters' names and
+types and the values of compile-time constants, the initial states' types, x's shape, dtype, device and address
+alignment, and whether the call records a graph. Per call remain the numbers' domain checks, the scalars in kernel
+order, the initial values, the outputs and the launch (`ops.forward_eager`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import ops
+from .calls import SUPPORTED_DTYPES, Call, _names_a_file, layer_key, sequence_results
+
+Tensor = torch.Tensor
+
+_NUMBERS = frozenset({float, int})  # initial states' types a prepared call takes (bool is refused by the full path)
+_PLAIN = frozenset({float, int, type(None)})  # parameters' types
+_MAX_PREPARED = 1024  # keys hold shapes: a program whose shapes vary without end must not grow this
+_UNPREPARED = object()  # a key whose calls the full path runs (the reference backend, tensor states by rule, ...)
+_PREPARED: dict[tuple, Any] = {}
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+ENABLED = True  # False: every call takes the full path (tests and benchmarks compare the two)
+
+
+class Prepared:
+    """What the full path worked out for calls of one key: the layer, the op's form, the shapes."""
+
+    def __init__(self, call: Call, params: dict[str, Any], store_state_seq: bool, final_states: bool, save: bool):
+        layer = self.layer = call.layer
+        x = call.x
+        self.shape, self.neuron_shape = tuple(x.shape), call.shape
+        self.rows = (self.shape[0], call.numel)
+        self.flat = len(self.shape) == 2  # x is [T, N] already: so are the outputs
+        self.inits = tuple(layer.inits[name] for name in layer.state_names)
+        self.options = (final_states, store_state_seq)
+        form = layer.form(False, store_state_seq, save, False, final_states)
+        rows = x.view(self.rows)
+        args = (rows, *call.states, *layer.scalar_values(call.values))  # the kernel's, for its layout
+        backend = "cuda" if x.is_cuda else "host"  # the kernels' backends run CPU tensors on the host runner
+        self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
+
+    def __call__(self, x: Tensor, initial_states: Sequence[float], params: dict[str, Any]
+                 ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        layer = self.layer
+        values = layer.values(params, x, self.neuron_shape)  # the numbers' domain checks, the defaults
+        given = len(initial_states)
+        initial = [float(s) for s in initial_states] if given else []
+        for init in self.inits[given:]:
+            initial.append(float(values[init]) if isinstance(init, str) else init)
+        outputs = ops.forward_eager(self.form, x if self.flat else x.view(self.rows), [], initial, [],
+                                    layer.scalar_values(values))
+        return sequence_results(outputs, self.form.positions, None if self.flat else self.shape, self.neuron_shape,
+                                *self.options)
+
+
+def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,
+               store_state_seq: bool, final_states: bool, backend: Any, save_h: bool, params: dict[str, Any]
+               ) -> tuple | None:
+    """`functional.multi_step`'s results for a prepared call, or None where the full path runs it."""
+    if not ENABLED:
+        return None
+    key = _key(spec, x, initial_states, surrogate, detach_reset, reset, store_state_seq, final_states, backend,
+               save_h, params)
+    if key is None:
+        return None
+    try:
+        prepared = _PREPARED.get(key)
+    except TypeError:  # an unhashable argument: the full path's checks name it
+        return None
+    if prepared is None:
+        prepared = _prepare(key, spec, x, initial_states, surrogate, detach_reset, reset, store_state_seq,
+                            final_states, backend, save_h, params)
+    if prepared is _UNPREPARED:
+        return None
+    return prepared(x, initial_states, params)
+
+
+def _key(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,
+         store_state_seq: bool, final_states: bool, backend: Any, save_h: bool, params: dict[str, Any]
+         ) -> tuple | None:
+    """The key of a call that may be prepared (see the module's docstring), else None."""
+    if type(x) is not Tensor or x.dtype not in SUPPORTED_DTYPES or not _NUMBERS.issuperset(map(type, initial_states)):
+        return None
+    types = tuple(map(type, params.values()))
+    if not _PLAIN.issuperset(types) or torch.compiler.is_compiling() or (
+            _transforms_active is None or _transforms_active()):
+        return None
+    if x.is_cuda:
+        device = x.get_device()
+    elif x.is_cpu:
+        device = -1
+    else:
+        return None
+    shape = x.shape
+    if len(shape) < 2 or not shape[0] or not x.is_contiguous():
+        return None
+    if type(spec) is str and _names_a_file(spec):  # the full path reads the file as it is now
+        return None
+    try:
+        layer = layer_key(spec, surrogate, detach_reset, reset, backend, save_h, x.is_cuda, params, types)
+    except TypeError:  # a spec of the wrong type: the full path names it
+        return None
+    grad = torch.is_grad_enabled() and x.requires_grad
+    return (layer, shape, x.dtype, device, x.data_ptr() & 15, grad, store_state_seq, final_states,
+            tuple(map(type, initial_states)))
+
+
+def _prepare(key: tuple, spec: Any, x: Tensor, initial_states: tuple, surrogate: Any, detach_reset: bool,
+             reset: Any, store_state_seq: bool, final_states: bool, backend: Any, save_h: bool,
+             params: dict[str, Any]) -> Any:
+    """The prepared call of `key` (checked by the full path's `Call`), or `_UNPREPARED` where its calls take the
+    full path: the reference backend, several step inputs, tensors among the kernel's arguments."""
+    call = Call(spec, x, tuple(x.shape[1:]), initial_states, surrogate, detach_reset, reset, backend, params, 1,
+                save_h)
+    layer = call.layer
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return _UNPREPARED  # not kept: a capture takes the fixed rules' layout where a later call would time one
+    eligible = call.backend != "reference" and call.numbers and not layer.tensors and len(layer.inputs) == 1
+    prepared = Prepared(call, params, store_state_seq, final_states, key[5]) if eligible else _UNPREPARED
+    if len(_PREPARED) >= _MAX_PREPARED:
+        _PREPARED.clear()
+    _PREPARED[key] = prepared
+    return prepared

@@ -1,0 +1,137 @@
+"""Prepared eager calls (`autocuda.prepared`): a multi_step call like an earlier one runs from what the full path
+worked out for that one. On the host runner: every prepared call equals the full path's bitwise (outputs and
+gradients), repeats construct no `Call`, and bad input is still refused by name on a prepared key."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from autocuda import calls, prepared
+from autocuda import functional as F
+from autocuda.spec.load import _shipped
+
+HOST = {"backend": "host"}
+
+
+def run(name, x, *states, grad=True, **kwargs):
+    """multi_step's outputs, and where x requires grad the gradients of a weighted sum of them w.r.t. x."""
+    spikes, finals, seqs = F.multi_step(name, x, *states, **HOST, **kwargs)
+    outs = [spikes, *(finals or ()), *(seqs or ())]
+    if not (grad and x.requires_grad):
+        return outs
+    weights = [torch.linspace(0.5, 1.5, o.numel(), dtype=o.dtype).view(o.shape) for o in outs]
+    loss = sum((o * w).sum() for o, w in zip(outs, weights))
+    return [*outs, *torch.autograd.grad(loss, x)]
+
+
+def both(monkeypatch, name, make_x, *states, **kwargs):
+    """(prepared results of the second call, the full path's), each from a fresh x."""
+    run(name, make_x(), *states, **kwargs)  # prepares
+    got = run(name, make_x(), *states, **kwargs)
+    monkeypatch.setattr(prepared, "ENABLED", False)
+    want = run(name, make_x(), *states, **kwargs)
+    monkeypatch.setattr(prepared, "ENABLED", True)
+    return got, want
+
+
+CASES = [
+    ("lif", (), {"tau": 2.0}),
+    ("lif", (0.25,), {"tau": 3, "v_reset": None}),  # an int parameter, a soft reset, a given initial state
+    ("lif", (), {"tau": 2.0, "store_state_seq": True}),
+    ("lif", (), {"tau": 2.0, "final_states": False}),
+    ("lif", (), {"tau": 2.0, "save_h": False}),
+    ("izhikevich", (), {}),
+    ("izhikevich", (-0.5, 1), {"store_state_seq": True}),
+    ("alif", (), {"detach_reset": True}),
+    ("lif", (), {"tau": 2.0, "surrogate": "atan", "reset": "soft"}),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(5, 12), (9, 2, 3)], ids=["rows", "view"])
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_prepared_calls_equal_the_full_path(case, train, shape, dtype, monkeypatch):
+    name, states, kwargs = CASES[case]
+
+    def make_x():
+        x = (torch.rand(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2).to(dtype)
+        return x.requires_grad_(train)
+    got, want = both(monkeypatch, name, make_x, *states, **kwargs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w)
+
+
+def test_repeated_calls_construct_no_call_and_numbers_still_change(monkeypatch):
+    x = torch.rand(4, 10, dtype=torch.float64) * 2
+    F.multi_step("lif", x, 0.5, tau=2.0, **HOST)
+    built = []
+    original = calls.Call.__init__
+    monkeypatch.setattr(calls.Call, "__init__", lambda self, *a, **k: (built.append(a), original(self, *a, **k))[1])
+    for tau in (2.0, 5.0):
+        spikes, (v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
+        monkeypatch.setattr(prepared, "ENABLED", False)
+        want_spikes, (want_v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
+        monkeypatch.setattr(prepared, "ENABLED", True)
+        assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), tau
+    assert len(built) == 2, "only the full path's two calls built a Call"
+
+
+def test_keys_tell_apart_what_the_full_path_decides():
+    """Grad mode, requires_grad, dtype, shape and options each select their own prepared call."""
+    x = torch.rand(4, 10, dtype=torch.float64) * 2
+    F.multi_step("lif", x, **HOST)
+    with torch.no_grad():
+        assert F.multi_step("lif", x.clone().requires_grad_(), **HOST)[0].grad_fn is None
+    assert F.multi_step("lif", x.clone().requires_grad_(), **HOST)[0].grad_fn is not None
+    assert F.multi_step("lif", x.float(), **HOST)[0].dtype == torch.float32
+    assert F.multi_step("lif", x[:3], **HOST)[0].shape == (3, 10)
+    spikes, finals, seqs = F.multi_step("lif", x, **HOST, final_states=False, store_state_seq=True)
+    assert finals is None and seqs[0].shape == (4, 10)
+
+
+def test_bad_input_on_a_prepared_key_is_refused_by_name():
+    x = torch.rand(4, 10, dtype=torch.float64) * 2
+    for _ in range(2):
+        F.multi_step("lif", x, 0.0, tau=2.0, **HOST)
+    with pytest.raises(ValueError, match="tau"):
+        F.multi_step("lif", x, 0.0, tau=-1.0, **HOST)
+    with pytest.raises(TypeError, match="tau"):
+        F.multi_step("lif", x, 0.0, tau=True, **HOST)
+    with pytest.raises(TypeError, match="state 'v'"):
+        F.multi_step("lif", x, True, tau=2.0, **HOST)
+    with pytest.raises(TypeError, match="1 states"):
+        F.multi_step("lif", x, 0.0, 0.0, tau=2.0, **HOST)
+    with pytest.raises(TypeError, match="save_h"):
+        F.multi_step("lif", x, 0.0, tau=2.0, save_h=1, **HOST)
+
+
+def test_calls_that_are_not_prepared_take_the_full_path(tmp_path, monkeypatch):
+    """Tensor parameters and states, views that are not contiguous, empty sequences, the reference backend and
+    spec files are not prepared, and give the full path's results."""
+    x = torch.rand(4, 6, dtype=torch.float64) * 2
+    cases = [
+        lambda: F.multi_step("parametric_lif", x, **HOST),  # a tensor parameter at its default
+        lambda: F.multi_step("lif", x, torch.zeros(6, dtype=torch.float64), **HOST),
+        lambda: F.multi_step("lif", x.t().contiguous().t(), **HOST),
+        lambda: F.multi_step("lif", x[:0], **HOST),
+        lambda: F.multi_step("lif", x, backend="reference"),
+        lambda: F.multi_step("lif", x, tau=torch.tensor(2.0, dtype=torch.float64), **HOST),
+    ]
+    for make in cases:
+        got = [make() for _ in range(2)][1]
+        monkeypatch.setattr(prepared, "ENABLED", False)
+        want = make()
+        monkeypatch.setattr(prepared, "ENABLED", True)
+        assert torch.equal(got[0], want[0])
+    assert all(p is prepared._UNPREPARED or p.layer.backend == "host" for p in prepared._PREPARED.values())
+    text = _shipped()["lif"].read_text()
+    spec = tmp_path / "lif.toml"
+    spec.write_text(text)
+    first = [F.multi_step(str(spec), x, **HOST)[0] for _ in range(2)][1]
+    spec.write_text(text.replace("v_threshold = 1.0", "v_threshold = 0.01"))  # an edited file: another spec
+    os.utime(spec, ns=(spec.stat().st_mtime_ns + 10**9,) * 2)
+    assert F.multi_step(str(spec), x, **HOST)[0].sum() > first.sum()
