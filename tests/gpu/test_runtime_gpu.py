@@ -590,3 +590,32 @@ def test_torchs_static_launcher_gives_the_ctypes_launchers_results(name, monkeyp
         assert len(calls) == 2, "forward and backward through torch's launcher"
     else:
         pytest.skip(f"torch {torch.__version__} has no static CUDA launcher: compared ctypes with itself")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
+def test_prepared_calls_equal_the_full_path_on_the_gpu(name, dtype, monkeypatch):
+    """`autocuda.prepared` on CUDA tensors, vector layouts included (N = 2**14): spikes, final states and the
+    gradient bitwise the full path's, in inference and training, and on a side stream."""
+    from autocuda import prepared
+
+    def run(x):
+        spikes, finals, _ = F.multi_step(name, x)
+        if not x.requires_grad:
+            return [spikes, *finals]
+        return [spikes, *finals, *torch.autograd.grad((spikes * 1.5).sum() + finals[0].sum(), x)]
+    for train in (False, True):
+        x = (torch.rand(5, 2**14, device=CUDA) * 2).to(dtype).requires_grad_(train)
+        run(x)
+        got = run(x)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            side = run(x)
+        stream.synchronize()
+        monkeypatch.setattr(prepared, "ENABLED", False)
+        want = run(x)
+        monkeypatch.setattr(prepared, "ENABLED", True)
+        torch.cuda.synchronize()
+        for g, s, w in zip(got, side, want):
+            assert torch.equal(g, w) and torch.equal(s, w)
+    assert any(p is not prepared._UNPREPARED and p.shape == (5, 2**14) for p in prepared._PREPARED.values())
