@@ -609,6 +609,7 @@ def test_prepared_calls_equal_the_full_path_on_the_gpu(name, dtype, monkeypatch)
         run(x)
         got = run(x)
         stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             side = run(x)
         stream.synchronize()
