@@ -189,7 +189,7 @@ class ForwardForm:
         options = (bool(grad_seqs), bool(grad_finals))
         form = self._backwards.get(options)
         if form is None:
-            form = self._backwards[options] = _backward_form(key, self.single, self.given_inits, *options)
+            form = self._backwards[options] = backward_form(key, self.single, self.given_inits, *options)
         return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
 
     def _refuse_inputs(self, x: Tensor, more_inputs: Sequence[Tensor]) -> None:
@@ -299,7 +299,7 @@ class _BackwardForm:
 
 
 @functools.lru_cache(maxsize=1024)
-def _backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
+def backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                    gradients: str = "all") -> _BackwardForm:
     return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals, gradients)
 
@@ -350,13 +350,13 @@ def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], 
     for what, got in (("final state gradients", grad_finals), ("state sequence gradients", grad_seqs)):
         if got:  # all or none
             _check_count(what, got, len(states), key)
-    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
+    form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
     return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
 
 
 @neuron_backward.register_fake
 def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars):
-    form = _backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
+    form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
     return _gradients_like(key, form.returns, grad_spike, tensor_params)
 
 
@@ -393,13 +393,13 @@ def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_final
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
     if grad_finals:
         _check_count("final state gradients", grad_finals, len(entry(key).states), key)
-    form = _backward_form(key, False, not initial, False, bool(grad_finals), gradients)
+    form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
     return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction)
 
 
 @neuron_backward_part.register_fake
 def _backward_part_fake(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars, correction):
-    form = _backward_form(key, False, not initial, False, bool(grad_finals), gradients)
+    form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
     return _gradients_like(key, form.returns, grad_spike, tensor_params)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from . import ops
+from . import native, ops
+from .native.plan import Unplannable, plan_words
 from .calls import SUPPORTED_DTYPES, Call, _names_a_file, layer_key, sequence_results
 
 Tensor = torch.Tensor
@@ -46,6 +47,8 @@ class Prepared:
         args = (rows, *call.states, *layer.scalar_values(call.values))  # the kernel's, for its layout
         backend = "cuda" if x.is_cuda else "host"  # the kernels' backends run CPU tensors on the host runner
         self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
+        self.native: int | None = None  # the native plan (`autocuda.native`), made once its operator is loaded
+        self.native_asked = False
 
     def __call__(self, x: Tensor, initial_states: Sequence[float], params: dict[str, Any]
                  ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
@@ -55,10 +58,47 @@ class Prepared:
         initial = [float(s) for s in initial_states] if given else []
         for init in self.inits[given:]:
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        outputs = ops.forward_eager(self.form, x if self.flat else x.view(self.rows), [], initial, [],
-                                    layer.scalar_values(values))
+        rows = x if self.flat else x.view(self.rows)
+        if not self.native_asked and native.loaded():
+            self.native_asked = True
+            self.native = self._native_plan(rows, [*initial, *layer.scalar_values(values)])
+        if self.native is not None:
+            outputs = native.call(self.native, rows, [*initial, *layer.scalar_values(values)])
+        else:
+            outputs = ops.forward_eager(self.form, rows, [], initial, [], layer.scalar_values(values))
         return sequence_results(outputs, self.form.positions, None if self.flat else self.shape, self.neuron_shape,
                                 *self.options)
+
+
+    def _native_plan(self, rows: Tensor, numbers: list[float]) -> int | None:
+        """This call's native plan, or None where a plan cannot express it (state sequences among the outputs,
+        scalars of packed half types, a kernel that launches nothing)."""
+        if self.options[1]:
+            return None
+        form = self.form
+        try:
+            backward = self._backward_launches(rows, numbers) if form.save else (None, None)
+            words = plan_words(rows, len(numbers), form.launch, form, *backward)
+        except Unplannable:
+            return None
+        return native.make_plan(words.words, words.dtypes)
+
+    def _backward_launches(self, rows: Tensor, numbers: list[float]) -> tuple:
+        """The backward kernels bound to this call's shape, without and with the final states' gradients, and
+        the name of grad_x among their outputs. They are bound as the Python path binds them: the gradients fresh
+        (aligned) tensors, the saved tensors a forward's outputs (and x)."""
+        form = self.form
+        outputs = form.launch((rows, *numbers), rows)
+        saved = [(rows, *outputs)[at] for at in form.picks]
+        grad = torch.rand_like(rows)
+        steps, n = self.rows
+        backend = "cuda" if rows.is_cuda else "host"
+        launches = []
+        for finals in (False, True) if form.finals else (False,):
+            backward = ops.backward_form(form.key, False, False, False, finals)
+            given = [grad.new_zeros(n) for _ in form.finals] if finals else []
+            launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
+        return launches[0], launches[1] if finals else None, backward.returns[0]
 
 
 def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,

@@ -53,6 +53,15 @@ def cuda_include() -> Path:
                        "and set CUDA_HOME to its root (the folder holding include/cuda_fp16.h)")
 
 
+def missing_compiler() -> str | None:
+    """Why no C++ compiler runs here, or None when one does."""
+    try:
+        compiler_version(tuple(compiler()))
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 def missing() -> str | None:
     """Why the host runner cannot compile here (no C++ compiler, no CUDA headers), or None when it can."""
     try:
@@ -79,12 +88,18 @@ def identity() -> str:
 
 
 @functools.cache
-def _identity(command: tuple[str, ...], include: str) -> str:
+def compiler_version(command: tuple[str, ...]) -> str:
+    """What `command --version` prints; a RuntimeError naming the compiler where it does not run."""
     try:
-        version = subprocess.run([*command, "--version"], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([*command, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as error:
         raise RuntimeError(f"the C++ compiler {' '.join(command)!r} does not run ({error}): install g++ "
                            "or set CXX to a working compiler") from error
+
+
+@functools.cache
+def _identity(command: tuple[str, ...], include: str) -> str:
+    version = compiler_version(command)
     headers = hashlib.sha256()
     for name in _HEADERS:
         path = Path(include) / name

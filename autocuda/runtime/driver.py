@@ -35,6 +35,17 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+# The driver functions a native launch calls (`autocuda.native`), in the order its plans list them
+NATIVE_FUNCTIONS = ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent_v2",
+                    "cuCtxPopCurrent_v2")
+
+
+def function_addresses(names: tuple[str, ...]) -> tuple[int, ...]:
+    """The addresses of driver functions, for native code that calls them."""
+    lib = _library()
+    return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in names)
+
+
 def _check(lib: ctypes.CDLL, status: int, call: str) -> None:
     if status != _SUCCESS:
         name = ctypes.c_char_p()

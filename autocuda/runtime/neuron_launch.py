@@ -103,11 +103,11 @@ class Recipe:
         self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
         # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
         # arguments: (tag, name, dtype, output index or None).
-        self._allocations = tuple((source, None if dtype == storage else dtype)
-                                  for source, _, dtype in self.args if source in OUTPUT_KINDS)
+        self.allocations = tuple((source, None if dtype == storage else dtype)
+                                 for source, _, dtype in self.args if source in OUTPUT_KINDS)
         index = iter(range(len(self.outputs)))
-        self._sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
-                              for source, name, dtype in self.args)
+        self.sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
+                             for source, name, dtype in self.args)
         self._bindings: dict[tuple[str, ...], Binding] = {}  # `bind`'s answers, by the caller's names
 
     def run(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
@@ -149,7 +149,7 @@ class Recipe:
         # time, and without the dtype keyword where it is like's. `like` is the sequence input, refused below
         # unless contiguous, so a tensor laid out like it is contiguous.
         produced = []
-        for kind, dtype in self._allocations:
+        for kind, dtype in self.allocations:
             if kind == "vector":
                 produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
             elif kind == "sequence":
@@ -206,10 +206,10 @@ class Binding:
 
     def __init__(self, recipe: Recipe, names: tuple[str, ...]):
         at = {name: i for i, name in enumerate(names)}
-        missing = [name for source, name, _, _ in recipe._sources if source in ("input", "scalar") and name not in at]
+        missing = [name for source, name, _, _ in recipe.sources if source in ("input", "scalar") and name not in at]
         if missing:
             raise KeyError(f"kernel {recipe.kernel.kernel_name} needs argument {missing[0]!r}")
-        sources = recipe._sources
+        sources = recipe.sources
         self.inputs = tuple((at[name], name, dtype) for source, name, dtype, _ in sources if source == "input")
         self.scalars = tuple(at[name] for source, name, _, _ in sources if source == "scalar")
         params = recipe.kernel.cparams
@@ -217,7 +217,8 @@ class Binding:
                               if source == "scalar" and params[name].dtype is None)
         self.channels = at.get(CHANNEL_KEYS[0], -1)  # where the channel count stands (kernels that sum per channel)
         pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs), *names]
-        self.arrange = operator.itemgetter(*(pool.index(name) for _, name, _, _ in sources))  # >= 2: a tuple
+        self.order = tuple(pool.index(name) for _, name, _, _ in sources)  # each parameter's place in the pool
+        self.arrange = operator.itemgetter(*self.order)  # >= 2: a tuple
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,7 @@ class BoundLaunch:
     def __init__(self, recipe: Recipe, binding: Binding, like: torch.Tensor, n: int, steps: int | None,
                  backend: str):
         self.recipe, self.binding, self.n, self.steps = recipe, binding, n, steps
+        self.like_dtype = like.dtype  # the storage dtype of outputs that name none
         kernel = recipe.kernel
         self.grid, self.block = ((-(-n // kernel.lanes) + kernel.block - 1) // kernel.block,), (kernel.block,)
         self.runs = bool(n) and steps != 0

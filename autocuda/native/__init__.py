@@ -1,0 +1,160 @@
+"""The native call path: prepared neuron calls (`autocuda.prepared`) run through one C++ operator,
+`autocuda_native::call`, whose autograd node is C++ as well (`neuron_call.cpp`). A small call then runs no Python
+between torch and its kernel launches, in the forward or in the backward.
+
+The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
+torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`).
+A process asks for it on its first prepared call; it is then loaded from the cache, or built in a background
+thread while calls take the Python path (building takes tens of seconds). `ensure()` builds and loads it now.
+Without a compiler, or with `AUTOCUDA_NATIVE=0`, every call takes the Python path; `status()` says why.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import subprocess
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..host import cache, toolchain
+
+SOURCE = Path(__file__).with_name("neuron_call.cpp")
+VARIABLE = "AUTOCUDA_NATIVE"
+_SWITCH = {"0": False, "off": False, "1": True, "on": True, "": True}
+FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c++20-extensions")
+
+_lock = threading.Lock()
+_state = {"phase": "unasked", "why": ""}  # unasked -> building -> loaded | unavailable
+_builder: list[threading.Thread] = []
+_CALL = None  # the loaded operator's overload
+
+
+def enabled() -> bool:
+    """Whether $AUTOCUDA_NATIVE lets prepared calls use the native path (unset, 1 or on: yes; 0 or off: no)."""
+    value = os.environ.get(VARIABLE, "").strip().lower()
+    if value not in _SWITCH:
+        raise ValueError(f"{VARIABLE}={os.environ[VARIABLE]!r}: expected 0, 1, off or on")
+    return _SWITCH[value]
+
+
+def loaded() -> bool:
+    """Whether the operator is loaded; the first ask starts loading it (from the cache, else a background build)."""
+    if _CALL is not None:
+        return True
+    if _state["phase"] == "unasked":
+        with _lock:
+            if _state["phase"] == "unasked":
+                _start()
+    return _CALL is not None
+
+
+def ensure() -> bool:
+    """Load the operator now, building it in this thread where no build is running (True once loaded)."""
+    loaded()
+    for thread in list(_builder):
+        thread.join()
+    return _CALL is not None
+
+
+def status() -> str:
+    """One line: whether the native path is in use, and if not, why."""
+    if _CALL is not None:
+        return "loaded"
+    return f"{_state['phase']}{': ' + _state['why'] if _state['why'] else ''}"
+
+
+def call(plan: int, x: torch.Tensor, numbers: Sequence[float]) -> list[torch.Tensor]:
+    """The plan's forward outputs (an autograd node recorded where the plan trains)."""
+    return _CALL(plan, x, numbers)  # type: ignore[misc]
+
+
+def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:
+    return torch.ops.autocuda_native.make_plan(words, dtypes)
+
+
+def _start() -> None:
+    try:
+        if not enabled():
+            return _unavailable(f"{VARIABLE} is off")
+    except ValueError as error:
+        return _unavailable(str(error))
+    missing = toolchain.missing_compiler()
+    if missing is not None:
+        return _unavailable(missing)
+    key = _key()
+    found = cache.find(key)
+    if found is not None:
+        return _load(found)
+    _state["phase"] = "building"
+    thread = threading.Thread(target=_build, args=(key,), name="autocuda-native-build", daemon=True)
+    _builder.append(thread)
+    thread.start()
+
+
+def _build(key: str) -> None:
+    try:
+        with _build_lock():  # one process builds; the others then find its library
+            found = cache.find(key)
+            path = found if found is not None else cache.load_or_build(key, _compile)[0]
+        _load(path)
+    except Exception as error:  # any failure leaves the Python path in place, said once
+        _unavailable(f"building {SOURCE.name} failed: {error}")
+        warnings.warn(f"autocuda: the native call path is unavailable ({error}); calls take the Python path",
+                      RuntimeWarning, stacklevel=1)
+
+
+def _load(path: Path) -> None:
+    global _CALL
+    try:
+        torch.ops.load_library(str(path))
+        _CALL = torch.ops.autocuda_native.call.default
+        _state.update(phase="loaded", why="")
+    except Exception as error:  # a library torch refuses (another torch build): the Python path
+        _unavailable(f"loading {path} failed: {error}")
+
+
+def _unavailable(why: str) -> None:
+    _state.update(phase="unavailable", why=why)
+
+
+def _torch_dir() -> Path:
+    return Path(torch.__file__).resolve().parent
+
+
+def _command(output: Path) -> list[str]:
+    root = _torch_dir()
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    return [*toolchain.compiler(), *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{root / 'include'}",
+            f"-I{root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCE), "-o", str(output),
+            f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{root / 'lib'}"]
+
+
+def _compile(output: Path) -> None:
+    done = subprocess.run(_command(output), capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(_command(output)[:2])} ... exited with {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
+
+
+def _key() -> str:
+    """Everything that changes the library: its source, torch's build, the compiler and the flags."""
+    command = tuple(toolchain.compiler())
+    text = "\n".join([SOURCE.read_text(), torch.__version__, str(torch.version.git_version), str(_torch_dir()),
+                      *command, toolchain.compiler_version(command), *FLAGS])
+    return "native-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+@contextlib.contextmanager
+def _build_lock():
+    with open(cache.cache_dir() / "native.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,342 @@
+// autocuda's native call path: a prepared neuron call (autocuda/prepared.py) as one C++ operator whose autograd
+// node is C++ too, so that neither the forward nor the backward of a small call runs Python between torch and the
+// kernel launch. Python works out everything a call of one key needs (the kernels bound to its shape, where each
+// argument comes from, what to save) and hands it over once as a plan; a call then allocates, fills the argument
+// slots, launches and, when x requires grad, records the node.
+//
+// Rules this file follows:
+// - A plan is immutable once made and lives as long as the process (calls in flight refer to it by number);
+//   identical plans are one plan, so a program that prepares the same call again adds nothing.
+// - Every index a plan holds is checked when it is made, never on the hot path.
+// - Kernels launch on torch's current stream of the tensors' device (in backward, the stream autograd gives the
+//   node: its forward's), in the device's primary context, as the Python launcher does.
+#include <torch/library.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Where a kernel argument's value comes from, and how it is written into its 8-byte slot.
+enum Source : int64_t { kConstant = 0, kOutput = 1, kTensor = 2, kNumber = 3 };
+enum SlotType : int64_t { kF32 = 0, kF64 = 1, kI64 = 2, kI32 = 3, kU32 = 4, kU8 = 5 };
+enum Runner : int64_t { kNone = 0, kCuda = 1, kHost = 2 };
+
+using CuLaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                               void**, void**);
+using CuCtxGetCurrent = int (*)(void**);
+using CuCtxSetCurrent = int (*)(void*);
+using CuCtxPushCurrent = int (*)(void*);
+using CuCtxPopCurrent = int (*)(void**);
+using HostLaunch = void (*)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void**);
+
+struct Driver {
+  CuLaunchKernel launch = nullptr;
+  CuCtxGetCurrent get_current = nullptr;
+  CuCtxSetCurrent set_current = nullptr;
+  CuCtxPushCurrent push_current = nullptr;
+  CuCtxPopCurrent pop_current = nullptr;
+};
+
+struct Output {
+  int64_t rows;  // < 0: one value per neuron [N]; r >= 0: [r, N]
+  at::ScalarType dtype;
+};
+
+struct Slot {
+  int64_t source, value, type;
+};
+
+struct Launch {
+  int64_t runner = kNone;
+  int64_t function = 0, context = 0, grid = 0, block = 0;
+  std::vector<Output> outputs;
+  std::vector<Slot> slots;
+  int64_t tensors = 0;  // tensors the call gives (forward: x; backward: the gradients, then the saved tensors)
+};
+
+struct Plan {
+  Launch forward, backward, backward_finals;  // backward_finals: runner kNone where the call writes no final state
+  int64_t steps = 0, neurons = 0, numbers = 0, alignment = 0;
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+  bool trains = false;
+  int64_t spike_at = 0, grad_x_at = 0, grad_x_at_finals = 0;
+  std::vector<int64_t> finals, saved, hidden;  // saved: positions in (x, *forward outputs)
+  Driver driver;
+};
+
+std::mutex registry_lock;
+std::vector<std::unique_ptr<Plan>> plans;
+std::map<std::vector<int64_t>, int64_t> plan_numbers;
+
+// Reads a plan's words in order, refusing any read past the end.
+struct Reader {
+  const std::vector<int64_t>& words;
+  size_t at = 0;
+  int64_t next() {
+    TORCH_CHECK(at < words.size(), "autocuda native plan: ", words.size(), " words end early");
+    return words[at++];
+  }
+  std::vector<int64_t> list() {
+    int64_t count = next();
+    TORCH_CHECK(count >= 0 && count <= 4096, "autocuda native plan: a list of ", count, " entries");
+    std::vector<int64_t> items;
+    for (int64_t i = 0; i < count; ++i) items.push_back(next());
+    return items;
+  }
+};
+
+Launch read_launch(Reader& in, const std::vector<at::ScalarType>& dtypes, int64_t numbers) {
+  Launch launch;
+  launch.runner = in.next();
+  TORCH_CHECK(launch.runner >= kNone && launch.runner <= kHost, "autocuda native plan: runner ", launch.runner);
+  launch.function = in.next();
+  launch.context = in.next();
+  launch.grid = in.next();
+  launch.block = in.next();
+  launch.tensors = in.next();
+  TORCH_CHECK(launch.grid > 0 && launch.grid < (int64_t(1) << 31) && launch.block > 0 && launch.block <= 1024,
+              "autocuda native plan: grid ", launch.grid, ", block ", launch.block);
+  TORCH_CHECK(launch.runner == kNone || launch.function != 0, "autocuda native plan: no kernel function");
+  int64_t outputs = in.next();
+  TORCH_CHECK(outputs >= 0 && outputs <= 64, "autocuda native plan: ", outputs, " outputs");
+  for (int64_t i = 0; i < outputs; ++i) {
+    int64_t rows = in.next(), dtype = in.next();
+    TORCH_CHECK(rows >= -1 && dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: output ", i);
+    launch.outputs.push_back({rows, dtypes[dtype]});
+  }
+  int64_t slots = in.next();
+  TORCH_CHECK(slots >= 0 && slots <= 256, "autocuda native plan: ", slots, " slots");
+  for (int64_t i = 0; i < slots; ++i) {
+    Slot slot{in.next(), in.next(), in.next()};
+    TORCH_CHECK(slot.type >= kF32 && slot.type <= kU8, "autocuda native plan: slot ", i, " of type ", slot.type);
+    int64_t limit = slot.source == kOutput ? outputs : slot.source == kTensor ? launch.tensors
+                    : slot.source == kNumber ? numbers : -1;
+    TORCH_CHECK(slot.source == kConstant || (slot.value >= 0 && slot.value < limit),
+                "autocuda native plan: slot ", i, " reads source ", slot.source, " at ", slot.value);
+    launch.slots.push_back(slot);
+  }
+  return launch;
+}
+
+void check_positions(const std::vector<int64_t>& positions, int64_t limit, const char* what) {
+  for (int64_t at : positions) {
+    TORCH_CHECK(at >= 0 && at < limit, "autocuda native plan: ", what, " at ", at, " of ", limit);
+  }
+}
+
+std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::vector<at::ScalarType>& dtypes) {
+  Reader in{words};
+  auto plan = std::make_unique<Plan>();
+  plan->steps = in.next();
+  plan->neurons = in.next();
+  plan->numbers = in.next();
+  plan->alignment = in.next();
+  int64_t dtype = in.next();
+  TORCH_CHECK(dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: dtype ", dtype);
+  plan->dtype = dtypes[dtype];
+  int64_t device = in.next();
+  plan->device = device < 0 ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+  plan->trains = in.next() != 0;
+  plan->spike_at = in.next();
+  plan->finals = in.list();
+  plan->saved = in.list();
+  plan->hidden = in.list();
+  plan->grad_x_at = in.next();
+  plan->grad_x_at_finals = in.next();
+  plan->driver.launch = reinterpret_cast<CuLaunchKernel>(in.next());
+  plan->driver.get_current = reinterpret_cast<CuCtxGetCurrent>(in.next());
+  plan->driver.set_current = reinterpret_cast<CuCtxSetCurrent>(in.next());
+  plan->driver.push_current = reinterpret_cast<CuCtxPushCurrent>(in.next());
+  plan->driver.pop_current = reinterpret_cast<CuCtxPopCurrent>(in.next());
+  plan->forward = read_launch(in, dtypes, plan->numbers);
+  int64_t produced = plan->forward.outputs.size();
+  check_positions({plan->spike_at}, produced, "spikes");
+  check_positions(plan->finals, produced, "final state");
+  check_positions(plan->hidden, produced, "hidden output");
+  check_positions(plan->saved, produced + 1, "saved tensor");
+  if (plan->trains) {
+    plan->backward = read_launch(in, dtypes, plan->numbers);
+    check_positions({plan->grad_x_at}, plan->backward.outputs.size(), "grad_x");
+    if (!plan->finals.empty()) {
+      plan->backward_finals = read_launch(in, dtypes, plan->numbers);
+      check_positions({plan->grad_x_at_finals}, plan->backward_finals.outputs.size(), "grad_x");
+    }
+  }
+  TORCH_CHECK(in.at == words.size(), "autocuda native plan: ", words.size() - in.at, " words left over");
+  bool cuda = plan->device.is_cuda();
+  for (const Launch* launch : {&plan->forward, &plan->backward, &plan->backward_finals}) {
+    TORCH_CHECK(launch->runner == kNone || (launch->runner == kCuda) == cuda,
+                "autocuda native plan: a launch's runner does not match the device");
+  }
+  TORCH_CHECK(!cuda || (plan->driver.launch && plan->driver.get_current && plan->driver.set_current &&
+                        plan->driver.push_current && plan->driver.pop_current),
+              "autocuda native plan: a CUDA plan without the driver's functions");
+  return plan;
+}
+
+const Plan& plan_numbered(int64_t number) {
+  std::lock_guard<std::mutex> guard(registry_lock);
+  TORCH_CHECK(number >= 0 && number < int64_t(plans.size()), "autocuda native: no plan ", number);
+  return *plans[number];
+}
+
+void check_driver(int status, const char* call) {
+  TORCH_CHECK(status == 0, "autocuda native: ", call, " failed with CUDA driver status ", status);
+}
+
+void launch_cuda(const Plan& plan, const Launch& launch, void** pointers) {
+  const Driver& driver = plan.driver;
+  auto stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(plan.device).native_handle();
+  void* current = nullptr;
+  check_driver(driver.get_current(&current), "cuCtxGetCurrent");
+  void* context = reinterpret_cast<void*>(launch.context);
+  bool pushed = false;
+  if (current == nullptr) {  // a thread without a context yet: make the device's primary one current
+    check_driver(driver.set_current(context), "cuCtxSetCurrent");
+  } else if (current != context) {  // another device's context: use this one for the launch only
+    check_driver(driver.push_current(context), "cuCtxPushCurrent");
+    pushed = true;
+  }
+  int status = driver.launch(reinterpret_cast<void*>(launch.function), unsigned(launch.grid), 1, 1,
+                             unsigned(launch.block), 1, 1, 0, stream, pointers, nullptr);
+  if (pushed) {
+    void* popped = nullptr;
+    check_driver(driver.pop_current(&popped), "cuCtxPopCurrent");
+  }
+  check_driver(status, "cuLaunchKernel");
+}
+
+// Allocates the launch's outputs, fills its slots from the call's tensors and numbers, and launches.
+std::vector<at::Tensor> run(const Plan& plan, const Launch& launch, const std::vector<at::Tensor>& tensors,
+                            const std::vector<double>& numbers) {
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(launch.outputs.size());
+  auto options = at::TensorOptions().device(plan.device);
+  for (const Output& output : launch.outputs) {
+    auto shaped = options.dtype(output.dtype);
+    outputs.push_back(output.rows >= 0 ? at::empty({output.rows, plan.neurons}, shaped) : at::empty({plan.neurons}, shaped));
+  }
+  std::vector<uint64_t> slots(launch.slots.size(), 0);
+  std::vector<void*> pointers(launch.slots.size());
+  for (size_t i = 0; i < launch.slots.size(); ++i) {
+    const Slot& slot = launch.slots[i];
+    void* into = &slots[i];
+    pointers[i] = into;
+    if (slot.source == kOutput || slot.source == kTensor) {
+      const at::Tensor& tensor = slot.source == kOutput ? outputs[slot.value] : tensors[slot.value];
+      uint64_t address = reinterpret_cast<uint64_t>(tensor.data_ptr());
+      std::memcpy(into, &address, 8);
+      continue;
+    }
+    double number = slot.source == kNumber ? numbers[slot.value] : double(slot.value);
+    switch (slot.type) {
+      case kF32: { float v = float(number); std::memcpy(into, &v, 4); break; }
+      case kF64: { std::memcpy(into, &number, 8); break; }
+      case kI64: { int64_t v = slot.source == kConstant ? slot.value : int64_t(number); std::memcpy(into, &v, 8); break; }
+      case kI32: { int32_t v = int32_t(number); std::memcpy(into, &v, 4); break; }
+      case kU32: { uint32_t v = uint32_t(number); std::memcpy(into, &v, 4); break; }
+      default: { uint8_t v = uint8_t(number != 0.0); std::memcpy(into, &v, 1); break; }
+    }
+  }
+  if (launch.runner == kCuda) {
+    launch_cuda(plan, launch, pointers.data());
+  } else if (launch.runner == kHost) {
+    reinterpret_cast<HostLaunch>(launch.function)(unsigned(launch.grid), 1, 1, unsigned(launch.block), 1, 1,
+                                                  pointers.data());
+  }
+  return outputs;
+}
+
+// A tensor the kernel may read as the plan's layout assumes: contiguous, of the plan's shape and dtype, with the
+// address alignment the layout was chosen for (a fresh allocation otherwise).
+at::Tensor readable(const at::Tensor& grad, at::IntArrayRef sizes, const Plan& plan) {
+  if (!grad.defined()) return at::zeros(sizes, at::TensorOptions().device(plan.device).dtype(plan.dtype));
+  at::Tensor dense = grad.contiguous();
+  if (reinterpret_cast<uint64_t>(dense.data_ptr()) & 15) dense = dense.clone();
+  return dense;
+}
+
+struct NeuronCall : torch::autograd::Function<NeuronCall> {
+  static variable_list forward(AutogradContext* ctx, int64_t number, const at::Tensor& x,
+                               const std::vector<double>& numbers) {
+    const Plan& plan = plan_numbered(number);
+    variable_list outputs = run(plan, plan.forward, {x}, numbers);
+    variable_list saved;
+    for (int64_t at : plan.saved) saved.push_back(at == 0 ? x : outputs[at - 1]);
+    ctx->save_for_backward(saved);
+    ctx->saved_data["plan"] = number;
+    ctx->saved_data["numbers"] = c10::List<double>(numbers);
+    ctx->set_materialize_grads(false);
+    variable_list hidden;
+    for (int64_t at : plan.hidden) hidden.push_back(outputs[at]);
+    ctx->mark_non_differentiable(hidden);
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const Plan& plan = plan_numbered(ctx->saved_data["plan"].toInt());
+    auto list = ctx->saved_data["numbers"].toDoubleList();
+    std::vector<double> numbers(list.begin(), list.end());
+    bool finals = false;
+    for (int64_t at : plan.finals) finals = finals || grads[at].defined();
+    std::vector<at::Tensor> tensors{readable(grads[plan.spike_at], {plan.steps, plan.neurons}, plan)};
+    if (finals) {
+      for (int64_t at : plan.finals) tensors.push_back(readable(grads[at], {plan.neurons}, plan));
+    }
+    for (const auto& kept : ctx->get_saved_variables()) tensors.push_back(kept);
+    const Launch& launch = finals ? plan.backward_finals : plan.backward;
+    at::Tensor grad_x = run(plan, launch, tensors, numbers)[finals ? plan.grad_x_at_finals : plan.grad_x_at];
+    if (!ctx->needs_input_grad(0)) grad_x = at::Tensor();  // edges are the tensor arguments only: x
+    if (grad_x.defined() && at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
+      at::Tensor leaf = grad_x.detach().requires_grad_(true);
+      grad_x = torch::autograd::DelayedError(
+                   "autocuda kernels are differentiable once: a second derivative (double backward) through them "
+                   "is not available; use backend='reference' for higher-order gradients", 1)
+                   .apply({leaf})[0];
+    }
+    return {at::Tensor(), grad_x, at::Tensor()};
+  }
+};
+
+int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes) {
+  auto plan = read_plan(words, dtypes);
+  std::lock_guard<std::mutex> guard(registry_lock);
+  auto found = plan_numbers.find(words);
+  if (found != plan_numbers.end()) return found->second;
+  int64_t number = plans.size();
+  plans.push_back(std::move(plan));
+  plan_numbers.emplace(std::move(words), number);
+  return number;
+}
+
+std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+  const Plan& plan = plan_numbered(number);
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == plan.steps && x.size(1) == plan.neurons && x.scalar_type() == plan.dtype &&
+                  x.device() == plan.device && x.is_contiguous() &&
+                  int64_t(reinterpret_cast<uint64_t>(x.data_ptr()) & 15) == plan.alignment,
+              "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
+              " is not the call plan ", number, " was made for");
+  TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
+              " numbers, got ", numbers.size());
+  if (!plan.trains) return run(plan, plan.forward, {x}, numbers);
+  return NeuronCall::apply(number, x, numbers);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(autocuda_native, m) {
+  m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
+  m.def("call(int plan, Tensor x, float[] numbers) -> Tensor[]", &call);
+}
