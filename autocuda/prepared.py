@@ -77,7 +77,7 @@ class Prepared:
             return None
         form = self.form
         try:
-            backward = self._backward_launches(rows, numbers) if form.save else (None, None)
+            backward = self._backward_launches(rows, numbers) if form.save else (None, None, "")
             words = plan_words(rows, len(numbers), form.launch, form, *backward)
         except Unplannable:
             return None

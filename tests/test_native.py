@@ -1,0 +1,132 @@
+"""The native call path (`autocuda.native`): prepared calls through the C++ operator and its C++ autograd node give
+the Python path's results bitwise (the same kernels with the same values), on the host runner here and on CUDA in
+tests/gpu/test_native_gpu.py; its plans refuse malformed words; its switch and its cache."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda import native, prepared
+from autocuda import functional as F
+from autocuda.native import plan as native_plan
+
+pytestmark = pytest.mark.skipif(not native.ensure(), reason=f"no native call path here: {native.status()}")
+
+CASES = [("lif", {"tau": 2.0}), ("izhikevich", {}), ("alif", {}), ("lif", {"tau": 2.0, "save_h": False}),
+         ("qif", {}), ("lif", {"v_reset": None})]
+
+
+def run(spec: str, x: torch.Tensor, train: bool, finals_in_loss: bool, **params) -> list[torch.Tensor]:
+    """Spikes, final states and (training) x's gradient of a loss that weighs every step differently."""
+    x = x.clone().requires_grad_(train)
+    spikes, finals, _ = F.multi_step(spec, x, backend="host", **params)
+    if not train:
+        return [spikes, *finals]
+    weights = torch.arange(1, x.shape[0] + 1, dtype=x.dtype).view(-1, *[1] * (x.dim() - 1))
+    loss = (spikes * weights).sum() + (sum(f.sum() for f in finals) if finals_in_loss else 0)
+    loss.backward()
+    return [spikes, *finals, x.grad]
+
+
+def native_plans() -> list:
+    return [p.native for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("spec, params", CASES, ids=[f"{s}-{'-'.join(p)}" for s, p in CASES])
+def test_native_calls_equal_the_python_path(spec, params, dtype, monkeypatch):
+    """Inference and training, with and without the final states in the loss (two backward kernels), x [T, N] and
+    x [T, 2, 48]: bitwise the Python path's spikes, final states and gradient, and a native plan ran them."""
+    for shape in ((5, 96), (3, 2, 48)):
+        x = torch.rand(shape, dtype=dtype) * 2
+        for train, finals_in_loss in ((False, False), (True, False), (True, True)):
+            monkeypatch.setattr(prepared, "ENABLED", False)
+            want = run(spec, x, train, finals_in_loss, **params)
+            monkeypatch.setattr(prepared, "ENABLED", True)
+            prepared._PREPARED.clear()
+            run(spec, x, train, finals_in_loss, **params)  # prepares the call and its plan
+            got = run(spec, x, train, finals_in_loss, **params)
+            assert any(plan is not None for plan in native_plans())
+            for g, w in zip(got, want, strict=True):
+                assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+
+
+def test_a_native_training_call_records_a_cpp_node_whose_second_derivative_fails():
+    x = (torch.rand(4, 64, dtype=torch.float64) * 2).requires_grad_()
+    for _ in range(2):
+        spikes = F.multi_step("lif", x, backend="host")[0]
+    assert "CppNode" in spikes.grad_fn.name() and "NeuronCall" in spikes.grad_fn.name()
+    (grad,) = torch.autograd.grad(spikes.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiable once"):
+        grad.sum().backward()
+
+
+def test_hidden_outputs_are_not_differentiable_and_unused_gradients_cost_nothing():
+    """Only the spikes in the loss: the kernel without final-state gradients runs (no zero tensors are made for
+    them), and x's gradient equals the Python path's."""
+    x = (torch.rand(4, 64) * 2).requires_grad_()
+    for _ in range(2):
+        spikes, (v,), _ = F.multi_step("lif", x, backend="host")
+    assert spikes.requires_grad and v.requires_grad
+    (grad,) = torch.autograd.grad(spikes.sum(), x)
+    prepared.ENABLED = False
+    try:
+        (want,) = torch.autograd.grad(F.multi_step("lif", x, backend="host")[0].sum(), x)
+    finally:
+        prepared.ENABLED = True
+    assert torch.equal(grad, want)
+
+
+def test_a_call_unlike_its_plan_is_refused_by_the_operator():
+    prepared._PREPARED.clear()
+    x = torch.rand(4, 64)
+    for _ in range(2):
+        F.multi_step("lif", x, backend="host")
+    number = next(p.native for p in prepared._PREPARED.values()
+                  if p is not prepared._UNPREPARED and p.shape == (4, 64) and p.native is not None)
+    with pytest.raises(RuntimeError, match="is not the call plan"):
+        native.call(number, torch.rand(4, 65), [0.0, 2.0, 1.0, 0.0])
+    with pytest.raises(RuntimeError, match="numbers"):
+        native.call(number, x, [0.0])
+
+
+@pytest.mark.parametrize("cut", [1, 7, 30])
+def test_malformed_plans_are_refused_naming_the_plan(cut):
+    prepared._PREPARED.clear()
+    x = torch.rand(4, 64)
+    for _ in range(2):
+        F.multi_step("lif", x.requires_grad_(), backend="host")
+    found = next(p for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED and p.native is not None)
+    numbers = [0.0, *found.layer.scalar_values(found.layer.values({}, x, found.neuron_shape))]
+    words = native_plan.plan_words(x.detach(), len(numbers), found.form.launch, found.form,
+                                   *found._backward_launches(x.detach(), numbers))
+    assert native.make_plan(words.words, words.dtypes) == found.native  # identical plans are one plan
+    with pytest.raises(RuntimeError, match="autocuda native plan"):
+        native.make_plan(words.words[:-cut], words.dtypes)
+    bad = list(words.words)
+    bad[2] = -1  # numbers: every number slot then reads out of range
+    with pytest.raises(RuntimeError, match="autocuda native plan"):
+        native.make_plan(bad, words.dtypes)
+
+
+@pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("on", True), ("0", False), ("OFF", False)])
+def test_the_switch(value, expected, monkeypatch):
+    monkeypatch.setenv(native.VARIABLE, value)
+    assert native.enabled() is expected
+
+
+def test_a_bad_switch_is_named(monkeypatch):
+    monkeypatch.setenv(native.VARIABLE, "maybe")
+    with pytest.raises(ValueError, match="AUTOCUDA_NATIVE='maybe'"):
+        native.enabled()
+
+
+def test_the_library_is_cached_and_checked():
+    """The library lives in the host cache under a key of its source, torch and the compiler, with the store's
+    checksum: a library whose bytes changed is not found (it would be rebuilt, never loaded)."""
+    from autocuda import store
+    from autocuda.host import cache
+
+    found = cache.find(native._key())
+    assert found is not None and store.verified(found)
+    assert native.status() == "loaded"
