@@ -1,0 +1,79 @@
+"""The native call path on CUDA: prepared calls through the C++ operator and node give the Python path's results
+bitwise, in four dtypes, on a side stream, with backward on autograd's device thread, under CUDA graph capture
+of a prepared inference call; and the driver launches what the plan says (a vector layout at N = 2**14)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda import functional as F
+from autocuda import native, prepared
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+def run(spec: str, x: torch.Tensor, finals_in_loss: bool = True) -> list[torch.Tensor]:
+    spikes, finals, _ = F.multi_step(spec, x)
+    if not x.requires_grad:
+        return [spikes, *finals]
+    loss = (spikes * 1.5).sum() + (finals[0].float().sum() if finals_in_loss else 0)
+    return [spikes, *finals, *torch.autograd.grad(loss, x)]
+
+
+@pytest.fixture(autouse=True)
+def built():
+    if not native.ensure():
+        pytest.skip(f"no native call path: {native.status()}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("spec", ["lif", "izhikevich", "alif"])
+def test_native_calls_equal_the_python_path_on_the_gpu(spec, dtype, monkeypatch):
+    for train, finals_in_loss, n in ((False, False, 2**14), (True, False, 2**14), (True, True, 4097)):
+        x = (torch.rand(5, n, device=CUDA) * 2).to(dtype).requires_grad_(train)
+        prepared._PREPARED.clear()
+        run(spec, x, finals_in_loss)
+        got = run(spec, x, finals_in_loss)
+        assert any(p is not prepared._UNPREPARED and p.native is not None for p in prepared._PREPARED.values())
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            side = run(spec, x, finals_in_loss)
+        torch.cuda.current_stream().wait_stream(stream)
+        monkeypatch.setattr(prepared, "ENABLED", False)
+        want = run(spec, x, finals_in_loss)
+        monkeypatch.setattr(prepared, "ENABLED", True)
+        torch.cuda.synchronize()
+        for g, s, w in zip(got, side, want, strict=True):
+            assert torch.equal(g, w) and torch.equal(s, w)
+
+
+def test_a_native_backward_runs_on_autograds_device_thread_and_in_a_captured_graph():
+    x = (torch.rand(6, 3000, device=CUDA) * 2).requires_grad_()
+    for _ in range(2):
+        spikes = F.multi_step("lif", x)[0]
+    assert "NeuronCall" in spikes.grad_fn.name()
+    spikes.sum().backward()  # the engine's CUDA thread launches the backward kernel
+    first = x.grad.clone()
+    x.grad = None
+    prepared.ENABLED = False
+    try:
+        F.multi_step("lif", x)[0].sum().backward()
+    finally:
+        prepared.ENABLED = True
+    assert torch.equal(first, x.grad)
+
+    inputs = torch.rand(6, 3000, device=CUDA) * 2
+    for _ in range(2):
+        F.multi_step("lif", inputs)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            captured = F.multi_step("lif", inputs)[0]
+    inputs.copy_(torch.rand_like(inputs) * 2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, F.multi_step("lif", inputs)[0])
