@@ -52,8 +52,11 @@ def per_call_us(call: Callable[[], object], calls: int, repeats: int, sync: Call
 
 
 def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.device) -> list[dict]:
+    from autocuda import native
     from autocuda.functional import multi_step
     from autocuda.nn import LIFNode
+
+    native.ensure()  # the native call path loaded (or built) before timing; AUTOCUDA_NATIVE=0 times the Python path
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     x = torch.rand(steps, neurons, device=device) * 2
@@ -108,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     shape = {"T": args.steps, "N": args.neurons}
-    (args.out / "host_floor.json").write_text(json.dumps({"device": name, **shape, "rows": rows}, indent=1))
-    table = format_table(rows)
+    from autocuda import native
+
+    (args.out / "host_floor.json").write_text(json.dumps({"device": name, **shape, "native": native.status(),
+                                                          "rows": rows}, indent=1))
+    table = f"native call path: {native.status()}\n" + format_table(rows)
     (args.out / "host_floor.txt").write_text(table)
     print(table)
     return 0
