@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from . import native, ops
-from .native.plan import Unplannable, plan_words
 from .calls import SUPPORTED_DTYPES, Call, _names_a_file, layer_key, sequence_results
+from .native.plan import Unplannable, plan_words
 
 Tensor = torch.Tensor
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda import native, prepared
 from autocuda import functional as F
+from autocuda import native, prepared
 from autocuda.native import plan as native_plan
 
 pytestmark = pytest.mark.skipif(not native.ensure(), reason=f"no native call path here: {native.status()}")

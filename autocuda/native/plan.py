@@ -55,7 +55,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         raise Unplannable("a call of no neurons launches nothing")
     runner, function, context = _kernel_function(bound)
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
-    rows = {"vector": -1, "sequence": bound.steps}
+    rows: dict[str, int] = {"vector": -1, "sequence": bound.steps or 0}
     if kernel.checkpoint_steps:
         rows["checkpoints"] = checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps)
     out.add(len(recipe.allocations))
@@ -65,7 +65,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
     outputs, inputs = len(recipe.outputs), len(binding.inputs)
     out.add(len(binding.order))
-    for (source, name, _, _), at in zip(recipe.sources, binding.order):
+    for (_, name, _, _), at in zip(recipe.sources, binding.order):
         param = kernel.cparams[name]
         if at < 2:
             out.add(CONSTANT, bound.n if at == 0 else bound.steps or 0, SLOT_TYPES.get(param.ctype, POINTER))
