@@ -6,7 +6,8 @@ gradient), on the same shapes, in the same process.
 
 Rows: forward (inference: no gradient) and forward+backward (a training call, `backward` of the spikes), for the
 bare function, our `LIFNode` (multi-step module) and our functional `multi_step`. Time per call is the wall time
-of `calls` calls (the small kernels keep the device idle: the host is what is timed), the median of `repeats`.
+of `calls` calls (the small kernels keep the device idle: the host is what is timed), the median of `repeats`
+rounds; each round times the systems in turn, and a row's ratio is the median of its rounds' ratios.
 Targets (issue 28): ours <= 1.5x the bare forward, <= 1.3x the bare forward+backward.
 """
 from __future__ import annotations
@@ -37,18 +38,23 @@ class Bare(torch.autograd.Function):
         return torch.empty_like(h)
 
 
-def per_call_us(call: Callable[[], object], calls: int, repeats: int, sync: Callable[[], None]) -> float:
-    for _ in range(max(10, calls // 10)):
-        call()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def interleaved_us(calls_by_system: dict[str, Callable[[], object]], calls: int, repeats: int,
+                   sync: Callable[[], None]) -> dict[str, list[float]]:
+    """µs per call of each system, `repeats` rounds; each round times every system in turn, so that a host whose
+    speed drifts (other tenants, clocks) shifts every system of a round alike and the ratios of one round hold."""
+    for call in calls_by_system.values():
+        for _ in range(max(10, calls // 10)):
             call()
-        sync()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(times)
+    sync()
+    times: dict[str, list[float]] = {system: [] for system in calls_by_system}
+    for _ in range(repeats):
+        for system, call in calls_by_system.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                call()
+            sync()
+            times[system].append((time.perf_counter() - t0) / calls * 1e6)
+    return times
 
 
 def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.device) -> list[dict]:
@@ -74,9 +80,11 @@ def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.de
     def bare(inp: torch.Tensor) -> torch.Tensor:
         return Bare.apply(inp)[0]
 
+    systems = (("bare autograd.Function", bare), ("ours LIFNode", module), ("ours multi_step", functional))
     rows = []
     for kind, train in (("forward", False), ("forward+backward", True)):
-        for system, fn in (("bare autograd.Function", bare), ("ours LIFNode", module), ("ours multi_step", functional)):
+        calls_by_system = {}
+        for system, fn in systems:
             if train:
                 def call(fn=fn):
                     fn(xg).backward(grad)
@@ -84,10 +92,13 @@ def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.de
                 def call(fn=fn):
                     with torch.no_grad():
                         fn(x)
-            rows.append({"call": kind, "system": system, "us": per_call_us(call, calls, repeats, sync)})
-    for row in rows:
-        floor = next(r["us"] for r in rows if r["call"] == row["call"] and r["system"].startswith("bare"))
-        row["ratio"] = row["us"] / floor
+            calls_by_system[system] = call
+        times = interleaved_us(calls_by_system, calls, repeats, sync)
+        floor = times[systems[0][0]]
+        for system, _ in systems:
+            ratios = [t / f for t, f in zip(times[system], floor)]
+            rows.append({"call": kind, "system": system, "us": statistics.median(times[system]),
+                         "ratio": statistics.median(ratios), "ratios": ratios})
     return rows
 
 
@@ -103,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="T (default 4)")
     parser.add_argument("--neurons", type=int, default=4096, help="N (default 4096)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timing (default 2000)")
-    parser.add_argument("--repeats", type=int, default=7, help="timings per row, the median kept (default 7)")
+    parser.add_argument("--repeats", type=int, default=7, help="rounds, the median kept (default 7)")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke test: the host runner)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
