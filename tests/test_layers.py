@@ -33,7 +33,7 @@ LAYERS: Mapping[str, int] = {
     "autocuda.runtime.records": 4, "autocuda.runtime.tuning": 4, "autocuda.runtime.neuron_launch": 4,
     "autocuda.runtime.plans": 4, "autocuda.reference": 4,
     # 5-7 the user's API: ops, then functional, then modules
-    "autocuda.ops": 5, "autocuda.memory_order": 5, "autocuda.calls": 6, "autocuda.prepared": 6,
+    "autocuda.ops": 5, "autocuda.memory_order": 5, "autocuda.native": 5, "autocuda.calls": 6, "autocuda.prepared": 6,
     "autocuda.functional": 6, "autocuda.nn": 7,
     "autocuda.encoding": 6, "autocuda.progress": 0,  # encoders (torch only); the optional progress bar (tqdm)
     # 8 tools and the package itself (which wires the spec layer's hooks)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..errors import AutocudaError
 from ..runtime import driver
 from ..runtime.neuron_launch import BoundLaunch, checkpoint_rows
 
@@ -25,8 +26,8 @@ SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "
 POINTER = 2  # an address, 8 bytes
 
 
-class Unplannable(Exception):
-    """A call whose launches a plan cannot express."""
+class Unplannable(AutocudaError):
+    """A call whose launches a plan cannot express (never reaches a caller: the Python path runs the call)."""
 
 
 class Words:
