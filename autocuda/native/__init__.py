@@ -152,7 +152,7 @@ def _key() -> str:
 
 @contextlib.contextmanager
 def _build_lock():
-    with open(cache.cache_dir() / "native.lock", "a") as handle:
+    with open(cache.cache_dir() / ".native-build.lock", "a") as handle:  # hidden: no cache entry
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
