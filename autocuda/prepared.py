@@ -59,10 +59,10 @@ class Prepared:
         for init in self.inits[given:]:
             initial.append(float(values[init]) if isinstance(init, str) else init)
         rows = x if self.flat else x.view(self.rows)
-        if not self.native_asked and native.loaded():
+        if native.USE and not self.native_asked and native.loaded():
             self.native_asked = True
             self.native = self._native_plan(rows, [*initial, *layer.scalar_values(values)])
-        if self.native is not None:
+        if native.USE and self.native is not None:
             outputs = native.call(self.native, rows, [*initial, *layer.scalar_values(values)])
         else:
             outputs = ops.forward_eager(self.form, rows, [], initial, [], layer.scalar_values(values))

@@ -62,7 +62,7 @@ def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.de
     from autocuda.functional import multi_step
     from autocuda.nn import LIFNode
 
-    native.ensure()  # the native call path loaded (or built) before timing; AUTOCUDA_NATIVE=0 times the Python path
+    native.ensure()  # loaded (or built) before timing; AUTOCUDA_NATIVE=1 times the native path, else the Python path
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     x = torch.rand(steps, neurons, device=device) * 2

@@ -58,7 +58,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
     gc.disable()  # until the tests are collected: see pytest_collection_finish
     share_cores()
-    build_native()
     for name, count in PROFILES.items():
         settings.register_profile(f"autocuda-{name}", max_examples=count)
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
@@ -90,14 +89,6 @@ def share_cores() -> None:
         import torch
 
         torch.set_num_threads(min(torch.get_num_threads(), threads))
-
-
-def build_native() -> None:
-    """The native call path's library, built before any test runs (the first worker builds it, the others wait
-    and load it from the cache), so that prepared calls take that path in every test, as they do for users."""
-    from autocuda import native
-
-    native.ensure()
 
 
 def profile() -> str:

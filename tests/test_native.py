@@ -12,6 +12,11 @@ from autocuda.native import plan as native_plan
 
 pytestmark = pytest.mark.skipif(not native.ensure(), reason=f"no native call path here: {native.status()}")
 
+
+@pytest.fixture(autouse=True)
+def use_native(monkeypatch):
+    monkeypatch.setattr(native, "USE", True)
+
 CASES = [("lif", {"tau": 2.0}), ("izhikevich", {}), ("alif", {}), ("lif", {"tau": 2.0, "save_h": False}),
          ("qif", {}), ("lif", {"v_reset": None})]
 
@@ -109,7 +114,7 @@ def test_malformed_plans_are_refused_naming_the_plan(cut):
         native.make_plan(bad, words.dtypes)
 
 
-@pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("on", True), ("0", False), ("OFF", False)])
+@pytest.mark.parametrize("value, expected", [("", False), ("1", True), ("on", True), ("0", False), ("OFF", False)])
 def test_the_switch(value, expected, monkeypatch):
     monkeypatch.setenv(native.VARIABLE, value)
     assert native.enabled() is expected

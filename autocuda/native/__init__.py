@@ -4,9 +4,10 @@ between torch and its kernel launches, in the forward or in the backward.
 
 The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
 torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`).
-A process asks for it on its first prepared call; it is then loaded from the cache, or built in a background
-thread while calls take the Python path (building takes tens of seconds). `ensure()` builds and loads it now.
-Without a compiler, or with `AUTOCUDA_NATIVE=0`, every call takes the Python path; `status()` says why.
+The path is opt-in while it is validated: `AUTOCUDA_NATIVE=1` (or `autocuda.native.USE = True`) turns it on. A
+process then asks for the library on its first prepared call; it is loaded from the cache, or built in a
+background thread while calls take the Python path (building takes tens of seconds). `ensure()` builds and loads
+it now. Without a compiler every call takes the Python path; `status()` says why.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from ..host import cache, toolchain
 
 SOURCE = Path(__file__).with_name("neuron_call.cpp")
 VARIABLE = "AUTOCUDA_NATIVE"
-_SWITCH = {"0": False, "off": False, "1": True, "on": True, "": True}
+_SWITCH = {"0": False, "off": False, "1": True, "on": True, "": False}
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c++20-extensions")
 
 _lock = threading.Lock()
@@ -36,11 +37,22 @@ _CALL = None  # the loaded operator's overload
 
 
 def enabled() -> bool:
-    """Whether $AUTOCUDA_NATIVE lets prepared calls use the native path (unset, 1 or on: yes; 0 or off: no)."""
+    """Whether $AUTOCUDA_NATIVE asks prepared calls to use the native path (1 or on: yes; unset, 0 or off: no)."""
     value = os.environ.get(VARIABLE, "").strip().lower()
     if value not in _SWITCH:
         raise ValueError(f"{VARIABLE}={os.environ[VARIABLE]!r}: expected 0, 1, off or on")
     return _SWITCH[value]
+
+
+def _use_from_environment() -> bool:
+    try:
+        return enabled()
+    except ValueError as error:
+        warnings.warn(f"autocuda: {error}; the native call path stays off", RuntimeWarning, stacklevel=2)
+        return False
+
+
+USE = _use_from_environment()  # whether prepared calls take the native path (tests and benchmarks set it)
 
 
 def loaded() -> bool:
@@ -79,11 +91,6 @@ def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:
 
 
 def _start() -> None:
-    try:
-        if not enabled():
-            return _unavailable(f"{VARIABLE} is off")
-    except ValueError as error:
-        return _unavailable(str(error))
     missing = toolchain.missing_compiler()
     if missing is not None:
         return _unavailable(missing)

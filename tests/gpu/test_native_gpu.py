@@ -22,7 +22,8 @@ def run(spec: str, x: torch.Tensor, finals_in_loss: bool = True) -> list[torch.T
 
 
 @pytest.fixture(autouse=True)
-def built():
+def built(monkeypatch):
+    monkeypatch.setattr(native, "USE", True)
     if not native.ensure():
         pytest.skip(f"no native call path: {native.status()}")
 
