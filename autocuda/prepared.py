@@ -90,7 +90,7 @@ class Prepared:
         form = self.form
         outputs = form.launch((rows, *numbers), rows)
         saved = [(rows, *outputs)[at] for at in form.picks]
-        grad = torch.rand_like(rows)
+        grad = rows.detach().clone()  # data to time layouts on, drawn from no random generator (the caller's)
         steps, n = self.rows
         backend = "cuda" if rows.is_cuda else "host"
         launches = []

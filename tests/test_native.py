@@ -135,3 +135,16 @@ def test_the_library_is_cached_and_checked():
     found = cache.find(native._key())
     assert found is not None and store.verified(found)
     assert native.status() == "loaded"
+
+
+def test_preparing_a_native_call_draws_nothing_from_torchs_random_generator():
+    """A plan is made on the call's first native use, binding its backward kernels to data of the call's shape:
+    that data is the input's, so a model's dropout masks after it are those of the Python path."""
+    prepared._PREPARED.clear()
+    x = (torch.rand(3, 40, dtype=torch.float64) * 2).requires_grad_()
+    torch.manual_seed(7)
+    F.multi_step("lif", x, backend="host")
+    assert any(plan is not None for plan in native_plans())
+    after = torch.rand(4)
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(4), after)
