@@ -59,16 +59,21 @@ class Prepared:
         for init in self.inits[given:]:
             initial.append(float(values[init]) if isinstance(init, str) else init)
         rows = x if self.flat else x.view(self.rows)
-        if native.USE and not self.native_asked and native.loaded():
-            self.native_asked = True
-            self.native = self._native_plan(rows, [*initial, *layer.scalar_values(values)])
-        if native.USE and self.native is not None:
-            outputs = native.call(self.native, rows, [*initial, *layer.scalar_values(values)])
+        scalars = layer.scalar_values(values)
+        plan = self._plan(rows, initial, scalars) if native.USE else None
+        if plan is not None:
+            outputs = native.call(plan, rows, [*initial, *scalars])
         else:
-            outputs = ops.forward_eager(self.form, rows, [], initial, [], layer.scalar_values(values))
+            outputs = ops.forward_eager(self.form, rows, [], initial, [], scalars)
         return sequence_results(outputs, self.form.positions, None if self.flat else self.shape, self.neuron_shape,
                                 *self.options)
 
+    def _plan(self, rows: Tensor, initial: list[float], scalars: Sequence[float]) -> int | None:
+        """The native plan, made on the first call that finds the native operator loaded."""
+        if not self.native_asked and native.loaded():
+            self.native_asked = True
+            self.native = self._native_plan(rows, [*initial, *scalars])
+        return self.native
 
     def _native_plan(self, rows: Tensor, numbers: list[float]) -> int | None:
         """This call's native plan, or None where a plan cannot express it (state sequences among the outputs,
@@ -98,7 +103,8 @@ class Prepared:
             backward = ops.backward_form(form.key, False, False, False, finals)
             given = [grad.new_zeros(n) for _ in form.finals] if finals else []
             launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
-        return launches[0], launches[1] if finals else None, backward.returns[0]
+        with_finals = launches[1] if len(launches) > 1 else None
+        return launches[0], with_finals, backward.returns[0]
 
 
 def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,
