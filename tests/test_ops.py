@@ -9,7 +9,7 @@ import torch
 from backends import NEEDS_HOST
 
 from autocuda import functional as F
-from autocuda import ops
+from autocuda import native, ops
 from autocuda.runtime.plans import get_plan, resolve_spec
 
 # Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
@@ -236,6 +236,7 @@ def test_constant_result_marks_functions_as_torch_does():
 def test_backward_gets_no_zero_gradients_for_unused_outputs(monkeypatch):
     """Outputs kept only for backward (h_seq, state sequences nobody asked for) and unused final states reach
     backward as None: torch must not fill [T, N] zero tensors for them on every training step."""
+    monkeypatch.setattr(native, "USE", False)  # the Python path's backward is what is watched
     received = []
     backward = ops._backward
 
