@@ -148,3 +148,34 @@ def test_preparing_a_native_call_draws_nothing_from_torchs_random_generator():
     after = torch.rand(4)
     torch.manual_seed(7)
     assert torch.equal(torch.rand(4), after)
+
+
+def test_a_process_that_exits_while_building_stops_the_compiler_and_leaves_no_build_folder(tmp_path):
+    """The build runs in a background thread; a short script must not leave a compiler running after it, nor a
+    half-built library's temporary folder."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    script = ("import time\n"
+              "from autocuda import native\n"
+              "native.USE = True\n"
+              "assert not native.loaded() and native.status() == 'building', native.status()\n"
+              "while not native._compiling:\n"
+              "    time.sleep(0.02)\n")  # exits with the compiler running
+    env = {**os.environ, "AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(temporary)}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    assert time.perf_counter() - started < 60  # it did not wait for the build
+    deadline = time.perf_counter() + 10  # a stopped compiler takes a moment to end
+    while True:
+        left = subprocess.run(["pgrep", "-f", str(temporary)], capture_output=True, text=True).stdout.split()
+        if not left or time.perf_counter() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == [], "a compiler still runs"
+    assert list(temporary.iterdir()) == []
+    assert not list((tmp_path / "cache").rglob("native-*.so"))

@@ -11,10 +11,12 @@ it now. Without a compiler every call takes the Python path; `status()` says why
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
 import os
+import signal
 import subprocess
 import threading
 import warnings
@@ -112,6 +114,8 @@ def _build(key: str) -> None:
         _load(path)
     except Exception as error:  # any failure leaves the Python path in place, said once
         _unavailable(f"building {SOURCE.name} failed: {error}")
+        if _exiting:
+            return
         warnings.warn(f"autocuda: the native call path is unavailable ({error}); calls take the Python path",
                       RuntimeWarning, stacklevel=1)
 
@@ -143,10 +147,41 @@ def _command(output: Path) -> list[str]:
 
 
 def _compile(output: Path) -> None:
-    done = subprocess.run(_command(output), capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(_command(output)[:2])} ... exited with {done.returncode}: "
-                           f"{done.stderr.strip()[-2000:]}")
+    if _exiting:
+        raise RuntimeError("the process is exiting")
+    command = _command(output)
+    # its own process group: stopping it stops the compiler driver's children (cc1plus, as, ld) too
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as compiler:
+        _compiling.append(compiler)
+        try:
+            _, errors = compiler.communicate()
+        finally:
+            _compiling.remove(compiler)
+    if compiler.returncode:
+        raise RuntimeError(f"{' '.join(command[:2])} ... exited with {compiler.returncode}: {errors.strip()[-2000:]}")
+
+
+_compiling: list[subprocess.Popen] = []
+_exiting = False
+
+
+@atexit.register
+def _stop_building() -> None:
+    """A process that exits while the library builds stops the compiler, and lets the build thread remove its
+    temporary folder: the next process builds again."""
+    global _exiting
+    _exiting = True  # no compiler starts from now on
+    for thread in list(_builder):
+        _stop_compilers()  # one that started before
+        thread.join(timeout=2)
+    _stop_compilers()
+
+
+def _stop_compilers() -> None:
+    for compiler in list(_compiling):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(compiler.pid, signal.SIGTERM)
 
 
 def _key() -> str:
