@@ -3,6 +3,8 @@ the Python path's results bitwise (the same kernels with the same values), on th
 tests/gpu/test_native_gpu.py; its plans refuse malformed words; its switch and its cache."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -150,6 +152,7 @@ def test_preparing_a_native_call_draws_nothing_from_torchs_random_generator():
     assert torch.equal(torch.rand(4), after)
 
 
+@pytest.mark.skipif(shutil.which("pgrep") is None, reason="pgrep (procps) finds the compiler's processes")
 def test_a_process_that_exits_while_building_stops_the_compiler_and_leaves_no_build_folder(tmp_path):
     """The build runs in a background thread; a short script must not leave a compiler running after it, nor a
     half-built library's temporary folder."""
