@@ -111,6 +111,65 @@ def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_
                store_state_seq: bool, final_states: bool, backend: Any, save_h: bool, params: dict[str, Any]
                ) -> tuple | None:
     """`functional.multi_step`'s results for a prepared call, or None where the full path runs it."""
+    prepared = _lookup(spec, x, initial_states, surrogate, detach_reset, reset, store_state_seq, final_states,
+                       backend, save_h, params)
+    return None if prepared is None else prepared(x, initial_states, params)
+
+
+class LastCall:
+    """A layer's last prepared call and what it was made for (`layer_multi_step`). It holds no tensor and is not
+    copied with its layer: a deep copy or an unpickled layer starts with an empty one."""
+
+    __slots__ = ("check", "prepared", "constants")
+
+    def __init__(self) -> None:
+        self.check: tuple | None = None
+        self.prepared: Prepared | None = None
+        self.constants: tuple[str, ...] = ()  # the spec's compile-time constants, whose values the check holds
+
+    def __reduce__(self) -> tuple:
+        return LastCall, ()
+
+
+def layer_multi_step(last: LastCall, spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool,
+                     store_state_seq: bool, backend: Any, save_h: bool, params: dict[str, Any]) -> tuple | None:
+    """`multi_step`'s results for a layer's eager call (the spec's reset, final states kept), or None where the
+    full path runs it. A call whose check (`_check`) equals that of the layer's last prepared call runs that call
+    without building its key: a layer calls with the same configuration, shapes and types again and again."""
+    if not ENABLED or type(x) is not Tensor or _transforms_active is None or _transforms_active():
+        return None
+    check = _check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h, params)
+    if check == last.check:
+        return last.prepared(x, initial_states, params)  # type: ignore[misc]
+    prepared = _lookup(spec, x, initial_states, surrogate, detach_reset, None, store_state_seq, True, backend,
+                       save_h, params)
+    if prepared is None:
+        return None
+    last.constants = prepared.layer.constant_names
+    last.check = _check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h,
+                        params)
+    last.prepared = prepared
+    return prepared(x, initial_states, params)
+
+
+def _check(last: LastCall, spec: Any, x: Tensor, initial_states: tuple, surrogate: Any, detach_reset: bool,
+           store_state_seq: bool, backend: Any, save_h: bool, params: dict[str, Any]) -> tuple:
+    """Whatever `_key` reads from a layer's call that may differ between two calls of one layer: the layer's
+    references and switches, x's shape, dtype, device, alignment, contiguity and whether it records a graph, the
+    initial states' types, the parameters' names and types and the compile-time constants' values. The
+    eligibility `_key` asks of the call (numbers only, a contiguous x of at least one step) follows from equal
+    checks: the check a layer keeps is that of a call `_key` took."""
+    constants = tuple(params.get(name) for name in last.constants) if last.constants else ()
+    return (spec, surrogate, detach_reset, store_state_seq, backend, save_h, x.shape, x.dtype, x.device,
+            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad,
+            tuple(map(type, initial_states)), tuple(params), tuple(map(type, params.values())), constants)
+
+
+def _lookup(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,
+            store_state_seq: bool, final_states: bool, backend: Any, save_h: bool, params: dict[str, Any]
+            ) -> Prepared | None:
+    """The prepared call of these arguments (prepared now where its key is new), or None where the full path
+    runs it."""
     if not ENABLED:
         return None
     key = _key(spec, x, initial_states, surrogate, detach_reset, reset, store_state_seq, final_states, backend,
@@ -124,9 +183,7 @@ def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_
     if prepared is None:
         prepared = _prepare(key, spec, x, initial_states, surrogate, detach_reset, reset, store_state_seq,
                             final_states, backend, save_h, params)
-    if prepared is _UNPREPARED:
-        return None
-    return prepared(x, initial_states, params)
+    return None if prepared is _UNPREPARED else prepared
 
 
 def _key(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset: bool, reset: Any,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .. import functional as F
+from .. import prepared
 from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
@@ -302,11 +303,18 @@ class Neuron(_Base):
         given, x_seq = _step_inputs(self, inputs, 2)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
         params = _params(self, compiling)
-        spikes, finals, seqs = F.multi_step(self._spec_ref, given, *_states(self, x_seq, 1, compiling),
-                                            surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-                                            store_state_seq=self.store_v_seq or self._output.kind != SPIKE,
-                                            backend=_BACKENDS[self.backend], recompute=self.recompute,
-                                            save_h=self.save_h, **params)
+        states = _states(self, x_seq, 1, compiling)
+        store_state_seq = self.store_v_seq or self._output.kind != SPIKE
+        backend = _BACKENDS[self.backend]
+        done = None
+        if not compiling and not self.recompute:  # a call like the layer's last prepared one runs it at once
+            done = prepared.layer_multi_step(_last_call(self), self._spec_ref, given, tuple(states),
+                                             self._surrogate_ref, self.detach_reset, store_state_seq, backend,
+                                             self.save_h, params)
+        spikes, finals, seqs = done or F.multi_step(
+            self._spec_ref, given, *states, surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
+            store_state_seq=store_state_seq, backend=backend, recompute=self.recompute, save_h=self.save_h,
+            **params)
         if finals is not None:  # always: this module keeps its final states
             _set_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
@@ -359,6 +367,15 @@ def _step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
             raise ValueError(f"step input {name!r} has shape {tuple(value.shape)} but {names[0]!r} has "
                              f"{tuple(first.shape)}: every step input must have one shape")
     return (first if len(inputs) == 1 else tuple(inputs)), first
+
+
+def _last_call(layer: Neuron) -> prepared.LastCall:
+    """The layer's last prepared call (`prepared.layer_multi_step`), made on the first ask: layers unpickled
+    from before it existed have none."""
+    last = layer.__dict__.get("_last_call")
+    if last is None:
+        last = layer.__dict__["_last_call"] = prepared.LastCall()
+    return last
 
 
 def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
