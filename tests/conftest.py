@@ -52,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
     if config.getoption("--slow"):
         os.environ[SLOW_VARIABLE] = "1"  # seen by the test modules, xdist's workers and subprocesses
+    from autocuda import native
+
+    if native.USE:  # built before any test runs (here once, in xdist's controller): no build competes with them
+        native.ensure()
     if controller:  # it runs no test: neither profiles nor threads to set
         return
     from hypothesis import settings

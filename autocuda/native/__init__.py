@@ -4,20 +4,20 @@ between torch and its kernel launches, in the forward or in the backward.
 
 The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
 torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`).
-The path is opt-in while it is validated: `AUTOCUDA_NATIVE=1` (or `autocuda.native.USE = True`) turns it on. A
-process then asks for the library on its first prepared call; it is loaded from the cache, or built in a
-background thread while calls take the Python path (building takes tens of seconds). `ensure()` builds and loads
-it now. Without a compiler every call takes the Python path; `status()` says why.
+The path is on unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`). A process asks for the library on
+its first prepared call: it is loaded from the cache, or built (tens of seconds of one core) by a helper process
+(`python -m autocuda.native`) while calls take the Python path; the helper finishes the build where the process
+ends first, so that the next one finds it. `ensure()` builds and loads it now. Without a compiler every call takes
+the Python path; `status()` says why.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
 import os
-import signal
 import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Sequence
@@ -29,7 +29,7 @@ from ..host import cache, toolchain
 
 SOURCE = Path(__file__).with_name("neuron_call.cpp")
 VARIABLE = "AUTOCUDA_NATIVE"
-_SWITCH = {"0": False, "off": False, "1": True, "on": True, "": False}
+_SWITCH = {"0": False, "off": False, "1": True, "on": True, "": True}
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c++20-extensions")
 
 _lock = threading.Lock()
@@ -39,7 +39,7 @@ _CALL = None  # the loaded operator's overload
 
 
 def enabled() -> bool:
-    """Whether $AUTOCUDA_NATIVE asks prepared calls to use the native path (1 or on: yes; unset, 0 or off: no)."""
+    """Whether $AUTOCUDA_NATIVE asks prepared calls to use the native path (unset, 1 or on: yes; 0 or off: no)."""
     value = os.environ.get(VARIABLE, "").strip().lower()
     if value not in _SWITCH:
         raise ValueError(f"{VARIABLE}={os.environ[VARIABLE]!r}: expected 0, 1, off or on")
@@ -69,7 +69,7 @@ def loaded() -> bool:
 
 
 def ensure() -> bool:
-    """Load the operator now, building it in this thread where no build is running (True once loaded)."""
+    """Load the operator now, waiting for its build where it is not in the cache (True once loaded)."""
     loaded()
     for thread in list(_builder):
         thread.join()
@@ -100,24 +100,46 @@ def _start() -> None:
     found = cache.find(key)
     if found is not None:
         return _load(found)
+    try:  # started here, not in the thread: a process that ends at once still leaves its build running
+        helper = subprocess.Popen([sys.executable, "-m", __name__], cwd=Path(__file__).parents[2],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+    except OSError as error:
+        return _unavailable(f"starting the build failed: {error}")
     _state["phase"] = "building"
-    thread = threading.Thread(target=_build, args=(key,), name="autocuda-native-build", daemon=True)
+    thread = threading.Thread(target=_build, args=(key, helper), name="autocuda-native-build", daemon=True)
     _builder.append(thread)
     thread.start()
 
 
-def _build(key: str) -> None:
+def _build(key: str, helper: subprocess.Popen) -> None:
+    """Wait for the helper process that builds the library (`python -m autocuda.native`), then load what it
+    stored. The helper runs in a session of its own: it finishes the build, for the next process, where this one
+    ends first."""
     try:
-        with _build_lock():  # one process builds; the others then find its library
-            found = cache.find(key)
-            path = found if found is not None else cache.load_or_build(key, _compile)[0]
-        _load(path)
+        _, errors = helper.communicate()
+        found = cache.find(key)
+        if found is None:
+            raise RuntimeError(errors.strip()[-2000:] or f"the build exited with {helper.returncode} and stored no "
+                               f"library in {cache.cache_dir()}")
+        _load(found)
     except Exception as error:  # any failure leaves the Python path in place, said once
         _unavailable(f"building {SOURCE.name} failed: {error}")
-        if _exiting:
-            return
         warnings.warn(f"autocuda: the native call path is unavailable ({error}); calls take the Python path",
                       RuntimeWarning, stacklevel=1)
+
+
+def build_into_cache() -> int:
+    """Build the library into the host cache unless it is there (what the helper process runs): 0 once it is
+    there, else 1 with the reason on stderr. One process builds at a time; the others then find its library."""
+    key = _key()
+    try:
+        with _build_lock():
+            cache.load_or_build(key, _compile)
+    except Exception as error:
+        print(f"autocuda: building {SOURCE.name} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _load(path: Path) -> None:
@@ -147,41 +169,11 @@ def _command(output: Path) -> list[str]:
 
 
 def _compile(output: Path) -> None:
-    if _exiting:
-        raise RuntimeError("the process is exiting")
     command = _command(output)
-    # its own process group: stopping it stops the compiler driver's children (cc1plus, as, ld) too
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as compiler:
-        _compiling.append(compiler)
-        try:
-            _, errors = compiler.communicate()
-        finally:
-            _compiling.remove(compiler)
+    compiler = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if compiler.returncode:
-        raise RuntimeError(f"{' '.join(command[:2])} ... exited with {compiler.returncode}: {errors.strip()[-2000:]}")
-
-
-_compiling: list[subprocess.Popen] = []
-_exiting = False
-
-
-@atexit.register
-def _stop_building() -> None:
-    """A process that exits while the library builds stops the compiler, and lets the build thread remove its
-    temporary folder: the next process builds again."""
-    global _exiting
-    _exiting = True  # no compiler starts from now on
-    for thread in list(_builder):
-        _stop_compilers()  # one that started before
-        thread.join(timeout=2)
-    _stop_compilers()
-
-
-def _stop_compilers() -> None:
-    for compiler in list(_compiling):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(compiler.pid, signal.SIGTERM)
+        raise RuntimeError(f"{' '.join(command[:2])} ... exited with {compiler.returncode}: "
+                           f"{compiler.stderr.strip()[-2000:]}")
 
 
 def _key() -> str:
