@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: the native library built there; host time of a small call with the native path on and off
+# One device call: the native library built there; host time of a small call (module and functional) with the
+# native path on and off
 # (alternating, two rounds each, before anything else loads the host); then the whole GPU suite with it on.
 # At most 8 files come back: device.txt, host.log, four host_floor_*.json, suite.log.
 set -o pipefail
