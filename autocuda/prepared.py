@@ -11,6 +11,7 @@ order, the initial values, the outputs and the launch (`ops.forward_eager`).
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,28 +50,33 @@ class Prepared:
         self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
         self.native: int | None = None  # the native plan (`autocuda.native`), made once its operator is loaded
         self.native_asked = False
+        spike, finals, _ = self.form.positions  # the usual results, [T, N] and final states, picked at once:
+        self.pick = operator.itemgetter(spike, *finals) if (
+            self.flat and finals and final_states and not store_state_seq) else None
 
     def __call__(self, x: Tensor, initial_states: Sequence[float], params: dict[str, Any]
                  ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         layer = self.layer
         values = layer.values(params, x, self.neuron_shape)  # the numbers' domain checks, the defaults
-        given = len(initial_states)
-        initial = [float(s) for s in initial_states] if given else []
-        for init in self.inits[given:]:
+        initial = list(map(float, initial_states))
+        for init in self.inits[len(initial):]:
             initial.append(float(values[init]) if isinstance(init, str) else init)
         rows = x if self.flat else x.view(self.rows)
         scalars = layer.scalar_values(values)
-        plan = self._plan(rows, initial, scalars) if native.USE else None
+        plan = (self.native if self.native_asked else self._plan(rows, initial, scalars)) if native.USE else None
         if plan is not None:
             outputs = native.call(plan, rows, [*initial, *scalars])
         else:
             outputs = ops.forward_eager(self.form, rows, [], initial, [], scalars)
+        if self.pick is not None:
+            picked = self.pick(outputs)
+            return picked[0], picked[1:], None
         return sequence_results(outputs, self.form.positions, None if self.flat else self.shape, self.neuron_shape,
                                 *self.options)
 
     def _plan(self, rows: Tensor, initial: list[float], scalars: Sequence[float]) -> int | None:
         """The native plan, made on the first call that finds the native operator loaded."""
-        if not self.native_asked and native.loaded():
+        if native.loaded():
             self.native_asked = True
             self.native = self._native_plan(rows, [*initial, *scalars])
         return self.native

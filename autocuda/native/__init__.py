@@ -146,7 +146,8 @@ def _load(path: Path) -> None:
     global _CALL
     try:
         torch.ops.load_library(str(path))
-        _CALL = torch.ops.autocuda_native.call.default
+        overload = torch.ops.autocuda_native.call.default
+        _CALL = getattr(overload, "_op", overload)  # its C++ callable: the overload's __call__ only forwards to it
         _state.update(phase="loaded", why="")
     except Exception as error:  # a library torch refuses (another torch build): the Python path
         _unavailable(f"loading {path} failed: {error}")

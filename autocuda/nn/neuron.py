@@ -128,6 +128,8 @@ class Neuron(_Base):
         nn.Module.__setstate__(self, state)
         self.__dict__.setdefault("_output", spec_output(self.spec))
         self.__dict__.setdefault("_input_names", self.spec.inputs)
+        self.__dict__.setdefault("recompute", False)
+        self.__dict__.setdefault("save_h", True)
         # References name objects registered in the process that built the layer (unpickling: register here)
         self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
 
@@ -304,17 +306,10 @@ class Neuron(_Base):
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
         params = _params(self, compiling)
         states = _states(self, x_seq, 1, compiling)
-        store_state_seq = self.store_v_seq or self._output.kind != SPIKE
-        backend = _BACKENDS[self.backend]
-        done = None
-        if not compiling and not self.recompute:  # a call like the layer's last prepared one runs it at once
-            done = prepared.layer_multi_step(_last_call(self), self._spec_ref, given, tuple(states),
-                                             self._surrogate_ref, self.detach_reset, store_state_seq, backend,
-                                             self.save_h, params)
-        spikes, finals, seqs = done or F.multi_step(
+        spikes, finals, seqs = (None if compiling else _again(self, given, states, params)) or F.multi_step(
             self._spec_ref, given, *states, surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-            store_state_seq=store_state_seq, backend=backend, recompute=self.recompute, save_h=self.save_h,
-            **params)
+            store_state_seq=self.store_v_seq or self._output.kind != SPIKE, backend=_BACKENDS[self.backend],
+            recompute=self.recompute, save_h=self.save_h, **params)
         if finals is not None:  # always: this module keeps its final states
             _set_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
@@ -369,13 +364,19 @@ def _step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
     return (first if len(inputs) == 1 else tuple(inputs)), first
 
 
-def _last_call(layer: Neuron) -> prepared.LastCall:
-    """The layer's last prepared call (`prepared.layer_multi_step`), made on the first ask: layers unpickled
-    from before it existed have none."""
-    last = layer.__dict__.get("_last_call")
-    if last is None:
-        last = layer.__dict__["_last_call"] = prepared.LastCall()
-    return last
+def _again(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any], params: dict[str, Any]
+           ) -> tuple | None:
+    """An eager multi-step call's results where it runs the layer's last prepared call again, or where it is
+    prepared now (`prepared.layer_multi_step`); else None (recompute, or a call the full path runs)."""
+    d = layer.__dict__
+    if d["recompute"]:
+        return None
+    last = d.get("_last_call")
+    if last is None:  # layers unpickled from before layers kept their last call have none
+        last = d["_last_call"] = prepared.LastCall()
+    return prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"], d["detach_reset"],
+                                     d["store_v_seq"] or d["_output"].kind != SPIKE, _BACKENDS[d["backend"]],
+                                     d["save_h"], params)
 
 
 def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
