@@ -2,7 +2,7 @@
 # One device call: the native library built there; host time of a small call (module and functional) with the
 # native path on and off
 # (alternating, two rounds each, before anything else loads the host); then the whole GPU suite with it on.
-# At most 8 files come back: device.txt, host.log, four host_floor_*.json, suite.log.
+# TESTS names a part of the GPU suite (default: all of it). At most 8 files come back: device.txt, host.log, four host_floor_*.json, suite.log.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
@@ -15,7 +15,7 @@ for round in 1 2; do
 done
 for d in /tmp/hf/*; do cp $d/host_floor.json $OUT/host_floor_$(basename $d).json; done
 export AUTOCUDA_NATIVE=1
-timeout "${SUITE_SECONDS:-440}" python3 -m pytest -m gpu -v -p no:cacheprovider -rfE -n 16 --dist worksteal tests/gpu \
+timeout "${SUITE_SECONDS:-440}" python3 -m pytest -m gpu -v -p no:cacheprovider -rfE -n 16 --dist worksteal ${TESTS:-tests/gpu} \
   > $OUT/suite.log 2>&1
 echo "suite rc=$?"
 grep -cE " PASSED" $OUT/suite.log; grep -E "(FAILED|ERROR) " $OUT/suite.log | head -30; tail -3 $OUT/suite.log
