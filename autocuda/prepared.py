@@ -50,6 +50,7 @@ class Prepared:
         self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
         self.native: int | None = None  # the native plan (`autocuda.native`), made once its operator is loaded
         self.native_asked = False
+        self.native_call = native.call
         spike, finals, _ = self.form.positions  # the usual results, [T, N] and final states, picked at once:
         self.pick = operator.itemgetter(spike, *finals) if (
             self.flat and finals and final_states and not store_state_seq) else None
@@ -65,7 +66,7 @@ class Prepared:
         scalars = layer.scalar_values(values)
         plan = (self.native if self.native_asked else self._plan(rows, initial, scalars)) if native.USE else None
         if plan is not None:
-            outputs = native.call(plan, rows, [*initial, *scalars])
+            outputs = self.native_call(plan, rows, [*initial, *scalars])
         else:
             outputs = ops.forward_eager(self.form, rows, [], initial, [], scalars)
         if self.pick is not None:
@@ -78,6 +79,7 @@ class Prepared:
         """The native plan, made on the first call that finds the native operator loaded."""
         if native.loaded():
             self.native_asked = True
+            self.native_call = native.operator()
             self.native = self._native_plan(rows, [*initial, *scalars])
         return self.native
 

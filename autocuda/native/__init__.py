@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -86,6 +86,13 @@ def status() -> str:
 def call(plan: int, x: torch.Tensor, numbers: Sequence[float]) -> list[torch.Tensor]:
     """The plan's forward outputs (an autograd node recorded where the plan trains)."""
     return _CALL(plan, x, numbers)  # type: ignore[misc]
+
+
+def operator() -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
+    """`call` itself, once the operator is loaded (a prepared call holds it: no Python frame in between)."""
+    if _CALL is None:
+        raise RuntimeError(f"the native operator is not loaded ({status()})")
+    return _CALL
 
 
 def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:

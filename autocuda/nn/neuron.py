@@ -164,7 +164,7 @@ class Neuron(_Base):
         # Stores as `_set_states` does, inline, with `is_compiling` asked once
         compiling = torch.compiler.is_compiling()
         d = self.__dict__
-        for name, init in self._initial.items():  # by state, in order
+        for name, init in d["_initial"].items():  # by state, in order
             value = _initial_value(self, init)
             if compiling:
                 setattr(self, name, value)
