@@ -74,6 +74,7 @@ CHANGES = {
     "store_v_seq": (lambda layer, x: (setattr(layer, "store_v_seq", True), x)[1], True),
     "save_h": (lambda layer, x: (setattr(layer, "save_h", False), x)[1], True),
     "recompute": (lambda layer, x: (setattr(layer, "recompute", True), x)[1], False),
+    "backend torch (the reference)": (lambda layer, x: (setattr(layer, "backend", "torch"), x)[1], False),
     "dtype": (lambda layer, x: x.detach().float().requires_grad_(), True),
     "shape": (lambda layer, x: x.detach()[:3].clone().requires_grad_(), True),
     "neuron shape": (lambda layer, x: x.detach()[:, :2].clone().requires_grad_(), True),
@@ -97,6 +98,8 @@ def check_change(change, monkeypatch, layer, x):
     assert_same(got, full_path(layer, changed, monkeypatch), change)
     assert_same(outcome(layer, changed), got, f"{change}, again")
     assert (layer._last_call.prepared is not before) == another, change
+    if layer.backend == "torch":  # torch's ops ran, not a kernel: autograd recorded theirs
+        assert "NeuronCall" not in got[0].grad_fn.name() and got[0].grad_fn.name() != "_EagerBackward"
     if layer.store_v_seq:
         assert layer.v_seq.shape == changed.shape
 
