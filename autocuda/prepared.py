@@ -12,7 +12,7 @@ order, the initial values, the outputs and the launch (`ops.forward_eager`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ class Prepared:
         self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
         self.native: int | None = None  # the native plan (`autocuda.native`), made once its operator is loaded
         self.native_asked = False
-        self.native_call = native.call
+        self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
         spike, finals, _ = self.form.positions  # the usual results, [T, N] and final states, picked at once:
         self.pick = operator.itemgetter(spike, *finals) if (
             self.flat and finals and final_states and not store_state_seq) else None
