@@ -125,15 +125,19 @@ def multi_step(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_
 
 
 class LastCall:
-    """A layer's last prepared call and what it was made for (`layer_multi_step`). It holds no tensor and is not
+    """A layer's last prepared call and the check of the call it was made for (`layer_multi_step`), stored as one
+    pair so that a thread never reads one call's check with another's prepared call. It holds no tensor and is not
     copied with its layer: a deep copy or an unpickled layer starts with an empty one."""
 
-    __slots__ = ("check", "prepared", "constants")
+    __slots__ = ("entry", "constants")
 
     def __init__(self) -> None:
-        self.check: tuple | None = None
-        self.prepared: Prepared | None = None
+        self.entry: tuple[tuple, Prepared] | None = None
         self.constants: tuple[str, ...] = ()  # the spec's compile-time constants, whose values the check holds
+
+    @property
+    def prepared(self) -> Prepared | None:
+        return None if self.entry is None else self.entry[1]
 
     def __reduce__(self) -> tuple:
         return LastCall, ()
@@ -147,16 +151,16 @@ def layer_multi_step(last: LastCall, spec: Any, x: Any, initial_states: tuple, s
     if not ENABLED or type(x) is not Tensor or _transforms_active is None or _transforms_active():
         return None
     check = _check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h, params)
-    if check == last.check:
-        return last.prepared(x, initial_states, params)  # type: ignore[misc]
+    entry = last.entry
+    if entry is not None and check == entry[0]:
+        return entry[1](x, initial_states, params)
     prepared = _lookup(spec, x, initial_states, surrogate, detach_reset, None, store_state_seq, True, backend,
                        save_h, params)
     if prepared is None:
         return None
-    last.constants = prepared.layer.constant_names
-    last.check = _check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h,
-                        params)
-    last.prepared = prepared
+    last.constants = prepared.layer.constant_names  # the spec's: the same for every call of the layer
+    last.entry = (_check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h,
+                         params), prepared)
     return prepared(x, initial_states, params)
 
 
