@@ -32,7 +32,8 @@ def _load_ddp_script():
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path):
     outfile = tmp_path / "ddp_grads.pt"
-    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+    # AUTOCUDA_NATIVE=0: see test_store's warm-cache test (a fresh cache would start a native build per process)
+    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "AUTOCUDA_NATIVE": "0",
                         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(DDP_SCRIPT), str(outfile), "--cpu"], env=env, capture_output=True, text=True,
