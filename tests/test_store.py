@@ -89,7 +89,7 @@ WARM = textwrap.dedent("""
 
 def test_a_process_with_a_warm_cache_imports_no_sympy(tmp_path):
     # AUTOCUDA_NATIVE=0: with a fresh cache, each process would leave a helper building the native library after it
-    # ends (half a minute of a core, for no test), and a build that finished in time would change the path midway
+    # ends, which no test uses, and a build that finished in time would change the path midway
     env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO), "AUTOCUDA_NATIVE": "0"}
 
     def run() -> dict:

@@ -5,7 +5,7 @@ between torch and its kernel launches, in the forward or in the backward.
 The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
 torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`).
 The path is on unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`). A process asks for the library on
-its first prepared call: it is loaded from the cache, or built (tens of seconds of one core) by a helper process
+its first prepared call: it is loaded from the cache, or built by a helper process
 (`python -m autocuda.native`) while calls take the Python path; the helper finishes the build where the process
 ends first, so that the next one finds it. `ensure()` builds and loads it now. Without a compiler every call takes
 the Python path; `status()` says why.

@@ -372,7 +372,7 @@ def _again(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: li
     if d["recompute"]:
         return None
     last = d.get("_last_call")
-    if last is None:  # layers unpickled from before layers kept their last call have none
+    if last is None:  # made on the first ask: a layer unpickled without one has none
         last = d["_last_call"] = prepared.LastCall()
     return prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"], d["detach_reset"],
                                      d["store_v_seq"] or d["_output"].kind != SPIKE, _BACKENDS[d["backend"]],
