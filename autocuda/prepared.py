@@ -28,7 +28,8 @@ _PLAIN = frozenset({float, int, type(None)})  # parameters' types
 _MAX_PREPARED = 1024  # keys hold shapes: a program whose shapes vary without end must not grow this
 _UNPREPARED = object()  # a key whose calls the full path runs (the reference backend, tensor states by rule, ...)
 _PREPARED: dict[tuple, Any] = {}
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+# whether a functorch transform (vmap, grad, ...) is active; a torch without the query counts as always
+transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 ENABLED = True  # False: every call takes the full path (tests and benchmarks compare the two)
 
 
@@ -74,6 +75,14 @@ class Prepared:
             return picked[0], picked[1:], None
         return sequence_results(outputs, self.form.positions, None if self.flat else self.shape, self.neuron_shape,
                                 *self.options)
+
+    def settled(self, x: Tensor, params: dict[str, Any]) -> tuple[int, tuple[float, ...]] | None:
+        """The native plan and the kernel's scalars of this call with `params` (checked as a call checks them), for
+        a layer that calls again with the same parameters and numbers for initial states (`nn.neuron`); None
+        without a native plan, or where the call keeps state sequences or no final states."""
+        if self.native is None or self.options != (True, False):
+            return None
+        return self.native, tuple(self.layer.scalar_values(self.layer.values(params, x, self.neuron_shape)))
 
     def _plan(self, rows: Tensor, initial: list[float], scalars: Sequence[float]) -> int | None:
         """The native plan, made on the first call that finds the native operator loaded."""
@@ -129,11 +138,12 @@ class LastCall:
     pair so that a thread never reads one call's check with another's prepared call. It holds no tensor and is not
     copied with its layer: a deep copy or an unpickled layer starts with an empty one."""
 
-    __slots__ = ("entry", "constants")
+    __slots__ = ("entry", "constants", "settled")
 
     def __init__(self) -> None:
         self.entry: tuple[tuple, Prepared] | None = None
         self.constants: tuple[str, ...] = ()  # the spec's compile-time constants, whose values the check holds
+        self.settled: tuple | None = None  # what the layer keeps to rerun the call without the check (nn.neuron)
 
     @property
     def prepared(self) -> Prepared | None:
@@ -148,7 +158,7 @@ def layer_multi_step(last: LastCall, spec: Any, x: Any, initial_states: tuple, s
     """`multi_step`'s results for a layer's eager call (the spec's reset, final states kept), or None where the
     full path runs it. A call whose check (`_check`) equals that of the layer's last prepared call runs that call
     without building its key: a layer calls with the same configuration, shapes and types again and again."""
-    if not ENABLED or type(x) is not Tensor or _transforms_active is None or _transforms_active():
+    if not ENABLED or type(x) is not Tensor or transforms_active():
         return None
     check = _check(last, spec, x, initial_states, surrogate, detach_reset, store_state_seq, backend, save_h, params)
     entry = last.entry
@@ -205,8 +215,7 @@ def _key(spec: Any, x: Any, initial_states: tuple, surrogate: Any, detach_reset:
     if type(x) is not Tensor or x.dtype not in SUPPORTED_DTYPES or not _NUMBERS.issuperset(map(type, initial_states)):
         return None
     types = tuple(map(type, params.values()))
-    if not _PLAIN.issuperset(types) or torch.compiler.is_compiling() or (
-            _transforms_active is None or _transforms_active()):
+    if not _PLAIN.issuperset(types) or torch.compiler.is_compiling() or transforms_active():
         return None
     if x.is_cuda:
         device = x.get_device()

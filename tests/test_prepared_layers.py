@@ -1,7 +1,9 @@
 """A layer's last prepared call (`prepared.layer_multi_step`): a layer's call like its last one runs that call
 without building its key; any change of what the key holds (the layer's switches, the compile-time constants'
 values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the call the
-change asks for. On the host runner, every result and gradient equals the full path's bitwise."""
+change asks for. A layer whose switches and parameters are the objects they were, called from a reset, reruns its
+settled call (`nn.neuron._repeat`: the native operator, which checks x), and no changed call runs it. On the host
+runner, every result and gradient equals the full path's bitwise."""
 from __future__ import annotations
 
 import copy
@@ -10,11 +12,11 @@ import pickle
 import pytest
 import torch
 
-from autocuda import prepared
+from autocuda import native, prepared
 from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.load import spec_from_toml
 
-GAIN_LIF = spec_from_toml("""
+GAIN_LIF_TOML = """
 name = "gain_lif"
 charge = "v + (a0 * x - (v - v_reset)) / tau"
 reset = "hard"
@@ -25,7 +27,8 @@ v_reset = 0.0
 a0 = { default = 1.0, kind = "constant" }
 [states]
 v = "v_reset"
-""")
+"""
+GAIN_LIF = spec_from_toml(GAIN_LIF_TOML)
 
 
 def x_of(shape=(5, 3, 4), dtype=torch.float64, grad=True, device="cpu"):
@@ -83,7 +86,40 @@ CHANGES = {
     "misaligned": (lambda layer, x: misaligned(x), True),
     "not contiguous": (lambda layer, x: x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_(),
                        False),
+    "another shape, as many neurons": (lambda layer, x: x.detach().flatten(1).requires_grad_(), True),
+    "as many elements, another step count": (lambda layer, x: x.detach().reshape(1, -1).requires_grad_(), True),
+    "tau, the same float object": (lambda layer, x: (setattr(layer, "tau", layer.tau), x)[1], False),
 }
+# the changes after which the layer's settled call still serves: nothing it was made from changed (x's neuron shape
+# only shapes the results, which the operator gives in x's shape)
+SERVED = {"another shape, as many neurons", "tau, the same float object"}
+
+
+def settled_runs(layer):
+    """The list that each run of the layer's settled call with results (an x it fits) appends to; None where the
+    layer has no settled call (the native path off, or its operator not loaded)."""
+    last = layer._last_call
+    if not native.USE or last.settled is None:
+        assert not (native.USE and native.loaded()), "a layer called from a reset settles its native call"
+        return None
+    ran = []
+    run, *rest = last.settled
+
+    def spy(plan, x, numbers):
+        results = run(plan, x, numbers)
+        if results:
+            ran.append(tuple(x.shape))
+        return results
+
+    last.settled = (spy, *rest)
+    return ran
+
+
+def needs_the_native_operator():
+    if not native.USE:
+        pytest.skip("the native call path is off (AUTOCUDA_NATIVE=0): a layer settles native calls only")
+    if not native.ensure():
+        pytest.skip(f"the native operator is not loaded ({native.status()})")
 
 
 def check_change(change, monkeypatch, layer, x):
@@ -93,11 +129,15 @@ def check_change(change, monkeypatch, layer, x):
         assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "before")
     before = layer._last_call.prepared
     assert before is not None
+    ran = settled_runs(layer)
     changed = make(layer, x)
     got = outcome(layer, changed)
+    if ran is not None:
+        assert bool(ran) == (change in SERVED), change
     assert_same(got, full_path(layer, changed, monkeypatch), change)
     assert_same(outcome(layer, changed), got, f"{change}, again")
-    assert (layer._last_call.prepared is not before) == another, change
+    served = ran is not None and change in SERVED  # the settled call ran: no other prepared call was asked for
+    assert (layer._last_call.prepared is not before) == (another and not served), change
     if layer.backend == "torch":  # torch's ops ran, not a kernel: autograd recorded theirs
         assert "NeuronCall" not in got[0].grad_fn.name() and got[0].grad_fn.name() != "_EagerBackward"
     if layer.store_v_seq:
@@ -149,3 +189,110 @@ def test_copies_of_a_layer_start_without_its_last_call():
     old = pickle.loads(pickle.dumps(layer))
     del old.__dict__["_last_call"]  # a layer pickled before layers kept their last call
     assert_same(outcome(old, x), want, "no _last_call")
+
+
+def check_settled(layer, x, monkeypatch):
+    """From its second call on, a layer called from a reset on x runs its settled call, not the check, with the full
+    path's results."""
+    want = full_path(layer, x, monkeypatch)
+    assert_same(outcome(layer, x), want, "settles")
+    ran = settled_runs(layer)
+    checked = []
+    original = prepared.layer_multi_step
+    monkeypatch.setattr(prepared, "layer_multi_step", lambda *a: (checked.append(a), original(*a))[1])
+    for _ in range(3):
+        got = outcome(layer, x)
+        assert_same(got, want, "again")
+        assert layer.v.shape == x.shape[1:] and (got[0].grad_fn is not None) == x.requires_grad
+    assert ran == [tuple(x.shape)] * 3 and checked == [], "three calls, each the settled call's, none through the check"
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("shape", [(5, 12), (5, 3, 4)])
+def test_a_layer_called_from_a_reset_reruns_its_settled_call(shape, grad, monkeypatch):
+    needs_the_native_operator()
+    check_settled(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch)
+
+
+@pytest.mark.parametrize("switch", ["prepared.ENABLED", "native.USE"])
+def test_the_switches_turn_the_settled_call_off(switch, monkeypatch):
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    x = x_of(grad=False)
+    want = outcome(layer, x)
+    ran = settled_runs(layer)
+    module, name = switch.split(".")
+    monkeypatch.setattr({"prepared": prepared, "native": native}[module], name, False)
+    assert_same(outcome(layer, x), want, switch)
+    assert ran == []
+
+
+def test_a_state_that_is_not_a_float_leaves_the_settled_call():
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    x = x_of(grad=False)
+    outcome(layer, x)
+    ran = settled_runs(layer)
+    for value in (0.25, 1, torch.tensor(0.25, dtype=torch.float64)):  # a float, an int, a 0-d tensor
+        layer.reset()
+        layer.v = value
+        got = layer(x)
+        layer.v = value
+        prepared.ENABLED = False
+        try:
+            assert torch.equal(got, layer(x)), value
+        finally:
+            prepared.ENABLED = True
+    assert ran == [(5, 3, 4)], "only the float state ran the settled call"
+
+
+def test_functorch_transforms_leave_the_settled_call():
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    x = x_of(grad=False)
+    outcome(layer, x)
+    ran = settled_runs(layer)
+
+    def loss(inp):
+        layer.reset()
+        return layer(inp).sum()
+
+    with pytest.raises(RuntimeError, match="functorch transforms"):  # the full path's refusal (a kernel backend)
+        torch.func.grad(loss)(x)
+    assert ran == []
+
+
+class ScheduledTau(LIFNode):
+    """tau read through a property: not an attribute in the layer's dict, so it may change without a write."""
+
+    tau = property(lambda self: self.schedule[-1], lambda self, value: setattr(self, "schedule", [value]))
+
+
+def test_a_parameter_read_through_a_property_is_read_on_every_call(monkeypatch):
+    layer = ScheduledTau(tau=2.0, step_mode="m", backend="host")
+    x = x_of(grad=False)
+    outcome(layer, x)
+    for tau in (4.0, 8.0):
+        layer.schedule.append(tau)
+        assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), tau)
+
+
+def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
+    """The spec and surrogate references (set where a layer is built or unpickled) are read on every call."""
+    from autocuda.runtime.plans import spec_ref, surrogate_ref
+    from autocuda.surrogate import ATan
+
+    layer = Neuron(GAIN_LIF, step_mode="m", backend="host")
+    x = x_of()
+    outcome(layer, x)
+    layer._surrogate_ref = surrogate_ref(ATan(alpha=3.0))
+    assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "surrogate")
+    halved = spec_from_toml(GAIN_LIF_TOML.replace("/ tau", "/ (2 * tau)").replace("gain_lif", "halved_gain_lif"))
+    layer._spec_ref = spec_ref(halved)
+    assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "spec")
+    from autocuda.spec.step import STATE, Output
+
+    layer._output = Output(STATE, state="v")  # what a spec whose output is its membrane gives a layer
+    got = outcome(layer, x)
+    assert_same(got, full_path(layer, x, monkeypatch), "output")
+    assert not torch.equal(got[0], got[0].round()), "the membrane, not spikes"

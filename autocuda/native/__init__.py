@@ -22,6 +22,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,7 +36,8 @@ FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c
 _lock = threading.Lock()
 _state = {"phase": "unasked", "why": ""}  # unasked -> building -> loaded | unavailable
 _builder: list[threading.Thread] = []
-_CALL = None  # the loaded operator's overload
+_CALL = None  # the loaded operators' C++ callables: `call`, and `layer_call` (see `layer_operator`)
+_LAYER_CALL = None
 
 
 def enabled() -> bool:
@@ -95,6 +97,14 @@ def operator() -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tens
     return _CALL
 
 
+def layer_operator() -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
+    """`autocuda_native::layer_call`'s C++ callable, once loaded: a layer's repeated call, which gives the spikes in
+    x's shape and the final states in its neuron shape, or an empty list for an x the plan was not made for."""
+    if _LAYER_CALL is None:
+        raise RuntimeError(f"the native operator is not loaded ({status()})")
+    return _LAYER_CALL
+
+
 def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:
     return torch.ops.autocuda_native.make_plan(words, dtypes)
 
@@ -150,14 +160,19 @@ def build_into_cache() -> int:
 
 
 def _load(path: Path) -> None:
-    global _CALL
+    global _CALL, _LAYER_CALL
     try:
         torch.ops.load_library(str(path))
-        overload = torch.ops.autocuda_native.call.default
-        _CALL = getattr(overload, "_op", overload)  # its C++ callable: the overload's __call__ only forwards to it
+        # each operator's C++ callable: the overload's __call__ only forwards to it
+        _LAYER_CALL = _callable(torch.ops.autocuda_native.layer_call.default)
+        _CALL = _callable(torch.ops.autocuda_native.call.default)
         _state.update(phase="loaded", why="")
     except Exception as error:  # a library torch refuses (another torch build): the Python path
         _unavailable(f"loading {path} failed: {error}")
+
+
+def _callable(overload: Any) -> Any:
+    return getattr(overload, "_op", overload)
 
 
 def _unavailable(why: str) -> None:

@@ -321,17 +321,40 @@ int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes
   return number;
 }
 
-std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
-  const Plan& plan = plan_numbered(number);
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == plan.steps && x.size(1) == plan.neurons && x.scalar_type() == plan.dtype &&
-                  x.device() == plan.device && x.is_contiguous() &&
-                  int64_t(reinterpret_cast<uint64_t>(x.data_ptr()) & 15) == plan.alignment,
-              "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
-              " is not the call plan ", number, " was made for");
+// Whether x is a tensor the plan's kernels were bound for: x [steps, *] of the plan's neuron count, dtype and
+// device, contiguous, with the address alignment its layout was chosen for.
+bool fits(const Plan& plan, const at::Tensor& x) {
+  return x.dim() >= 2 && x.size(0) == plan.steps && x.numel() == plan.steps * plan.neurons &&
+         x.scalar_type() == plan.dtype && x.device() == plan.device && x.is_contiguous() &&
+         int64_t(reinterpret_cast<uint64_t>(x.data_ptr()) & 15) == plan.alignment;
+}
+
+std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& rows,
+                                 const std::vector<double>& numbers) {
   TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
               " numbers, got ", numbers.size());
-  if (!plan.trains) return run(plan, plan.forward, {x}, numbers);
-  return NeuronCall::apply(number, x, numbers);
+  if (!plan.trains) return run(plan, plan.forward, {rows}, numbers);
+  return NeuronCall::apply(number, rows, numbers);
+}
+
+std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+  const Plan& plan = plan_numbered(number);
+  TORCH_CHECK(x.dim() == 2 && fits(plan, x), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ",
+              x.device(), " is not the call plan ", number, " was made for");
+  return run_call(number, plan, x, numbers);
+}
+
+// A layer's repeated call (nn.Neuron): the spikes in x's shape, then each final state in x's neuron shape. An x the
+// plan does not fit, or whose call records a graph where the plan's does not (or the reverse), gets no results: the
+// layer takes its full path.
+std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+  const Plan& plan = plan_numbered(number);
+  if (!fits(plan, x) || (at::GradMode::is_enabled() && x.requires_grad()) != plan.trains) return {};
+  bool flat = x.dim() == 2;
+  std::vector<at::Tensor> outputs = run_call(number, plan, flat ? x : x.view({plan.steps, plan.neurons}), numbers);
+  std::vector<at::Tensor> results{flat ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
+  for (int64_t at : plan.finals) results.push_back(flat ? outputs[at] : outputs[at].view(x.sizes().slice(1)));
+  return results;
 }
 
 }  // namespace
@@ -339,4 +362,5 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<do
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
   m.def("call(int plan, Tensor x, float[] numbers) -> Tensor[]", &call);
+  m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
 }

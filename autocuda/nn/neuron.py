@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .. import functional as F
-from .. import prepared
+from .. import native, prepared
 from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
@@ -302,8 +303,12 @@ class Neuron(_Base):
         return _output(self, given, spike, new_states, params)
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        given, x_seq = _step_inputs(self, inputs, 2)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        if not compiling and len(inputs) == 1:
+            spikes = _repeat(self, inputs[0])
+            if spikes is not None:
+                return spikes
+        given, x_seq = _step_inputs(self, inputs, 2)
         params = _params(self, compiling)
         states = _states(self, x_seq, 1, compiling)
         spikes, finals, seqs = (None if compiling else _again(self, given, states, params)) or F.multi_step(
@@ -374,9 +379,59 @@ def _again(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: li
     last = d.get("_last_call")
     if last is None:  # made on the first ask: a layer unpickled without one has none
         last = d["_last_call"] = prepared.LastCall()
-    return prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"], d["detach_reset"],
-                                     d["store_v_seq"] or d["_output"].kind != SPIKE, _BACKENDS[d["backend"]],
-                                     d["save_h"], params)
+    results = prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"],
+                                        d["detach_reset"], d["store_v_seq"] or d["_output"].kind != SPIKE,
+                                        _BACKENDS[d["backend"]], d["save_h"], params)
+    if results is not None and isinstance(x, torch.Tensor):
+        last.settled = _settle(d, last.prepared, x, params)
+    return results
+
+
+# What a layer's call reads from its dict besides its parameters, states and inputs
+_SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "store_v_seq", "_output", "backend", "save_h", "recompute")
+
+
+def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, params: dict[str, Any]
+            ) -> tuple | None:
+    """What `_repeat` needs to run the layer's last prepared call (`call`, just run with `params`) again: the
+    native operator, plan and scalars, and the switches' and parameters' values, which must be the same objects
+    for these to hold. None where the layer keeps more than final states, a parameter is not a plain attribute
+    (a parameter, a buffer or a property, which can change without a new object in the dict), or the call has no
+    native plan."""
+    names = d["_param_names"]
+    if call is None or d["store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
+        return None
+    made = call.settled(x, params)
+    if made is None:
+        return None
+    read = itemgetter(*_SWITCHES, *names)
+    return (native.layer_operator(), *made, read, read(d))
+
+
+def _repeat(layer: Neuron, x: Any) -> torch.Tensor | None:
+    """The spikes of an eager multi-step call that reruns the layer's settled call (`_settle`), or None where it
+    cannot: no settled call, a switch or parameter that is not the object it was, a state that is not a float (a
+    reset gives floats), the prepared or native path turned off, a functorch transform, or an x the native plan was
+    not made for (the operator checks x)."""
+    d = layer.__dict__
+    last = d.get("_last_call")
+    settled = None if last is None else last.settled
+    if settled is None or type(x) is not torch.Tensor or not (prepared.ENABLED and native.USE) or (
+            prepared.transforms_active()):
+        return None
+    run, plan, scalars, read, seen = settled
+    if not all(map(is_, read(d), seen)):
+        return None
+    names = d["_state_names"]
+    numbers = [d.get(name) for name in names]
+    if not all(type(value) is float for value in numbers):
+        return None
+    results = run(plan, x, [*numbers, *scalars])
+    if not results:
+        return None
+    for name, value in zip(names, results[1:]):
+        d[name] = value
+    return results[0]
 
 
 def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:

@@ -1,6 +1,7 @@
 """A layer's last prepared call on CUDA (`prepared.layer_multi_step`): every change between calls that the key
 holds runs the call it asks for, bitwise the full path's, through the Python and the native path, at a size
-whose kernels load vectors (so that a misaligned x needs its own launch); and a layer moved between devices."""
+whose kernels load vectors (so that a misaligned x needs its own launch); a layer's settled call (the native
+path's) in each dtype; and a layer moved between devices."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ from test_prepared_layers import (  # noqa: E402 - the cores of the CPU test, sh
     GAIN_LIF,
     assert_same,
     check_change,
+    check_settled,
     full_path,
+    needs_the_native_operator,
     outcome,
     x_of,
 )
@@ -51,3 +54,11 @@ def test_a_layer_whose_input_moves_to_the_gpu_runs_the_gpus_kernels(monkeypatch)
     assert_same(on_gpu, full_path(layer, x.detach().to(CUDA).requires_grad_(), monkeypatch), "cuda")
     for gpu, host in zip(on_gpu, on_host, strict=True):
         torch.testing.assert_close(gpu.cpu(), host)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("shape", [(4, 4096), (4, 8, 16, 32)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_a_layer_reruns_its_settled_call_on_the_gpu(dtype, shape, grad, monkeypatch):
+    needs_the_native_operator()
+    check_settled(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch)
