@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     shape = {"T": args.steps, "N": args.neurons}
     from autocuda import native
 
-    (args.out / "host_floor.json").write_text(json.dumps({"device": name, **shape, "native": native.status(),
-                                                          "rows": rows}, indent=1))
-    table = f"native call path: {native.status()}\n" + format_table(rows)
+    path = f"{'on' if native.USE else 'off'} (library {native.status()})"
+    (args.out / "host_floor.json").write_text(json.dumps({"device": name, **shape, "native": path, "rows": rows},
+                                                         indent=1))
+    table = f"native call path: {path}\n" + format_table(rows)
     (args.out / "host_floor.txt").write_text(table)
     print(table)
     return 0
