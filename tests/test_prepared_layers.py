@@ -214,44 +214,39 @@ def test_a_layer_called_from_a_reset_reruns_its_settled_call(shape, grad, monkey
     check_settled(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch)
 
 
-@pytest.mark.parametrize("switch", ["prepared.ENABLED", "native.USE"])
-def test_the_switches_turn_the_settled_call_off(switch, monkeypatch):
+def settled_layer():
+    """A LIF layer that has settled its call on x (no grad), x, the call's results and the settled call's runs."""
     needs_the_native_operator()
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     want = outcome(layer, x)
-    ran = settled_runs(layer)
+    return layer, x, want, settled_runs(layer)
+
+
+@pytest.mark.parametrize("switch", ["prepared.ENABLED", "native.USE"])
+def test_the_switches_turn_the_settled_call_off(switch, monkeypatch):
+    layer, x, want, ran = settled_layer()
     module, name = switch.split(".")
     monkeypatch.setattr({"prepared": prepared, "native": native}[module], name, False)
     assert_same(outcome(layer, x), want, switch)
     assert ran == []
 
 
-def test_a_state_that_is_not_a_float_leaves_the_settled_call():
-    needs_the_native_operator()
-    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
-    x = x_of(grad=False)
-    outcome(layer, x)
-    ran = settled_runs(layer)
+def test_a_state_that_is_not_a_float_leaves_the_settled_call(monkeypatch):
+    layer, x, _, ran = settled_layer()
     for value in (0.25, 1, torch.tensor(0.25, dtype=torch.float64)):  # a float, an int, a 0-d tensor
         layer.reset()
         layer.v = value
         got = layer(x)
         layer.v = value
-        prepared.ENABLED = False
-        try:
-            assert torch.equal(got, layer(x)), value
-        finally:
-            prepared.ENABLED = True
+        monkeypatch.setattr(prepared, "ENABLED", False)
+        assert torch.equal(got, layer(x)), value
+        monkeypatch.setattr(prepared, "ENABLED", True)
     assert ran == [(5, 3, 4)], "only the float state ran the settled call"
 
 
 def test_functorch_transforms_leave_the_settled_call():
-    needs_the_native_operator()
-    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
-    x = x_of(grad=False)
-    outcome(layer, x)
-    ran = settled_runs(layer)
+    layer, x, _, ran = settled_layer()
 
     def loss(inp):
         layer.reset()
