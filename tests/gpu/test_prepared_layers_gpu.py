@@ -25,6 +25,7 @@ from test_prepared_layers import (  # noqa: E402 - the cores of the CPU test, sh
     full_path,
     needs_the_native_operator,
     outcome,
+    settled_runs,
     x_of,
 )
 
@@ -62,3 +63,42 @@ def test_a_layer_whose_input_moves_to_the_gpu_runs_the_gpus_kernels(monkeypatch)
 def test_a_layer_reruns_its_settled_call_on_the_gpu(dtype, shape, grad, monkeypatch):
     needs_the_native_operator()
     check_settled(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch)
+
+
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,
+                              reason=f"needs 2 GPUs, torch.cuda.device_count() is {torch.cuda.device_count()}")
+
+
+@two_gpus
+def test_a_settled_layer_follows_its_input_to_the_second_gpu(monkeypatch):
+    """The plan a layer settled on one GPU is refused for x on another (the operator checks x's device); the call
+    there settles its own, which then launches on that device while the current device is the first."""
+    needs_the_native_operator()
+    torch.cuda.set_device(0)
+    layer = LIFNode(tau=2.0, step_mode="m")
+    first = x_of((4, 4096), torch.float32, True, "cuda:0")
+    second = first.detach().to("cuda:1").requires_grad_()
+    for x in (first, first, second):
+        got = outcome(layer, x)
+        assert all(t.device == x.device for t in got)
+        assert_same(got, full_path(layer, x, monkeypatch), x.device)
+    ran = settled_runs(layer)
+    for x in (second, first):
+        got = outcome(layer, x)
+        assert_same(got, full_path(layer, x, monkeypatch), x.device)
+    assert ran == [(4, 4096)], "the second GPU's settled call ran, and not for the first GPU's x"
+
+
+@two_gpus
+def test_data_parallel_replicas_of_a_settled_layer_give_the_single_gpu_results():
+    """DataParallel's replicas share the layer's last call (a shallow copy of its dict) and run in threads, each
+    on its own GPU: every call gives the results of the layer on the whole input on one GPU."""
+    needs_the_native_operator()
+    torch.cuda.set_device(0)
+    layer = LIFNode(tau=2.0, step_mode="m").to(CUDA)
+    x = x_of((4, 8, 512), torch.float32, False, "cuda:0")
+    want = outcome(layer, x)[0]
+    model = torch.nn.DataParallel(layer, device_ids=[0, 1], dim=1)
+    for _ in range(4):
+        layer.reset()
+        assert torch.equal(model(x), want)
