@@ -2,8 +2,8 @@
 without building its key; any change of what the key holds (the layer's switches, the compile-time constants'
 values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the call the
 change asks for. A layer whose switches and parameters are the objects they were, called from a reset, reruns its
-settled call (`nn.neuron._repeat`: the native operator, which checks x), and no changed call runs it. On the host
-runner, every result and gradient equals the full path's bitwise."""
+settled call (`nn.layer_call.settled_call`: the native operator, which checks x), and no changed call runs it. On
+the host runner, every result and gradient equals the full path's bitwise."""
 from __future__ import annotations
 
 import copy

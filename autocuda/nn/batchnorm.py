@@ -29,7 +29,8 @@ from ..runtime.plans import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes
-from .neuron import _BACKENDS, Neuron, _append_v_seq, _params, _set_states, _states
+from .layer_call import BACKENDS, append_v_seq, read_params, start_states, store_states
+from .neuron import Neuron
 
 __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
 
@@ -208,16 +209,16 @@ class BatchNormNeuron(nn.Module):
         weight, bias = cast(torch.Tensor, self.weight), cast(torch.Tensor, self.bias)
         shape = (self.num_features, *(1,) * (x.dim() - 3))
         # a and b stand in as BatchNorm's parameters (their shape, and that they need gradients: the kernels' key)
-        params = {**_params(n, compiling), INPUT_SCALE: weight.reshape(shape), INPUT_SHIFT: bias.reshape(shape)}
-        call = Call(ref, x, tuple(x.shape[1:]), _states(n, x, 1, compiling), n._surrogate_ref, n.detach_reset, None,
-                    _BACKENDS[n.backend], params, 1, save_h=False)
+        params = {**read_params(n, compiling), INPUT_SCALE: weight.reshape(shape), INPUT_SHIFT: bias.reshape(shape)}
+        call = Call(ref, x, tuple(x.shape[1:]), start_states(n, x, 1, compiling), n._surrogate_ref, n.detach_reset,
+                    None, BACKENDS[n.backend], params, 1, save_h=False)
         if not passes.eligible(call):
             return None
         count = self._count(x)
         spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2)
         if self.training and self.running_mean is not None:
             self._track(mean, var, count, self.running_mean, self.running_var, self.num_batches_tracked)
-        _set_states(n, n.state_names, finals, compiling)
+        store_states(n, n.state_names, finals, compiling)
         return spikes
 
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int, running_mean: torch.Tensor,
@@ -235,23 +236,23 @@ class BatchNormNeuron(nn.Module):
         n = self.neuron
         ref = self._fused_ref()
         compiling = torch.compiler.is_compiling()
-        params = {**_params(n, compiling), INPUT_SCALE: scale, INPUT_SHIFT: shift}
-        surrogate, detach, backend = n._surrogate_ref, n.detach_reset, _BACKENDS[n.backend]
+        params = {**read_params(n, compiling), INPUT_SCALE: scale, INPUT_SHIFT: shift}
+        surrogate, detach, backend = n._surrogate_ref, n.detach_reset, BACKENDS[n.backend]
         if mode == "m":
-            spikes, finals, seqs = F.multi_step(ref, x, *_states(n, x, 1, compiling), surrogate=surrogate,
+            spikes, finals, seqs = F.multi_step(ref, x, *start_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
                                                 recompute=n.recompute, save_h=x.dtype not in _REPLAYS_H,
                                                 **params)
             if finals is not None:  # always: the layer keeps its final states
-                _set_states(n, n.state_names, finals, compiling)
+                store_states(n, n.state_names, finals, compiling)
             if seqs is not None:
-                _set_states(n, ("v_seq",), seqs[:1], compiling)
+                store_states(n, ("v_seq",), seqs[:1], compiling)
             return spikes
-        spike, new_states = F.single_step(ref, x, *_states(n, x, 0, compiling), surrogate=surrogate,
+        spike, new_states = F.single_step(ref, x, *start_states(n, x, 0, compiling), surrogate=surrogate,
                                           detach_reset=detach, backend=backend, **params)
-        _set_states(n, n.state_names, new_states, compiling)
+        store_states(n, n.state_names, new_states, compiling)
         if n.store_v_seq:
-            _append_v_seq(n, new_states[0], compiling)
+            append_v_seq(n, new_states[0], compiling)
         return spike
 
 

@@ -21,25 +21,34 @@ torch-op reference, its 'cupy' our kernels (compiled by NVRTC, launched through 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from operator import is_, itemgetter
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .. import functional as F
-from .. import native, prepared
 from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
 from ..surrogate import Sigmoid, get_surrogate
-from .output import layer_output, spec_output
+from .layer_call import (
+    BACKENDS,
+    append_v_seq,
+    call_output,
+    check_memory,
+    initial_value,
+    prepared_call,
+    read_params,
+    settled_call,
+    start_states,
+    step_inputs,
+    store_states,
+)
+from .output import spec_output
 
 __all__ = ["Neuron", "SIGMOID"]
 
-_BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
-             "cuda": "cuda", "host": "host"}
 _UNSET: Any = object()
 SIGMOID = Sigmoid()  # the default surrogate (SpikingJelly's); surrogates are immutable, so one object serves all
 
@@ -94,8 +103,8 @@ class Neuron(_Base):
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {backend!r}")
         for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq), ("recompute", recompute),
                            ("save_h", save_h)):
             if not isinstance(flag, bool):
@@ -162,11 +171,11 @@ class Neuron(_Base):
 
     def reset(self) -> None:
         """Restore every state to its initial value (a number, or the value of the parameter it names)."""
-        # Stores as `_set_states` does, inline, with `is_compiling` asked once
+        # Stores as `store_states` does, inline, with `is_compiling` asked once
         compiling = torch.compiler.is_compiling()
         d = self.__dict__
         for name, init in d["_initial"].items():  # by state, in order
-            value = _initial_value(self, init)
+            value = initial_value(self, init)
             if compiling:
                 setattr(self, name, value)
             else:
@@ -192,7 +201,7 @@ class Neuron(_Base):
             raise ValueError(f"register_memory: {name!r} is not a free attribute name of {type(self).__name__}")
         self._memory_names = (*self._memory_names, name)
         self.set_reset_value(name, value)
-        self.__dict__[name] = _initial_value(self, self._initial[name])
+        self.__dict__[name] = initial_value(self, self._initial[name])
 
     def set_reset_value(self, name: str, value: Any) -> None:
         """The value `reset()` gives the memory `name` from now on (a copy of `value`)."""
@@ -200,7 +209,7 @@ class Neuron(_Base):
             raise KeyError(f"set_reset_value: {name!r} is not a memory of this layer "
                            f"(memories: {', '.join(self._memory_names)})")
         if name in self._state_names:  # a registered memory may hold anything, as SpikingJelly's
-            _check_memory(name, value)
+            check_memory(name, value)
         self._initial[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
 
     def get_reset_value(self, name: str) -> Any:
@@ -208,7 +217,7 @@ class Neuron(_Base):
         if name not in self._memory_names:
             raise KeyError(f"get_reset_value: {name!r} is not a memory of this layer "
                            f"(memories: {', '.join(self._memory_names)})")
-        return _initial_value(self, self._initial[name])
+        return initial_value(self, self._initial[name])
 
     @property
     def _memories(self) -> dict[str, Any]:
@@ -233,7 +242,7 @@ class Neuron(_Base):
             raise ValueError(f"states: expected {len(self._memory_names)} ({', '.join(self._memory_names)}), "
                              f"got {len(states)}")
         first = 1 if step_mode == "m" else 0
-        fitted = _states(self, inputs[0], first, torch.compiler.is_compiling(), states[:n])
+        fitted = start_states(self, inputs[0], first, torch.compiler.is_compiling(), states[:n])
         return (*fitted, *states[n:])
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
@@ -260,17 +269,17 @@ class Neuron(_Base):
                     ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         if not isinstance(inputs, (tuple, list)):
             raise TypeError(f"inputs: expected a tuple holding the input tensor(s), got {type(inputs).__name__}")
-        given, x = _step_inputs(self, tuple(inputs), 2 if multi else 0)
+        given, x = step_inputs(self, tuple(inputs), 2 if multi else 0)
         n = len(self._state_names)
         compiling = torch.compiler.is_compiling()
-        params = _params(self, compiling)
+        params = read_params(self, compiling)
         run: Callable[..., Any] = F.multi_step if multi else F.single_step
         extra = {"store_state_seq": self._output.kind != SPIKE, "recompute": self.recompute,
                  "save_h": self.save_h} if multi else {}
         out = run(self._spec_ref, given, *states[:n], surrogate=self._surrogate_ref,
-                  detach_reset=self.detach_reset, backend=_BACKENDS[self.backend], **extra, **params)
+                  detach_reset=self.detach_reset, backend=BACKENDS[self.backend], **extra, **params)
         after = out[2] if multi else out[1]  # the state sequences, or the new states
-        return (_output(self, given, out[0], after, params),), (*out[1], *states[n:])
+        return (call_output(self, given, out[0], after, params),), (*out[1], *states[n:])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories)."""
@@ -291,35 +300,35 @@ class Neuron(_Base):
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 
     def single_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        given, x = _step_inputs(self, inputs, 0)
-        compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
-        params = _params(self, compiling)
-        spike, new_states = F.single_step(self._spec_ref, given, *_states(self, x, 0, compiling),
+        given, x = step_inputs(self, inputs, 0)
+        compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
+        params = read_params(self, compiling)
+        spike, new_states = F.single_step(self._spec_ref, given, *start_states(self, x, 0, compiling),
                                           surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-                                          backend=_BACKENDS[self.backend], **params)
-        _set_states(self, self._state_names, new_states, compiling)
+                                          backend=BACKENDS[self.backend], **params)
+        store_states(self, self._state_names, new_states, compiling)
         if self.store_v_seq:  # SpikingJelly's single steps append the membrane to v_seq until a reset
-            _append_v_seq(self, new_states[0], compiling)
-        return _output(self, given, spike, new_states, params)
+            append_v_seq(self, new_states[0], compiling)
+        return call_output(self, given, spike, new_states, params)
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        compiling = torch.compiler.is_compiling()  # asked once a call (see `_set_states`)
+        compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
         if not compiling and len(inputs) == 1:
-            spikes = _repeat(self, inputs[0])
+            spikes = settled_call(self, inputs[0])
             if spikes is not None:
                 return spikes
-        given, x_seq = _step_inputs(self, inputs, 2)
-        params = _params(self, compiling)
-        states = _states(self, x_seq, 1, compiling)
-        spikes, finals, seqs = (None if compiling else _again(self, given, states, params)) or F.multi_step(
+        given, x_seq = step_inputs(self, inputs, 2)
+        params = read_params(self, compiling)
+        states = start_states(self, x_seq, 1, compiling)
+        spikes, finals, seqs = (None if compiling else prepared_call(self, given, states, params)) or F.multi_step(
             self._spec_ref, given, *states, surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-            store_state_seq=self.store_v_seq or self._output.kind != SPIKE, backend=_BACKENDS[self.backend],
+            store_state_seq=self.store_v_seq or self._output.kind != SPIKE, backend=BACKENDS[self.backend],
             recompute=self.recompute, save_h=self.save_h, **params)
         if finals is not None:  # always: this module keeps its final states
-            _set_states(self, self._state_names, finals, compiling)
+            store_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
-            _set_states(self, ("v_seq",), seqs[:1], compiling)
-        return _output(self, given, spikes, seqs, params)
+            store_states(self, ("v_seq",), seqs[:1], compiling)
+        return call_output(self, given, spikes, seqs, params)
 
     def extra_repr(self) -> str:
         params = []
@@ -334,236 +343,3 @@ class Neuron(_Base):
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}",
                           *(["recompute=True"] if self.recompute else []), *([] if self.save_h else ["save_h=False"])])
-
-
-
-# The helpers of a layer's call below are functions, not methods: nn.Module's __getattr__ keeps CPython from
-# specializing attribute and method lookups on layers, so a method's lookup costs more than a function's;
-# `self.__dict__` is read once for the names that follow.
-
-def _step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
-                 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
-    """What a call passes on as its step inputs (x alone, or a tuple of one tensor per input) and the first
-    input, whose shape and dtype the states follow; a wrong count, a non-tensor or a shape unlike the first's
-    is refused naming the input. `min_dim`: 2 in step mode 'm' ([T, *]), 0 in 's'."""
-    names = layer.__dict__["_input_names"]
-    if len(inputs) == 1 == len(names) and type(inputs[0]) is torch.Tensor and inputs[0].dim() >= min_dim:
-        return inputs[0], inputs[0]  # the usual call: one input, checked further by the functional API
-    if len(inputs) != len(names):
-        raise TypeError(f"{layer.spec.name!r} takes {len(names)} step input(s) ({', '.join(names)}), one tensor "
-                        f"each; got {len(inputs)}")
-    for name, value in zip(names, inputs):
-        label = ("x_seq" if min_dim else "x") if names == ("x",) else name
-        if not isinstance(value, torch.Tensor):
-            if min_dim:
-                raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got "
-                                 f"{type(value).__name__}")
-            raise TypeError(f"{label}: expected a torch.Tensor, got {type(value).__name__}")
-        if value.dim() < min_dim:
-            raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got {tuple(value.shape)}")
-    first = inputs[0]
-    for name, value in zip(names[1:], inputs[1:]):
-        if value.shape != first.shape:
-            raise ValueError(f"step input {name!r} has shape {tuple(value.shape)} but {names[0]!r} has "
-                             f"{tuple(first.shape)}: every step input must have one shape")
-    return (first if len(inputs) == 1 else tuple(inputs)), first
-
-
-def _again(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any], params: dict[str, Any]
-           ) -> tuple | None:
-    """An eager multi-step call's results where it runs the layer's last prepared call again, or where it is
-    prepared now (`prepared.layer_multi_step`); else None (recompute, or a call the full path runs)."""
-    d = layer.__dict__
-    if d["recompute"]:
-        return None
-    last = d.get("_last_call")
-    if last is None:  # made on the first ask: a layer unpickled without one has none
-        last = d["_last_call"] = prepared.LastCall()
-    results = prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"],
-                                        d["detach_reset"], d["store_v_seq"] or d["_output"].kind != SPIKE,
-                                        _BACKENDS[d["backend"]], d["save_h"], params)
-    if results is not None and isinstance(x, torch.Tensor):
-        last.settled = _settle(d, last.prepared, x, params)
-    return results
-
-
-# What a layer's call reads from its dict besides its parameters, states and inputs
-_SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "store_v_seq", "_output", "backend", "save_h", "recompute")
-
-
-def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, params: dict[str, Any]
-            ) -> tuple | None:
-    """What `_repeat` needs to run the layer's last prepared call (`call`, just run with `params`) again: the
-    native operator, plan and scalars, and the switches' and parameters' values, which must be the same objects
-    for these to hold. None where the layer keeps more than final states, a parameter is not a plain attribute
-    (a parameter, a buffer or a property, which can change without a new object in the dict), or the call has no
-    native plan."""
-    names = d["_param_names"]
-    if call is None or d["store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
-        return None
-    made = call.settled(x, params)
-    if made is None:
-        return None
-    read = itemgetter(*_SWITCHES, *names)
-    return (native.layer_operator(), *made, read, read(d))
-
-
-def _repeat(layer: Neuron, x: Any) -> torch.Tensor | None:
-    """The spikes of an eager multi-step call that reruns the layer's settled call (`_settle`), or None where it
-    cannot: no settled call, a switch or parameter that is not the object it was, a state that is not a float (a
-    reset gives floats), the prepared or native path turned off, a functorch transform, or an x the native plan was
-    not made for (the operator checks x)."""
-    d = layer.__dict__
-    last = d.get("_last_call")
-    settled = None if last is None else last.settled
-    if settled is None or type(x) is not torch.Tensor or not (prepared.ENABLED and native.USE) or (
-            prepared.transforms_active()):
-        return None
-    run, plan, scalars, read, seen = settled
-    if not all(map(is_, read(d), seen)):
-        return None
-    names = d["_state_names"]
-    numbers = [d.get(name) for name in names]
-    if not all(type(value) is float for value in numbers):
-        return None
-    results = run(plan, x, [*numbers, *scalars])
-    if not results:
-        return None
-    for name, value in zip(names, results[1:]):
-        d[name] = value
-    return results[0]
-
-
-def _set_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
-    """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
-    refuses clashing state names), so eager calls store them in the instance's dict: nn.Module.__setattr__'s
-    checks (isinstance against Parameter in Python, three dict lookups) are skipped, and the states are stored
-    one by one (dearer with dict.update). Callers ask `is_compiling` once; torch.compile traces the usual setattr."""
-    if compiling:
-        for name, value in zip(names, values):
-            setattr(layer, name, value)
-    else:
-        d = layer.__dict__
-        for name, value in zip(names, values):
-            d[name] = value
-
-
-def _states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
-            given: Sequence[Any] | None = None) -> list[torch.Tensor | float]:
-    """The states to start from (the layer's, or `given`), for x whose dims from `first` on are the neuron
-    shape: numbers (as after a reset: the kernels start from them directly), or tensors of the neuron shape
-    in x's dtype. A tensor of another shape starts afresh from its initial value, as SpikingJelly's nodes do
-    (a new batch size; an initial value held by a broadcast parameter). Devices are not compared here (a
-    call would pay for it): `Module.to` moves the states (`_apply`), and the op names a state on another
-    device."""
-    d = layer.__dict__
-    values: list[torch.Tensor | float] = []
-    shape = None
-    for i, name in enumerate(d["_state_names"]):
-        if given is not None:
-            value = given[i]
-        else:  # a plain attribute (see `_set_states`), unless a user deleted it or made it a Parameter
-            value = d[name] if not compiling and name in d else getattr(layer, name)
-        if type(value) is not float:
-            if not isinstance(value, torch.Tensor):
-                values.append(_number(name, value))
-                continue
-            if shape is None:  # sliced only for tensors
-                shape, dtype = x.shape[first:], x.dtype
-            if value.shape != shape:
-                value = _fresh(layer, name, shape)
-                if not isinstance(value, torch.Tensor):
-                    values.append(value)
-                    continue
-            if value.dtype != dtype:  # `to` parses its arguments even to do nothing
-                value = value.to(dtype)
-        values.append(value)
-    return values
-
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"state {name!r}: expected a tensor or a number, got {type(value).__name__}")
-    return float(value)
-
-
-def _fresh(layer: Neuron, name: str, shape: torch.Size) -> torch.Tensor | float:
-    """State `name` at its initial value for the neuron shape `shape`."""
-    init = layer.__dict__["_initial"][name]
-    value = _initial_value(layer, init)
-    if not isinstance(value, torch.Tensor):
-        return value
-    try:
-        return value.expand(shape).clone()
-    except RuntimeError:
-        held = f"parameter {init!r}" if isinstance(init, str) else "initial value"
-        raise ValueError(f"state {name!r}: its {held} has shape {tuple(value.shape)}, which does not broadcast "
-                         f"to the neuron shape {tuple(shape)}") from None
-
-
-def _initial_value(layer: Neuron, init: Any) -> Any:
-    """An initial value as a state holds it: a parameter's value where `init` names one (0 for v_reset=None:
-    v = v_reset under a soft reset starts at 0), a float, a detached copy of a tensor, else a deep copy."""
-    if isinstance(init, str):
-        init = getattr(layer, init)
-        init = 0.0 if init is None else init
-        return init.detach() if isinstance(init, torch.Tensor) else float(init)
-    if isinstance(init, torch.Tensor):
-        return init.detach().clone()
-    if isinstance(init, (int, float)) and not isinstance(init, bool):
-        return float(init)
-    return copy.deepcopy(init)
-
-
-def _check_memory(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
-        raise TypeError(f"{name}: an initial value must be a number or a tensor, got {type(value).__name__}")
-
-
-def _append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
-    """Append one step's membrane to v_seq, starting a new sequence where shape, dtype or device changed."""
-    step = v.unsqueeze(0)
-    seq = layer.__dict__.get("v_seq")
-    if seq is None or seq.shape[1:] != step.shape[1:] or seq.dtype != step.dtype or seq.device != step.device:
-        seq = step
-    else:
-        seq = torch.cat((seq, step))
-    _set_states(layer, ("v_seq",), (seq,), compiling)
-
-
-def _output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], spike: torch.Tensor,
-            states: Sequence[Any] | None, params: dict[str, Any]) -> torch.Tensor:
-    """The layer's output (see `nn.output`): the spike unless its spec names another output; `inputs` are the
-    call's step inputs (x, or one tensor per input), `states` the states after the step (or their sequences),
-    in the spec's order."""
-    output = layer.__dict__["_output"]
-    if output.kind == SPIKE:
-        return spike
-    assert states is not None  # the callers ask for the state sequences where the output reads them
-    return layer_output(layer.spec, output, inputs, spike, dict(zip(layer.__dict__["_state_names"], states)),
-                        params)
-
-
-def _params(layer: Neuron, compiling: bool) -> dict[str, Any]:
-    """The parameters by name, as getattr reads them, read afresh on every call (users change them between
-    calls). Eager calls look in the instance's dict, then in the parameters and buffers, as getattr and then
-    nn.Module.__getattr__ do, without the latter's Python frame. nn.Module keeps a name
-    in one of these dicts at most (its __setattr__ moves names between them) and refuses to register a parameter
-    or buffer named like a class attribute, which getattr would read first; a name in none of them (a
-    parametrization's property, say) is left to getattr."""
-    d = layer.__dict__
-    names = d["_param_names"]
-    if compiling:  # Dynamo traces getattr
-        return {name: getattr(layer, name) for name in names}
-    parameters, buffers = d["_parameters"], d["_buffers"]
-    params = {}
-    for name in names:
-        if name in d:
-            params[name] = d[name]
-        elif name in parameters:
-            params[name] = parameters[name]
-        elif name in buffers:
-            params[name] = buffers[name]
-        else:
-            params[name] = getattr(layer, name)
-    return params

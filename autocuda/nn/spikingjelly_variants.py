@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from .. import functional as F
-from .neuron import _BACKENDS, SIGMOID, Neuron, _params, _set_states, _states, _step_inputs
+from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states
+from .neuron import SIGMOID, Neuron
 from .spikingjelly import _common, require_tau
 from .spikingjelly_more import RECT
 
@@ -115,13 +116,13 @@ class ComplementaryLIFNode(Neuron):
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         if not self.store_state_seqs:
             return super().multi_step_forward(*inputs)
-        x_seq = _step_inputs(self, inputs, 2)[1]
+        x_seq = step_inputs(self, inputs, 2)[1]
         compiling = torch.compiler.is_compiling()
-        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *_states(self, x_seq, 1, compiling),
+        spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *start_states(self, x_seq, 1, compiling),
                                             surrogate=self._surrogate_ref, store_state_seq=True,
-                                            backend=_BACKENDS[self.backend], **_params(self, compiling))
+                                            backend=BACKENDS[self.backend], **read_params(self, compiling))
         assert finals is not None and seqs is not None
-        _set_states(self, self.state_names, finals, compiling)
+        store_states(self, self.state_names, finals, compiling)
         by_name = dict(zip(self.state_names, seqs))
         self.state_seqs = [by_name["v"], by_name["m"]]
         return spikes

@@ -1,0 +1,256 @@
+"""What a layer's call (`nn.Neuron`, and the layers built on it) reads from and writes to the layer: its step
+inputs, its parameters and states (read afresh from the layer's dict on every call, since users change them between
+calls), the states it stores, its output, and the two shortcuts of an eager multi-step call: the layer's last
+prepared call (`prepared_call`) and its settled call (`settled_call`).
+
+These are functions, not methods: nn.Module's __getattr__ keeps CPython from specializing attribute and method
+lookups on layers, so a method's lookup costs more than a function's; `layer.__dict__` is read once for the names
+that follow.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from operator import is_, itemgetter
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .. import native, prepared
+from ..spec.step import SPIKE
+from .output import layer_output
+
+if TYPE_CHECKING:
+    from .neuron import Neuron
+
+# a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
+BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
+            "cuda": "cuda", "host": "host"}
+
+
+def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
+                ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+    """What a call passes on as its step inputs (x alone, or a tuple of one tensor per input) and the first
+    input, whose shape and dtype the states follow; a wrong count, a non-tensor or a shape unlike the first's
+    is refused naming the input. `min_dim`: 2 in step mode 'm' ([T, *]), 0 in 's'."""
+    names = layer.__dict__["_input_names"]
+    if len(inputs) == 1 == len(names) and type(inputs[0]) is torch.Tensor and inputs[0].dim() >= min_dim:
+        return inputs[0], inputs[0]  # the usual call: one input, checked further by the functional API
+    if len(inputs) != len(names):
+        raise TypeError(f"{layer.spec.name!r} takes {len(names)} step input(s) ({', '.join(names)}), one tensor "
+                        f"each; got {len(inputs)}")
+    for name, value in zip(names, inputs):
+        label = ("x_seq" if min_dim else "x") if names == ("x",) else name
+        if not isinstance(value, torch.Tensor):
+            if min_dim:
+                raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got "
+                                 f"{type(value).__name__}")
+            raise TypeError(f"{label}: expected a torch.Tensor, got {type(value).__name__}")
+        if value.dim() < min_dim:
+            raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got {tuple(value.shape)}")
+    first = inputs[0]
+    for name, value in zip(names[1:], inputs[1:]):
+        if value.shape != first.shape:
+            raise ValueError(f"step input {name!r} has shape {tuple(value.shape)} but {names[0]!r} has "
+                             f"{tuple(first.shape)}: every step input must have one shape")
+    return (first if len(inputs) == 1 else tuple(inputs)), first
+
+
+def prepared_call(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
+                  params: dict[str, Any]) -> tuple | None:
+    """An eager multi-step call's results where it runs the layer's last prepared call again, or where it is
+    prepared now (`prepared.layer_multi_step`); else None (recompute, or a call the full path runs)."""
+    d = layer.__dict__
+    if d["recompute"]:
+        return None
+    last = d.get("_last_call")
+    if last is None:  # made on the first ask: a layer unpickled without one has none
+        last = d["_last_call"] = prepared.LastCall()
+    results = prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"],
+                                        d["detach_reset"], d["store_v_seq"] or d["_output"].kind != SPIKE,
+                                        BACKENDS[d["backend"]], d["save_h"], params)
+    if results is not None and isinstance(x, torch.Tensor):
+        last.settled = _settle(d, last.prepared, x, params)
+    return results
+
+
+# What a layer's call reads from its dict besides its parameters, states and inputs
+_SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "store_v_seq", "_output", "backend", "save_h", "recompute")
+
+
+def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, params: dict[str, Any]
+            ) -> tuple | None:
+    """What `settled_call` needs to run the layer's last prepared call (`call`, just run with `params`) again: the
+    native operator, plan and scalars, and the switches' and parameters' values, which must be the same objects
+    for these to hold. None where the layer keeps more than final states, a parameter is not a plain attribute
+    (a parameter, a buffer or a property, which can change without a new object in the dict), or the call has no
+    native plan."""
+    names = d["_param_names"]
+    if call is None or d["store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
+        return None
+    made = call.settled(x, params)
+    if made is None:
+        return None
+    read = itemgetter(*_SWITCHES, *names)
+    return (native.layer_operator(), *made, read, read(d))
+
+
+def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
+    """The spikes of an eager multi-step call that reruns the layer's settled call (`_settle`), or None where it
+    cannot: no settled call, a switch or parameter that is not the object it was, a state that is not a float (a
+    reset gives floats), the prepared or native path turned off, a functorch transform, or an x the native plan was
+    not made for (the operator checks x)."""
+    d = layer.__dict__
+    last = d.get("_last_call")
+    settled = None if last is None else last.settled
+    if settled is None or type(x) is not torch.Tensor or not (prepared.ENABLED and native.USE) or (
+            prepared.transforms_active()):
+        return None
+    run, plan, scalars, read, seen = settled
+    if not all(map(is_, read(d), seen)):
+        return None
+    names = d["_state_names"]
+    numbers = [d.get(name) for name in names]
+    if not all(type(value) is float for value in numbers):
+        return None
+    results = run(plan, x, [*numbers, *scalars])
+    if not results:
+        return None
+    for name, value in zip(names, results[1:]):
+        d[name] = value
+    return results[0]
+
+
+def store_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
+    """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
+    refuses clashing state names), so eager calls store them in the instance's dict: nn.Module.__setattr__'s
+    checks (isinstance against Parameter in Python, three dict lookups) are skipped, and the states are stored
+    one by one (dearer with dict.update). Callers ask `is_compiling` once; torch.compile traces the usual setattr."""
+    if compiling:
+        for name, value in zip(names, values):
+            setattr(layer, name, value)
+    else:
+        d = layer.__dict__
+        for name, value in zip(names, values):
+            d[name] = value
+
+
+def start_states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
+                 given: Sequence[Any] | None = None) -> list[torch.Tensor | float]:
+    """The states to start from (the layer's, or `given`), for x whose dims from `first` on are the neuron
+    shape: numbers (as after a reset: the kernels start from them directly), or tensors of the neuron shape
+    in x's dtype. A tensor of another shape starts afresh from its initial value, as SpikingJelly's nodes do
+    (a new batch size; an initial value held by a broadcast parameter). Devices are not compared here (a
+    call would pay for it): `Module.to` moves the states (`_apply`), and the op names a state on another
+    device."""
+    d = layer.__dict__
+    values: list[torch.Tensor | float] = []
+    shape = None
+    for i, name in enumerate(d["_state_names"]):
+        if given is not None:
+            value = given[i]
+        else:  # a plain attribute (see `store_states`), unless a user deleted it or made it a Parameter
+            value = d[name] if not compiling and name in d else getattr(layer, name)
+        if type(value) is not float:
+            if not isinstance(value, torch.Tensor):
+                values.append(_number(name, value))
+                continue
+            if shape is None:  # sliced only for tensors
+                shape, dtype = x.shape[first:], x.dtype
+            if value.shape != shape:
+                value = _fresh(layer, name, shape)
+                if not isinstance(value, torch.Tensor):
+                    values.append(value)
+                    continue
+            if value.dtype != dtype:  # `to` parses its arguments even to do nothing
+                value = value.to(dtype)
+        values.append(value)
+    return values
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"state {name!r}: expected a tensor or a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _fresh(layer: Neuron, name: str, shape: torch.Size) -> torch.Tensor | float:
+    """State `name` at its initial value for the neuron shape `shape`."""
+    init = layer.__dict__["_initial"][name]
+    value = initial_value(layer, init)
+    if not isinstance(value, torch.Tensor):
+        return value
+    try:
+        return value.expand(shape).clone()
+    except RuntimeError:
+        held = f"parameter {init!r}" if isinstance(init, str) else "initial value"
+        raise ValueError(f"state {name!r}: its {held} has shape {tuple(value.shape)}, which does not broadcast "
+                         f"to the neuron shape {tuple(shape)}") from None
+
+
+def initial_value(layer: Neuron, init: Any) -> Any:
+    """An initial value as a state holds it: a parameter's value where `init` names one (0 for v_reset=None:
+    v = v_reset under a soft reset starts at 0), a float, a detached copy of a tensor, else a deep copy."""
+    if isinstance(init, str):
+        init = getattr(layer, init)
+        init = 0.0 if init is None else init
+        return init.detach() if isinstance(init, torch.Tensor) else float(init)
+    if isinstance(init, torch.Tensor):
+        return init.detach().clone()
+    if isinstance(init, (int, float)) and not isinstance(init, bool):
+        return float(init)
+    return copy.deepcopy(init)
+
+
+def check_memory(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(f"{name}: an initial value must be a number or a tensor, got {type(value).__name__}")
+
+
+def append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
+    """Append one step's membrane to v_seq, starting a new sequence where shape, dtype or device changed."""
+    step = v.unsqueeze(0)
+    seq = layer.__dict__.get("v_seq")
+    if seq is None or seq.shape[1:] != step.shape[1:] or seq.dtype != step.dtype or seq.device != step.device:
+        seq = step
+    else:
+        seq = torch.cat((seq, step))
+    store_states(layer, ("v_seq",), (seq,), compiling)
+
+
+def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], spike: torch.Tensor,
+                states: Sequence[Any] | None, params: dict[str, Any]) -> torch.Tensor:
+    """The layer's output (see `nn.output`): the spike unless its spec names another output; `inputs` are the
+    call's step inputs (x, or one tensor per input), `states` the states after the step (or their sequences),
+    in the spec's order."""
+    output = layer.__dict__["_output"]
+    if output.kind == SPIKE:
+        return spike
+    assert states is not None  # the callers ask for the state sequences where the output reads them
+    return layer_output(layer.spec, output, inputs, spike, dict(zip(layer.__dict__["_state_names"], states)),
+                        params)
+
+
+def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:
+    """The parameters by name, as getattr reads them, read afresh on every call (users change them between
+    calls). Eager calls look in the instance's dict, then in the parameters and buffers, as getattr and then
+    nn.Module.__getattr__ do, without the latter's Python frame. nn.Module keeps a name
+    in one of these dicts at most (its __setattr__ moves names between them) and refuses to register a parameter
+    or buffer named like a class attribute, which getattr would read first; a name in none of them (a
+    parametrization's property, say) is left to getattr."""
+    d = layer.__dict__
+    names = d["_param_names"]
+    if compiling:  # Dynamo traces getattr
+        return {name: getattr(layer, name) for name in names}
+    parameters, buffers = d["_parameters"], d["_buffers"]
+    params = {}
+    for name in names:
+        if name in d:
+            params[name] = d[name]
+        elif name in parameters:
+            params[name] = parameters[name]
+        elif name in buffers:
+            params[name] = buffers[name]
+        else:
+            params[name] = getattr(layer, name)
+    return params
