@@ -78,7 +78,7 @@ class Prepared:
 
     def settled(self, x: Tensor, params: dict[str, Any]) -> tuple[int, tuple[float, ...]] | None:
         """The native plan and the kernel's scalars of this call with `params` (checked as a call checks them), for
-        a layer that calls again with the same parameters and numbers for initial states (`nn.neuron`); None
+        a layer that calls again with the same parameters and numbers for initial states (`nn.layer_call`); None
         without a native plan, or where the call keeps state sequences or no final states."""
         if self.native is None or self.options != (True, False):
             return None
@@ -143,7 +143,7 @@ class LastCall:
     def __init__(self) -> None:
         self.entry: tuple[tuple, Prepared] | None = None
         self.constants: tuple[str, ...] = ()  # the spec's compile-time constants, whose values the check holds
-        self.settled: tuple | None = None  # what the layer keeps to rerun the call without the check (nn.neuron)
+        self.settled: tuple | None = None  # what the layer keeps to rerun the call without the check (nn.layer_call)
 
     @property
     def prepared(self) -> Prepared | None:
