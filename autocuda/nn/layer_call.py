@@ -110,9 +110,12 @@ def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
     if not all(map(is_, read(d), seen)):
         return None
     names = d["_state_names"]
-    numbers = [d.get(name) for name in names]
-    if not all(type(value) is float for value in numbers):
-        return None
+    numbers = []
+    for name in names:
+        value = d.get(name)
+        if type(value) is not float:
+            return None
+        numbers.append(value)
     results = run(plan, x, [*numbers, *scalars])
     if not results:
         return None
