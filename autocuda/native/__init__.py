@@ -36,8 +36,8 @@ FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c
 _lock = threading.Lock()
 _state = {"phase": "unasked", "why": ""}  # unasked -> building -> loaded | unavailable
 _builder: list[threading.Thread] = []
-_CALL = None  # the loaded operators' C++ callables: `call`, and `layer_call` (see `layer_operator`)
-_LAYER_CALL = None
+_CALL = None  # the loaded `call` operator's C++ callable
+_OPERATORS: dict[str, Any] = {}  # every loaded operator's C++ callable by name (see `operator`)
 
 
 def enabled() -> bool:
@@ -90,19 +90,13 @@ def call(plan: int, x: torch.Tensor, numbers: Sequence[float]) -> list[torch.Ten
     return _CALL(plan, x, numbers)  # type: ignore[misc]
 
 
-def operator() -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
-    """`call` itself, once the operator is loaded (a prepared call holds it: no Python frame in between)."""
-    if _CALL is None:
+def operator(name: str = "call") -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
+    """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`,
+    or `layer_call`, a layer's repeated call, which gives the spikes in x's shape and the final states in its
+    neuron shape, or an empty list for an x the plan was not made for."""
+    if name not in _OPERATORS:
         raise RuntimeError(f"the native operator is not loaded ({status()})")
-    return _CALL
-
-
-def layer_operator() -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
-    """`autocuda_native::layer_call`'s C++ callable, once loaded: a layer's repeated call, which gives the spikes in
-    x's shape and the final states in its neuron shape, or an empty list for an x the plan was not made for."""
-    if _LAYER_CALL is None:
-        raise RuntimeError(f"the native operator is not loaded ({status()})")
-    return _LAYER_CALL
+    return _OPERATORS[name]
 
 
 def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:
@@ -160,19 +154,16 @@ def build_into_cache() -> int:
 
 
 def _load(path: Path) -> None:
-    global _CALL, _LAYER_CALL
+    global _CALL
     try:
         torch.ops.load_library(str(path))
-        # each operator's C++ callable: the overload's __call__ only forwards to it
-        _LAYER_CALL = _callable(torch.ops.autocuda_native.layer_call.default)
-        _CALL = _callable(torch.ops.autocuda_native.call.default)
+        for name in ("layer_call", "call"):  # each overload's __call__ only forwards to its C++ callable
+            overload = getattr(torch.ops.autocuda_native, name).default
+            _OPERATORS[name] = getattr(overload, "_op", overload)
+        _CALL = _OPERATORS["call"]
         _state.update(phase="loaded", why="")
     except Exception as error:  # a library torch refuses (another torch build): the Python path
         _unavailable(f"loading {path} failed: {error}")
-
-
-def _callable(overload: Any) -> Any:
-    return getattr(overload, "_op", overload)
 
 
 def _unavailable(why: str) -> None:

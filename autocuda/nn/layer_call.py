@@ -92,7 +92,7 @@ def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, 
     if made is None:
         return None
     read = itemgetter(*_SWITCHES, *names)
-    return (native.layer_operator(), *made, read, read(d))
+    return (native.operator("layer_call"), *made, read, read(d))
 
 
 def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
