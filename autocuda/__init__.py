@@ -26,8 +26,9 @@ _HOMES = {
     **dict.fromkeys(("SURROGATES", "Surrogate", "get_surrogate"), ".surrogate"),
     "neuron": ".spec.python",
 }
-_SUBMODULES = ("cfunction", "functional", "nn", "ops", "testing", "reference", "nir", "monitor", "plot", "encoding",
-               "progress")
+# Every public submodule (each documented one among them: tests/test_imports.py checks both lists)
+_SUBMODULES = ("cfunction", "ckernel", "dtypes", "errors", "spec", "surrogate", "functional", "nn", "ops", "testing",
+               "reference", "nir", "monitor", "plot", "encoding", "progress")
 
 __all__ = ["cfunction", *_HOMES, "__version__"]
 

@@ -85,3 +85,27 @@ def test_an_unknown_name_is_an_attribute_error():
         autocuda.nn.LIFnode  # noqa: B018
     with pytest.raises(ImportError, match="LIFnode"):
         from autocuda.nn import LIFnode  # noqa: F401
+
+
+def documented_modules() -> set[str]:
+    """The top-level submodules the API pages document (`::: autocuda.X...` in docs/api)."""
+    found = set()
+    for page in (REPO / "docs").rglob("*.md"):
+        for line in page.read_text().splitlines():
+            if line.startswith("::: autocuda."):
+                found.add(line.split()[1].split(".")[1])
+    return found
+
+
+def test_every_public_submodule_and_name_is_an_attribute_of_a_fresh_import():
+    import autocuda
+
+    assert documented_modules() <= set(autocuda._SUBMODULES), "a documented module is missing from _SUBMODULES"
+    code = ("import autocuda, types\n"
+            "for name in (*autocuda.__all__, *autocuda._SUBMODULES):\n"
+            "    value = getattr(autocuda, name)\n"
+            "    assert name not in autocuda._SUBMODULES or isinstance(value, types.ModuleType), name\n"
+            "autocuda.surrogate.Sigmoid()\n")
+    done = subprocess.run([sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
