@@ -31,7 +31,8 @@ _SCALAR_OPS = {
     "less_equal": "({x} <= {y} ? {one} : {zero})",
     "less_than": "({x} < {y} ? {one} : {zero})",
     "if_else": "({m} != {zero} ? {x} : {y})",
-    "heaviside": "({x} >= {zero} ? {one} : {zero})",
+    "heaviside": "({x} >= {zero} ? {one} : {zero})",         # Θ(0) = 1: fires at equality
+    "heaviside_strict": "({x} > {zero} ? {one} : {zero})",   # Θ(0) = 0: fires strictly above
     "sigmoid": "({one} / ({one} + {exp}(-{x})))",
     # Conditions for the printer's selections: C booleans here, 0/1 lane masks for packed types.
     "cond_ge": "({x} >= {y})", "cond_gt": "({x} > {y})", "cond_le": "({x} <= {y})", "cond_lt": "({x} < {y})",
@@ -75,13 +76,14 @@ _PACKED_OPS = {
     "less_than": "__hlt2({x}, {y})",
     "if_else": "{p}_select({m}, {x}, {y})",
     "heaviside": "__hge2({x}, {zero})",
+    "heaviside_strict": "__hgt2({x}, {zero})",
     "sigmoid": "h2rcp(__hadd2({one}, h2exp(__hneg2({x}))))",
     "cond_ge": "__hge2({x}, {y})", "cond_gt": "__hgt2({x}, {y})", "cond_le": "__hle2({x}, {y})",
     "cond_lt": "__hlt2({x}, {y})", "cond_and": "__hmul2({x}, {y})",
     "select": "{p}_select({m}, {x}, {y})",
 }
 UNARY = ("neg", "abs", "exp", "expm1", "log", "sqrt", "sin", "cos", "tan", "tanh", "atan", "erf", "heaviside",
-         "sigmoid")
+         "heaviside_strict", "sigmoid")
 BINARY = ("add", "sub", "mul", "div", "power", "minimal", "maximum",
           "greater_equal", "greater_than", "less_equal", "less_than")
 

@@ -27,6 +27,7 @@ from .spec.derive import (
     H,
     StepSystem,
     adjoint_symbol,
+    fire_step,
     level_gradient_symbol,
     membrane_update,
     previous_membrane,
@@ -66,10 +67,11 @@ def step(system: StepSystem, x: torch.Tensor | Sequence[torch.Tensor], states: S
 def fire(system: StepSystem, values: Values, surrogate: Surrogate) -> tuple[torch.Tensor, torch.Tensor]:
     """(spike, event) from `values` of H, THRESHOLD, states and parameters: each level through its surrogate's
     autograd function (the neuron's `surrogate` where it has none of its own)."""
+    strict = system.fires_at == ">"  # the step Θ(0) = 0: fires strictly above (derive.fire_step)
     if not system.levels:
-        spike = surrogate(values[H] - values[THRESHOLD])  # type: ignore[arg-type]  # H is a tensor
+        spike = surrogate(values[H] - values[THRESHOLD], strict)  # type: ignore[arg-type]  # H is a tensor
         return spike, spike
-    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values)) for level in system.levels]
+    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values), strict) for level in system.levels]
     weights = [float(level.weight) for level in system.levels]
     spike = functools.reduce(operator.add, (c * f for c, f in zip(weights, fired)))
     event = functools.reduce(operator.add, (abs(c) * f for c, f in zip(weights, fired)))
@@ -151,7 +153,7 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
                   **dict(zip(system.states, previous)),
                   **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
         values[THRESHOLD] = evaluate(system.threshold, values)
-        fired = [(evaluate(level.argument, values) >= 0).to(h_seq.dtype) for level in levels]
+        fired = [evaluate(fire_step(system, level.argument), values) for level in levels]
         values[SPIKE] = sum(float(level.weight) * f for level, f in zip(levels, fired))
         values[EVENT] = sum(abs(float(level.weight)) * f for level, f in zip(levels, fired))
         values |= {symbol: evaluate(gradient, values) for symbol, gradient in gradients}

@@ -182,11 +182,12 @@ class Surrogate:
             object.__setattr__(self, "_gradient_x", cached)
         return cached
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Θ(x) in forward, this surrogate's gradient in backward; with spiking=False, the primitive (autograd
-        differentiates it: its derivative is the gradient)."""
+    def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
+        """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
+        in backward; with spiking=False, the primitive (autograd differentiates it: its derivative is the
+        gradient)."""
         if self._spiking:
-            return _SpikeFunction.apply(x, self)
+            return _SpikeFunction.apply(x, self, strict)
         from .spec.torch_eval import evaluate
 
         cached = self.__dict__.get("_primitive_x")
@@ -202,15 +203,15 @@ def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any]) -> Surrogate:
 
 class _SpikeFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, surrogate: Surrogate) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, surrogate: Surrogate, strict: bool) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.surrogate = surrogate
-        return (x >= 0).to(x.dtype)
+        return (x > 0 if strict else x >= 0).to(x.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (x,) = ctx.saved_tensors
-        return grad * ctx.surrogate.torch_gradient(x), None
+        return grad * ctx.surrogate.torch_gradient(x), None, None
 
 
 _ALPHA = {"alpha": "positive"}

@@ -14,6 +14,7 @@ from ..spec.derive import (
     THRESHOLD,
     Derivation,
     H,
+    fire_step,
     level_gradient_symbol,
     previous_membrane,
     spike_levels,
@@ -96,7 +97,7 @@ def h_stored_as_decided(b: Builder) -> None:
         return fill(load, x=fill(rounding, x="ac_h"))
     b.printer.names[_H_STORED] = "ac_h_stored"
     b.statement("ac_h_stored", stored(storage.element_store), comment="h as stored, rounded to nearest")
-    b.statement("ac_s_stored", sp.Heaviside(_H_STORED - THRESHOLD, 1))
+    b.statement("ac_s_stored", fire_step(b.d.system, _H_STORED - THRESHOLD))
     b.statement("ac_out_h[lane]", "ac_h", declare=False, guard="ac_s_stored == ac_s",
                 otherwise=f"(ac_s != {b.compute.literal(0)}) ? {stored(storage.element_store_up)} : "
                           f"{stored(storage.element_store_down)}",
@@ -314,7 +315,7 @@ def _replay(b: Builder, derivation: Derivation) -> None:
     b.statement("ac_hist_h[ac_k][lane]", "ac_h_cur[lane]", declare=False)
     b.statement("ac_h", "ac_h_cur[lane]", comment="threshold and spike, then the saved states' updates")
     b.statement("ac_thr", system.threshold)
-    b.statement("ac_s", sp.Heaviside(H - THRESHOLD, 1))
+    b.statement("ac_s", fire_step(system, H - THRESHOLD))
     news = b.emit([derivation.forward.new_states[i] for i, _ in kept])
     for (_, s), value in zip(kept, news):
         b.statement(c_name(s.name, "next"), value)

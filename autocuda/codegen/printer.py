@@ -22,6 +22,9 @@ _COMPARISONS: dict[type, str] = {
     sp.GreaterThan: "cond_ge", sp.StrictGreaterThan: "cond_gt", sp.LessThan: "cond_le", sp.StrictLessThan: "cond_lt",
 }
 _FOLDS: dict[type, str] = {sp.Min: "minimal", sp.Max: "maximum"}
+# Heaviside(z, Θ(0)) -> the table's step: Θ(0) = 1 fires at equality (s = Θ(h - v_th) under fires_at ">="),
+# Θ(0) = 0 strictly above (fires_at ">"); no other value at 0 has a spelling.
+_STEPS: dict[sp.Expr, str] = {sp.Integer(1): "heaviside", sp.Integer(0): "heaviside_strict"}
 _MAX_UNROLLED_POWER = 4
 
 
@@ -122,9 +125,11 @@ class CudaPrinter:
         return text
 
     def _heaviside(self, expr: sp.Heaviside) -> str:
-        if len(expr.args) > 1 and expr.args[1] != 1:
-            raise PrintError("only Heaviside with H(0) = 1 is supported (spikes fire at equality)")
-        return self._op("heaviside", self.print(expr.args[0]))
+        name = _STEPS.get(expr.args[1]) if len(expr.args) > 1 else None
+        if name is None:
+            raise PrintError(f"only Heaviside with H(0) = 1 (fires at equality) or H(0) = 0 (strictly above) is "
+                             f"supported, got {expr}")
+        return self._op(name, self.print(expr.args[0]))
 
     def _relational(self, expr: sp.core.relational.Relational) -> str:
         name = next((v for k, v in _COMPARISONS.items() if isinstance(expr, k)), None)

@@ -3,7 +3,8 @@ and the choice of what the forward pass must save for the backward pass.
 
 Notation (per neuron, step t): inputs x = x[t] and the states S = (v, w, ...) of step t-1;
     h  = charge(x, S)                   thr = threshold(S)
-    s  = Θ(h - thr)                     the spike (surrogate gradient σ'(h - thr) in backward)
+    s  = Θ(h - thr)                     the spike (surrogate gradient σ'(h - thr) in backward); Θ(0) = 1
+                                        (fires_at ">=") or Θ(0) = 0 (fires_at ">": the strict step)
     v' = reset(h, s_r, thr)             s_r is the spike as the reset sees it (detached if detach_reset)
     w' = update_w(x, h, s, S)           further states, after firing
 A multi-level spike (`levels`) is s = Σ_k c_k Θ(a_k(h, thr, S)), each level with its own surrogate σ_k; its
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
+FiresAt = Literal[">=", ">"]
+# The spike's step Θ(z) at z = 0, per comparison: sympy's Heaviside(z, Θ(0)), which the printers know as the
+# table's `heaviside` (fires at equality) and `heaviside_strict` (fires strictly above).
+_STEP_AT_ZERO: dict[str, int] = {">=": 1, ">": 0}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class StepSystem:
     v_reset: sp.Expr | None                # the hard-reset value (a parameter symbol or a number) or None
     levels: tuple[SpikeLevel, ...] = ()    # a multi-level spike; () is the single spike Θ(h - thr)
     more_inputs: tuple[sp.Symbol, ...] = ()  # the step inputs after x (the first), for a spec with several
+    fires_at: FiresAt = ">="               # the spike's comparison (of every level): Θ(0) = 1, or 0 for ">"
 
     @property
     def inputs(self) -> tuple[sp.Symbol, ...]:
@@ -57,20 +63,22 @@ class StepSystem:
         return (self.x, *self.more_inputs)
 
     def __repr__(self) -> str:
-        """The dataclass's repr, without `levels` where there are none and `more_inputs` where there is x alone:
-        kernel names are digests of it, and the single-spike, single-input systems keep theirs."""
-        return _repr_without_empty(self, ("levels", "more_inputs"))
+        """The dataclass's repr, without `levels` where there are none, `more_inputs` where there is x alone and
+        `fires_at` where it is ">=": kernel names are digests of it, and the systems without these keep theirs."""
+        return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at"))
 
 
-def _repr_without_empty(obj: object, optional: tuple[str, ...]) -> str:
-    """A dataclass's repr, leaving out the fields named in `optional` where they are empty."""
-    shown = (f for f in fields(obj) if not (f.name in optional and not getattr(obj, f.name)))  # type: ignore[arg-type]
+def _repr_without_defaults(obj: object, optional: tuple[str, ...]) -> str:
+    """A dataclass's repr, leaving out the fields named in `optional` where they hold their default."""
+    shown = (f for f in fields(obj)  # type: ignore[arg-type]
+             if not (f.name in optional and getattr(obj, f.name) == f.default))
     return f"{type(obj).__qualname__}({', '.join(f'{f.name}={getattr(obj, f.name)!r}' for f in shown)})"
 
 
 @dataclass(frozen=True)
 class SpikeLevel:
-    """One level of a spike: it adds `weight` where `argument` >= 0, with `surrogate`'s gradient in backward
+    """One level of a spike: it adds `weight` where `argument` >= 0 (> 0 under fires_at ">"), with `surrogate`'s
+    gradient in backward
     (None: the neuron's surrogate, the one the layer or kernel is given)."""
 
     weight: sp.Expr
@@ -100,9 +108,14 @@ def level_gradient_symbol(k: int) -> sp.Symbol:
     return SURROGATE_GRAD if k == 0 else sp.Symbol(f"ac_sg_{k}", real=True)
 
 
+def fire_step(system: StepSystem, z: sp.Expr) -> sp.Expr:
+    """Θ(z), the step of the system's spike: Heaviside(z, 1) for fires_at ">=", the strict Heaviside(z, 0) for ">"."""
+    return sp.Heaviside(z, _STEP_AT_ZERO[system.fires_at])
+
+
 def spike_value(system: StepSystem, magnitude: bool = False) -> sp.Expr:
     """s = Σ c_k Θ(a_k) in H, THRESHOLD, states and parameters; with `magnitude`, the event Σ |c_k| Θ(a_k)."""
-    return sp.Add(*((abs(level.weight) if magnitude else level.weight) * sp.Heaviside(level.argument, 1)
+    return sp.Add(*((abs(level.weight) if magnitude else level.weight) * fire_step(system, level.argument)
                     for level in spike_levels(system)))
 
 
@@ -154,7 +167,7 @@ class BackwardStep:
 
     def __repr__(self) -> str:
         """Without the fields of further inputs where there are none (kernel names are digests of it)."""
-        return _repr_without_empty(self, ("grad_more_inputs", "needs_more_inputs"))
+        return _repr_without_defaults(self, ("grad_more_inputs", "needs_more_inputs"))
 
 
 @dataclass(frozen=True)
@@ -170,7 +183,7 @@ class Derivation:
 
     def __repr__(self) -> str:
         """Without `charge_replayed` where it is False (kernel names are digests of it)."""
-        return _repr_without_empty(self, ("charge_replayed",))
+        return _repr_without_defaults(self, ("charge_replayed",))
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
@@ -350,7 +363,7 @@ def replaying_charge(derivation: Derivation) -> Derivation:
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:
     """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel)."""
     if not system.levels:
-        spike = sp.Heaviside(h_previous - system.threshold, 1)
+        spike = fire_step(system, h_previous - system.threshold)
         return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})
     values = {SPIKE_RESET: spike_value(system), EVENT_RESET: spike_value(system, magnitude=True)}
     return membrane_update(system).subs(values).subs({THRESHOLD: system.threshold, H: h_previous})

@@ -7,6 +7,8 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     charge = "v + (x + a0 * (v - v_rest) * (v - v_c) - w) / tau"     # h = f(x, states, params, derived)
     threshold = "v_threshold"             # optional (this default); states, params, derived
     reset = "hard"                        # hard (needs param v_reset) | soft | none; optional, default hard
+    fires_at = ">="                       # optional (this default): s = 1 where h >= threshold; ">": only where
+                                          # h > threshold (NIR, snnTorch, Norse); it applies to every level too
 
     [params]                              # in declaration order
     tau = 2.0                             # a plain number: runtime scalar with this default
@@ -34,6 +36,10 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     name = "Sigmoid"
     alpha = 4.0                           # or: gradient = "1 / (1 + abs(x))**2" plus its own parameters
 
+The comparison `fires_at` chooses the step Θ: with ">=" (the default) Θ(z) = 1 for z >= 0, so h landing exactly on
+the threshold fires; with ">" Θ(z) = 1 for z > 0 only (Θ(0) = 0). Only the forward value differs: the surrogate
+gradient is the same.
+
 Multi-level spikes (optional; without them s = Θ(h - threshold)): s = Σ_k weight_k Θ(argument_k), each level
 with its own surrogate (default: the neuron's, [surrogate] or the layer's choice). The soft reset subtracts
 s · threshold; the hard reset sees the event Σ_k |weight_k| Θ(argument_k) (levels that fire one at a time).
@@ -41,6 +47,7 @@ Example (ternary_if)::
 
     [[levels]]
     argument = "h - v_threshold"          # an expression of h, the states and the parameters; fires at >= 0
+                                          # (at > 0 under fires_at = ">")
     weight = 1.0                          # optional, default 1; a nonzero number
     [[levels]]
     argument = "-h - v_threshold"
@@ -91,12 +98,14 @@ from .names import check_identifier, spec_name_problem
 from .ode import TIME_STEP, check_structure
 from .parsed import SPIKE_OUTPUT, ParsedSpec, parse_spec
 
-__all__ = ["Param", "State", "Level", "NeuronSpec", "reset_rules"]
+__all__ = ["Param", "State", "Level", "NeuronSpec", "reset_rules", "FIRES_AT"]
 
 Kind = Literal["constant", "scalar", "tensor"]
 KINDS = ("constant", "scalar", "tensor")
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
+FiresAt = Literal[">=", ">"]  # the spike's comparison of h with the threshold (of each level's argument with 0)
+FIRES_AT: tuple[FiresAt, ...] = (">=", ">")
 RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
 DEFAULT_INPUTS = ("x",)  # one step input, x
 # Input names that would make a kernel argument's key another argument's (`<input>_seq`, `grad_<input>_seq`)
@@ -171,8 +180,8 @@ class State:
 
 @dataclasses.dataclass(frozen=True)
 class Level:
-    """One level of a multi-level spike: `weight` where `argument` (of h, states, params) is >= 0, with its
-    own surrogate gradient (None: the neuron's)."""
+    """One level of a multi-level spike: `weight` where `argument` (of h, states, params) is >= 0 (> 0 where the
+    neuron's `fires_at` is ">"), with its own surrogate gradient (None: the neuron's)."""
 
     argument: str
     weight: float = 1.0
@@ -289,6 +298,7 @@ class NeuronSpec:
     output: str = SPIKE_OUTPUT  # the layer's output per step (see module doc)
     levels: tuple[Level, ...] | None = None  # a multi-level spike; None: s = Θ(h - threshold)
     inputs: tuple[str, ...] = DEFAULT_INPUTS  # the step inputs' names, each a sequence the kernels read
+    fires_at: FiresAt = ">="  # the spike's comparison: ">=" fires where h equals the threshold, ">" does not
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -332,6 +342,9 @@ class NeuronSpec:
         _expect(self.origin, str, "origin", "a string")
         if self.reset not in RESETS:
             raise SpecError(f"reset must be one of {', '.join(RESETS)}", field="reset", symbol=str(self.reset))
+        if not isinstance(self.fires_at, str) or self.fires_at not in FIRES_AT:
+            raise SpecError(f"fires_at must be one of {', '.join(repr(c) for c in FIRES_AT)}, got {self.fires_at!r}",
+                            field="fires_at", symbol=str(self.fires_at))
         self._check_names()
         self._check_structure()
 
@@ -449,8 +462,8 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 
 def spec_text(spec: NeuronSpec) -> str:
     """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
-    where it is the spike, the levels where there are none and the inputs where there is x alone: the specs that
-    had none of these fields keep their text (and so their cache entries)."""
-    defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS}
+    where it is the spike, the levels where there are none, the inputs where there is x alone and the comparison
+    where it is ">=": the specs that had none of these fields keep their text (and so their cache entries)."""
+    defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS, "fires_at": ">="}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                       if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))

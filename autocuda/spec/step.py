@@ -68,7 +68,7 @@ class StepSpec:
         spec = {"name": s.name, "doc": s.doc, "charge": s.charge, "threshold": s.threshold, "reset": s.reset,
                 "params": [dataclasses.asdict(p) for p in s.params], "states": [[t.name, t.init] for t in s.states],
                 "updates": [list(u) for u in s.updates], "surrogate": surrogate, "inputs": list(s.inputs),
-                "origin": s.origin}
+                "fires_at": s.fires_at, "origin": s.origin}
         return json.dumps({"spec": spec, "states": self.states, "params": self.params,
                            "outputs": [dataclasses.astuple(o) for o in self.outputs],
                            "detach_reset": self.detach_reset, "spiking": self.spiking})

@@ -65,6 +65,7 @@ def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] 
         levels=tuple(SpikeLevel(_weight(level.weight), prepare(argument, f"levels[{i}].argument"), level.surrogate)
                      for i, (level, argument) in enumerate(zip(spec.levels or (), parsed.levels))),
         more_inputs=parsed.inputs[1:],
+        fires_at=spec.fires_at,
     )
 
 
