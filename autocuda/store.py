@@ -6,12 +6,19 @@ Kinds: `host` (host-runner libraries), `kernels` (generated kernel sources and p
 
 What is read from the cache becomes code that runs, so the cache is private to its user (docs/cache.md):
 - the root is resolved once (symbolic links on the way to it are followed) and must be a directory owned by this
-  user and not writable by group or others; it is created with mode 0700 whatever the umask;
+  user and not writable by group or others; it is created with mode 0700 whatever the umask. A folder above it
+  that another user could rename entries of (writable by group or others without the sticky bit, or owned by
+  another user but root) gets one warning naming it: that user can swap the root for a tree of their own;
 - inside the root nothing is followed: a kind folder (or a subfolder such as the host runner's shim folder) must be
   a real directory passing the same checks, and files are opened with O_NOFOLLOW and must be regular files of
   this user's, not writable by group or others;
-- a refused root or kind folder is replaced, for this process, by a private temporary folder, with one warning
-  naming the folder and the reason (as is one that cannot be written).
+- a file is read once, through a descriptor of its folder (opened without following a link, and checked as a
+  folder is) and one of its own, together with its sidecar from the same folder; what is verified is the bytes
+  read, and those bytes are what is used (`verified_bytes`): a library is loaded from them, never opened again by
+  its name (`autocuda.host.cache.open_library`);
+- a refused or unwritable root or kind folder is replaced by this user's fallback cache (`autocuda-<uid>` in the
+  temporary folder, kept between processes and checked like a root), with one warning naming the folder and the
+  reason; where that fails too, by a private temporary folder of this process.
 A file is written atomically (a temporary file of mode 0600 in the same folder, then os.replace) together with a
 sidecar holding the sha256 of its bytes; a file whose bytes do not match its sidecar (truncated, corrupted,
 half-written by an older version) counts as missing and is rebuilt, never used.
@@ -21,6 +28,7 @@ changed generator never reads an older generator's entries.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import os
@@ -29,7 +37,7 @@ import shutil
 import stat
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import CacheWarning, UnsafeCachePath
@@ -41,10 +49,12 @@ ENTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # a plain file n
 SIDECAR = ".sha256"
 # Reading never follows a symbolic link, never blocks on a FIFO, and leaks no descriptor into compilers it starts.
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _POSIX = os.name == "posix"  # owners and mode bits mean something (elsewhere the folder's ACLs decide)
 
 _accepted: dict[Path, Path] = {}   # a folder asked for -> the checked folder used (checked once per process)
-_fallbacks: dict[Path, Path] = {}  # a refused folder -> this process's private temporary folder in its place
+_fallbacks: dict[Path, Path] = {}  # a refused or unwritable folder -> the folder used in its place
+_exposed_warned: set[Path] = set()  # folders above a root already warned about in this process
 
 
 def _uid() -> int:
@@ -129,13 +139,49 @@ def configured_root() -> Path:
     return Path(os.environ.get("AUTOCUDA_CACHE_DIR") or Path.home() / ".cache" / "autocuda")
 
 
+def fallback_root() -> Path:
+    """This user's cache where the configured one is refused or unwritable: `autocuda-<uid>` in the temporary
+    folder (tempfile.gettempdir(), $TMPDIR), kept between processes so that what one builds the next one finds."""
+    return Path(tempfile.gettempdir()) / (f"autocuda-{_uid()}" if _POSIX else "autocuda")
+
+
 def _private_root(configured: Path) -> Path:
-    """The configured root resolved (links followed), missing folders on the way created 0700, then checked."""
+    """The configured root resolved (links followed), missing folders on the way created 0700, then checked; one
+    warning for a folder above it that another user could rename entries of."""
     resolved = Path(os.path.realpath(configured))
     for parent in reversed(resolved.parents):
         if not os.path.lexists(parent):
             private_folder(parent)
-    return private_folder(resolved)
+    private_folder(resolved)
+    _warn_exposed(resolved)
+    return resolved
+
+
+def exposure(st: os.stat_result) -> str | None:
+    """Why another user could rename the entries of a folder with this stat (and so swap a cache below it for
+    their own), or None: writable by group or others without the sticky bit, or owned by another user but root."""
+    if not _POSIX:
+        return None
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        return f"is writable by group or others without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o})"
+    if st.st_uid not in (0, _uid()):
+        return f"is owned by uid {st.st_uid}, who can rename what it holds"
+    return None
+
+
+def _warn_exposed(resolved: Path) -> None:
+    """One warning (per folder and process) for the first folder above the root that another user controls."""
+    for parent in resolved.parents:
+        problem = exposure(os.stat(parent))
+        if problem is not None:
+            if parent not in _exposed_warned:
+                _exposed_warned.add(parent)
+                warnings.warn(f"autocuda: cache root {resolved} is below {parent}, which {problem}: another user "
+                              "can swap the cache for a folder of their own between two reads. autocuda uses only "
+                              "what it verified and loads libraries from private copies, but the cache may stop "
+                              "working or be filled by others; set AUTOCUDA_CACHE_DIR to a folder under folders "
+                              "only you (or root) can write", CacheWarning, stacklevel=5)
+            return
 
 
 def _writable(path: Path) -> Path:
@@ -146,8 +192,8 @@ def _writable(path: Path) -> Path:
 
 
 def _use(wanted: Path, what: str, check: Callable[[], Path]) -> Path:
-    """`check()`'s folder for `wanted`, checked once per process; where it fails, a private temporary folder for
-    this process, with one warning naming the folder and the reason."""
+    """`check()`'s folder for `wanted`, checked once per process; where it fails, the fallback (`_fallback`),
+    with one warning naming the folder, the reason and the folder used instead."""
     found = _accepted.get(wanted) or _fallbacks.get(wanted)
     if found is not None:
         return found
@@ -155,31 +201,44 @@ def _use(wanted: Path, what: str, check: Callable[[], Path]) -> Path:
         found = _accepted[wanted] = check()
         return found
     except OSError as error:
-        fallback = _fallbacks[wanted] = temporary_folder(what)
-        warnings.warn(_refusal(wanted, what, error, fallback), CacheWarning, stacklevel=3)
+        fallback, persistent = _fallback(what)
+        _fallbacks[wanted] = fallback
+        warnings.warn(_refusal(wanted, what, error, fallback, persistent), CacheWarning, stacklevel=3)
         return fallback
 
 
-def _refusal(wanted: Path, what: str, error: OSError, fallback: Path) -> str:
+def _fallback(what: str) -> tuple[Path, bool]:
+    """The folder in place of a refused or unwritable root (`what` "cache") or kind folder, and whether it is kept
+    between processes: this user's fallback root (or its kind folder), checked as a root is; where that is
+    refused or unwritable too, a private temporary folder of this process."""
+    try:
+        persistent = _writable(_private_root(fallback_root()))
+        return (_writable(private_folder(persistent / what)) if what in KINDS else persistent), True
+    except OSError:
+        return temporary_folder(what), False
+
+
+def _refusal(wanted: Path, what: str, error: OSError, fallback: Path, persistent: bool) -> str:
+    kept = ("this user's fallback cache, kept between processes" if persistent
+            else "private, temporary: removed when this process exits")
     if isinstance(error, UnsafeCachePath):
         return (f"autocuda: cache folder {wanted} is refused: {error.path} {error.problem}; this process keeps its "
-                f"{what} in {fallback} (private, temporary) instead. Check what that folder holds, then remove it "
+                f"{what} in {fallback} ({kept}) instead. Check what that folder holds, then remove it "
                 "(`autocuda cache --clear` for a kind folder) or make it yours alone (chown, chmod 700), or set "
                 "AUTOCUDA_CACHE_DIR to a folder only you can write")
     return (f"autocuda: cache folder {wanted} is not writable ({error}); this process keeps its {what} in "
-            f"{fallback} (private, temporary) instead (set AUTOCUDA_CACHE_DIR to a writable folder)")
+            f"{fallback} ({kept}) instead (set AUTOCUDA_CACHE_DIR to a writable folder)")
 
 
 def root() -> Path:
-    """The cache root of this process: the configured folder, resolved and checked (a private temporary folder,
-    with one warning, when that cannot be created or is not private to this user)."""
+    """The cache root of this process: the configured folder, resolved, checked and writable (else the fallback,
+    with one warning: `_use`)."""
     configured = configured_root()
-    return _use(configured, "cache", lambda: _private_root(configured))
+    return _use(configured, "cache", lambda: _writable(_private_root(configured)))
 
 
 def folder(kind: str) -> Path:
-    """The folder of one kind, checked; a private temporary folder for this process (and one warning) if that
-    is refused or unwritable."""
+    """The folder of one kind, checked and writable (else the fallback, with one warning: `_use`)."""
     if kind not in KINDS:
         raise ValueError(f"unknown cache kind {kind!r}; kinds: {', '.join(KINDS)}")
     wanted = root() / kind
@@ -194,19 +253,50 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR)
 
 
-def _read_private(path: Path) -> bytes:
-    """The bytes of `path`, opened without following a symbolic link; UnsafeCachePath unless it is a regular
-    file of this user's that group and others cannot write."""
-    with os.fdopen(os.open(path, _READ_FLAGS), "rb") as file:
+@contextlib.contextmanager
+def _folder_descriptor(path: Path) -> Iterator[int | None]:
+    """A descriptor of folder `path`, opened without following a link and checked as a cache folder (None where
+    the platform opens no folders: files are then opened by their full path)."""
+    if os.open not in os.supports_dir_fd:
+        yield None
+        return
+    descriptor = os.open(path, _FOLDER_FLAGS)
+    try:
+        _check(path, os.fstat(descriptor), _FOLDER_RULES)
+        yield descriptor
+    finally:
+        os.close(descriptor)
+
+
+def _read_private(path: Path, folder_descriptor: int | None = None) -> bytes:
+    """The bytes of `path` (looked up in the folder `folder_descriptor` where given), opened without following a
+    symbolic link; UnsafeCachePath unless it is a regular file of this user's that group and others cannot
+    write."""
+    name = path if folder_descriptor is None else path.name
+    with os.fdopen(os.open(name, _READ_FLAGS, dir_fd=folder_descriptor), "rb") as file:
         _check(path, os.fstat(file.fileno()), _FILE_RULES)
         return file.read()
+
+
+def verified_bytes(path: Path) -> bytes:
+    """The bytes of cache file `path`, read once, with its sidecar, through one descriptor of their folder (both
+    checked: `_folder_descriptor`, `_read_private`), when they match the sidecar: what to use, never the file
+    opened again. An OSError naming the file otherwise (UnsafeCachePath where a check fails)."""
+    with _folder_descriptor(path.parent) as folder_descriptor:
+        data = _read_private(path, folder_descriptor)
+        try:
+            recorded = _read_private(_sidecar(path), folder_descriptor).strip()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path} has no checksum ({_sidecar(path).name})") from None
+    if recorded != digest(data).encode():
+        raise OSError(f"{path} does not match its checksum ({_sidecar(path).name})")
+    return data
 
 
 def _checked_bytes(path: Path) -> bytes | None:
     """The file's bytes when they match its sidecar; None when either is missing, unsafe or mismatched."""
     try:
-        data = _read_private(path)
-        return data if _read_private(_sidecar(path)).strip() == digest(data).encode() else None
+        return verified_bytes(path)
     except OSError:  # missing, refused or unreadable (a damaged sidecar, even one not valid text, just mismatches)
         return None
 

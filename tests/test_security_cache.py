@@ -47,11 +47,13 @@ needs_host = pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner u
 
 @pytest.fixture
 def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cache root not created yet, seen as by a fresh process (no folder checked, no fallback made)."""
+    """A cache root not created yet, seen as by a fresh process (no folder checked, no fallback made); this user's
+    fallback cache is `fallback` beside it."""
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(store, "_accepted", {})
-    monkeypatch.setattr(store, "_fallbacks", {})
+    monkeypatch.setattr(store, "fallback_root", lambda: tmp_path / "fallback")
+    monkeypatch.setattr(store, "_exposed_warned", set())
     monkeypatch.setattr(host_cache, "_scratch", {})
+    _fresh_process(monkeypatch)
     return tmp_path / "cache"
 
 
@@ -439,7 +441,7 @@ def _run_host_kernel(name: str, factor: float) -> Path:
 
 @needs_host
 def test_a_full_disk_leaves_the_host_runner_running_with_one_warning(cache_root, monkeypatch):
-    monkeypatch.setattr(host_runner, "_verified_headers", set())
+    monkeypatch.setattr(host_runner, "_private_headers", {})
     monkeypatch.setattr(host_runner, "_unavailable_headers", set())
     write = store._write_atomically
 
@@ -463,7 +465,7 @@ def test_a_full_disk_leaves_the_host_runner_running_with_one_warning(cache_root,
 @needs_host
 def test_a_link_in_place_of_the_shim_folder_is_not_followed(tmp_path, cache_root, monkeypatch):
 
-    monkeypatch.setattr(host_runner, "_verified_headers", set())
+    monkeypatch.setattr(host_runner, "_private_headers", {})
     monkeypatch.setattr(host_runner, "_unavailable_headers", set())
     outside = tmp_path / "outside"
     outside.mkdir()

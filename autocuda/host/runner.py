@@ -105,9 +105,9 @@ def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
                 stats["memory"] += 1
                 return _loaded[key]
             unit = translation_unit(source, name, params)
-            path, cached = cache.load_or_build(_digest(unit), lambda out: _compile(unit, source, name, out))
+            path, data, cached = cache.obtain(_digest(unit), lambda out: _compile(unit, source, name, out))
             stats["disk" if cached else "compiled"] += 1
-            _loaded[key] = _open(path, name, params)
+            _loaded[key] = _open(path, data, name, params)
             return _loaded[key]
     finally:
         with _loading_guard:
@@ -138,8 +138,10 @@ def _digest(unit: str) -> str:
     return hashlib.sha256(f"{toolchain.identity()}\n{unit}".encode()).hexdigest()
 
 
-def _open(path: Path, name: str, params: Sequence[CParam]) -> HostKernel:
-    library = ctypes.CDLL(str(path))
+def _open(path: Path, data: bytes, name: str, params: Sequence[CParam]) -> HostKernel:
+    """The kernel of library `data` (verified from the cache at `path`, or just built): loaded from those bytes,
+    never from `path` again (`cache.open_library`)."""
+    library = cache.open_library(data, ctypes.CDLL)
     function = getattr(library, f"{name}__host_launch")
     function.argtypes = [ctypes.c_uint] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
     function.restype = None
@@ -150,10 +152,10 @@ def _open(path: Path, name: str, params: Sequence[CParam]) -> HostKernel:
 def _from_disk(job: tuple[str, str, tuple]) -> bool:
     """Whether the job's library is in the disk cache (then loaded into memory, counted as "disk")."""
     source, name, params = job
-    path = cache.find(_digest(translation_unit(source, name, params)))
-    if path is None:
+    found = cache.cached(_digest(translation_unit(source, name, params)))
+    if found is None:
         return False
-    _loaded[job] = _open(path, name, params)
+    _loaded[job] = _open(*found, name, params)
     stats["disk"] += 1
     return True
 
@@ -167,12 +169,13 @@ def _compile_group(jobs: list[tuple[str, str, tuple]]) -> None:
     if len(jobs) > 1:
         unit = SHIM + "".join(u[len(SHIM):] for u in units)
         try:
-            paths = cache.build_shared([_digest(u) for u in units], lambda out: _compile(unit, unit, "group", out))
+            paths, data = cache.build_shared([_digest(u) for u in units],
+                                             lambda out: _compile(unit, unit, "group", out))
         except CompileError:
             pass
         else:
             for job, path in zip(jobs, paths):
-                _loaded[job] = _open(path, job[1], job[2])
+                _loaded[job] = _open(path, data, job[1], job[2])
             stats["compiled"] += len(jobs)
             return
     refused = []
@@ -191,44 +194,61 @@ def _check_name(name: object) -> None:
 
 
 def _shim_header() -> Path | None:
-    """The shim as a header beside its precompiled form (`shim.h.gch`), built once per toolchain in the host
-    cache: a unit that includes it does not parse the CUDA half-precision headers again. A compiler that does
-    not read `.gch` files parses the header, as it would the shim inline. None where none could be built or
-    written (the shim folder refused, the disk full): units then carry the shim."""
+    """The shim as a header beside its precompiled form (`shim.h.gch`): the precompiled form is built once per
+    toolchain into the host cache, and each process copies the verified bytes into its private folder, where the
+    compiler reads both (the compiler never reads the cache by name). A unit that includes it does not parse the
+    CUDA half-precision headers again; a compiler that does not read `.gch` files parses the header, as it would
+    the shim inline. None where none could be built, written or copied (the shim folder refused, the disk full):
+    units then carry the shim."""
     digest = hashlib.sha256(f"{toolchain.identity()}\n{SHIM}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
-    header, precompiled = folder / "shim.h", folder / "shim.h.gch"
-    if folder in _verified_headers and header.is_file() and precompiled.is_file():
-        return header
-    if folder in _unavailable_headers or '"' in str(header) or "\\" in str(header):  # not writable in an #include
+    copy = _private_headers.get(folder)
+    if copy is not None and copy.is_file() and copy.with_name(PRECOMPILED).is_file():
+        return copy
+    if folder in _unavailable_headers:
         return None
     try:
         store.private_folder(folder)  # a link or another user's folder in its place is refused, never read
-        if not (store.verified(header) and store.verified(precompiled)):  # a damaged .gch would stop g++
-            if not _precompile(header, precompiled):
-                return None
+        precompiled = _verified_precompiled(folder) or _precompile(folder)
+        copy = None if precompiled is None else cache.private_copies({"shim.h": SHIM.encode(),
+                                                                      PRECOMPILED: precompiled}) / "shim.h"
     except OSError:
+        copy = None
+    if copy is None or '"' in str(copy) or "\\" in str(copy):  # not writable in an #include
         _unavailable_headers.add(folder)
         return None
-    _verified_headers.add(folder)
-    return header
+    _private_headers[folder] = copy
+    return copy
 
 
-def _precompile(header: Path, precompiled: Path) -> bool:
-    """Build the precompiled shim into the cache; False when the compiler refuses (OSError when it cannot be
-    written)."""
+def _verified_precompiled(folder: Path) -> bytes | None:
+    """The precompiled shim's bytes in the cache's shim folder, verified with its header (a damaged .gch would
+    stop g++), or None."""
+    header, precompiled = folder / "shim.h", folder / PRECOMPILED
+    try:
+        if store.verified_bytes(header) == SHIM.encode():
+            return store.verified_bytes(precompiled)
+    except OSError:
+        pass
+    return None
+
+
+def _precompile(folder: Path) -> bytes | None:
+    """The precompiled shim, built and stored into the cache's shim folder; None when the compiler refuses
+    (OSError when it cannot be written)."""
     with tempfile.TemporaryDirectory(prefix="autocuda-pch-") as tmp:
-        source, built = Path(tmp) / "shim.h", Path(tmp) / "shim.h.gch"
+        source, built = Path(tmp) / "shim.h", Path(tmp) / PRECOMPILED
         source.write_text(SHIM)
         if subprocess.run(toolchain.precompile_command(source, built), capture_output=True).returncode != 0:
-            return False
+            return None
         data = built.read_bytes()
-    store.write(header, SHIM.encode())
-    store.write(precompiled, data)
-    return True
+    store.write(folder / "shim.h", SHIM.encode())
+    store.write(folder / PRECOMPILED, data)
+    return data
 
 
-_verified_headers: set[Path] = set()  # folders of shim headers checked in this process
+PRECOMPILED = "shim.h.gch"
+_private_headers: dict[Path, Path] = {}  # a shim folder of the cache -> the verified header's private copy
 _unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in this process: units carry the shim
 
 

@@ -156,7 +156,7 @@ def build_into_cache() -> int:
 def _load(path: Path) -> None:
     global _CALL
     try:
-        torch.ops.load_library(str(path))
+        cache.open_verified(path, torch.ops.load_library)  # the bytes verified, never `path` opened again
         for name in ("layer_call", "call"):  # each overload's __call__ only forwards to its C++ callable
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
