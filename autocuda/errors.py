@@ -86,4 +86,5 @@ class UnsafeCachePath(AutocudaError, OSError):
 
 
 class CacheWarning(AutocudaError, UserWarning):
-    """The cache (or part of it) is not used: refused or not writable; a private temporary folder serves."""
+    """The cache (or part of it) is not used, being refused or not writable (this user's fallback cache, or a
+    private temporary folder, serves instead), or it lies below a folder another user can rename entries of."""

@@ -3,7 +3,8 @@
 between torch and its kernel launches, in the forward or in the backward.
 
 The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
-torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`).
+torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`); it is
+loaded from the bytes verified there, never opened again by its name (`autocuda.host.cache.open_verified`).
 The path is on unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`). A process asks for the library on
 its first prepared call: it is loaded from the cache, or built by a helper process
 (`python -m autocuda.native`) while calls take the Python path; the helper finishes the build where the process
@@ -200,7 +201,9 @@ def _key() -> str:
 
 @contextlib.contextmanager
 def _build_lock():
-    with open(cache.cache_dir() / ".native-build.lock", "a") as handle:  # hidden: no cache entry
+    path = cache.cache_dir() / ".native-build.lock"  # hidden: no cache entry; a link in its place is not followed
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    with os.fdopen(os.open(path, flags, 0o600), "r+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
