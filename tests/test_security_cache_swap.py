@@ -134,14 +134,14 @@ def test_a_host_library_replaced_after_its_verification_is_not_loaded(tmp_path, 
 
 @needs_host
 def test_the_native_library_is_loaded_from_the_bytes_verified(tmp_path, cache_root, monkeypatch):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from autocuda import native
 
     verified, planted = _library(tmp_path, 1), _library(tmp_path, 2)
     (library,) = host_cache.store_library([f"native-{os.urandom(8).hex()}"], verified)
     _swap_after_reading(monkeypatch, library, planted)
     loaded: list[bytes] = []
-    monkeypatch.setattr(torch.ops, "load_library", lambda path: loaded.append(Path(path).read_bytes()))
+    monkeypatch.setattr(native, "_open_library", lambda path: loaded.append(Path(path).read_bytes()))
     for name in ("_state", "_OPERATORS"):  # _load records what it loaded (here: no operators, so unavailable)
         monkeypatch.setattr(native, name, type(getattr(native, name))(getattr(native, name)))
     monkeypatch.setattr(native, "_CALL", native._CALL)

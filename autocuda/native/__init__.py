@@ -14,6 +14,7 @@ the Python path; `status()` says why.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import os
@@ -157,7 +158,7 @@ def build_into_cache() -> int:
 def _load(path: Path) -> None:
     global _CALL
     try:
-        cache.open_verified(path, torch.ops.load_library)  # the bytes verified, never `path` opened again
+        cache.open_verified(path, _open_library)  # the bytes verified, never `path` opened again
         for name in ("layer_call", "call"):  # each overload's __call__ only forwards to its C++ callable
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
@@ -165,6 +166,13 @@ def _load(path: Path) -> None:
         _state.update(phase="loaded", why="")
     except Exception as error:  # a library torch refuses (another torch build): the Python path
         _unavailable(f"loading {path} failed: {error}")
+
+
+def _open_library(path: str) -> None:
+    """What torch.ops.load_library does (its operators register as the library loads), less its realpath, which
+    would turn the private copy's name into its memfd's, which names no file."""
+    ctypes.CDLL(path)
+    torch.ops.loaded_libraries.add(path)
 
 
 def _unavailable(why: str) -> None:
