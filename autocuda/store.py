@@ -141,8 +141,9 @@ def configured_root() -> Path:
 
 def fallback_root() -> Path:
     """This user's cache where the configured one is refused or unwritable: `autocuda-<uid>` in the temporary
-    folder (tempfile.gettempdir(), $TMPDIR), kept between processes so that what one builds the next one finds."""
-    return Path(tempfile.gettempdir()) / (f"autocuda-{_uid()}" if _POSIX else "autocuda")
+    folder (tempfile.gettempdir(), $TMPDIR, resolved), kept between processes so that what one builds the next one
+    finds. Anyone can create that name first: it is checked as any cache folder is, a link in its place refused."""
+    return Path(os.path.realpath(tempfile.gettempdir())) / (f"autocuda-{_uid()}" if _POSIX else "autocuda")
 
 
 def _private_root(configured: Path) -> Path:
@@ -172,7 +173,10 @@ def exposure(st: os.stat_result) -> str | None:
 def _warn_exposed(resolved: Path) -> None:
     """One warning (per folder and process) for the first folder above the root that another user controls."""
     for parent in resolved.parents:
-        problem = exposure(os.stat(parent))
+        try:
+            problem = exposure(os.stat(parent))
+        except OSError:  # a folder that cannot be looked at (it was just passed through): nothing to say
+            continue
         if problem is not None:
             if parent not in _exposed_warned:
                 _exposed_warned.add(parent)
@@ -212,7 +216,8 @@ def _fallback(what: str) -> tuple[Path, bool]:
     between processes: this user's fallback root (or its kind folder), checked as a root is; where that is
     refused or unwritable too, a private temporary folder of this process."""
     try:
-        persistent = _writable(_private_root(fallback_root()))
+        persistent = _writable(private_folder(fallback_root()))
+        _warn_exposed(persistent)
         return (_writable(private_folder(persistent / what)) if what in KINDS else persistent), True
     except OSError:
         return temporary_folder(what), False

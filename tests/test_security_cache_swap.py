@@ -254,13 +254,26 @@ def test_an_unwritable_cache_falls_back_to_this_users_persistent_fallback(tmp_pa
     assert stat.S_IMODE(os.lstat(fallback).st_mode) == 0o700
 
 
-def test_a_refused_fallback_gives_a_temporary_folder(tmp_path, cache_root, monkeypatch):
+def _shared_fallback(fallback: Path) -> None:
+    fallback.mkdir(mode=0o700)
+    fallback.chmod(0o777)  # another user could plant entries there
+
+
+def _linked_fallback(fallback: Path) -> None:
+    """The name taken first by another user, as a link to a folder of yours (resolving the path with realpath
+    would follow it: protected_symlinks binds opening through a link, not readlink)."""
+    (fallback.parent / "yours").mkdir(mode=0o700)
+    fallback.symlink_to(fallback.parent / "yours")
+
+
+@pytest.mark.parametrize("take", [_shared_fallback, _linked_fallback], ids=["world-writable", "a link"])
+def test_a_refused_fallback_gives_a_temporary_folder(tmp_path, cache_root, monkeypatch, take):
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(_unwritable(tmp_path)))
-    (tmp_path / "fallback").mkdir(mode=0o700)
-    (tmp_path / "fallback").chmod(0o777)  # another user could plant entries there
+    take(tmp_path / "fallback")
     with pytest.warns(store.CacheWarning, match="private, temporary") as caught:
         used = store.folder("kernels")
     assert not used.is_relative_to(tmp_path) and "fallback cache" not in str(caught[0].message)
+    assert not any((tmp_path / "yours").glob("*")), "the cache went where the link points"
 
 
 def test_a_library_built_with_an_unwritable_cache_is_found_by_the_next_process(tmp_path):

@@ -13,7 +13,6 @@ checked), it is written into a private folder of this process instead (one warni
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
 import threading
@@ -29,9 +28,9 @@ T = TypeVar("T")
 _scratch: dict[Path, Path] = {}  # a cache folder that refused a write -> this process's private folder instead
 _opened: dict[tuple[str, Any], Any] = {}  # (digest of a library's bytes, opener) -> what the opener returned
 _opening = threading.Lock()
-_private: list[Path] = []  # this process's private folder (made on first use)
+_private: dict[int, Path] = {}  # a process id -> that process's private folder (made on first use)
 # A memfd's contents can no longer change once sealed: what was verified is what the loader maps.
-_SEALS = sum(getattr(fcntl, name, 0) for name in ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE"))
+_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 _MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
@@ -47,10 +46,11 @@ def _verified(library: Path) -> bool:
 
 def private_folder() -> Path:
     """A folder of this process's that no one else can write (mode 0700, made by mkdtemp, removed when the
-    process exits): private copies of what is loaded or compiled from the cache."""
-    if not _private or not os.path.isdir(_private[0]):
-        _private[:] = [store.temporary_folder("private")]
-    return _private[0]
+    process exits; a forked child makes its own): private copies of what is loaded or compiled from the cache."""
+    pid = os.getpid()
+    if pid not in _private or not os.path.isdir(_private[pid]):
+        _private[pid] = store.temporary_folder("private")
+    return _private[pid]
 
 
 def _built(build: Callable[[Path], None]) -> bytes:
@@ -165,11 +165,13 @@ def _private_copy(data: bytes, name: str) -> Iterator[str]:
             _write_new(path, data, 0o700)
         yield str(path)
         return
+    import fcntl
+
     descriptor = os.memfd_create(name, os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
     try:
         _write_all(descriptor, data)
-        with contextlib.suppress(OSError):  # a kernel without seals: the descriptor is still this process's alone
-            fcntl.fcntl(descriptor, getattr(fcntl, "F_ADD_SEALS", 1033), _SEALS)
+        with contextlib.suppress(OSError, AttributeError):  # no seals: the memfd is still this process's alone
+            fcntl.fcntl(descriptor, fcntl.F_ADD_SEALS, sum(getattr(fcntl, seal, 0) for seal in _SEALS))
         path.unlink(missing_ok=True)
         os.symlink(f"/proc/self/fd/{descriptor}", path)
         yield str(path)
