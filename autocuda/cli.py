@@ -1,22 +1,17 @@
-"""The `autocuda` command: list, show, check, new, tour, plot, bench, cache."""
+"""The `autocuda` command: list, show, check, new, tour, plot, cache. (The benchmark is the repository's own
+package, `python -m bench` from a checkout: it imports autocuda, never the other way round.)"""
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING
 
 from . import __version__
 from .codegen.neuron import KERNELS
 from .dtypes import DTYPES
-
-if TYPE_CHECKING:
-    from .spec.model import NeuronSpec
+from .spec.load import spec_argument
 
 _SKELETON = '''# {name}: a neuron for autocuda. Every field is documented in docs/spec-format.md.
 name = "{name}"
@@ -46,21 +41,6 @@ alpha = 4.0
 '''
 
 
-def _spec(name_or_path: str):
-    from .spec.load import load_spec
-
-    if name_or_path.endswith(".py") or ".py:" in name_or_path:
-        from .spec.python import load_python_spec  # runs the file: the user's own code, as `python FILE` would
-
-        return load_python_spec(name_or_path)
-    return load_spec(name_or_path)
-
-
-def spec_argument(name_or_path: str) -> NeuronSpec:
-    """The spec a command-line argument names, as every command reads it (`bench --workloads FILE` too)."""
-    return _spec(name_or_path)
-
-
 def _highlight(code: str) -> str:
     if not sys.stdout.isatty():
         return code
@@ -84,7 +64,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    spec = _spec(args.spec)
+    spec = spec_argument(args.spec)
     code = spec.source(args.kernel, args.dtype, reset=args.reset, detach_reset=args.detach_reset,
                        store_state_seq=args.store_state_seq)
     print(_highlight(code), end="" if code.endswith("\n") else "\n")
@@ -146,7 +126,7 @@ def _check_rows(names: Sequence[str], backend: str, quick: bool, bar: bool = Tru
     rows = []
     for name in progress(names, desc="check", unit="spec", leave=False, disable=not bar):
         start = time.perf_counter()
-        spec = _spec(name)
+        spec = spec_argument(name)
         options = {**QUICK, "resets": (spec.reset,), "examples": 2} if quick else {"examples": 3}
         report = check_spec(spec, backend=backend, raise_on_failure=False, **options)
         result = "pass" if report.passed else f"FAIL ({report.summary()})"
@@ -188,7 +168,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
     names = [name for name, _ in list_specs()]
     for name in progress(names, desc="tour", unit="spec", leave=False):
         start = time.perf_counter()
-        spec = _spec(name)
+        spec = spec_argument(name)
         count = sum(1 for k in KERNELS for d in DTYPES if neuron_kernel(spec, k, d).full_codes)
         checked = _check_rows([name], backend, quick=True, bar=False)[0]
         rows.append((name, f"{count} kernels", checked[2], time.perf_counter() - start))
@@ -225,7 +205,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     """One neuron of a spec driven by a test input (or its f-I curve with --fi), drawn into a file."""
     from . import plot
 
-    spec = _spec(args.spec)
+    spec = spec_argument(args.spec)
     plot.pyplot()  # the missing-matplotlib error before any work
     if args.steps is not None and args.steps <= 0:
         raise ValueError(f"--steps: expected a number of time steps > 0, got {args.steps}")
@@ -241,44 +221,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
                                amplitude=args.amplitude, seed=args.seed, **params)
     print(f"wrote {plot.save(figure, out)}")
     return 0
-
-
-# The benchmark is not in the package: it is the bench/ folder of a checkout, beside the package's source tree or
-# in the current directory (which must then be a checkout: it holds autocuda/ too).
-NO_BENCHMARK = ("the benchmark is not part of the installed package: clone the repository and run "
-                "`python bench/run.py` (or `autocuda bench` inside the checkout)")
-
-
-def bench_folder() -> Path | None:
-    """The checkout's bench/ folder, or None when autocuda is installed without one."""
-    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
-        if (root / "bench" / "suite.py").is_file() and (root / "autocuda" / "__init__.py").is_file():
-            return root / "bench"
-    return None
-
-
-def bench_package() -> ModuleType:
-    """The checkout's bench/ imported as the package `bench` (once per process); its modules import as bench.*."""
-    if "bench" in sys.modules:
-        return sys.modules["bench"]
-    folder = bench_folder()
-    if folder is None:
-        raise RuntimeError(NO_BENCHMARK)
-    spec = importlib.util.spec_from_file_location("bench", folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"{folder} cannot be imported as the benchmark package; {NO_BENCHMARK}")
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = package
-    spec.loader.exec_module(package)
-    return package
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    """The benchmark's own command line, on the options after `bench` (its --help lists them)."""
-    bench_package()
-    suite = importlib.import_module("bench.suite")
-    return suite.main(args.options, prog="autocuda bench")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -329,24 +271,11 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--param", action="append", default=[], metavar="NAME=NUMBER",
                       help="a parameter of the spec (repeatable), e.g. --param tau=5")
     plot.set_defaults(run=cmd_plot)
-    bench = sub.add_parser("bench", add_help=False, help="benchmark against SpikingJelly 2.0, torch.compile and an "
-                           "eager loop, in a checkout of the repository (`autocuda bench --help` for its options)")
-    bench.set_defaults(run=cmd_bench, options=[])
     return parser
 
 
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    """The parsed command line; what follows `bench` is left to the benchmark's own parser."""
-    parser = _parser()
-    args, rest = parser.parse_known_args(argv)
-    if rest and args.command != "bench":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    args.options = rest if args.command == "bench" else []
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _arguments(argv)
+    args = _parser().parse_args(argv)
     try:
         return args.run(args)
     except Exception as error:  # one clear line for users; the traceback with --debug

@@ -12,7 +12,7 @@ then the elementwise pass) and writes the gradient of x; the fused block's backw
 kernels (`nn.batchnorm_passes`), the second adding the statistics' term to the gradient it writes, eager and
 compiled alike.
 
-    python bench/bytes_moved.py [--steps 4,16] [--out DIR]
+    python -m bench.bytes_moved [--steps 4,16] [--out DIR]
 """
 from __future__ import annotations
 

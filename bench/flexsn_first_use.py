@@ -11,7 +11,7 @@ and jinja2 were imported. `--warm-torch` first runs the same torch ops around th
 backward) on other tensors, before the clock, so that torch's own first use (its kernels loaded on first launch,
 autograd's device thread) is not counted; the time it took is `torch_warm_s`.
 
-    python bench/flexsn_first_use.py [--device cuda] [--cores lif,alif] [--repeat 2] [--warm 1] [--warm-torch]
+    python -m bench.flexsn_first_use [--device cuda] [--cores lif,alif] [--repeat 2] [--warm 1] [--warm-torch]
                                      [--out DIR]
 
 Prints a table and writes `first_use.json` under --out (when given). Targets (issue 26): cold <= 2 s, warm

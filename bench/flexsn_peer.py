@@ -13,7 +13,7 @@ spike agreement and gradient cosine of ours against SpikingJelly's, and the byte
 forward to backward. Rows run in priority order (the models in the order given, each float32 then bfloat16)
 and stop starting once --budget seconds are spent; each row is appended to progress.jsonl as it ends.
 
-    python bench/flexsn_peer.py --out DIR [--models alif,sfa_lif,cuba_lif] [--dtypes float32,bfloat16]
+    python -m bench.flexsn_peer --out DIR [--models alif,sfa_lif,cuba_lif] [--dtypes float32,bfloat16]
         [--shapes 8x8M,64x1M,1024x16K] [--budget 200] [--systems ours-flexsn,sj-flexsn,ours-spec] [--first-only]
 
 SpikingJelly's first call compiles its kernels for each (T, N, dtype) and takes minutes at long T. `--first-only`
@@ -31,12 +31,10 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.measure import Clock, _memory_of  # noqa: E402
-from bench.suite import _shape  # noqa: E402
-from bench.systems import ours  # noqa: E402
-from bench.workloads import ALPHA, DTYPES, WORKLOADS, Case, Forward, call, dtype_name  # noqa: E402
+from .measure import Clock, _memory_of
+from .suite import _shape
+from .systems import ours
+from .workloads import ALPHA, DTYPES, WORKLOADS, Case, Forward, call, dtype_name
 
 SYSTEMS = ("ours-flexsn", "sj-flexsn", "ours-spec")
 TARGETS = {(8, 8 << 20): 3.0, (64, 1 << 20): 3.0, (1024, 16 << 10): 5.0}  # issue 26: training, x FlexSN

@@ -2,7 +2,7 @@
 what our LIF op allocates (forward: the spikes, h for backward and the final membrane; backward: the input's
 gradient), on the same shapes, in the same process.
 
-    python bench/host_floor.py --out DIR [--steps 4] [--neurons 4096] [--calls 2000] [--repeats 7] [--device cuda]
+    python -m bench.host_floor --out DIR [--steps 4] [--neurons 4096] [--calls 2000] [--repeats 7] [--device cuda]
 
 Rows: forward (inference: no gradient) and forward+backward (a training call, `backward` of the spikes), for the
 bare function, our `LIFNode` (multi-step module) and our functional `multi_step`. Time per call is the wall time

@@ -5,7 +5,7 @@ T folded into the batch for convolution and BatchNorm, a Linear head on the time
 cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): the first step's wall time
 (compilation included), the median step time by CUDA events, the wall time per step, and the peak memory.
 
-    python bench/network.py --out DIR [--systems ours,ours-compiled,...] [--shapes 4x64,16x32]
+    python -m bench.network --out DIR [--systems ours,ours-compiled,...] [--shapes 4x64,16x32]
         [--precisions float32,bfloat16] [--steps 20] [--device cuda]
 
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm

@@ -23,7 +23,7 @@ kernel time per step by kind (matrix products, neuron kernels, the rest) over a 
 torch.profiler; --host-profile writes DIR/host_profile.txt, the Python functions that take the host's time
 in 20 steps of each system (cProfile).
 
-    python bench/nir_mlp.py --out DIR [--device cuda] [--steps 30] [--batch 256] [--time-steps 32]
+    python -m bench.nir_mlp --out DIR [--device cuda] [--steps 30] [--batch 256] [--time-steps 32]
         [--hidden 1024] [--systems ours,sj-nir,sj,ours+graph,sj-nir+graph] [--precisions fp32,tf32,bf16] [--profile]
 
 Prints a table (`/ ours`: the system's median step time over ours in the same precision) and writes

@@ -101,7 +101,7 @@ def plot(results: Mapping[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed: pip install matplotlib, then `python bench/run.py --plot RESULTS.json`"
+        return "matplotlib is not installed: pip install matplotlib, then `python -m bench --plot RESULTS.json`"
     rows = results.get("speed") or []
     if not rows:
         return "no speed rows to plot"

@@ -4,8 +4,8 @@ that loop, on one device.
 One run measures the copy bandwidth (the memory floor of every workload: bytes / bandwidth with 2 element accesses
 per neuron-step in inference and 6 in training), then the parts asked for: speed, memory, host overhead, first
 use (`measure`). It prints the report and writes results.json, table.txt and plot.png (`report`) under
-bench/results/<date>-<gpu>/. Run it as `python bench/run.py` or, in a checkout, `autocuda bench`;
-`--device cpu --quick` exercises the logic on a CPU.
+bench/results/<date>-<gpu>/. Run it from the repository's root as `python -m bench`; `--device cpu --quick`
+exercises the logic on a CPU.
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _workloads(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The benchmark's options (shared by `autocuda bench` and bench/run.py)."""
+    """The benchmark's options (`python -m bench --help` lists them)."""
     parser.add_argument("--quick", action="store_true", help="few shapes and repetitions, no torch.compile (a smoke "
                         "test; with --device cpu: tiny shapes)")
     parser.add_argument("--workloads", type=_workloads, default=list(CORE),
@@ -234,7 +234,7 @@ def _describe(w: Workload, sj: SpikingJelly, device: torch.device) -> dict[str, 
             "sj_implementation": sj.implementation(w, device) if w.sj and sj.functional is not None else None}
 
 
-def main(argv: Sequence[str] | None = None, results_root: Path = RESULTS, prog: str = "python bench/run.py") -> int:
+def main(argv: Sequence[str] | None = None, results_root: Path = RESULTS, prog: str = "python -m bench") -> int:
     """Parse the options and run; the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add_arguments(parser)

@@ -277,9 +277,9 @@ def is_spec_file(name: str) -> bool:
 
 
 def load_user_spec(path: str) -> Any:
-    """The NeuronSpec in a spec file: what `autocuda show PATH` reads (`autocuda.cli.spec_argument`), so every
-    kind of file the command line reads is a workload too."""
-    from autocuda.cli import spec_argument
+    """The NeuronSpec in a spec file: what `autocuda show PATH` reads (`autocuda.spec.load.spec_argument`), so
+    every kind of file the command line reads is a workload too."""
+    from autocuda.spec.load import spec_argument
 
     return spec_argument(path)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autocuda.cli import spec_argument
 from autocuda.nn import LIFNode, Neuron
+from autocuda.spec.load import spec_argument
 
 HERE = Path(__file__).resolve().parent
 

@@ -6,8 +6,10 @@ takes every workload: the default ones and the zoo (whose eager step is the spec
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
+import runpy
 import subprocess
 import sys
 import types
@@ -17,13 +19,12 @@ import pytest
 import torch
 
 from autocuda import cli
-from autocuda.cli import bench_package
 from autocuda.functional import multi_step
 from autocuda.spec.load import load_spec
 from autocuda.surrogate import Sigmoid
+from bench import measure, report, suite, systems, workloads  # the repository's root is on the path (pyproject)
 
-bench_package()  # the checkout's bench/ folder, imported as the package `bench`
-from bench import measure, report, suite, systems, workloads  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SHAPE = (4, 32)
 DTYPES = ("float32", "bfloat16")
@@ -184,33 +185,55 @@ def test_shapes_and_workloads() -> None:
         suite._workloads("lif,nope")
 
 
-def test_cli_hands_the_options_to_the_checkouts_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_bench_module(monkeypatch: pytest.MonkeyPatch, *options: str) -> int | str | None:
+    """`python -m bench OPTIONS` in this process: bench/__main__.py run as __main__; its exit status."""
+    monkeypatch.setattr(sys, "argv", ["bench", *options])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("bench", run_name="__main__", alter_sys=True)
+    return stop.value.code
+
+
+def test_python_m_bench_hands_its_options_to_the_suite(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    monkeypatch.setattr(suite, "main", lambda argv, prog: seen.append((argv, prog)) or 0)
+    monkeypatch.setattr(suite, "main", lambda argv: seen.append(list(argv)) or 3)
     options = ["--quick", "--device", "cpu", "--workloads", "plif,lif"]
-    assert cli.main(["bench", *options]) == 0
-    assert cli.main(["bench"]) == 0
-    assert seen == [(options, "autocuda bench"), ([], "autocuda bench")]
-    assert cli.bench_folder() == Path(suite.__file__).parent
-    with pytest.raises(SystemExit):
-        cli.main(["list", "--quick"])  # options after another command are still refused
+    assert _run_bench_module(monkeypatch, *options) == 3  # the suite's exit status is the command's
+    assert _run_bench_module(monkeypatch) == 3
+    assert seen == [options, []]
 
 
-def test_bench_help_names_the_default_shapes(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        suite.main(["--help"], prog="autocuda bench")
+def test_bench_help_names_the_default_shapes(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run_bench_module(monkeypatch, "--help") == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "usage: autocuda bench" in help_text and "8x8M,64x1M,256x64K,1024x16K,4x4096" in help_text
+    assert "usage: python -m bench" in help_text and "8x8M,64x1M,256x64K,1024x16K,4x4096" in help_text
     assert "issue" not in help_text
 
 
-def test_without_a_checkout_bench_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.delitem(sys.modules, "bench")
-    monkeypatch.setattr(cli, "bench_folder", lambda: None)
-    assert cli.main(["bench", "--quick"]) == 2
-    error = capsys.readouterr().err
-    assert "not part of the installed package" in error and "python bench/run.py" in error
+def _imported_names(path: Path) -> set[str]:
+    """The top-level package of every import statement in a file, at any depth."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_package_never_imports_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench imports autocuda, never the other way round; `autocuda bench` is no command, and --help says where
+    the benchmark is."""
+    importers = [path for path in sorted((ROOT / "autocuda").rglob("*.py")) if "bench" in _imported_names(path)]
+    assert importers == []
+    assert "autocuda" in _imported_names(ROOT / "bench" / "measure.py")  # (the check above sees imports)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--quick"])
+    with pytest.raises(SystemExit):
+        cli.main(["list", "--quick"])  # options after a command are refused
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "python -m bench" in " ".join(capsys.readouterr().out.split())
 
 
 def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

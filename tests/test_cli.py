@@ -1,4 +1,5 @@
-"""The `autocuda` command: list, show, new + check, cache, version, one-line errors (bench: tests/test_benchmark.py).
+"""The `autocuda` command: list, show, new + check, cache, version, one-line errors (the benchmark, `python -m bench`:
+tests/test_benchmark.py).
 
 Most tests call `main` in this process (output captured, so not a terminal: as in a user's pipeline); one runs
 the module in a child process, as the installed entry point does."""
@@ -208,5 +209,5 @@ def test_every_option_and_argument_has_help() -> None:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():
         for action in sub._actions:
-            if not isinstance(action, argparse._HelpAction) and name != "bench":
+            if not isinstance(action, argparse._HelpAction):
                 assert action.help, f"autocuda {name} {action.option_strings or action.dest} has no help"

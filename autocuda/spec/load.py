@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 else:
     tomllib = lazy_import("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
-__all__ = ["is_spec_path", "list_specs", "load_spec", "spec_from_toml"]
+__all__ = ["is_spec_path", "list_specs", "load_spec", "spec_argument", "spec_from_toml"]
 
 # The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader)
 _TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name != "origin")
@@ -110,6 +110,17 @@ def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
         known = ", ".join(p.stem for p in shipped.values())
         raise SpecError(f"no shipped spec named {text!r} (shipped: {known})", source=text, field="name", symbol=text)
     return _load_path(path, path.name)
+
+
+def spec_argument(name_or_path: str) -> NeuronSpec:
+    """The spec a command-line argument names, as `autocuda show` and the benchmark's `--workloads FILE` read it:
+    `FILE.py` or `FILE.py:FUNCTION` runs the file (the user's own code, as `python FILE` would) and takes its
+    neuron; anything else is `load_spec`'s (a TOML file or a shipped spec's name)."""
+    if name_or_path.endswith(".py") or ".py:" in name_or_path:
+        from .python import load_python_spec
+
+        return load_python_spec(name_or_path)
+    return load_spec(name_or_path)
 
 
 def list_specs() -> list[tuple[str, str]]:
