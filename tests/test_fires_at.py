@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import sympy as sp
 import torch
-from conftest import profile
+from conftest import compile_together, profile
 
 import autocuda.nn as ann
 from autocuda.codegen.printer import print_expr
@@ -268,3 +268,18 @@ def test_torch_heaviside_with_zero_at_zero_is_the_strict_step():
     assert torch.equal(ann.FlexSN(core, 1, backend="reference")(X), want)
     with pytest.raises(SpecError, match="Θ\\(0\\) other than 0 or 1"):
         ann.FlexSN(lambda x, v: (torch.heaviside(v + x, torch.full_like(x, 0.5)), v + x), 1)
+
+
+@pytest.mark.skipif(profile() != "slow", reason="nvcc's start-up costs seconds: --slow (the host runner compiles "
+                                                  "these sources with the CUDA headers by default, the GPU tests on "
+                                                  "the device)")
+def test_strict_kernels_are_valid_cuda(nvcc):
+    """nvcc (sm_80, sm_90) accepts every strict kernel of every dtype, packed arithmetic and the ternary spike's
+    included, in one unit."""
+    specs = (if_spec(">"), dataclasses.replace(load_spec("ternary_if"), fires_at=">"))
+    kinds = ("fptt", "bptt", "step-forward", "step-backward")
+    sources = {f"{s.name} {kind} {dtype}": s.source(kind, dtype) for s in specs for kind in kinds
+               for dtype in sorted(DTYPES)}
+    sources |= {f"if {kind} {dtype} native": specs[0].source(kind, dtype, native=True, lanes=2)
+                for kind in kinds for dtype in ("float16", "bfloat16")}
+    assert compile_together(nvcc, sources) == {}
