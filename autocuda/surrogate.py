@@ -1,6 +1,7 @@
-"""Surrogate gradients: the forward is the Heaviside step Θ(z) = 1 if z >= 0 else 0; a surrogate object says
-which derivative backward uses instead of Θ's (zero almost everywhere). With `spiking=False` (SpikingJelly's
-non-spiking mode) the forward is the primitive itself, on the torch reference only: the kernels' forward is Θ.
+"""Surrogate gradients: the forward is the Heaviside step Θ(z) = 1 if z >= 0 else 0 (z > 0 with strict=True, for a
+spec's fires_at ">"); a surrogate object says which derivative backward uses instead of Θ's (zero almost
+everywhere). With `spiking=False` (SpikingJelly's non-spiking mode) the forward is the primitive itself, on the
+torch reference only: the kernels' forward is Θ.
 
 Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md), except where its
 reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its

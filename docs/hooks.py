@@ -179,6 +179,7 @@ ERROR_CASES: list[tuple[str, dict[str, str | None], dict[str, dict[str, str | No
     ("bad name", {"name": '"2fast"'}, {}, ""),
     ("doc not a string", {"doc": "3"}, {}, ""),
     ("unknown reset", {"reset": '"zero"'}, {}, ""),
+    ("unknown comparison", {"fires_at": '"=>"'}, {}, ""),
     ("hard reset without v_reset", {}, {"params": {"v_reset": None}, "states": {"v": "0.0"}}, ""),
     ("no states", {}, {"states": None}, ""),
     ("initial value names no parameter", {}, {"states": {"v": '"v_rest"'}}, ""),

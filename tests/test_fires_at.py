@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import sympy as sp
 import torch
-from conftest import profile
+from conftest import compile_together, profile
 
 import autocuda.nn as ann
 from autocuda.codegen.printer import print_expr
@@ -19,7 +19,11 @@ from autocuda.kernels import derivation, neuron_kernel
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
 from autocuda.spec.derive import THRESHOLD, H, previous_membrane, spike_value
 from autocuda.spec.load import load_spec, spec_from_toml
-from autocuda.spec.model import spec_text
+from autocuda.spec.model import Param, spec_text
+from autocuda.spec.python import neuron, step_spec
+from autocuda.spec.step import StepSpec
+from autocuda.spec.trace import trace
+from autocuda.surrogate import ATan, Sigmoid
 
 IF_TOML = """
 name = "if_strict"
@@ -184,3 +188,98 @@ def test_native_packed_kernels_run_strict(dtype):
     spikes.sum().backward()
     assert torch.equal(spikes.to(dtype), out["spike_seq"])
     torch.testing.assert_close(grads["grad_x_seq"].double(), x64.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_surrogate_call_strict_changes_the_value_at_zero_only():
+    z = torch.tensor([-0.5, 0.0, 0.5], requires_grad=True)
+    strict = Sigmoid()(z, strict=True)
+    strict.sum().backward()
+    grad, z.grad = z.grad, None
+    Sigmoid()(z).sum().backward()
+    assert strict.tolist() == [0.0, 0.0, 1.0] and Sigmoid()(z).tolist() == [0.0, 1.0, 1.0]
+    assert torch.equal(grad, z.grad)  # the surrogate gradient is the same
+
+
+# -- traced Python steps ----------------------------------------------------------------------------------------
+def _if_step(spike_function):
+    def step(x, v, v_threshold=1.0, v_reset=0.0):
+        h = v + x
+        s = spike_function(h - v_threshold)
+        return s, h * (1 - s) + v_reset * s
+    return step
+
+
+@pytest.mark.parametrize(("strict", "fires_at"), [(False, ">="), (True, ">")])
+def test_a_traced_surrogate_keeps_its_comparison(strict, fires_at):
+    spec = neuron(_if_step(lambda z: ATan()(z, strict=strict)), name="traced_if")
+    assert spec.fires_at == fires_at and spec.reset == "hard" and spec.surrogate == ATan()
+    assert _layer_run(spec, "torch", torch.float64)[0].tolist() == SPIKES[fires_at]
+
+
+def test_the_trace_text_tells_the_comparisons_apart():
+    """The trace's text keys the disk cache of traced specs: a strict step must not find a `>=` one's entry."""
+    names = ["x", "v", "v_threshold", "v_reset"]
+    ge = trace(_if_step(lambda z: ATan()(z)), names)
+    gt = trace(_if_step(lambda z: ATan()(z, strict=True)), names)
+    assert ge.text() != gt.text() and gt.spike is not None and gt.spike.strict
+
+
+def test_step_spec_json_keeps_the_comparison():
+    step = step_spec(_if_step(lambda z: ATan()(z, strict=True)), ["v"], [Param("v_threshold", 1.0),
+                                                                            Param("v_reset", 0.0)])
+    assert step.spec.fires_at == ">" and StepSpec.from_json(step.to_json()).spec == step.spec
+
+
+def test_snntorch_surrogate_is_the_strict_spike():
+    """snnTorch's surrogates fire at `input_ > 0`: its ATan is traced as the strict spike with our ATan (the same
+    gradient); the kernels then agree with the step run eagerly through snnTorch, values and gradients."""
+    surrogate = pytest.importorskip("snntorch.surrogate")
+    step = _if_step(lambda z: surrogate.atan()(z))
+    spec = neuron(step, name="snn_if")
+    assert spec.fires_at == ">" and spec.surrogate == ATan(alpha=2.0)
+    x = torch.tensor([[1.0, 0.3], [0.5, 0.9], [0.5, -0.2], [1.0, 0.8]])
+    weights = torch.arange(8.0).view(4, 2)
+    layer, x_kernel = ann.FlexSN(lambda x, v: step(x, v), 1, backend="host"), x.clone().requires_grad_()
+    got = layer(x_kernel)
+    (got * weights).sum().backward()
+    x_eager, v, spikes = x.clone().requires_grad_(), torch.zeros(2), []
+    for x_t in x_eager:
+        s, v = step(x_t, v)
+        spikes.append(s)
+    want = torch.stack(spikes)
+    (want * weights).sum().backward()
+    assert torch.equal(got, want) and got[0, 0] == 0  # h = 1.0 = v_threshold at t = 0: no spike
+    torch.testing.assert_close(x_kernel.grad, x_eager.grad)
+
+
+def test_a_library_surrogate_parameter_ours_lacks_is_refused_by_name():
+    surrogate = pytest.importorskip("snntorch.surrogate")
+    with pytest.raises(SpecError, match="'slope'") as err:  # snnTorch's Sigmoid(slope=25): not our Sigmoid(alpha)
+        neuron(_if_step(lambda z: surrogate.sigmoid()(z)), name="snn_sigmoid")
+    assert "test_fires_at.py" in str(err.value)  # the user's line, not snnTorch's
+
+
+def test_torch_heaviside_with_zero_at_zero_is_the_strict_step():
+    def core(x, v):
+        h = v + x
+        s = torch.heaviside(h - 1.0, torch.zeros_like(h))
+        return s, h * (1 - s)
+    want = torch.tensor([[0.0], [1.0], [0.0]])
+    assert torch.equal(ann.FlexSN(core, 1, backend="reference")(X), want)
+    with pytest.raises(SpecError, match="Θ\\(0\\) other than 0 or 1"):
+        ann.FlexSN(lambda x, v: (torch.heaviside(v + x, torch.full_like(x, 0.5)), v + x), 1)
+
+
+@pytest.mark.skipif(profile() != "slow", reason="nvcc's start-up costs seconds: --slow (the host runner compiles "
+                                                  "these sources with the CUDA headers by default, the GPU tests on "
+                                                  "the device)")
+def test_strict_kernels_are_valid_cuda(nvcc):
+    """nvcc (sm_80, sm_90) accepts every strict kernel of every dtype, packed arithmetic and the ternary spike's
+    included, in one unit."""
+    specs = (if_spec(">"), dataclasses.replace(load_spec("ternary_if"), fires_at=">"))
+    kinds = ("fptt", "bptt", "step-forward", "step-backward")
+    sources = {f"{s.name} {kind} {dtype}": s.source(kind, dtype) for s in specs for kind in kinds
+               for dtype in sorted(DTYPES)}
+    sources |= {f"if {kind} {dtype} native": specs[0].source(kind, dtype, native=True, lanes=2)
+                for kind in kinds for dtype in ("float16", "bfloat16")}
+    assert compile_together(nvcc, sources) == {}

@@ -290,8 +290,8 @@ def _step(z: sp.Expr) -> sp.Expr:
 
 
 def _steps_and_kinks(expr: sp.Expr) -> sp.Expr:
-    """Derivatives of heaviside, abs, min and max in the one step function the printers know, H(z) with
-    H(0) = 1: a step's derivative (DiracDelta) is 0 wherever it is defined, as autograd through the
+    """Derivatives of heaviside, abs, min and max in one step function the printers know, H(z) with H(0) = 1
+    (the table's `heaviside`): a step's derivative (DiracDelta) is 0 wherever it is defined, as autograd through the
     reference takes it; sign(z) = H(z) - H(-z); sympy's H(z, h0) (min and max, h0 = 1/2 splits the gradient
     at a tie) = h0 H(z) + (1 - h0)(1 - H(-z))."""
     def half_step(e: sp.Heaviside) -> sp.Expr:

@@ -38,7 +38,7 @@ def _sigmoid(z: sympy.Expr) -> sympy.Expr:
 
 
 def _heaviside(z: sympy.Expr) -> sympy.Expr:
-    return sympy.Heaviside(z, 1)  # Θ(0) = 1, as the spike rule s = Θ(h - v_th) needs
+    return sympy.Heaviside(z, 1)  # Θ(0) = 1, as the default spike rule s = Θ(h - v_th) (fires_at ">=")
 
 
 # name -> (min args, max args or None for unbounded, builder)

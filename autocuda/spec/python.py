@@ -2,7 +2,8 @@
 
 A step returns `(*outputs, *new_states)`. Mapping it onto a spec (charge, threshold, reset, updates):
 
-- the spike `s` is the surrogate's result, Θ(z) with z its argument;
+- the spike `s` is the surrogate's result, Θ(z) with z its argument (fires_at ">" where the surrogate's forward
+  compares z > 0);
 - the membrane is the first state whose new value is one of the spec's reset rules applied to a charge h (the
   new value with s = 0): `none` (no s in it), `soft` (h - s·threshold) or `hard` (h·(1 - s) + s·v_reset, with
   v_reset a parameter or a number); the threshold is h - z and may not depend on an input;
@@ -273,7 +274,7 @@ def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list
                       states=tuple(State(n, init[n]) for n in fields["state_order"]),
                       charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
                       updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(),
-                      inputs=tuple(inputs), origin=origin)
+                      inputs=tuple(inputs), fires_at=">" if spike and spike.strict else ">=", origin=origin)
     return StepSpec(spec, tuple(states), tuple(step_params), tuple(_output(o, news, s) for o in outputs), detach,
                     spike is not None)
 

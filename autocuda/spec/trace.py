@@ -7,8 +7,9 @@ return values are then nodes over the input, the states and the parameters. No s
 traced spec is cached (`autocuda.nn.flexsn`) never imports it; `spec.python` turns the table into sympy.
 
 The spike is the one call of a surrogate spike function: autocuda's surrogates, and SpikingJelly's (its modules
-and its autograd functions, recognised by what they are, without importing SpikingJelly). Its result is the
-node ("spike",); its argument (h - threshold) and the surrogate are recorded.
+and its autograd functions, recognised by what they are, without importing SpikingJelly), or a library's of the
+same name and parameters (snnTorch's ATan). Its result is the node ("spike",); its argument (h - threshold), the
+surrogate and the comparison its forward makes (`z >= 0`, or `z > 0`: a spec's fires_at ">") are recorded.
 
 What a kernel cannot do is refused when it is met, with the line of the user's function and what to write
 instead: a Python `if` on a tensor, in-place operations, sorting and other operations off the whitelist, random
@@ -35,16 +36,18 @@ from ..surrogate import SURROGATES, Custom, Surrogate
 __all__ = ["Value", "Trace", "Spike", "trace", "refuse", "captured_tensor"]
 
 _HERE = __file__
-_LIBRARIES = ("torch", "spikingjelly", "sympy", "autocuda")  # modules whose frames are never the user's line
+_LIBRARIES = ("torch", "spikingjelly", "snntorch", "norse", "sympy", "autocuda")  # never the user's line
 
 
 @dataclasses.dataclass(frozen=True)
 class Spike:
-    """The spike Θ(argument), with `surrogate`'s gradient (its nodes: ("spike",), ("detached",) for s.detach())."""
+    """The spike Θ(argument), with `surrogate`'s gradient (its nodes: ("spike",), ("detached",) for s.detach());
+    `strict`: Θ(0) = 0, the surrogate's forward compared `argument > 0` (else `>= 0`)."""
 
     argument: int
     surrogate: Surrogate
     line: str
+    strict: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +62,8 @@ class Trace:
 
     def text(self) -> str:
         """The whole computation as text (equal texts: equal steps)."""
-        spike = None if self.spike is None else (self.spike.argument, self.spike.surrogate.key())
+        spike = None if self.spike is None else (self.spike.argument, self.spike.surrogate.key(),
+                                                 *(("strict",) if self.spike.strict else ()))
         return repr((self.names, self.nodes, self.returns, spike))
 
 
@@ -244,9 +248,12 @@ def _where(t: _Tracer, condition: Any, a: Any, b: Any) -> int:
 
 
 def _heaviside(t: _Tracer, x: Any, values: Any = None) -> int:
-    if values is not None and t.nodes[t.of(values)] not in (("int", 1), ("float", 1.0)):
-        raise refuse("torch.heaviside with Θ(0) other than 1", "use torch.heaviside(z, torch.ones_like(z)), or "
-                                                              "(z >= 0).float()")
+    at_zero = None if values is None else t.nodes[t.of(values)]
+    if at_zero in (("int", 0), ("float", 0.0)):  # the strict step: 1 where x > 0, else 0
+        return t.node("ind", t.node("rel", "gt", t.of(x), t.of(0)))
+    if at_zero not in (None, ("int", 1), ("float", 1.0)):
+        raise refuse("torch.heaviside with Θ(0) other than 0 or 1", "use torch.heaviside(z, torch.ones_like(z)) "
+                                                                   "or (z >= 0).float(); (z > 0).float() for Θ(0) = 0")
     return t.node("heaviside", t.of(x))
 
 
@@ -362,6 +369,12 @@ def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) 
         known = ", ".join(sorted(c.__name__ for c in _SJ_NAMES.values()))
         raise refuse(f"the spike function {owner.__module__}.{owner.__name__}",
                      f"use one of the surrogates {known} (SpikingJelly's or autocuda's)")
+    ours = [name for name, _ in cls.DEFAULTS]
+    for name, value in arguments.items():  # a parameter of theirs that ours lacks would be silently dropped
+        if name not in ours and isinstance(value, (numbers.Real, torch.Tensor)):
+            raise refuse(f"{operation} {owner.__module__}.{owner.__name__} with the parameter {name!r}",
+                         f"autocuda's {cls.__name__} has the parameters {', '.join(ours) or 'none'}; use one of "
+                         f"autocuda's surrogates")
     params = {}
     for name, _ in cls.DEFAULTS:
         if name in arguments:
@@ -406,8 +419,9 @@ class _Tracer:
         raise refuse(f"a value of type {type(value).__name__}", "use numbers, the step's arguments and torch ops")
 
     def spike_in_surrogate(self, value: Value, op: str, other: Any) -> Value | None:
-        """Inside a surrogate's forward, its comparison of the argument with 0 is the spike."""
-        if op != "ge" or not isinstance(other, numbers.Real) or other != 0:
+        """Inside a surrogate's forward, its comparison of the argument with 0 is the spike: `>= 0` fires at 0,
+        `> 0` (snnTorch's, or autocuda's with strict=True) only above it."""
+        if op not in ("ge", "gt") or not isinstance(other, numbers.Real) or other != 0:
             return None
         frame: Any = sys._getframe(2)
         for _ in range(6):
@@ -418,17 +432,18 @@ class _Tracer:
                 owner, arguments = found
                 if not any(v is value for v in arguments.values()):
                     return None
-                return self.record_spike(value, _named_surrogate(owner, arguments, "the spike function"))
+                return self.record_spike(value, _named_surrogate(owner, arguments, "the spike function"),
+                                         strict=op == "gt")
             frame = frame.f_back
         return None
 
-    def record_spike(self, argument: Value, surrogate: Surrogate) -> Value:
+    def record_spike(self, argument: Value, surrogate: Surrogate, strict: bool = False) -> Value:
         if self.spike is not None:
             raise refuse("a second spike function call", "a neuron fires once per step: call the surrogate "
                                                          "once, on h - threshold")
         frame = _user_frame()
         line = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
-        self.spike = Spike(argument.node, surrogate, line)
+        self.spike = Spike(argument.node, surrogate, line, strict)
         return Value(self.node("spike"), self)
 
     def detach(self, value: Value) -> Value:
