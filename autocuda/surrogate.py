@@ -2,10 +2,11 @@
 which derivative backward uses instead of Θ's (zero almost everywhere). With `spiking=False` (SpikingJelly's
 non-spiking mode) the forward is the primitive itself, on the torch reference only: the kernels' forward is Θ.
 
-Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md), except where its
-reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its
-primitive, not 1/w. `primitive()` is the smooth function the gradient is the derivative of, where SpikingJelly
-documents one (None for SuperSpike and FakeNumericalGradient). `key()` is a stable tuple for cache keys.
+Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md and
+docs/surrogates.md: PiecewiseLeakyReLU's gradient at |x| = w is 1/(2w), its documented closed interval, where
+its torch code gives c). `primitive()` is the smooth function the gradient is the derivative of, where
+SpikingJelly documents one (None for SuperSpike and FakeNumericalGradient). `key()` is a stable tuple for cache
+keys.
 
 Objects can be changed as SpikingJelly's can: `sg.alpha = 5.0` (any parameter, checked as the constructor checks
 it), `sg.set_spiking_mode(False)` or `sg.spiking = False`. Each change bumps `version`, by which layers notice it

@@ -288,3 +288,22 @@ def test_the_native_settled_call_ran_in_these_tests_where_it_is_loaded() -> None
         pytest.skip(f"the native operator is not loaded ({native.status()}): the settled call was not exercised")
     layer = warmed(our.LIFNode(step_mode="m", backend="host"), inputs())
     assert layer._last_call.settled is not None
+
+
+def test_more_attributes_read_at_every_call() -> None:
+    """RAFNode's dt and LIAFNode's threshold_related (single steps: SpikingJelly's LIAFNode in step mode 'm'
+    returns spikes, docs/spikingjelly.md) after warm-up, as SpikingJelly's; KLIFNode's scale_reset=True refused."""
+    x = inputs(9)
+    mine, theirs = our.RAFNode(step_mode="m"), sj.RAFNode(step_mode="m")
+    mine(x)
+    mine.dt = theirs.dt = 0.5
+    assert_as_theirs(outcome(mine, x), outcome(theirs, x))
+    mine = our.LIAFNode(nn.ReLU(), threshold_related=True)
+    theirs = sj.LIAFNode(nn.ReLU(), threshold_related=True)
+    mine(x[0])
+    mine.threshold_related = theirs.threshold_related = False
+    assert_as_theirs(outcome(mine, x, "s"), outcome(theirs, x, "s"))
+    klif = our.KLIFNode()
+    with pytest.raises(ValueError, match="scale_reset"):
+        klif.scale_reset = True
+    klif.scale_reset = False

@@ -151,7 +151,7 @@ def test_log_tailed_relu():
 
 
 def test_piecewise_leaky_relu_uses_half_over_w():
-    # Regression: the reference CUDA used 1/w; the primitive's slope in |x| <= w is 1/(2w).
+    # The primitive's slope in |x| <= w is 1/(2w), as SpikingJelly 2.0's torch code (not 1/w).
     s = sg.PiecewiseLeakyReLU(w=0.5, c=0.01)
     assert float(s.gradient(Z).subs(Z, 0)) == 1.0
     assert float(sympy.diff(s.primitive(Z), Z).subs(Z, 0.1)) == 1.0

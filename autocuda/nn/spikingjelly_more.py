@@ -74,6 +74,17 @@ class CUBALIFNode(Neuron):
 class KLIFNode(Neuron):
     decay_input = option_attribute("decay_input")
 
+    @property
+    def scale_reset(self) -> bool:
+        """False: the reset acts on h (True, SpikingJelly's reset of h / k, is refused, as in the constructor)."""
+        return False
+
+    @scale_reset.setter
+    def scale_reset(self, value: bool) -> None:
+        if value is not False:
+            raise ValueError("scale_reset: only False is supported (a reset of h / k is not expressible in the spec "
+                             f"language), got {value!r}")
+
     def __init__(self, scale_reset: bool = False, tau: float = 2., decay_input: bool = True,
                  v_threshold: float = 1., v_reset: float | None = 0., surrogate_function: Any = SIGMOID,
                  detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
@@ -85,7 +96,6 @@ class KLIFNode(Neuron):
         super().__init__("klif", tau=tau, v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.scale_reset = False
 
 
 class RAFNode(Neuron):
