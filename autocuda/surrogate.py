@@ -9,9 +9,10 @@ SpikingJelly documents one (None for SuperSpike and FakeNumericalGradient). `key
 keys.
 
 Objects can be changed as SpikingJelly's can: `sg.alpha = 5.0` (any parameter, checked as the constructor checks
-it), `sg.set_spiking_mode(False)` or `sg.spiking = False`. Each change bumps `version`, by which layers notice it
-at their next call. What keeps a surrogate for later (a spec, a registered plan) keeps a frozen copy (`frozen()`),
-which refuses changes, so that a change never alters what was built from the old values.
+it), `sg.set_spiking_mode(False)` or `sg.spiking = False`. Each change bumps `version` and tells the objects
+that `watch` it (the layers that use it). What keeps a surrogate for later (a spec, a registered plan) keeps a
+frozen copy (`frozen()`), which refuses changes, so that a change never alters what was built from the old
+values.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import functools
 import itertools
 import math
 import numbers
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -142,10 +144,21 @@ class Surrogate:
                                  f"sg.copy().{attr} = ...")
 
     def _changed(self) -> None:
-        """Forget what was worked out from the old values, and take a new version."""
+        """Forget what was worked out from the old values, take a new version, and tell the watchers."""
         for cached in ("_gradient_x", "_primitive_x", "_frozen_copy"):
             self.__dict__.pop(cached, None)
         object.__setattr__(self, "_version", next(_VERSIONS))
+        for watcher in list(self.__dict__.get("_watchers", ())):
+            watcher._surrogate_changed(self)
+
+    def watch(self, watcher: Any) -> None:
+        """Call `watcher._surrogate_changed(self)` after each change of this object (a layer takes the new values
+        at once, so that its calls compare nothing per call). Held weakly: a watcher may go away."""
+        watchers = self.__dict__.get("_watchers")
+        if watchers is None:
+            watchers = weakref.WeakSet()
+            object.__setattr__(self, "_watchers", watchers)
+        watchers.add(watcher)
 
     def copy(self) -> Surrogate:
         """A copy that can be changed on its own."""

@@ -171,6 +171,18 @@ def test_each_layer_changes_its_own_default_surrogate() -> None:
         SHARED_DEFAULT.set_spiking_mode(False)
 
 
+def test_a_replaced_surrogate_no_longer_changes_the_layer() -> None:
+    """Our surrogates tell their layers of a change at once (nothing is compared per call); a layer whose
+    surrogate_function was replaced no longer listens to the old object."""
+    old = ours.ATan(alpha=2.0)
+    layer = our.LIFNode(surrogate_function=old)
+    layer.surrogate_function = ours.Erf()
+    old.alpha = 5.0
+    assert layer._surrogate == ours.Erf()
+    layer.surrogate_function.alpha = 3.0
+    assert layer._surrogate == ours.Erf(alpha=3.0)
+
+
 # -- FlexSN's memory protocol ---------------------------------------------------------------------------
 SIGMOID = ours.Sigmoid()
 

@@ -18,7 +18,7 @@ import torch
 
 from .. import native, prepared
 from ..spec.step import SPIKE
-from ..surrogate import SURROGATES, Surrogate
+from ..surrogate import SURROGATES
 from .output import layer_output
 
 if TYPE_CHECKING:
@@ -132,11 +132,9 @@ def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
 
 
 def surrogate_state(source: Any) -> Any:
-    """What a call's kernels depend on of a layer's surrogate_function `source`, cheap to compare: our surrogate's
-    version (each change takes a new one); a SpikingJelly surrogate's spiking flag and parameters (it keeps no
-    version: they are read at every call, as SpikingJelly reads them); a name or a mapping as it is now."""
-    if isinstance(source, Surrogate):
-        return source.version
+    """What a call's kernels depend on of a surrogate_function `source` that is not ours (ours tell their layers
+    of a change: `Surrogate.watch`), cheap to compare: a SpikingJelly surrogate's spiking flag and parameters (it
+    keeps no version: they are read at every call, as SpikingJelly reads them); a name or a mapping as it is now."""
     if isinstance(source, str):
         return source
     if isinstance(source, Mapping):
@@ -149,11 +147,12 @@ def surrogate_state(source: Any) -> Any:
 
 
 def sync_surrogate(layer: Neuron) -> None:
-    """Take the layer's surrogate_function's values again where they changed since the layer last took them
-    (`Neuron._use_surrogate`): SpikingJelly reads its surrogate object at every call."""
-    source, seen = layer.__dict__["_surrogate_seen"]
-    if surrogate_state(source) != seen:
-        layer._use_surrogate(source)
+    """Take the layer's surrogate_function's values again where it is not ours (a SpikingJelly object, a mapping)
+    and they changed since the layer last took them (`Neuron._use_surrogate`): SpikingJelly reads its surrogate
+    object at every call. Ours need nothing per call: a change of one tells its layers at once."""
+    foreign = layer.__dict__["_surrogate_foreign"]
+    if foreign is not None and surrogate_state(foreign[0]) != foreign[1]:
+        layer._use_surrogate(foreign[0])
 
 
 def store_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:

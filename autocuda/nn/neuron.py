@@ -142,19 +142,27 @@ class Neuron(MemoryBase):
     def _use_surrogate(self, source: Any) -> None:
         """Make `source` the layer's surrogate_function: a frozen surrogate (the shared default, a spec's) is
         copied, so that the layer's own can be changed (`set_spiking_mode`, `.alpha = ...`) without changing
-        others'. The calls use a frozen copy of its values now (`_surrogate`, `_surrogate_ref`); each call
-        compares the object's state with the one seen here (`layer_call.sync_surrogate`) and takes a changed
-        object's values again."""
-        if isinstance(source, Surrogate) and source.frozen() is source:
+        others'. The calls use a frozen copy of its values now (`_surrogate`, `_surrogate_ref`). A change of our
+        surrogate object calls `_surrogate_changed` at once (it watches the layer); another kind of object (a
+        SpikingJelly surrogate) is compared with the state seen here at each call (`layer_call.sync_surrogate`)."""
+        ours = isinstance(source, Surrogate)
+        if ours and source.frozen() is source:
             source = source.copy()
-        seen = surrogate_state(source)
+        foreign = None if ours else (source, surrogate_state(source))
         chosen = self._surrogate_for(source)
         modules = self.__dict__.get("_modules")
         if modules is not None and "surrogate_function" in modules and not isinstance(source, nn.Module):
             del modules["surrogate_function"]  # a SpikingJelly surrogate (a module) replaced by another kind
         nn.Module.__setattr__(self, "surrogate_function", source)
         d = self.__dict__
-        d["_surrogate"], d["_surrogate_ref"], d["_surrogate_seen"] = chosen, surrogate_ref(chosen), (source, seen)
+        d["_surrogate"], d["_surrogate_ref"], d["_surrogate_foreign"] = chosen, surrogate_ref(chosen), foreign
+        if ours:
+            source.watch(self)
+
+    def _surrogate_changed(self, source: Surrogate) -> None:
+        """Our surrogate `source` changed: take its values, where it is still this layer's surrogate_function."""
+        if self.__dict__.get("surrogate_function") is source:
+            self._use_surrogate(source)
 
     def _surrogate_for(self, source: Any) -> Surrogate:
         """The frozen surrogate a call uses for the surrogate_function `source` (layers whose surrogate_function
@@ -353,7 +361,8 @@ class Neuron(MemoryBase):
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
-        sync_surrogate(self)
+        if self.__dict__["_surrogate_foreign"] is not None:  # `sync_surrogate`, its test inline (the hot path)
+            sync_surrogate(self)
         if not compiling and len(inputs) == 1:
             spikes = settled_call(self, inputs[0])
             if spikes is not None:
