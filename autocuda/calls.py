@@ -196,13 +196,13 @@ _names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
 
 
 def _surrogate_identity(surrogate: Any) -> Any:
-    """A surrogate as a cache key: a name by value; a Surrogate, immutable, by id (the layer holds it, so the id
-    stays its own; so are specs keyed); anything else (a mapping, a SpikingJelly surrogate: both mutable) by its
-    current reference (`surrogate_ref`)."""
+    """A surrogate as a cache key: a name by value; a Surrogate by id and version (the layer holds it, so the id
+    stays its own; so are specs keyed; each change takes a new version); anything else (a mapping, a SpikingJelly
+    surrogate: both mutable) by its current reference (`surrogate_ref`)."""
     if surrogate is None or type(surrogate) is str:
         return surrogate
     if isinstance(surrogate, Surrogate):
-        return id(surrogate)
+        return id(surrogate), surrogate.version  # a change (`sg.alpha = ...`) takes a new version
     return surrogate_ref(surrogate)
 
 

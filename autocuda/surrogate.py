@@ -3,17 +3,25 @@ spec's fires_at ">"); a surrogate object says which derivative backward uses ins
 everywhere). With `spiking=False` (SpikingJelly's non-spiking mode) the forward is the primitive itself, on the
 torch reference only: the kernels' forward is Θ.
 
-Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md), except where its
-reference code was wrong: PiecewiseLeakyReLU's gradient in |x| <= w is 1/(2w), the derivative of its
-primitive, not 1/w. `primitive()` is the smooth function the gradient is the derivative of, where SpikingJelly
-documents one (None for SuperSpike and FakeNumericalGradient). Objects are immutable and hashable; `key()` is
-a stable tuple for cache keys.
+Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md and
+docs/surrogates.md: PiecewiseLeakyReLU's gradient at |x| = w is 1/(2w), its documented closed interval, where
+its torch code gives c). `primitive()` is the smooth function the gradient is the derivative of, where
+SpikingJelly documents one (None for SuperSpike and FakeNumericalGradient). `key()` is a stable tuple for cache
+keys.
+
+Objects can be changed as SpikingJelly's can: `sg.alpha = 5.0` (any parameter, checked as the constructor checks
+it), `sg.set_spiking_mode(False)` or `sg.spiking = False`. Each change bumps `version` and tells the objects
+that `watch` it (the layers that use it). What keeps a surrogate for later (a spec, a registered plan) keeps a
+frozen copy (`frozen()`), which refuses changes, so that a change never alters what was built from the old
+values.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -70,11 +78,16 @@ def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> fl
     return float(value)
 
 
+_VERSIONS = itertools.count(1)  # every change of any surrogate takes the next: (object, version) names its values
+
+
 class Surrogate:
     """Base class: subclasses list DEFAULTS (name, value) and DOMAIN, and define _gradient/_primitive."""
 
     _values: tuple[tuple[str, float], ...]
     _spiking: bool = True
+    _version: int = 0      # 0 until the first change (see the module doc)
+    _frozen: bool = False  # a frozen copy refuses changes
 
     DEFAULTS: ClassVar[tuple[tuple[str, float], ...]] = ()
     DOMAIN: ClassVar[Mapping[str, str]] = {}
@@ -110,6 +123,58 @@ class Surrogate:
         """False: forward is the primitive (SpikingJelly's non-spiking mode; the torch reference only)."""
         return self._spiking
 
+    @spiking.setter
+    def spiking(self, value: bool) -> None:
+        self.set_spiking_mode(value)
+
+    def set_spiking_mode(self, spiking: bool) -> None:
+        """SpikingJelly's switch: True, the step Θ in forward; False, the primitive (the torch reference only)."""
+        self._refuse_change_if_frozen("spiking")
+        self._set_spiking(spiking)
+        object.__setattr__(self, "_spiking", spiking)
+        self._changed()
+
+    @property
+    def version(self) -> int:
+        """0 for an object never changed; a number no other change of any surrogate had, after each change."""
+        return self._version
+
+    def _refuse_change_if_frozen(self, attr: str) -> None:
+        if self._frozen:
+            raise AttributeError(f"{self!r} is frozen (a spec or a built plan holds it): change a copy, "
+                                 f"sg.copy().{attr} = ...")
+
+    def _changed(self) -> None:
+        """Forget what was worked out from the old values, take a new version, and tell the watchers."""
+        for cached in ("_gradient_x", "_primitive_x", "_frozen_copy"):
+            self.__dict__.pop(cached, None)
+        object.__setattr__(self, "_version", next(_VERSIONS))
+        for watcher in list(self.__dict__.get("_watchers", ())):
+            watcher._surrogate_changed(self)
+
+    def watch(self, watcher: Any) -> None:
+        """Call `watcher._surrogate_changed(self)` after each change of this object (a layer takes the new values
+        at once, so that its calls compare nothing per call). Held weakly: a watcher may go away."""
+        watchers = self.__dict__.get("_watchers")
+        if watchers is None:
+            watchers = weakref.WeakSet()
+            object.__setattr__(self, "_watchers", watchers)
+        watchers.add(watcher)
+
+    def copy(self) -> Surrogate:
+        """A copy that can be changed on its own."""
+        return _rebuild(type(self), self._init_kwargs())
+
+    def frozen(self) -> Surrogate:
+        """This object where it is frozen, else a frozen copy of its current values (made once per version)."""
+        if self._frozen:
+            return self
+        cached = self.__dict__.get("_frozen_copy")
+        if cached is None:
+            cached = _rebuild(type(self), self._init_kwargs(), True)
+            object.__setattr__(self, "_frozen_copy", cached)
+        return cached
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -127,7 +192,18 @@ class Surrogate:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def __setattr__(self, attr: str, value: Any) -> None:
-        raise AttributeError(f"{self.name} is immutable")
+        """`sg.alpha = 5.0` (SpikingJelly's objects take such changes): a parameter, checked as the constructor
+        checks it; `spiking` through its property."""
+        if attr == "spiking":
+            object.__setattr__(self, attr, value)  # the property's setter
+            return
+        names = [n for n, _ in self._values]
+        if attr not in names:
+            raise AttributeError(f"{self.name} has no parameter {attr!r} (parameters: {', '.join(names) or 'none'})")
+        self._refuse_change_if_frozen(attr)
+        checked = _check_value(self.name, attr, value, self.DOMAIN.get(attr))
+        object.__setattr__(self, "_values", tuple((n, checked if n == attr else v) for n, v in self._values))
+        self._changed()
 
     def key(self) -> tuple:
         return (self.name, self._values) if self._spiking else (self.name, self._values, "non-spiking")
@@ -143,7 +219,7 @@ class Surrogate:
         return f"{self.name}({', '.join([*(f'{n}={v!r}' for n, v in self._values), *spiking])})"
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self._init_kwargs()))
+        return (_rebuild, (type(self), self._init_kwargs(), self._frozen))
 
     def _init_kwargs(self) -> dict[str, Any]:
         return self.params if self._spiking else {**self.params, "spiking": False}
@@ -198,8 +274,11 @@ class Surrogate:
         return evaluate(cached, {_x(): x})
 
 
-def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any]) -> Surrogate:
-    return cls(**kwargs)
+def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any], frozen: bool = False) -> Surrogate:
+    made = cls(**kwargs)
+    if frozen:
+        object.__setattr__(made, "_frozen", True)
+    return made
 
 
 class _SpikeFunction(torch.autograd.Function):
@@ -314,7 +393,9 @@ class S2NN(Surrogate):
         return sympy.Piecewise((alpha * _sg_slope(alpha * x), x < 0), (beta / (x + 1), True))
 
     def _primitive(self, x, alpha, beta):
-        return sympy.Piecewise((_sg(alpha * x), x < 0), (beta * sympy.log(x + 1) + sympy.Rational(1, 2), True))
+        # SpikingJelly's: log(|x + 1| + 1e-5), finite where torch evaluates the branch it does not pick (x <= -1)
+        tail = beta * sympy.log(sympy.Abs(x + 1) + sympy.Float(1e-5)) + sympy.Rational(1, 2)
+        return sympy.Piecewise((_sg(alpha * x), x < 0), (tail, True))
 
 
 class QPseudoSpike(Surrogate):
@@ -324,9 +405,11 @@ class QPseudoSpike(Surrogate):
         return (1 + 2 * sympy.Abs(x) / (alpha - 1)) ** (-alpha)
 
     def _primitive(self, x, alpha):
+        # Each branch's base is clipped at x = 0 (Min, Max), so that it stays >= 1 where torch evaluates the branch it
+        # does not pick: a negative base to a fractional power is NaN, and so would be its (discarded) gradient
         half = sympy.Rational(1, 2)
-        return sympy.Piecewise((half * (1 - 2 * x / (alpha - 1)) ** (1 - alpha), x < 0),
-                               (1 - half * (1 + 2 * x / (alpha - 1)) ** (1 - alpha), True))
+        return sympy.Piecewise((half * (1 - 2 * sympy.Min(x, 0) / (alpha - 1)) ** (1 - alpha), x < 0),
+                               (1 - half * (1 + 2 * sympy.Max(x, 0) / (alpha - 1)) ** (1 - alpha), True))
 
 
 class LeakyKReLU(Surrogate):
@@ -421,6 +504,12 @@ class Custom(Surrogate):
     @property
     def gradient_text(self) -> str:
         return self._text
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr == "spiking":
+            object.__setattr__(self, attr, value)
+            return
+        raise AttributeError(f"Custom surrogates cannot be changed ({attr!r}): build a new Custom")
 
     def key(self) -> tuple:
         return (self.name, sympy.srepr(self._expr), self._values)

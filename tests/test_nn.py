@@ -152,7 +152,9 @@ def test_constructor_errors(make, error, match):
 
 def test_multi_step_mode_needs_a_time_dimension():
     with pytest.raises(ValueError, match=r"\[T, \*\]"):
-        ann.LIFNode(step_mode="m")(torch.zeros(3))
+        ann.LIFNode(step_mode="m")(torch.zeros(()))
+    # [T] is one neuron, as SpikingJelly takes it (tests/test_sj_protocol.py compares the values)
+    assert ann.LIFNode(step_mode="m")(torch.zeros(3)).shape == (3,)
 
 
 class TwoLayer(nn.Module):

@@ -84,6 +84,12 @@ def test_gradient_matches_design_formula(s):
     np.testing.assert_allclose(by_sympy, expected[::5], rtol=1e-10)
 
 
+def primitive_tolerance(s: sg.Surrogate) -> float:
+    """How far a primitive's derivative may be from the gradient, relatively (and the primitive from continuous):
+    S2NN's is SpikingJelly's, log(|x + 1| + 1e-5) for x >= 0, off by up to 1e-5 · beta."""
+    return 2e-5 * max(1.0, s.params.get("beta", 1.0)) if s.name == "S2NN" else 1e-9
+
+
 @pytest.mark.parametrize("s", INSTANCES, ids=IDS)
 def test_primitive_derivative_is_gradient(s):
     prim = s.primitive(Z)
@@ -96,10 +102,10 @@ def test_primitive_derivative_is_gradient(s):
     for point in off_breaks:
         d = float(derivative.subs(Z, sympy.Float(point)))
         g = float(gradient.subs(Z, sympy.Float(point)))
-        assert d == pytest.approx(g, rel=1e-9, abs=1e-12), point
+        assert d == pytest.approx(g, rel=primitive_tolerance(s), abs=1e-12), point
     for b in breaks(s):  # the primitive is continuous across every break
         left, right = (float(prim.subs(Z, sympy.Float(b + d))) for d in (-1e-9, 1e-9))
-        assert left == pytest.approx(right, abs=1e-7), b
+        assert left == pytest.approx(right, abs=max(1e-7, primitive_tolerance(s))), b
 
 
 @pytest.mark.parametrize("s", [sg.Sigmoid(), sg.ATan(), sg.Erf(), sg.SoftSign()], ids=repr)
@@ -145,7 +151,7 @@ def test_log_tailed_relu():
 
 
 def test_piecewise_leaky_relu_uses_half_over_w():
-    # Regression: the reference CUDA used 1/w; the primitive's slope in |x| <= w is 1/(2w).
+    # The primitive's slope in |x| <= w is 1/(2w), as SpikingJelly 2.0's torch code (not 1/w).
     s = sg.PiecewiseLeakyReLU(w=0.5, c=0.01)
     assert float(s.gradient(Z).subs(Z, 0)) == 1.0
     assert float(sympy.diff(s.primitive(Z), Z).subs(Z, 0.1)) == 1.0
@@ -170,18 +176,54 @@ def test_positional_parameters():
         sg.Sigmoid(1.0, 2.0)
 
 
-def test_equality_hash_key_and_immutability():
+def test_equality_hash_key_and_frozen_copies():
     a, b = sg.Sigmoid(), sg.Sigmoid(alpha=4)
     assert a == b and hash(a) == hash(b) and a.key() == b.key() == ("Sigmoid", (("alpha", 4.0),))
     assert a != sg.Sigmoid(alpha=3.0) and a != sg.ATan(alpha=4.0)
     assert len({a, b, sg.ATan()}) == 2
     assert a.alpha == 4.0 and a.name == "Sigmoid" and repr(a) == "Sigmoid(alpha=4.0)"
     with pytest.raises(AttributeError):
-        a.alpha = 1.0
-    with pytest.raises(AttributeError):
         _ = a.beta
+    with pytest.raises(AttributeError, match="no parameter 'beta'"):
+        a.beta = 1.0
     a.params["alpha"] = 1.0  # a copy
     assert a.alpha == 4.0
+    frozen = a.frozen()
+    assert frozen == a and frozen is not a and frozen.frozen() is frozen and a.frozen() is frozen  # once a version
+    with pytest.raises(AttributeError, match="frozen"):
+        frozen.alpha = 1.0
+    with pytest.raises(AttributeError, match="frozen"):
+        frozen.set_spiking_mode(False)
+    assert pickle.loads(pickle.dumps(frozen)).frozen() == frozen  # stays frozen
+    assert pickle.loads(pickle.dumps(frozen)).frozen() is not frozen
+
+
+def test_changes_as_spikingjelly_takes_them():
+    """SpikingJelly's surrogates are changed in place (`sg.alpha = ...`, `set_spiking_mode`): so are ours, each
+    change checked as the constructor checks it, and each taking a new version; a frozen copy keeps the values."""
+    a = sg.ATan(alpha=2.0)
+    before, kept = a.version, a.frozen()
+    a.alpha = 5.0
+    assert a == sg.ATan(alpha=5.0) and a.version != before and kept == sg.ATan(alpha=2.0)
+    x = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+    a(x).sum().backward()
+    assert x.grad.item() == pytest.approx(FORMULAS["ATan"](np.array([0.3]), alpha=5.0)[0], rel=1e-12)
+    with pytest.raises(SpecError, match="alpha"):
+        a.alpha = -1.0
+    assert a.alpha == 5.0
+    version = a.version
+    a.set_spiking_mode(False)
+    assert not a.spiking and a.version != version and a == sg.ATan(alpha=5.0, spiking=False)
+    assert a(torch.tensor([0.0], dtype=torch.float64)).item() == pytest.approx(0.5)  # the primitive
+    a.spiking = True
+    assert a.spiking and a == sg.ATan(alpha=5.0)
+    with pytest.raises(SpecError, match="non-spiking"):
+        sg.SuperSpike().set_spiking_mode(False)
+    with pytest.raises(AttributeError, match="Custom"):
+        sg.Custom("alpha / (1 + abs(x))**2", alpha=2.0).alpha = 3.0
+    copied = a.copy()
+    copied.alpha = 1.0
+    assert a.alpha == 5.0
 
 
 def test_pickle_round_trip():
@@ -309,7 +351,7 @@ def test_non_spiking_forward_is_the_primitive_and_backward_its_derivative(s):
     y.sum().backward()
     off_breaks = np.array([min(abs(p - b) for b in breaks(s)) > 1e-6 for p in points])
     np.testing.assert_allclose(x.grad.numpy()[off_breaks], FORMULAS[s.name](points, **s.params)[off_breaks],
-                               rtol=1e-9, atol=1e-12)
+                               rtol=primitive_tolerance(s), atol=1e-12)
 
 
 def test_non_spiking_mode_is_part_of_identity_and_pickles():

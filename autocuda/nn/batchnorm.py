@@ -29,7 +29,7 @@ from ..runtime.plans import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes
-from .layer_call import BACKENDS, append_v_seq, read_params, start_states, store_states
+from .layer_call import BACKENDS, append_v_seq, read_params, start_states, store_states, sync_surrogate
 from .neuron import Neuron
 
 __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
@@ -204,6 +204,7 @@ class BatchNormNeuron(nn.Module):
     def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
         """The call through `batchnorm_passes`, or None where its configuration does not fit (`eligible`)."""
         n = self.neuron
+        sync_surrogate(n)  # the neuron's surrogate_function as it is now
         ref = self._fused_ref()
         compiling = torch.compiler.is_compiling()
         weight, bias = cast(torch.Tensor, self.weight), cast(torch.Tensor, self.bias)
@@ -234,6 +235,7 @@ class BatchNormNeuron(nn.Module):
     def _run(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, mode: str) -> torch.Tensor:
         """The neuron's call (as `Neuron.forward`) on the fused spec, its states kept in the neuron."""
         n = self.neuron
+        sync_surrogate(n)  # the neuron's surrogate_function as it is now
         ref = self._fused_ref()
         compiling = torch.compiler.is_compiling()
         params = {**read_params(n, compiling), INPUT_SCALE: scale, INPUT_SHIFT: shift}

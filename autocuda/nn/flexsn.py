@@ -17,10 +17,11 @@ on CPU), 'cuda', 'host' (the generated CUDA on the CPU), 'reference' (the traced
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from ..runtime.plans import spec_ref, surrogate_ref
 from ..spec.model import Param
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
+from .memory import MemoryBase, detach_memories
 
 __all__ = ["FlexSN", "flexsn_spec"]
 
@@ -101,13 +103,26 @@ def _expression(step: StepSpec, text: str) -> Any:
     return parse_expression(text, symbols, source=step.spec.origin, field="outputs"), symbols
 
 
-class FlexSN(nn.Module):
+class FlexSN(MemoryBase):
     """A neuron from a step function: `FlexSN(core, num_states, static_inputs=(), step_mode='m',
-    store_state_seqs=False, backend=None)` (see the module doc)."""
+    store_state_seqs=False, backend=None)` (see the module doc).
+
+    SpikingJelly's memory protocol, as its FlexSN's: the states are the memories `_state_0`, `_state_1`, ...
+    (None until the first call), `reset()` restores them, `detach()` cuts their graphs in place
+    (`functional.detach_net`), `Module.to` converts them; where SpikingJelly is installed this is a subclass of
+    its `base.MemoryModule` (`extract_memories`, ... see the layer)."""
+
+    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base (as `Neuron`'s)
+    if not TYPE_CHECKING:
+        __getattr__ = nn.Module.__getattr__
+    __setattr__ = nn.Module.__setattr__
+    __delattr__ = nn.Module.__delattr__
+    __dir__ = nn.Module.__dir__
+    _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
 
     def __init__(self, core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = (),
                  step_mode: str = "m", store_state_seqs: bool = False, *, backend: str | None = None):
-        super().__init__()
+        nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         if isinstance(core, nn.Module):
             raise TypeError("core: a FlexSN core is a plain function; pass tensors through static_inputs")
         static_inputs = tuple(static_inputs)
@@ -117,8 +132,9 @@ class FlexSN(nn.Module):
         if backend not in _BACKENDS:
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
         self.core, self.num_states, self.backend = core, num_states, backend
-        self._states: list[torch.Tensor | None] = []
         self.step = flexsn_spec(core, num_states, static_inputs)
+        self._state_names = self._memory_names = tuple(f"_state_{i}" for i in range(num_states))
+        self._reset_values: dict[str, Any] = dict.fromkeys(self._state_names)
         self._static_input_names = tuple(f"_static_input_{i}" for i in range(len(static_inputs)))
         for name, tensor in zip(self._static_input_names, static_inputs):
             if isinstance(tensor, nn.Parameter):
@@ -135,7 +151,11 @@ class FlexSN(nn.Module):
         self._surrogate_ref = surrogate_ref(self.step.spec.surrogate)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
+        if "_state_names" not in state:  # pickled when the states were one list
+            names = tuple(f"_state_{i}" for i in range(state["num_states"]))
+            state = {**state, **dict(zip(names, state.pop("_states", ()))), "_state_names": names,
+                     "_memory_names": names, "_reset_values": dict.fromkeys(names)}
+        nn.Module.__setstate__(self, state)
         self._refs()  # references name objects registered in this process
 
     @property
@@ -146,6 +166,18 @@ class FlexSN(nn.Module):
     @property
     def static_inputs(self) -> tuple[torch.Tensor, ...]:
         return tuple(getattr(self, n) for n in self._static_input_names)
+
+    @property
+    def _states(self) -> list[torch.Tensor | None]:
+        """The states, in the order of the core's arguments (the memories `_state_<i>`)."""
+        d = self.__dict__
+        return [d.get(name) for name in d["_state_names"]]
+
+    @_states.setter
+    def _states(self, values: Sequence[torch.Tensor | None]) -> None:
+        d = self.__dict__
+        for name, value in zip(d["_state_names"], values, strict=True):
+            d[name] = value
 
     @property
     def states(self) -> tuple[torch.Tensor | None, ...]:
@@ -182,8 +214,58 @@ class FlexSN(nn.Module):
 
     def reset(self) -> None:
         """Forget the states (the next call starts from zeros) and the stored state sequences."""
-        self._states = [None] * self.num_states
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            value = d["_reset_values"][name]
+            d[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
         self.state_seqs = None
+
+    # -- SpikingJelly's memory protocol ----------------------------------------------------------------
+    def detach(self) -> None:
+        """Cut the states' autograd graphs in place, keeping their values (`functional.detach_net`)."""
+        detach_memories(self.__dict__, self.__dict__["_memory_names"])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Module.to() and friends convert tensor states with the static inputs (as SpikingJelly's memories)."""
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            if isinstance(d.get(name), torch.Tensor):
+                d[name] = fn(d[name])
+        return nn.Module._apply(self, fn, *args, **kwargs)
+
+    def register_memory(self, name: str, value: Any) -> None:
+        """Add a memory that `reset()` restores to `value` (SpikingJelly's `MemoryModule.register_memory`)."""
+        if not isinstance(name, str) or not name.isidentifier() or hasattr(self, name):
+            raise ValueError(f"register_memory: {name!r} is not a free attribute name of {type(self).__name__}")
+        self._memory_names = (*self._memory_names, name)
+        self.set_reset_value(name, value)
+        self.__dict__[name] = copy.deepcopy(value)
+
+    def set_reset_value(self, name: str, value: Any) -> None:
+        if name not in self._memory_names:
+            raise KeyError(f"set_reset_value: {name!r} is not a memory of this FlexSN "
+                           f"(memories: {', '.join(self._memory_names)})")
+        self._reset_values[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+
+    def get_reset_value(self, name: str) -> Any:
+        if name not in self._memory_names:
+            raise KeyError(f"get_reset_value: {name!r} is not a memory of this FlexSN "
+                           f"(memories: {', '.join(self._memory_names)})")
+        return self._reset_values[name]
+
+    @property
+    def _memories(self) -> dict[str, Any]:
+        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
+        return dict(self.named_memories())
+
+    def memories(self) -> Iterator[Any]:
+        for _, value in self.named_memories():
+            yield value
+
+    def named_memories(self) -> Iterator[tuple[str, Any]]:
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            yield name, d.get(name)
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, *inputs: torch.Tensor) -> Any:

@@ -10,7 +10,7 @@ that follow.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ import torch
 
 from .. import native, prepared
 from ..spec.step import SPIKE
+from ..surrogate import SURROGATES
 from .output import layer_output
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def prepared_call(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], sta
     if last is None:  # made on the first ask: a layer unpickled without one has none
         last = d["_last_call"] = prepared.LastCall()
     results = prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"],
-                                        d["detach_reset"], d["store_v_seq"] or d["_output"].kind != SPIKE,
+                                        d["detach_reset"], d["_store_v_seq"] or d["_output"].kind != SPIKE,
                                         BACKENDS[d["backend"]], d["save_h"], params)
     if results is not None and isinstance(x, torch.Tensor):
         last.settled = _settle(d, last.prepared, x, params)
@@ -75,7 +76,8 @@ def prepared_call(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], sta
 
 
 # What a layer's call reads from its dict besides its parameters, states and inputs
-_SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "store_v_seq", "_output", "backend", "save_h", "recompute")
+_SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_output", "backend", "save_h",
+             "recompute")
 
 
 def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, params: dict[str, Any]
@@ -86,7 +88,7 @@ def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, 
     (a parameter, a buffer or a property, which can change without a new object in the dict), or the call has no
     native plan."""
     names = d["_param_names"]
-    if call is None or d["store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
+    if call is None or d["_store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
         return None
     made = call.settled(x, params)
     if made is None:
@@ -107,7 +109,12 @@ def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
             prepared.transforms_active()):
         return None
     run, plan, scalars, read, seen = settled
-    if not all(map(is_, read(d), seen)):
+    try:
+        now = read(d)
+    except KeyError:  # a parameter that is no plain attribute now (made a Parameter or a buffer): never again
+        d["_last_call"].settled = None
+        return None
+    if not all(map(is_, now, seen)):
         return None
     names = d["_state_names"]
     numbers = []
@@ -122,6 +129,30 @@ def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
     for name, value in zip(names, results[1:]):
         d[name] = value
     return results[0]
+
+
+def surrogate_state(source: Any) -> Any:
+    """What a call's kernels depend on of a surrogate_function `source` that is not ours (ours tell their layers
+    of a change: `Surrogate.watch`), cheap to compare: a SpikingJelly surrogate's spiking flag and parameters (it
+    keeps no version: they are read at every call, as SpikingJelly reads them); a name or a mapping as it is now."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, Mapping):
+        return tuple(source.items())
+    names = getattr(source, "_sg_param_names", None)  # a SpikingJelly surrogate's parameters
+    if names is None:
+        cls = SURROGATES.get(type(source).__name__)
+        names = () if cls is None else [name for name, _ in cls.DEFAULTS]
+    return (getattr(source, "spiking", True), *(getattr(source, name, None) for name in names))
+
+
+def sync_surrogate(layer: Neuron) -> None:
+    """Take the layer's surrogate_function's values again where it is not ours (a SpikingJelly object, a mapping)
+    and they changed since the layer last took them (`Neuron._use_surrogate`): SpikingJelly reads its surrogate
+    object at every call. Ours need nothing per call: a change of one tells its layers at once."""
+    foreign = layer.__dict__["_surrogate_foreign"]
+    if foreign is not None and surrogate_state(foreign[0]) != foreign[1]:
+        layer._use_surrogate(foreign[0])
 
 
 def store_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:

@@ -31,7 +31,7 @@ from .. import functional as F
 from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
-from ..surrogate import Sigmoid, get_surrogate
+from ..surrogate import Sigmoid, Surrogate, get_surrogate
 from .layer_call import (
     BACKENDS,
     append_v_seq,
@@ -44,32 +44,21 @@ from .layer_call import (
     start_states,
     step_inputs,
     store_states,
+    surrogate_state,
+    sync_surrogate,
 )
+from .memory import MemoryBase, detach_memories
 from .output import spec_output
 
-__all__ = ["Neuron", "SIGMOID"]
+__all__ = ["Neuron", "SIGMOID", "option_attribute"]
 
 _UNSET: Any = object()
-SIGMOID = Sigmoid()  # the default surrogate (SpikingJelly's); surrogates are immutable, so one object serves all
+# The default surrogate (SpikingJelly's), frozen: each layer given it changes a copy of its own (SpikingJelly's
+# nodes share their default object, so that set_spiking_mode on one node's default changes them all)
+SIGMOID = Sigmoid().frozen()
 
 
-def _memory_module_base() -> type[nn.Module]:
-    """SpikingJelly's `base.MemoryModule` where SpikingJelly is installed (importing that module alone costs under
-    a millisecond and imports nothing else of SpikingJelly's), else `nn.Module`."""
-    try:
-        from spikingjelly.activation_based.base import MemoryModule
-    except ImportError:
-        return nn.Module
-    return MemoryModule if isinstance(MemoryModule, type) and issubclass(MemoryModule, nn.Module) else nn.Module
-
-
-if TYPE_CHECKING:
-    _Base = nn.Module
-else:
-    _Base = _memory_module_base()
-
-
-class Neuron(_Base):
+class Neuron(MemoryBase):
     """A layer of neurons of any spec: `Neuron('lif', tau=3.0)`, `Neuron(my_spec, v_reset=None)`.
 
     Parameters are the spec's (floats, tensors broadcast over neurons, or `nn.Parameter`s, which are learned;
@@ -86,7 +75,6 @@ class Neuron(_Base):
     # MemoryModule's versions keep memories in a dict of its own, which this class does not use
     if not TYPE_CHECKING:  # mypy would read it as a class variable, not as the attribute hook it is
         __getattr__ = nn.Module.__getattr__
-    __setattr__ = nn.Module.__setattr__
     __delattr__ = nn.Module.__delattr__
     __dir__ = nn.Module.__dir__
     _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
@@ -109,12 +97,9 @@ class Neuron(_Base):
                            ("save_h", save_h)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
-        if surrogate_function is None:
-            surrogate_function = self.spec.surrogate
-        self.surrogate_function = surrogate_function
-        self._surrogate = get_surrogate(surrogate_function)
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
-        self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
+        self._spec_ref = spec_ref(self.spec)
+        self.surrogate_function = self.spec.surrogate if surrogate_function is None else surrogate_function
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
         self._input_names = self.spec.inputs
         self._output = spec_output(self.spec)  # the spike, unless the spec names another output
@@ -135,13 +120,75 @@ class Neuron(_Base):
         self.reset()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "store_v_seq" in state:  # pickled when it was a plain attribute
+            state = {**state, "_store_v_seq": state["store_v_seq"]}
+            del state["store_v_seq"]
         nn.Module.__setstate__(self, state)
         self.__dict__.setdefault("_output", spec_output(self.spec))
         self.__dict__.setdefault("_input_names", self.spec.inputs)
         self.__dict__.setdefault("recompute", False)
         self.__dict__.setdefault("save_h", True)
         # References name objects registered in the process that built the layer (unpickling: register here)
-        self._spec_ref, self._surrogate_ref = spec_ref(self.spec), surrogate_ref(self._surrogate)
+        self._spec_ref = spec_ref(self.spec)
+        self._use_surrogate(self.surrogate_function)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """nn.Module's, except for `surrogate_function`, whose new value the layer's calls take (`_use_surrogate`)."""
+        if name == "surrogate_function":
+            self._use_surrogate(value)
+        else:
+            nn.Module.__setattr__(self, name, value)
+
+    def _use_surrogate(self, source: Any) -> None:
+        """Make `source` the layer's surrogate_function: a frozen surrogate (the shared default, a spec's) is
+        copied, so that the layer's own can be changed (`set_spiking_mode`, `.alpha = ...`) without changing
+        others'. The calls use a frozen copy of its values now (`_surrogate`, `_surrogate_ref`). A change of our
+        surrogate object calls `_surrogate_changed` at once (it watches the layer); another kind of object (a
+        SpikingJelly surrogate) is compared with the state seen here at each call (`layer_call.sync_surrogate`)."""
+        ours = isinstance(source, Surrogate)
+        if ours and source.frozen() is source:
+            source = source.copy()
+        foreign = None if ours else (source, surrogate_state(source))
+        chosen = self._surrogate_for(source)
+        modules = self.__dict__.get("_modules")
+        if modules is not None and "surrogate_function" in modules and not isinstance(source, nn.Module):
+            del modules["surrogate_function"]  # a SpikingJelly surrogate (a module) replaced by another kind
+        nn.Module.__setattr__(self, "surrogate_function", source)
+        d = self.__dict__
+        d["_surrogate"], d["_surrogate_ref"], d["_surrogate_foreign"] = chosen, surrogate_ref(chosen), foreign
+        if ours:
+            source.watch(self)
+
+    def _surrogate_changed(self, source: Surrogate) -> None:
+        """Our surrogate `source` changed: take its values, where it is still this layer's surrogate_function."""
+        if self.__dict__.get("surrogate_function") is source:
+            self._use_surrogate(source)
+
+    def _surrogate_for(self, source: Any) -> Surrogate:
+        """The frozen surrogate a call uses for the surrogate_function `source` (layers whose surrogate_function
+        selects their spec instead override this)."""
+        return get_surrogate(source).frozen()
+
+    def _set_option(self, name: str, value: Any) -> None:
+        """Change the spec's compile-time option `name` (an attribute of SpikingJelly's classes, which read it at
+        every call: `decay_input`, ...): the next call runs the kernels of the spec with it."""
+        value = bool(value)  # SpikingJelly tests the attribute's truth
+        if dict(self.spec.options).get(name) == value:
+            return
+        self.spec = self.spec.with_options(**{name: value})
+        self._spec_ref, self._output = spec_ref(self.spec), spec_output(self.spec)
+
+    @property
+    def store_v_seq(self) -> bool:
+        """Whether a call keeps the membrane's sequence in `v_seq`; setting it drops the kept one (as SpikingJelly)."""
+        return self.__dict__["_store_v_seq"]
+
+    @store_v_seq.setter
+    def store_v_seq(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"store_v_seq: expected True or False, got {value!r}")
+        self.__dict__["_store_v_seq"] = value
+        self.__dict__["v_seq"] = None
 
     def _set_params(self, params: Mapping[str, Any]) -> None:
         unknown = [n for n in params if n not in self._param_names]
@@ -189,10 +236,9 @@ class Neuron(_Base):
         """Cut the states' (and v_seq's) autograd graphs, keeping their values: SpikingJelly's
         `functional.detach_net` calls it between the chunks of truncated BPTT."""
         d = self.__dict__
-        for name in (*d["_memory_names"], "v_seq"):
-            value = d.get(name)
-            if isinstance(value, torch.Tensor):
-                d[name] = value.detach()
+        detach_memories(d, d["_memory_names"])
+        if isinstance(d.get("v_seq"), torch.Tensor):  # a new tensor, as SpikingJelly's
+            d["v_seq"] = d["v_seq"].detach()
 
     # -- SpikingJelly's memory protocol ----------------------------------------------------------------
     def register_memory(self, name: str, value: Any) -> None:
@@ -269,6 +315,7 @@ class Neuron(_Base):
                     ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         if not isinstance(inputs, (tuple, list)):
             raise TypeError(f"inputs: expected a tuple holding the input tensor(s), got {type(inputs).__name__}")
+        sync_surrogate(self)
         given, x = step_inputs(self, tuple(inputs), 2 if multi else 0)
         n = len(self._state_names)
         compiling = torch.compiler.is_compiling()
@@ -300,6 +347,7 @@ class Neuron(_Base):
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 
     def single_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        sync_surrogate(self)
         given, x = step_inputs(self, inputs, 0)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
         params = read_params(self, compiling)
@@ -313,11 +361,15 @@ class Neuron(_Base):
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
+        if self.__dict__["_surrogate_foreign"] is not None:  # `sync_surrogate`, its test inline (the hot path)
+            sync_surrogate(self)
         if not compiling and len(inputs) == 1:
             spikes = settled_call(self, inputs[0])
             if spikes is not None:
                 return spikes
-        given, x_seq = step_inputs(self, inputs, 2)
+        given, x_seq = step_inputs(self, inputs, 1)
+        if x_seq.dim() == 1:
+            return self._one_neuron(inputs, compiling)
         params = read_params(self, compiling)
         states = start_states(self, x_seq, 1, compiling)
         spikes, finals, seqs = (None if compiling else prepared_call(self, given, states, params)) or F.multi_step(
@@ -329,6 +381,21 @@ class Neuron(_Base):
         if seqs is not None and self.store_v_seq:
             store_states(self, ("v_seq",), seqs[:1], compiling)
         return call_output(self, given, spikes, seqs, params)
+
+    def _one_neuron(self, inputs: tuple[torch.Tensor, ...], compiling: bool) -> torch.Tensor:
+        """Step mode 'm' on x_seq of shape [T]: one neuron, as SpikingJelly takes it (its states of shape [],
+        v_seq of shape [T]); the kernels run it as [T, 1]."""
+        d = self.__dict__
+        names = d["_state_names"]
+        states = [d.get(name) for name in names]
+        store_states(self, names, [v.reshape(1) if isinstance(v, torch.Tensor) and v.dim() == 0 else v
+                                   for v in states], compiling)
+        out = self.multi_step_forward(*(x.unsqueeze(1) for x in inputs))
+        for name in (*names, "v_seq"):
+            value = d.get(name) if not compiling else getattr(self, name, None)
+            if isinstance(value, torch.Tensor) and value.shape[-1:] == (1,):
+                store_states(self, (name,), (value.squeeze(-1),), compiling)
+        return out.squeeze(1)
 
     def extra_repr(self) -> str:
         params = []
@@ -343,3 +410,15 @@ class Neuron(_Base):
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}",
                           *(["recompute=True"] if self.recompute else []), *([] if self.save_h else ["save_h=False"])])
+
+
+def option_attribute(name: str) -> property:
+    """A layer attribute that is the spec's compile-time option `name` (SpikingJelly's `decay_input`, ...):
+    reading gives the option, setting it changes the layer's spec (`Neuron._set_option`)."""
+    def get(self: Neuron) -> bool:
+        return dict(self.spec.options)[name]
+
+    def set_(self: Neuron, value: Any) -> None:
+        self._set_option(name, value)
+
+    return property(get, set_, doc=f"The spec's option {name!r}; the next call runs the kernels of its new value.")

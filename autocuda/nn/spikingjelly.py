@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .neuron import SIGMOID, Neuron
+from .neuron import SIGMOID, Neuron, option_attribute
 
 __all__ = ["IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode", "ALIFNode"]
 
@@ -67,6 +67,8 @@ class IFNode(Neuron):
 
 
 class LIFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+
     def __init__(self, tau: float = 2., decay_input: bool = True, v_threshold: float = 1.,
                  v_reset: float | None = 0., surrogate_function: Any = SIGMOID, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
@@ -74,10 +76,11 @@ class LIFNode(Neuron):
         super().__init__("lif", tau=tau, v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.decay_input = bool(decay_input)
 
 
 class ParametricLIFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+
     def __init__(self, init_tau: float = 2.0, decay_input: bool = True, v_threshold: float = 1.,
                  v_reset: float | None = 0., surrogate_function: Any = SIGMOID, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
@@ -88,7 +91,6 @@ class ParametricLIFNode(Neuron):
         super().__init__("parametric_lif", w=w, v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.decay_input = bool(decay_input)
 
 
 class QIFNode(Neuron):

@@ -15,10 +15,11 @@ import math
 import numbers
 from typing import Any
 
+from ..runtime.plans import spec_ref
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
-from ..surrogate import Custom
-from .neuron import SIGMOID, Neuron
+from ..surrogate import Custom, Surrogate
+from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common
 
 __all__ = ["TernaryIFNode", "TernaryLIFNode", "ILIFNode", "MultiLevelSpikeCount", "ilif_spec"]
@@ -66,6 +67,8 @@ class TernaryIFNode(Neuron):
 
 
 class TernaryLIFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+
     def __init__(self, tau: float = 2., decay_input: bool = True, v_threshold: float = 1.,
                  v_reset: float | None = 0., surrogate_function: Any = SIGMOID, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
@@ -73,7 +76,6 @@ class TernaryLIFNode(Neuron):
         super().__init__("ternary_lif", tau=_tau(tau), v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": _flag("decay_input", decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.decay_input = decay_input
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +143,25 @@ class ILIFNode(Neuron):
     def __init__(self, tau: float = 4. / 3., v_threshold: float = 1.,
                  surrogate_function: Any = MultiLevelSpikeCount(4), detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
-        if type(surrogate_function).__name__ != "MultiLevelSpikeCount" or not surrogate_function.spiking:
-            raise ValueError(f"surrogate_function: must be a spiking MultiLevelSpikeCount, got "
-                             f"{surrogate_function!r}")
-        threshold = _real("v_threshold", v_threshold)
-        if threshold <= 0:
-            raise ValueError(f"v_threshold: must be > 0, got {v_threshold!r}")
-        super().__init__(ilif_spec(surrogate_function), tau=_tau(tau), v_threshold=v_threshold,
-                         **_common(SIGMOID, _flag("detach_reset", detach_reset), step_mode, store_v_seq, backend))
-        self.surrogate_function = surrogate_function
+        _check_count(surrogate_function)
+        super().__init__(ilif_spec(surrogate_function), tau=_tau(tau),
+                         **_common(surrogate_function, _flag("detach_reset", detach_reset), step_mode, store_v_seq,
+                                   backend))
+        # Any number, as SpikingJelly takes it (its calls give NaN at 0); set unchecked, so that a call names the
+        # spec's domain (v_threshold > 0) where it is outside
+        self.v_threshold = _real("v_threshold", v_threshold)
+
+    def _surrogate_for(self, source: Any) -> Surrogate:
+        """The surrogate_function (a MultiLevelSpikeCount) selects the spec: its count and gradient window are
+        the levels'; their own surrogates serve, so the neuron's is the default."""
+        _check_count(source)
+        spec = ilif_spec(source)
+        if spec.levels != self.spec.levels:
+            self.spec = spec
+            self._spec_ref = spec_ref(spec)
+        return SIGMOID
+
+
+def _check_count(surrogate_function: Any) -> None:
+    if type(surrogate_function).__name__ != "MultiLevelSpikeCount" or not surrogate_function.spiking:
+        raise ValueError(f"surrogate_function: must be a spiking MultiLevelSpikeCount, got {surrogate_function!r}")

@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from ..surrogate import Rect
-from .neuron import SIGMOID, Neuron
+from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require, require_tau
 
 __all__ = ["SimpleIFNode", "SimpleLIFNode", "HalfThresholdIFNode", "CUBALIFNode", "KLIFNode", "RAFNode"]
 
-RECT = Rect()  # CUBALIFNode's default surrogate (SpikingJelly's)
+RECT = Rect().frozen()  # CUBALIFNode's default surrogate (SpikingJelly's; each layer changes a copy of its own)
 
 
 class SimpleIFNode(Neuron):
@@ -37,6 +37,8 @@ class SimpleIFNode(Neuron):
 
 
 class SimpleLIFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+
     def __init__(self, tau: float, decay_input: bool, v_threshold: float = 1., v_reset: float = 0.,
                  surrogate_function: Any = SIGMOID, detach_reset: bool = False, step_mode: str = "s",
                  backend: str | None = None):
@@ -46,7 +48,6 @@ class SimpleLIFNode(Neuron):
         super().__init__("lif", tau=tau, v_threshold=v_threshold, v_reset=v_reset, initial={"v": 0.0},
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, False, backend))
-        self.decay_input = bool(decay_input)
 
 
 class HalfThresholdIFNode(Neuron):
@@ -71,6 +72,19 @@ class CUBALIFNode(Neuron):
 
 
 class KLIFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+
+    @property
+    def scale_reset(self) -> bool:
+        """False: the reset acts on h (True, SpikingJelly's reset of h / k, is refused, as in the constructor)."""
+        return False
+
+    @scale_reset.setter
+    def scale_reset(self, value: bool) -> None:
+        if value is not False:
+            raise ValueError("scale_reset: only False is supported (a reset of h / k is not expressible in the spec "
+                             f"language), got {value!r}")
+
     def __init__(self, scale_reset: bool = False, tau: float = 2., decay_input: bool = True,
                  v_threshold: float = 1., v_reset: float | None = 0., surrogate_function: Any = SIGMOID,
                  detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
@@ -82,7 +96,6 @@ class KLIFNode(Neuron):
         super().__init__("klif", tau=tau, v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.scale_reset, self.decay_input = False, bool(decay_input)
 
 
 class RAFNode(Neuron):
@@ -99,3 +112,7 @@ class RAFNode(Neuron):
     def dt(self) -> Any:
         """SpikingJelly's name of the step's length (the spec's step_dt)."""
         return self.step_dt
+
+    @dt.setter
+    def dt(self, value: Any) -> None:
+        self.step_dt = value

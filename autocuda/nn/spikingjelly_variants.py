@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from .. import functional as F
-from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states
-from .neuron import SIGMOID, Neuron
+from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states, sync_surrogate
+from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require_tau
 from .spikingjelly_more import RECT
 
@@ -68,6 +68,9 @@ class NonSpikingLIFNode(_NonSpiking):
 
 
 class LIAFNode(Neuron):
+    decay_input = option_attribute("decay_input")
+    threshold_related = option_attribute("threshold_related")
+
     def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], threshold_related: bool, tau: float = 2.,
                  decay_input: bool = True, v_threshold: float = 1., v_reset: float | None = 0.,
                  surrogate_function: Any = SIGMOID, detach_reset: bool = False, step_mode: str = "s",
@@ -79,7 +82,7 @@ class LIAFNode(Neuron):
         super().__init__("liaf", tau=tau, v_threshold=v_threshold, v_reset=v_reset,
                          options={"decay_input": bool(decay_input), "threshold_related": bool(threshold_related)},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
-        self.act, self.threshold_related, self.decay_input = act, bool(threshold_related), bool(decay_input)
+        self.act = act
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.act(super().forward(*inputs))
@@ -116,6 +119,7 @@ class ComplementaryLIFNode(Neuron):
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         if not self.store_state_seqs:
             return super().multi_step_forward(*inputs)
+        sync_surrogate(self)
         x_seq = step_inputs(self, inputs, 2)[1]
         compiling = torch.compiler.is_compiling()
         spikes, finals, seqs = F.multi_step(self._spec_ref, x_seq, *start_states(self, x_seq, 1, compiling),

@@ -78,19 +78,22 @@ def spec_ref(spec: NeuronSpec | str) -> str:
     return ref
 
 
-_SURROGATE_REFS: dict[int, tuple[Any, str]] = {}
+_SURROGATE_REFS: dict[int, tuple[Any, str, int]] = {}
 
 
 def surrogate_ref(surrogate: Any) -> str | None:
-    """None (the spec's surrogate), a surrogate's name as given, or the token of any surrogate object."""
+    """None (the spec's surrogate), a surrogate's name as given, or the token of any surrogate object (of its
+    values now: a frozen copy is registered, so that a later change of the object names other values)."""
     if surrogate is None or isinstance(surrogate, str):
         return surrogate
     known = _SURROGATE_REFS.get(id(surrogate))
-    if known is not None and known[0] is surrogate and isinstance(surrogate, Surrogate):  # immutable: reuse
+    if known is not None and known[0] is surrogate and isinstance(surrogate, Surrogate) and (
+            known[2] == surrogate.version):  # unchanged since: reuse
         return known[1]
-    chosen = get_surrogate(surrogate)
+    chosen = get_surrogate(surrogate).frozen()
     ref = _register("surrogate", chosen, repr((chosen.name, chosen.key())))
-    _SURROGATE_REFS[id(surrogate)] = (surrogate, ref)  # holding it keeps its id from being reused
+    # holding the object keeps its id from being reused
+    _SURROGATE_REFS[id(surrogate)] = (surrogate, ref, surrogate.version if isinstance(surrogate, Surrogate) else -1)
     return ref
 
 

@@ -194,7 +194,7 @@ class Level:
         if weight == 0:
             raise SpecError("a level's weight must not be 0", field=f"{field}.weight")
         try:
-            surrogate = None if self.surrogate is None else get_surrogate(self.surrogate)
+            surrogate = None if self.surrogate is None else get_surrogate(self.surrogate).frozen()
         except SpecError as err:
             raise err.with_source(err.source, field) from None
         return Level(self.argument, weight, surrogate)
@@ -322,7 +322,7 @@ class NeuronSpec:
         set_("derived", _text_pairs(self.derived, "derived"))
         set_("options", tuple((n, _expect(v, bool, f"options.{n}", "true or false"))
                               for n, v in _pairs(self.options, "options")))
-        set_("surrogate", get_surrogate(self.surrogate))
+        set_("surrogate", get_surrogate(self.surrogate).frozen())  # a user's later change must not alter the spec
         set_("ode", _text_pairs(self.ode, "ode"))
         set_("jumps", _text_pairs(self.jumps, "jumps"))
         if self.method is not None:
