@@ -67,11 +67,13 @@ def step(system: StepSystem, x: torch.Tensor | Sequence[torch.Tensor], states: S
 def fire(system: StepSystem, values: Values, surrogate: Surrogate) -> tuple[torch.Tensor, torch.Tensor]:
     """(spike, event) from `values` of H, THRESHOLD, states and parameters: each level through its surrogate's
     autograd function (the neuron's `surrogate` where it has none of its own)."""
-    strict = system.fires_at == ">"  # the step Θ(0) = 0: fires strictly above (derive.fire_step)
+    # The step Θ(0) = 0 (fires strictly above, derive.fire_step) is asked for by keyword, so that a surrogate of
+    # the default comparison may be any callable of z alone.
+    strict = {"strict": True} if system.fires_at == ">" else {}
     if not system.levels:
-        spike = surrogate(values[H] - values[THRESHOLD], strict)  # type: ignore[arg-type]  # H is a tensor
+        spike = surrogate(values[H] - values[THRESHOLD], **strict)  # type: ignore[arg-type]  # H is a tensor
         return spike, spike
-    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values), strict) for level in system.levels]
+    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values), **strict) for level in system.levels]
     weights = [float(level.weight) for level in system.levels]
     spike = functools.reduce(operator.add, (c * f for c, f in zip(weights, fired)))
     event = functools.reduce(operator.add, (abs(c) * f for c, f in zip(weights, fired)))
