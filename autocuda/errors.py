@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["AutocudaError", "SpecError", "LiteralError", "PrintError", "KernelArgumentError", "CompileError",
-           "NvrtcError", "DriverError", "RecordError", "UnsafeCachePath", "CacheWarning"]
+           "NvrtcError", "DriverError", "RecordError", "NIRError", "UnsafeCachePath", "CacheWarning"]
 
 
 class AutocudaError(Exception):
@@ -74,6 +74,11 @@ class DriverError(AutocudaError, RuntimeError):
 
 class RecordError(AutocudaError, ValueError):
     """A stored kernel record that is not what `KernelRecord.to_json` writes; the message names the field."""
+
+
+class NIRError(AutocudaError, ValueError):
+    """A NIR graph or file that autocuda.nir refuses, or a node of an imported graph that fails on its input; the
+    message names the node (and field) and the rule it breaks."""
 
 
 class UnsafeCachePath(AutocudaError, OSError):

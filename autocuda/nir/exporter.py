@@ -236,6 +236,16 @@ def _chain(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
     return [] if isinstance(model, (nn.Identity, nn.Dropout)) else [(prefix.rstrip("."), model)]
 
 
+def _bypass(edges: list[tuple[str, str]], passing: list[str]) -> list[tuple[str, str]]:
+    """The edges with each pass-through node (an inlined subgraph's Input or Output) left out: an edge into one
+    becomes, in its place, one edge to each of its targets, so that every path keeps its sum and the edges their
+    order (which decides the edges that close cycles)."""
+    for name in passing:
+        targets = [t for s, t in edges if s == name and t != name]
+        edges = [(s, t2) for s, t in edges if s != name for t2 in (targets if t == name else [t])]
+    return list(edges)
+
+
 def to_nir(model: nn.Module, sample_input: torch.Tensor, *, dt: float = 1e-4) -> nir.NIRGraph:
     """The NIR graph of `model` for time step `dt` (seconds per step); `sample_input` is one step, [B, *]."""
     import nir
@@ -246,16 +256,18 @@ def to_nir(model: nn.Module, sample_input: torch.Tensor, *, dt: float = 1e-4) ->
         raise ValueError("sample_input: expected one time step of input, a tensor [B, *]")
     shapes, out_shape = _input_shapes(model, sample_input)
     if isinstance(model, NIRModule):
-        nodes = {}
+        passing = [name for name in model.names if name not in model.inputs and name not in model.outputs
+                   and type(model.module(name)) is nn.Identity]
+        left_out, nodes = set(passing), {}
         for name in model.names:
             path = f"nodes.{model.keys[name]}"
             if name in model.inputs:
                 nodes[name] = nir.Input(input_type=np.array(sample_input.shape[1:]))
             elif name in model.outputs:
                 nodes[name] = nir.Output(output_type=np.array(shapes.get(path, out_shape)))
-            else:
+            elif name not in left_out:  # pass-through nodes are left out (see _bypass)
                 nodes[name] = _node(model.module(name), shapes[path], dt, name)
-        return nir.NIRGraph(nodes=nodes, edges=list(model.edges), type_check=False)
+        return nir.NIRGraph(nodes=nodes, edges=_bypass(model.edges, passing), type_check=False)
     chain = _chain(model)
     if not chain:
         raise ValueError("model: nothing to export (an empty chain)")

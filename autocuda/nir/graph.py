@@ -15,6 +15,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from ..errors import AutocudaError, NIRError
+
 __all__ = ["NIRModule"]
 
 
@@ -24,30 +26,54 @@ def _stateful(module: nn.Module) -> bool:
 
 def _walk(names: Sequence[str], edges: Sequence[tuple[str, str]], inputs: Sequence[str]
           ) -> tuple[list[str], set[tuple[str, str]]]:
-    """(evaluation order, back edges): reverse post-order of a depth-first walk from the inputs."""
+    """(evaluation order, back edges): reverse post-order of a depth-first walk from the inputs, each node's
+    successors in the order of the edges. The walk keeps its own stack: a chain of any length is walked."""
     successors: dict[str, list[str]] = {name: [] for name in names}
     for source, target in edges:
         successors[source].append(target)
-    on_path, done, post, back = set(), set(), [], set()
-
-    def visit(name: str) -> None:
-        on_path.add(name)
-        for target in successors[name]:
-            if target in on_path:
-                back.add((name, target))
-            elif target not in done:
-                visit(target)
-        on_path.discard(name)
-        done.add(name)
-        post.append(name)
-
-    for name in inputs:
-        if name not in done:
-            visit(name)
+    on_path: set[str] = set()
+    done: set[str] = set()
+    post: list[str] = []
+    back: set[tuple[str, str]] = set()
+    for start in inputs:
+        if start in done:
+            continue
+        on_path.add(start)
+        stack = [(start, iter(successors[start]))]
+        while stack:
+            name, pending = stack[-1]
+            following = next(pending, None)
+            if following is None:  # every successor seen: the node is done
+                stack.pop()
+                on_path.discard(name)
+                done.add(name)
+                post.append(name)
+            elif following in on_path:
+                back.add((name, following))
+            elif following not in done:
+                on_path.add(following)
+                stack.append((following, iter(successors[following])))
     unreachable = [name for name in names if name not in done]
     if unreachable:
-        raise ValueError(f"graph: node {unreachable[0]!r} cannot be reached from the inputs {list(inputs)}")
+        raise NIRError(f"graph: node {unreachable[0]!r} cannot be reached from the inputs {list(inputs)}")
     return post[::-1], back
+
+
+def _keys(names: Sequence[str]) -> dict[str, str]:
+    """A distinct ModuleDict key per node name: the name with '.' as '__' (keys hold no dots), and where that key
+    is taken (by 's__x' beside 's.x'), empty, or an attribute of nn.ModuleDict ('keys', 'update'), the first of
+    key_2, key_3, ... that is free. Keys follow the node order, so that an import always gets the same."""
+    keys: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        base = name.replace(".", "__") or "_"
+        key, count = base, 1
+        while key in taken or hasattr(nn.ModuleDict, key):
+            count += 1
+            key = f"{base}_{count}"
+        keys[name] = key
+        taken.add(key)
+    return keys
 
 
 class NIRModule(nn.Module):
@@ -62,10 +88,13 @@ class NIRModule(nn.Module):
                  outputs: Sequence[str], step_mode: str = "m"):
         super().__init__()
         self.names = list(nodes)
-        self.keys = {name: name.replace(".", "__") for name in self.names}  # ModuleDict keys hold no dots
+        self.keys = _keys(self.names)
         self.nodes = nn.ModuleDict({self.keys[name]: module for name, module in nodes.items()})
         self.edges = [(source, target) for source, target in edges]
         self.inputs, self.outputs = list(inputs), list(outputs)
+        for end in [*(end for edge in self.edges for end in edge), *self.inputs, *self.outputs]:
+            if end not in nodes:
+                raise NIRError(f"graph: node {end!r} (of an edge, the inputs or the outputs) does not exist")
         self.order, self.back_edges = _walk(self.names, self.edges, self.inputs)
         self.sources = {name: [s for s, t in self.edges if t == name] for name in self.names}
         # Per node after the inputs, in order: (name, ModuleDict key, sources this step, sources of the previous
@@ -137,12 +166,19 @@ class NIRModule(nn.Module):
             # a recurrent edge: the previous step's output (none at the first step)
             arriving += [self._previous[source] for source in recurrent if source in self._previous]
             if not arriving:  # fed only by recurrent edges, at the first step
-                raise ValueError(f"node {name!r} has no input at the first step (only recurrent edges reach it)")
-            total = arriving[0]
-            for value in arriving[1:]:
-                total = total + value
+                raise NIRError(f"node {name!r} has no input at the first step (only recurrent edges reach it)")
             module = modules[key]
-            values[name] = total if type(module) is nn.Identity else _call(module, total, batch_dims)
+            try:
+                total = arriving[0]
+                for value in arriving[1:]:
+                    total = total + value
+                values[name] = total if type(module) is nn.Identity else _call(module, total, batch_dims)
+            except (AutocudaError, torch.cuda.OutOfMemoryError):
+                raise
+            except (RuntimeError, ValueError, TypeError, IndexError) as error:
+                shapes = [tuple(value.shape) for value in arriving]
+                raise NIRError(f"node {name!r} ({type(module).__name__}) fails on its input (shapes {shapes}): "
+                               f"{error}") from error
         if self.recurrent:
             self._previous = {source: values[source] for source, _ in self.back_edges}
         return {name: values[name] for name in self.outputs}

@@ -9,6 +9,7 @@ tensor of the neuron shape.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,9 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import AutocudaError, NIRError
 from ..nn.neuron import Neuron
+from . import checks
 from . import modules as M
 from .graph import NIRModule
+from .reader import read
 from .specs import METHODS, NEURONS, nir_spec
 
 if TYPE_CHECKING:
@@ -36,97 +40,136 @@ class _Options:
     neuron: Mapping[str, Any]  # keyword arguments of every Neuron
 
 
-def _tensor(value: Any, options: _Options) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(value, dtype=np.float64)).to(options.dtype)
+# Fields that are time constants: finite and positive; every other float field finite (autocuda.nir.checks)
+TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")
 
 
-def _param(value: Any, options: _Options) -> float | torch.Tensor:
-    array = np.asarray(value, dtype=np.float64)
-    return float(array.flat[0]) if array.size and np.all(array == array.flat[0]) else _tensor(array, options)
+def _where(node: Any, name: str, field: str) -> str:
+    return f"node {name!r} ({type(node).__name__}): field {field!r}"
 
 
-def _pair(value: Any, name: str) -> tuple[int, int]:
-    array = np.atleast_1d(np.asarray(value)).astype(int)
-    if array.size not in (1, 2):
-        raise ValueError(f"{name}: expected one or two integers, got {value!r}")
-    return (int(array[0]), int(array[-1]))
+def _floats(node: Any, name: str, field: str, options: _Options) -> np.ndarray:
+    """The field's values as a new float64 array, checked (finite; time constants positive) in `options.dtype`."""
+    return checks.floats(getattr(node, field, None), _where(node, name, field), options.dtype,
+                         positive=field in TIME_CONSTANTS)
 
 
-def _positive(node: Any, name: str, fields: tuple[str, ...]) -> None:
-    for field in fields:
-        if field in dataclasses.asdict(node) and np.any(np.asarray(getattr(node, field)) <= 0):
-            raise ValueError(f"node {name!r} ({type(node).__name__}): {field} must be positive")
+def _tensor(node: Any, name: str, field: str, options: _Options) -> torch.Tensor:
+    """The field as a new tensor of `options.dtype` (never sharing memory with the graph's arrays)."""
+    return torch.tensor(_floats(node, name, field, options), dtype=options.dtype)
+
+
+def _param(node: Any, name: str, field: str, options: _Options) -> float | torch.Tensor:
+    array = _floats(node, name, field, options)
+    if array.size and np.all(array == array.flat[0]):
+        return float(array.flat[0])
+    return torch.tensor(array, dtype=options.dtype)
 
 
 # -- one function per node type ----------------------------------------------------------------------------------
 def _neuron(node: Any, name: str, options: _Options) -> nn.Module:
     kind = type(node).__name__
-    _positive(node, name, ("tau", "tau_mem", "tau_syn"))
-    params: dict[str, Any] = {field: _param(getattr(node, field), options) for field in NEURONS[kind][0]}
+    params: dict[str, Any] = {field: _param(node, name, field, options) for field in NEURONS[kind][0]}
     return Neuron(nir_spec(kind, options.method), **options.neuron, time_step=options.dt, **params)
 
 
 def _non_spiking(module: type[M.StepModule], fields: tuple[str, ...]) -> Callable[[Any, str, _Options], nn.Module]:
     def build(node: Any, name: str, options: _Options) -> nn.Module:
-        _positive(node, name, ("tau", "tau_mem", "tau_syn"))
-        params = {field: _tensor(getattr(node, field), options) for field in fields}
+        params = {field: _tensor(node, name, field, options) for field in fields}
         return module(params, method=options.method, dt=options.dt)
     return build
 
 
+def _bias(node: Any, name: str, options: _Options, outputs: int) -> torch.Tensor:
+    bias = _floats(node, name, "bias", options)
+    if bias.size not in (1, outputs) or bias.ndim > 1:
+        raise NIRError(f"{_where(node, name, 'bias')}: expected {outputs} values (one per output), got shape "
+                       f"{bias.shape}")
+    return torch.tensor(np.broadcast_to(bias.reshape(-1), (outputs,)), dtype=options.dtype)
+
+
 def _affine(node: Any, name: str, options: _Options) -> nn.Module:
-    weight = np.asarray(node.weight)
+    weight = _floats(node, name, "weight", options)
     if weight.ndim != 2:
-        raise ValueError(f"node {name!r} ({type(node).__name__}): weight must be 2-D, got shape {weight.shape}")
-    bias = getattr(node, "bias", None)
-    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=options.dtype)
-    layer.weight.data = _tensor(weight, options)
+        raise NIRError(f"{_where(node, name, 'weight')}: must be 2-D, got shape {weight.shape}")
+    has_bias = type(node).__name__ == "Affine"
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias, dtype=options.dtype)
+    layer.weight.data = torch.tensor(weight, dtype=options.dtype)
     if layer.bias is not None:
-        layer.bias.data = _tensor(bias, options)
+        layer.bias.data = _bias(node, name, options, weight.shape[0])
     return layer
 
 
-def _padding(value: Any) -> Any:
-    return value if isinstance(value, str) else tuple(int(p) for p in np.atleast_1d(value))
+def _padding(node: Any, name: str, dims: int) -> Any:
+    value = node.padding
+    if isinstance(value, (str, bytes, np.str_, np.bytes_)):
+        text = value.decode() if isinstance(value, (bytes, np.bytes_)) else str(value)
+        if text not in ("same", "valid"):
+            raise NIRError(f"{_where(node, name, 'padding')}: expected 'same', 'valid' or numbers, got {text!r}")
+        return text
+    return checks.integers(value, _where(node, name, "padding"), 0, (1, dims))
 
 
 def _conv(node: Any, name: str, options: _Options) -> nn.Module:
-    weight = np.asarray(node.weight)
-    expected = {"Conv1d": 3, "Conv2d": 4}[type(node).__name__]
-    if weight.ndim != expected:
-        raise ValueError(f"node {name!r} ({type(node).__name__}): weight must be {expected}-D, "
-                         f"got shape {weight.shape}")
-    conv: Any = nn.Conv1d if expected == 3 else nn.Conv2d
-    groups = int(np.asarray(node.groups))
-    layer = conv(weight.shape[1] * groups, weight.shape[0], tuple(weight.shape[2:]), stride=_padding(node.stride),
-                 padding=_padding(node.padding), dilation=_padding(node.dilation), groups=groups, bias=True,
-                 dtype=options.dtype)
-    layer.weight.data = _tensor(weight, options)
-    if layer.bias is not None:
-        layer.bias.data = _tensor(node.bias, options)
+    weight = _floats(node, name, "weight", options)
+    dims = {"Conv1d": 1, "Conv2d": 2}[type(node).__name__]
+    if weight.ndim != dims + 2 or 0 in weight.shape:
+        raise NIRError(f"{_where(node, name, 'weight')}: must be {dims + 2}-D without empty dimensions, got "
+                       f"shape {weight.shape}")
+    groups = checks.integers(node.groups, _where(node, name, "groups"), 1)[0]
+    if weight.shape[0] % groups:
+        raise NIRError(f"{_where(node, name, 'groups')}: {groups} groups do not divide the {weight.shape[0]} "
+                       "output channels")
+    stride, dilation = (checks.integers(getattr(node, f), _where(node, name, f), 1, (1, dims))
+                        for f in ("stride", "dilation"))
+    padding = _padding(node, name, dims)
+    conv: Any = nn.Conv1d if dims == 1 else nn.Conv2d
+    layer = conv(weight.shape[1] * groups, weight.shape[0], tuple(weight.shape[2:]), stride=stride,
+                 padding=padding, dilation=dilation, groups=groups, bias=True, dtype=options.dtype)
+    layer.weight.data = torch.tensor(weight, dtype=options.dtype)
+    layer.bias.data = _bias(node, name, options, weight.shape[0])
     return layer
 
 
 def _flatten(node: Any, name: str, options: _Options) -> nn.Module:
     # NIR counts dimensions without the batch; torch's start at the batch
-    return nn.Flatten(*(d + 1 if d >= 0 else d for d in (int(node.start_dim), int(node.end_dim))))
+    start, end = (checks.integers(getattr(node, f), _where(node, name, f), -checks._INT_RANGE + 1)[0]
+                  for f in ("start_dim", "end_dim"))
+    return nn.Flatten(*(d + 1 if d >= 0 else d for d in (start, end)))
 
 
 def _pool(node: Any, name: str, options: _Options) -> nn.Module:
-    kernel, stride, padding = (_pair(getattr(node, f), f"{name}.{f}") for f in ("kernel_size", "stride", "padding"))
+    kernel, stride = (checks.integers(getattr(node, f), _where(node, name, f), 1, (1, 2))
+                      for f in ("kernel_size", "stride"))
+    padding = checks.integers(node.padding, _where(node, name, "padding"), 0, (1, 2))
+    kernel, stride, padding = (_two(v) for v in (kernel, stride, padding))
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise NIRError(f"{_where(node, name, 'padding')}: at most half the kernel size {kernel}, got {padding}")
     if type(node).__name__ == "AvgPool2d":
         return nn.AvgPool2d(kernel, stride, padding)
     return M.SumPool2d(kernel, stride, padding)
 
 
+def _two(values: tuple[int, ...]) -> tuple[int, int]:
+    return (values[0], values[-1])
+
+
 def _delay(node: Any, name: str, options: _Options) -> nn.Module:
-    steps = np.asarray(node.delay, dtype=np.float64) / options.dt
+    delay = _floats(node, name, "delay", options)
+    steps = delay / options.dt
+    if np.any(delay < 0) or not np.all(np.isfinite(steps)):
+        raise NIRError(f"{_where(node, name, 'delay')}: delays must be non-negative, and delay / dt finite "
+                       f"(dt = {options.dt:g})")
+    buffer = (float(steps.max()) + 1 if steps.size else 1.0) * max(1, steps.size)  # values per sample
+    if buffer > checks.MAX_DELAY_VALUES:
+        raise NIRError(f"{_where(node, name, 'delay')}: the longest delay is {float(steps.max()):.6g} steps of "
+                       f"dt = {options.dt:g}: a buffer of {buffer:.6g} values per sample, more than "
+                       f"{checks.MAX_DELAY_VALUES} (autocuda.nir.checks.MAX_DELAY_VALUES)")
     whole = np.round(steps)
-    if np.any(whole < 0) or not np.allclose(steps, whole, rtol=0, atol=1e-6):
-        raise ValueError(f"node {name!r} (Delay): delay / dt must be whole, non-negative numbers of steps "
-                         f"(dt = {options.dt:g}); got {steps.flat[:4]}")
-    module = M.Delay({"steps": torch.as_tensor(whole, dtype=torch.long)}, dt=options.dt)
-    return module
+    if not np.allclose(steps, whole, rtol=0, atol=1e-6):
+        raise NIRError(f"node {name!r} (Delay): delay / dt must be whole, non-negative numbers of steps "
+                       f"(dt = {options.dt:g}); got {steps.flat[:4]}")
+    return M.Delay({"steps": torch.as_tensor(whole, dtype=torch.long)}, dt=options.dt)
 
 
 NODE_TYPES: Mapping[str, Callable[[Any, str, _Options], nn.Module]] = {
@@ -138,40 +181,104 @@ NODE_TYPES: Mapping[str, Callable[[Any, str, _Options], nn.Module]] = {
     "CubaLI": _non_spiking(M.CubaLI, ("tau_syn", "tau_mem", "r", "v_leak", "w_in")),
     "Affine": _affine, "Linear": _affine, "Conv1d": _conv, "Conv2d": _conv, "Flatten": _flatten,
     "AvgPool2d": _pool, "SumPool2d": _pool,
-    "Scale": lambda node, name, options: M.Scale(_tensor(node.scale, options)),
-    "Threshold": lambda node, name, options: M.Threshold(_tensor(node.threshold, options)),
+    "Scale": lambda node, name, options: M.Scale(_tensor(node, name, "scale", options)),
+    "Threshold": lambda node, name, options: M.Threshold(_tensor(node, name, "threshold", options)),
     "Delay": _delay,
 }
 
 
 # -- the graph ---------------------------------------------------------------------------------------------------
-def _flatten_graph(graph: nir.NIRGraph, prefix: str = "") -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def _flatten_graph(graph: nir.NIRGraph, budget: checks.Budget, prefix: str = "", depth: int = 0
+                   ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Nodes and edges with every subgraph's nodes inlined as '<subgraph>.<node>'; an edge into (out of) a
-    subgraph goes to its Input (from its Output) node."""
+    subgraph goes to its Input (from its Output) node. Node names must be strings, edges pairs of existing
+    nodes, and no two nodes may end with one name (a top-level 'sub.x' beside subgraph 'sub''s 'x')."""
     import nir
 
+    if depth > checks.MAX_DEPTH:
+        raise NIRError(f"subgraph {prefix.rstrip('.')!r}: nested more than {checks.MAX_DEPTH} deep "
+                       "(autocuda.nir.checks.MAX_DEPTH)")
+    members, edges_in = getattr(graph, "nodes", None), getattr(graph, "edges", None)
+    if not isinstance(members, Mapping) or not isinstance(edges_in, (list, tuple)):
+        raise NIRError(f"graph {prefix.rstrip('.') or '<graph>'!r}: nodes must be a dict and edges a list")
     nodes: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # flat name -> where it came from, for the collision message
     edges: list[tuple[str, str]] = []
     ends: dict[str, tuple[str, str]] = {}  # subgraph -> (its input node, its output node)
-    for name, node in graph.nodes.items():
+    for name, node in members.items():
+        if not isinstance(name, str) or not name:
+            raise NIRError(f"graph {prefix.rstrip('.') or '<graph>'!r}: node names must be non-empty strings, "
+                           f"got {name!r}")
+        budget.node(prefix + name)
         if isinstance(node, nir.NIRGraph):
-            inner, inner_edges = _flatten_graph(node, f"{prefix}{name}.")
-            nodes.update(inner)
+            inner, inner_edges = _flatten_graph(node, budget, f"{prefix}{name}.", depth + 1)
+            for inner_name, inner_node in inner.items():
+                _add(nodes, origin, inner_name, inner_node, f"node {inner_name[len(prefix) + len(name) + 1:]!r} "
+                     f"of subgraph {prefix + name!r}")
             edges.extend(inner_edges)
-            ends[name] = (_single(node.inputs, name, "Input"), _single(node.outputs, name, "Output"))
+            ends[name] = (_single(node.inputs, prefix + name, "Input"), _single(node.outputs, prefix + name, "Output"))
         else:
-            nodes[prefix + name] = node
-    for source, target in graph.edges:
+            _count_fields(node, prefix + name, budget)
+            _add(nodes, origin, prefix + name, node, f"node {prefix + name!r}")
+    budget.edge_count(prefix.rstrip(".") or "<graph>", len(edges_in))
+    for edge in edges_in:
+        if not (isinstance(edge, (tuple, list)) and len(edge) == 2 and all(isinstance(e, str) for e in edge)):
+            raise NIRError(f"graph {prefix.rstrip('.') or '<graph>'!r}: edge {edge!r} is not a pair of node names")
+        for end in edge:
+            if end not in members:
+                raise NIRError(f"graph {prefix.rstrip('.') or '<graph>'!r}: edge {tuple(edge)!r} names node "
+                               f"{end!r}, which the graph does not have")
+        source, target = edge
         source = f"{source}.{ends[source][1]}" if source in ends else source
         target = f"{target}.{ends[target][0]}" if target in ends else target
         edges.append((prefix + source, prefix + target))
     return nodes, edges
 
 
+def _add(nodes: dict[str, Any], origin: dict[str, str], name: str, node: Any, where: str) -> None:
+    if name in nodes:
+        raise NIRError(f"{origin[name]} and {where} would both be node {name!r} of the inlined graph: rename one")
+    nodes[name], origin[name] = node, where
+
+
+def _count_fields(node: Any, name: str, budget: checks.Budget) -> None:
+    """Every array field of `node` counted against the limits before any is converted."""
+    if not dataclasses.is_dataclass(node):
+        return
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name, None)
+        if isinstance(value, np.ndarray):
+            budget.field(_where(node, name, field.name), int(value.size))
+
+
 def _single(found: Mapping[str, Any], graph: str, kind: str) -> str:
     if len(found) != 1:
-        raise ValueError(f"subgraph {graph!r}: expected one {kind} node, found {len(found)}")
+        raise NIRError(f"subgraph {graph!r}: expected one {kind} node, found {len(found)}")
     return next(iter(found))
+
+
+def _build(node: Any, name: str, options: _Options) -> nn.Module:
+    """The module of one node; what the node's own checks miss and torch refuses becomes a NIRError naming it."""
+    try:
+        return NODE_TYPES[type(node).__name__](node, name, options)
+    except AutocudaError:
+        raise
+    except (ValueError, TypeError, RuntimeError, OverflowError, AttributeError) as error:
+        raise NIRError(f"node {name!r} ({type(node).__name__}): {error}") from None
+
+
+def _options(dt: Any, method: str, dtype: Any, neuron: Mapping[str, Any]) -> _Options:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
+    try:
+        step = float(dt)
+    except (TypeError, ValueError):
+        raise ValueError(f"dt: the time step must be a number, got {dt!r}") from None
+    if not (math.isfinite(step) and step > 0 and torch.tensor(step, dtype=dtype) > 0):
+        raise ValueError(f"dt: the time step must be positive and finite (in {dtype}), got {dt!r}")
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    return _Options(step, method, dtype, neuron)
 
 
 def from_nir(graph: nir.NIRGraph | str | Path, *, dt: float = 1e-4, method: str = "euler",
@@ -182,34 +289,35 @@ def from_nir(graph: nir.NIRGraph | str | Path, *, dt: float = 1e-4, method: str 
     `method`: "euler" (Norse's step; snnTorch's and SpikingJelly's for LIF and IF), "semi_implicit" (Euler with
     CubaLIF's current first: snnTorch's Synaptic, SpikingJelly's CUBALIFNode) or "exact" (x held over a step).
     `backend`, `surrogate_function`, `detach_reset` go to every spiking neuron (`autocuda.nn.Neuron`).
-    Unsupported node types are refused with a ValueError naming the node and its type.
+    A graph that breaks a rule or a limit (autocuda.nir.checks) is refused with a NIRError naming the node and
+    field, before anything is built; the parameters are copied (the graph's arrays are never shared).
     """
     import nir
 
-    if isinstance(graph, (str, Path)):
-        graph = nir.read(graph)
-    if not isinstance(graph, nir.NIRGraph):
-        raise TypeError(f"graph: expected a nir.NIRGraph or a path to one, got {type(graph).__name__}")
-    if not dt > 0:
-        raise ValueError(f"dt: the time step must be positive, got {dt!r}")
-    if method not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
     neuron = {"backend": backend, "detach_reset": detach_reset}
     if surrogate_function is not None:
         neuron["surrogate_function"] = surrogate_function
-    options = _Options(float(dt), method, dtype, neuron)
-    nodes, edges = _flatten_graph(graph)
+    options = _options(dt, method, dtype, neuron)
+    if isinstance(graph, (str, Path)):
+        graph = read(graph)
+    if not isinstance(graph, nir.NIRGraph):
+        raise TypeError(f"graph: expected a nir.NIRGraph or a path to one, got {type(graph).__name__}")
+    nodes, edges = _flatten_graph(graph, checks.Budget())
     for name, node in nodes.items():
         if type(node).__name__ not in NODE_TYPES:
-            raise ValueError(f"node {name!r} has NIR type {type(node).__name__}, which autocuda.nir does not "
-                             f"import (supported: {', '.join(NODE_TYPES)})")
-    modules = {name: NODE_TYPES[type(node).__name__](node, name, options) for name, node in nodes.items()}
-    return NIRModule(modules, edges, _ends(nodes, "Input", graph), _ends(nodes, "Output", graph), step_mode)
+            raise NIRError(f"node {name!r} has NIR type {type(node).__name__}, which autocuda.nir does not "
+                           f"import (supported: {', '.join(NODE_TYPES)})")
+    inputs, outputs = _ends(nodes, "Input", graph), _ends(nodes, "Output", graph)
+    into_inputs = [edge for edge in edges if edge[1] in inputs]
+    if into_inputs:
+        raise NIRError(f"edge {into_inputs[0]!r} ends at Input node {into_inputs[0][1]!r}: inputs take no edges")
+    modules = {name: _build(node, name, options) for name, node in nodes.items()}
+    return NIRModule(modules, edges, inputs, outputs, step_mode)
 
 
 def _ends(nodes: Mapping[str, Any], kind: str, graph: Any) -> list[str]:
     """The top-level Input or Output nodes (inlined subgraphs' own ones are inner pass-throughs)."""
     found = [name for name in graph.nodes if type(nodes.get(name)).__name__ == kind]
     if not found:
-        raise ValueError(f"graph: no {kind} node")
+        raise NIRError(f"graph: no {kind} node")
     return found

@@ -158,8 +158,8 @@ class SumPool2d(nn.Module):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        window = self.kernel_size[0] * self.kernel_size[1]
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, divisor_override=window)
+        # avg_pool2d divides each window's sum by divisor_override where one is given: 1 leaves the sum
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, divisor_override=1)
 
 
 class Delay(StepModule):
