@@ -122,7 +122,7 @@ def test_an_imported_graph_with_subgraphs_exports_and_imports_again(tmp_path: Pa
 
 
 # -- names ---------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("names", [("s.x", "s__x"), ("s__x", "s.x"), ("keys", "update"), ("a.b", "a__b_2")])
+@pytest.mark.parametrize("names", [("s.x", "s__x"), ("s__x", "s.x"), ("keys", "training"), ("a.b", "a__b_2")])
 def test_node_names_with_one_module_key_keep_their_own_modules(names: tuple[str, str]) -> None:
     first, second = names
     graph = nir.NIRGraph(nodes={"input": nir.Input(np.array([2])), first: nir.Scale(scale=np.full(2, 2.0)),
@@ -175,7 +175,7 @@ def test_a_top_level_name_that_an_inlined_node_would_take_is_refused_naming_both
      r"field 'stride': expected whole numbers"),
 ])
 def test_bad_values_are_refused_naming_node_and_field(node, options, message) -> None:
-    with pytest.raises(NIRError if "dt" not in options else ValueError, match=message):
+    with pytest.raises(NIRError, match=message):
         from_nir(_chain(node), **options)
 
 

@@ -45,9 +45,7 @@ class Budget:
 
     def field(self, where: str, size: int) -> None:
         """Counts a field of `size` values (before it is read or converted)."""
-        if size > MAX_FIELD_ELEMENTS:
-            raise NIRError(f"{where}: {size} values, more than the {MAX_FIELD_ELEMENTS} a field may hold "
-                           "(autocuda.nir.checks.MAX_FIELD_ELEMENTS)")
+        _check_size(size, where)
         self.elements += size
         if self.elements > MAX_GRAPH_ELEMENTS:
             raise NIRError(f"{where}: the graph's fields hold more than {MAX_GRAPH_ELEMENTS} values together "
@@ -56,6 +54,10 @@ class Budget:
 
 def real(value: object, where: str) -> np.ndarray:
     """`value` as an array of real numbers (no copy where it is one), its size checked before any conversion."""
+    if isinstance(value, torch.Tensor):  # as some exporters (Norse's) leave them
+        _check_size(value.numel(), where)
+        value = value.detach().cpu()
+        value = (value.double() if value.is_floating_point() or value.is_complex() else value).numpy()
     if isinstance(value, np.ndarray):
         array = value
     else:
@@ -63,12 +65,16 @@ def real(value: object, where: str) -> np.ndarray:
             array = np.asarray(value)
         except (ValueError, TypeError) as error:  # ragged lists and the like
             raise NIRError(f"{where}: expected an array of numbers, got {type(value).__name__} ({error})") from None
-    if array.size > MAX_FIELD_ELEMENTS:
-        raise NIRError(f"{where}: {array.size} values, more than the {MAX_FIELD_ELEMENTS} a field may hold "
-                       "(autocuda.nir.checks.MAX_FIELD_ELEMENTS)")
+    _check_size(array.size, where)
     if array.dtype.kind not in "biuf":
         raise NIRError(f"{where}: expected real numbers, got an array of {array.dtype}")
     return array
+
+
+def _check_size(size: int, where: str) -> None:
+    if size > MAX_FIELD_ELEMENTS:
+        raise NIRError(f"{where}: {size} values, more than the {MAX_FIELD_ELEMENTS} a field may hold "
+                       "(autocuda.nir.checks.MAX_FIELD_ELEMENTS)")
 
 
 def floats(value: object, where: str, dtype: torch.dtype, positive: bool = False) -> np.ndarray:

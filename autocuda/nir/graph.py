@@ -59,16 +59,19 @@ def _walk(names: Sequence[str], edges: Sequence[tuple[str, str]], inputs: Sequen
     return post[::-1], back
 
 
+_RESERVED = frozenset(dir(nn.ModuleDict()))  # attributes of a ModuleDict ('keys', 'training'): no module keys
+
+
 def _keys(names: Sequence[str]) -> dict[str, str]:
     """A distinct ModuleDict key per node name: the name with '.' as '__' (keys hold no dots), and where that key
-    is taken (by 's__x' beside 's.x'), empty, or an attribute of nn.ModuleDict ('keys', 'update'), the first of
+    is taken (by 's__x' beside 's.x'), empty, or an attribute of nn.ModuleDict ('keys', 'training'), the first of
     key_2, key_3, ... that is free. Keys follow the node order, so that an import always gets the same."""
     keys: dict[str, str] = {}
     taken: set[str] = set()
     for name in names:
         base = name.replace(".", "__") or "_"
         key, count = base, 1
-        while key in taken or hasattr(nn.ModuleDict, key):
+        while key in taken or key in _RESERVED:
             count += 1
             key = f"{base}_{count}"
         keys[name] = key

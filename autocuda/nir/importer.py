@@ -246,9 +246,9 @@ def _count_fields(node: Any, name: str, budget: checks.Budget) -> None:
     if not dataclasses.is_dataclass(node):
         return
     for field in dataclasses.fields(node):
-        value = getattr(node, field.name, None)
-        if isinstance(value, np.ndarray):
-            budget.field(_where(node, name, field.name), int(value.size))
+        shape = getattr(getattr(node, field.name, None), "shape", None)  # numpy arrays, torch tensors
+        if isinstance(shape, tuple):
+            budget.field(_where(node, name, field.name), math.prod(int(d) for d in shape))
 
 
 def _single(found: Mapping[str, Any], graph: str, kind: str) -> str:
@@ -269,15 +269,15 @@ def _build(node: Any, name: str, options: _Options) -> nn.Module:
 
 def _options(dt: Any, method: str, dtype: Any, neuron: Mapping[str, Any]) -> _Options:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
+        raise NIRError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
     try:
         step = float(dt)
     except (TypeError, ValueError):
-        raise ValueError(f"dt: the time step must be a number, got {dt!r}") from None
+        raise NIRError(f"dt: the time step must be a number, got {dt!r}") from None
     if not (math.isfinite(step) and step > 0 and torch.tensor(step, dtype=dtype) > 0):
-        raise ValueError(f"dt: the time step must be positive and finite (in {dtype}), got {dt!r}")
+        raise NIRError(f"dt: the time step must be positive and finite (in {dtype}), got {dt!r}")
     if method not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        raise NIRError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
     return _Options(step, method, dtype, neuron)
 
 
