@@ -126,7 +126,7 @@ def _vector_node(case: Case, kind: str, width: int, depth: int) -> tuple[Any, in
         return nir.Scale(scale=np.ones(width)), width
     inner, out = _chain(case, width, int(rng.integers(1, 4)), VECTOR_KINDS, depth + 1)
     if case.chance(case.bad):  # a subgraph with a second input, or none
-        inner.nodes["input2" if case.chance(0.5) else next(iter(inner.inputs))] = nir.Input(np.array([width]))
+        inner.nodes["input2" if case.chance(0.5) else next(iter(inner.inputs), "input")] = nir.Input(np.array([width]))
     return inner, out
 
 

@@ -194,6 +194,18 @@ def test_a_node_that_fails_on_its_input_is_named() -> None:
         model(torch.ones(3, 2, 4))
 
 
+def test_edges_of_different_shapes_into_one_node_are_refused_not_broadcast() -> None:
+    """Found by the fuzz: a node's input is the sum of its edges, which torch would broadcast ([B, 1] + [B, 3])."""
+    graph = _chain(nir.Affine(weight=np.ones((1, 3)), bias=np.zeros(1)), shape=3, extra_edges=[("input", "output")])
+    with pytest.raises(NIRError, match=r"node 'output' gets inputs of shapes \[\(3, 2, 1\), \(3, 2, 3\)\]"):
+        from_nir(graph, dtype=F64)(torch.ones(3, 2, 3, dtype=F64))
+    recurrent = _chain(nir.Affine(weight=np.ones((1, 2)), bias=np.zeros(1)), _lif(1), shape=2,
+                       extra_nodes={"w": nir.Linear(weight=np.ones((2, 1)))}, extra_edges=[("n1", "w"), ("w", "n1")])
+    recurrent.nodes["output"] = nir.Output(np.array([1]))
+    with pytest.raises(NIRError, match=r"node 'n1' gets inputs of shapes \[\(2, 1\), \(2, 2\)\]"):
+        from_nir(recurrent, dtype=F64)(torch.ones(3, 2, 2, dtype=F64))
+
+
 # -- sizes, lengths, depths ---------------------------------------------------------------------------------------
 def test_a_chain_of_3000_nodes_imports_and_runs() -> None:
     graph = _chain(*(nir.Scale(scale=np.full(2, 1.001)) for _ in range(3000)))

@@ -145,7 +145,7 @@ class NIRModule(nn.Module):
         if not self.recurrent:
             return self._pack(self._run(given, 2))
         steps = [self._run({k: v[t] for k, v in given.items()}, 1) for t in range(_length(given))]
-        return self._pack({name: torch.stack([step[name] for step in steps]) for name in self.outputs})
+        return self._pack({name: _stack(name, [step[name] for step in steps]) for name in self.outputs})
 
     def _named_inputs(self, x: torch.Tensor | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(x, torch.Tensor):
@@ -174,6 +174,9 @@ class NIRModule(nn.Module):
             try:
                 total = arriving[0]
                 for value in arriving[1:]:
+                    if value.shape != total.shape:  # a sum of edges, not a broadcast
+                        raise NIRError(f"node {name!r} gets inputs of shapes {[tuple(v.shape) for v in arriving]}: "
+                                       "the edges that reach a node must carry one shape")
                     total = total + value
                 values[name] = total if type(module) is nn.Identity else _call(module, total, batch_dims)
             except (AutocudaError, torch.cuda.OutOfMemoryError):
@@ -192,6 +195,14 @@ def _call(module: nn.Module, x: torch.Tensor, batch_dims: int) -> torch.Tensor:
         return module(x)
     y = module(x.flatten(0, 1))  # [T * B, *]: one call over the whole sequence
     return y.unflatten(0, x.shape[:2])
+
+
+def _stack(name: str, steps: list[torch.Tensor]) -> torch.Tensor:
+    shapes = {tuple(step.shape) for step in steps}
+    if len(shapes) > 1:
+        raise NIRError(f"output {name!r} changes shape from step to step ({sorted(shapes)}): a node's shape follows "
+                       "its inputs, which a recurrent edge changed")
+    return torch.stack(steps)
 
 
 def _length(given: Mapping[str, torch.Tensor]) -> int:
