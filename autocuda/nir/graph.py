@@ -99,7 +99,9 @@ class NIRModule(nn.Module):
             if end not in nodes:
                 raise NIRError(f"graph: node {end!r} (of an edge, the inputs or the outputs) does not exist")
         self.order, self.back_edges = _walk(self.names, self.edges, self.inputs)
-        self.sources = {name: [s for s, t in self.edges if t == name] for name in self.names}
+        self.sources: dict[str, list[str]] = {name: [] for name in self.names}
+        for source, target in self.edges:  # one pass over the edges: graphs of thousands of nodes and edges
+            self.sources[target].append(source)
         # Per node after the inputs, in order: (name, ModuleDict key, sources this step, sources of the previous
         # step): what `_run` reads per call, so that a call walks no edge lists
         self._plan = [(name, self.keys[name], tuple(s for s in self.sources[name] if (s, name) not in self.back_edges),

@@ -308,7 +308,8 @@ def from_nir(graph: nir.NIRGraph | str | Path, *, dt: float = 1e-4, method: str 
             raise NIRError(f"node {name!r} has NIR type {type(node).__name__}, which autocuda.nir does not "
                            f"import (supported: {', '.join(NODE_TYPES)})")
     inputs, outputs = _ends(nodes, "Input", graph), _ends(nodes, "Output", graph)
-    into_inputs = [edge for edge in edges if edge[1] in inputs]
+    input_names = set(inputs)
+    into_inputs = [edge for edge in edges if edge[1] in input_names]
     if into_inputs:
         raise NIRError(f"edge {into_inputs[0]!r} ends at Input node {into_inputs[0][1]!r}: inputs take no edges")
     modules = {name: _build(node, name, options) for name, node in nodes.items()}
