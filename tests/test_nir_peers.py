@@ -16,6 +16,7 @@ from torch import nn
 
 nir = pytest.importorskip("nir")
 
+from backends import CPU_BACKENDS  # noqa: E402
 from nir_reference import simulate  # noqa: E402
 
 from autocuda.nir import from_nir, to_nir  # noqa: E402
@@ -258,13 +259,34 @@ def _membrane_hits_threshold(graph: nir.NIRGraph, x: np.ndarray) -> bool:
     return hits
 
 
-@pytest.mark.xfail(strict=True, reason="autocuda spikes at v >= v_threshold until NeuronSpec.fires_at ('>', branch "
-                                       "h-threshold) reaches main and from_nir imports NIR's neurons with it")
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("method", ["euler", "semi_implicit"])
-def test_an_import_spikes_where_v_exceeds_the_threshold_as_nir_says(method: str) -> None:
+def test_an_import_spikes_where_v_exceeds_the_threshold_as_nir_says(method: str, backend: str) -> None:
+    """from_nir's neurons spike at v > v_threshold (fires_at ">"): where membranes land exactly on their
+    thresholds, as NIR's equations say, on the reference and on the generated kernels."""
     graph, x = _ties()
     assert _membrane_hits_threshold(graph, x)
     reference = simulate(graph, x, EXACT_DT, current_first=method == "semi_implicit")
     assert reference.sum() > 3
-    got = _ours(graph, torch.as_tensor(x), dt=EXACT_DT, method=method)
+    got = _ours(graph, torch.as_tensor(x), dt=EXACT_DT, method=method, backend=backend)
     assert np.array_equal(got, reference)
+
+
+def test_the_shipped_lif_exports_as_nir_and_differs_only_at_ties() -> None:
+    """Our LIFNode spikes at >= (as SpikingJelly's); its export is NIR's LIF (>): the re-import differs exactly
+    where a membrane lands on the threshold, and a LIFNode with fires_at '>' re-imports identically."""
+    import dataclasses
+
+    from autocuda.nn import Neuron
+    from autocuda.spec import load_spec
+
+    strict = dataclasses.replace(load_spec("lif"), fires_at=">")
+    x = torch.ones(6, 1, 1, dtype=F64)
+    for spec, same in ((load_spec("lif"), False), (strict, True)):
+        model = nn.Sequential(nn.Linear(1, 1, bias=False), Neuron(spec, tau=2.0, v_threshold=0.75, v_reset=0.0))
+        model = model.double()
+        nn.init.ones_(model[0].weight)  # v: 0.5, 0.75 (the threshold), ...
+        expected = _steps(model, x)
+        graph = to_nir(model, x[0], dt=1e-4)
+        assert np.array_equal(_ours(graph, x), simulate(graph, x.numpy(), 1e-4))
+        assert np.array_equal(_ours(graph, x), expected) is same

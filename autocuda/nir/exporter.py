@@ -7,12 +7,15 @@ nn.Flatten, nn.AvgPool2d, the modules of autocuda.nir.modules, and `Neuron`s who
 come from one step of `sample_input` ([B, *]) through the model, whose states are restored afterwards.
 
 Our discrete specs count time in steps; NIR in seconds: a time constant of tau steps is tau * dt seconds.
+NIR's neurons spike where v > v_threshold: a spec with fires_at ">" exports exactly, one with ">=" (the shipped
+specs' default) as the same node, which differs from it only where v lands exactly on the threshold.
 lif: tau dv/dt = (v_reset - v) + r x with r = 1 (decay_input) or tau, whose Euler step is our charge exactly.
 if: r = 1 / dt. cuba_lif (time unit time_step): tau_mem = tau dt / time_step, same for tau_syn, r = R,
 v_leak = v_rest, w_in = tau_syn.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -102,8 +105,8 @@ def _neuron(layer: Neuron, shape: Shape, dt: float) -> nir.NIRNode:
 
 
 def _is_shipped(spec: NeuronSpec) -> bool:
-    """Whether `spec` is the shipped spec of its name, with any options."""
-    shipped = load_spec(spec.name)
+    """Whether `spec` is the shipped spec of its name, with any options and either comparison (`fires_at`)."""
+    shipped = dataclasses.replace(load_spec(spec.name), fires_at=spec.fires_at)
     if {name for name, _ in spec.options} != {name for name, _ in shipped.options}:
         return False
     return spec.with_options(**dict(shipped.options)) == shipped if shipped.options else spec == shipped

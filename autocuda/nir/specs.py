@@ -2,7 +2,7 @@
 
 NIR gives continuous dynamics (time in seconds) and leaves the time step to the simulator. Each spec here
 states NIR's equations in `[ode]` form with the step `time_step` = dt, a hard reset to `v_reset` and a spike
-where v reaches `v_threshold`:
+where v exceeds `v_threshold` (`fires_at=">"`: NIR's v > v_threshold, where our default spikes at >=):
 
     LIF      tau dv/dt = (v_leak - v) + r x
     IF           dv/dt = r x
@@ -57,9 +57,9 @@ def nir_spec(kind: str, method: str = "euler") -> NeuronSpec:
     if method == "semi_implicit":
         charge, current = SEMI_IMPLICIT[kind]
         return NeuronSpec(name=name, doc=doc, params=params, states=initial, charge=charge, reset="hard",
-                          updates=(("i", current),))
+                          updates=(("i", current),), fires_at=">")
     return NeuronSpec(name=name, doc=doc, params=params, states=initial, ode=tuple(ode.items()), reset="hard",
-                      method=method)
+                      method=method, fires_at=">")
 
 
 def spec_kind(spec: NeuronSpec) -> tuple[str, str] | None:
