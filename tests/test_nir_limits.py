@@ -292,3 +292,14 @@ def test_a_file_that_is_no_nir_file_is_refused(tmp_path: Path) -> None:
         del file["node/nodes/n0/tau"]
     with pytest.raises(NIRError, match=r"node 'n0' \(LIF\): the nir package refuses its fields"):
         from_nir(path)
+
+
+def test_a_file_node_of_an_unknown_type_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "odd.nir"
+    nir.write(path, _chain(_lif()))
+    for kind in ("Mystery", "NIRNode", "read", "__class__"):
+        with h5py.File(path, "r+") as file:
+            del file["node/nodes/n0/type"]
+            file["node/nodes/n0"].create_dataset("type", data=kind, dtype=h5py.string_dtype())
+        with pytest.raises(NIRError, match=rf"node 'n0' has NIR type '{kind}', which the nir package does not know"):
+            from_nir(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -52,7 +52,8 @@ def _node(group: h5py.Group, name: str, budget: checks.Budget, depth: int) -> ni
     kind = _string(group.get("type"), f"node {name!r}: field 'type'")
     if kind == "NIRGraph":
         return _graph(group, name, budget, depth)
-    if kind not in nir.ir.__all_ir or kind in ("NIRNode", "NIRGraph") or not kind[:1].isupper():
+    node_class: Any = getattr(nir, kind, None) if kind.isidentifier() and kind[:1].isupper() else None
+    if not (isinstance(node_class, type) and issubclass(node_class, nir.NIRNode)) or kind == "NIRNode":
         raise NIRError(f"node {name!r} has NIR type {kind!r}, which the nir package does not know")
     fields: dict[str, Any] = {"type": kind}
     for key, item in group.items():
@@ -62,7 +63,7 @@ def _node(group: h5py.Group, name: str, budget: checks.Budget, depth: int) -> ni
             raise NIRError(f"node {name!r} ({kind}): field {key!r} is a group, not a value")
         fields[key] = _dataset(item, f"node {name!r} ({kind}): field {key!r}", budget)
     try:
-        return nir.dict2NIRNode(fields)
+        return cast(Any, node_class).from_dict(fields)
     except Exception as error:  # the nir package's constructors on untrusted fields: any error is a refusal
         raise NIRError(f"node {name!r} ({kind}): the nir package refuses its fields: "
                        f"{type(error).__name__}: {error}") from None
