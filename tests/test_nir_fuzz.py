@@ -2,7 +2,9 @@
 underscores, empty, ModuleDict's attributes), structures (subgraphs, cycles, self-loops, dangling edges, edges
 into inputs, unknown node types) and import options. Each case is imported and run, or refused with an
 autocuda error (NIRError) that names a node, field, edge or argument: never another exception type, a hang, or a
-big allocation. Some cases go through a file (nir.write, then from_nir(path)).
+big allocation. Some cases go through a file (nir.write, then from_nir(path)), some of those tampered with (a
+field declared with 10**9 values, of another dtype, a group in its place, a field or type removed, an unknown
+type, edges that are no pairs of names).
 
 A seeded generator (not hypothesis: a graph is built from many dependent draws, and the cases need no
 shrinking to be read): cases are reproducible by their index. 10,000 cases under the slow profile, 150 by default;
@@ -210,6 +212,39 @@ def _case(seed: int) -> tuple[Case, nir.NIRGraph, tuple[int, ...], dict[str, Any
     return case, graph, input_shape, options
 
 
+def _tamper(case: Case, path: Path) -> None:
+    """One change to the file that nir.write would never make: a field declared with 10**9 values (stored
+    compressed, never written), of another dtype, a group in a value's place, a field or the type removed, an
+    unknown type, or edges that are no pairs of names."""
+    import h5py
+
+    with h5py.File(path, "r+") as file:
+        groups: list[Any] = []
+        file["node"].visit(lambda key: groups.append(file["node"][key]) if key.count("/") == 1
+                           and key.startswith("nodes/") else None)
+        if not groups:
+            return
+        group = case.pick(groups)
+        fields = [key for key in group if key != "metadata"]
+        field = case.pick(fields) if fields else "type"
+        change = case.pick(["huge", "dtype", "group", "delete", "type", "edges"])
+        field = "type" if change == "type" else field
+        if field in group and change != "edges":
+            del group[field]
+        if change == "huge":
+            group.create_dataset(field, shape=(10**9,), dtype="f8", chunks=(2**20,), compression="gzip")
+        elif change == "dtype":
+            group.create_dataset(field, data=case.pick([np.array([1 + 2j]), np.array([b"xx"]), np.zeros((2, 2), "i1")]))
+        elif change == "group":
+            group.create_group(field)
+        elif change == "type":
+            group.create_dataset("type", data=case.pick(["Mystery", "NIRNode", "__class__", "read"]),
+                                 dtype=h5py.string_dtype())
+        elif change == "edges":
+            del file["node/edges"]
+            file["node"].create_dataset("edges", data=case.pick([np.zeros((2, 3)), np.array([b"a", b"b", b"c"])]))
+
+
 def _run_case(seed: int, folder: Path) -> str:
     """'ran', or the type of the refusal; raises what is neither."""
     case, graph, input_shape, options = _case(seed)
@@ -220,6 +255,9 @@ def _run_case(seed: int, folder: Path) -> str:
             source = folder / f"{seed}.nir"
         except Exception:  # the nir package cannot write every odd graph: the case runs in memory
             pass
+        else:
+            if case.chance(case.bad * 2):
+                _tamper(case, source)
     try:
         model = from_nir(source, **options)
         x = torch.as_tensor(case.rng.uniform(-2, 2, (3, 2, *input_shape)), dtype=options["dtype"])

@@ -5,7 +5,8 @@ from the inputs, in the graph's node order) carry the output of the previous tim
 step). A graph without such edges runs each node once over the whole sequence (neurons in step_mode 'm': one
 fused kernel per layer); a graph with them runs one time step at a time through every node (step_mode 's').
 Stateless nodes see [T * B, *] in the first case and [B, *] in the second; stateful ones (those with a
-`step_mode`: our neurons, autocuda.nir.modules) get [T, B, *] or [B, *].
+`step_mode`: our neurons, autocuda.nir.modules) get [T, B, *] or [B, *]. The edges that reach a node must
+carry one shape (they are summed, never broadcast); a node that fails on its input raises a NIRError naming it.
 """
 from __future__ import annotations
 

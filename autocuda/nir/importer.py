@@ -2,9 +2,11 @@
 
 Spiking neurons (LIF, IF, CubaLIF) become `autocuda.nn.Neuron`s of the specs in autocuda.nir.specs (fused
 kernels on CUDA); LI, I, CubaLI, Threshold, Delay, Scale, SumPool2d are autocuda.nir.modules; Affine, Linear,
-Conv1d, Conv2d, Flatten, AvgPool2d are torch.nn layers. Parameters arrive in float64 and are cast to `dtype`;
-a neuron parameter whose values are all equal is passed as a float (a scalar of the kernel), others as a
-tensor of the neuron shape.
+Conv1d, Conv2d, Flatten, AvgPool2d are torch.nn layers. Every field is checked (autocuda.nir.checks: its
+size before anything is converted, then finite, time constants positive, integers whole and in range) and
+copied into a new tensor of `dtype`; a neuron parameter whose values are all equal is passed as a float (a
+scalar of the kernel), others as a tensor of the neuron shape. A graph (or file, read by autocuda.nir.reader)
+that breaks a rule is refused with a NIRError naming the node and field before any module is built.
 """
 from __future__ import annotations
 
