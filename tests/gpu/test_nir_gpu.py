@@ -86,3 +86,27 @@ def test_training_step_replays_from_a_cuda_graph() -> None:
     for p_graphed, p_eager in zip(graphed.parameters(), eager.parameters()):
         torch.testing.assert_close(p_graphed, p_eager)
     assert not torch.equal(next(graphed.parameters()), next(from_nir(graph).cuda().parameters()))
+
+
+@pytest.mark.parametrize("kind", ["LIF", "IF"])
+@pytest.mark.parametrize("recurrent", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cuda_kernels_spike_above_the_threshold_not_at_it(kind: str, recurrent: bool, dtype: torch.dtype) -> None:
+    """NIR spikes where v > v_threshold (the specs' fires_at '>'): with dt = 2**-10 and inputs of ones, the
+    membranes land exactly on their thresholds at the second step (LIF: 1, 1.5; IF: 1, 2), spike at the third,
+    and repeat; the fused kernels (one over T, or single steps in a recurrent graph) give exactly that."""
+    dt, n = 2.0**-10, 3
+    neuron = (nir.LIF(tau=np.full(n, 2 * dt), r=np.full(n, 2.0), v_leak=np.zeros(n), v_threshold=np.full(n, 1.5),
+                      v_reset=np.zeros(n)) if kind == "LIF" else
+              nir.IF(r=np.full(n, 1 / dt), v_threshold=np.full(n, 2.0), v_reset=np.zeros(n)))
+    nodes = {"input": nir.Input(np.array([n])), "neuron": neuron, "output": nir.Output(np.array([n]))}
+    edges = [("input", "neuron"), ("neuron", "output")]
+    if recurrent:  # a recurrent edge of zero weight: the graph steps one time step at a time
+        nodes["rec"] = nir.Linear(np.zeros((n, n)))
+        edges += [("neuron", "rec"), ("rec", "neuron")]
+    model = from_nir(nir.NIRGraph(nodes=nodes, edges=edges, type_check=False), dt=dt, dtype=dtype).cuda()
+    assert model.recurrent is recurrent
+    with torch.no_grad():
+        out = model(torch.ones(9, 2, n, dtype=dtype, device="cuda")).cpu()
+    expected = torch.tensor([0.0, 0.0, 1.0] * 3, dtype=dtype).view(9, 1, 1).expand(9, 2, n)
+    assert torch.equal(out, expected)
