@@ -213,6 +213,19 @@ def test_a_chain_of_3000_nodes_imports_and_runs() -> None:
     np.testing.assert_allclose(_run(model, np.ones((1, 1, 2))), np.full((1, 1, 2), 1.001 ** 3000), rtol=1e-12)
 
 
+def test_a_bad_field_in_the_last_node_is_refused_before_any_neuron_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node's fields are checked before the first Neuron (milliseconds each) is built: a graph of
+    thousands of neurons with NaN in its last is refused at the cost of the checks alone."""
+    from autocuda.nir import importer
+
+    built = []
+    monkeypatch.setattr(importer, "Neuron", lambda *args, **kwargs: built.append(1))
+    neurons = [_lif() for _ in range(2000)] + [_lif(v_threshold=np.array([1.0, np.nan]))]
+    with pytest.raises(NIRError, match=r"node 'n2000' \(LIF\): field 'v_threshold': must be finite"):
+        from_nir(_chain(*neurons))
+    assert not built
+
+
 def test_more_nodes_than_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checks, "MAX_NODES", 50)
     with pytest.raises(NIRError, match=r"graph: more than 50 nodes \(at node 'n49'\).*MAX_NODES"):

@@ -11,6 +11,7 @@ that breaks a rule is refused with a NIRError naming the node and field before a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -69,10 +70,13 @@ def _param(node: Any, name: str, field: str, options: _Options) -> float | torch
 
 
 # -- one function per node type ----------------------------------------------------------------------------------
-def _neuron(node: Any, name: str, options: _Options) -> nn.Module:
+def _neuron(node: Any, name: str, options: _Options) -> Callable[[], nn.Module]:
+    """The Neuron of a spiking node, built later (`_finish`): its fields are checked now, with every other node's,
+    so that a bad field anywhere is refused before the first (slower) Neuron is built."""
     kind = type(node).__name__
     params: dict[str, Any] = {field: _param(node, name, field, options) for field in NEURONS[kind][0]}
-    return Neuron(nir_spec(kind, options.method), **options.neuron, time_step=options.dt, **params)
+    return functools.partial(Neuron, nir_spec(kind, options.method), **options.neuron, time_step=options.dt,
+                             **params)
 
 
 def _non_spiking(module: type[M.StepModule], fields: tuple[str, ...]) -> Callable[[Any, str, _Options], nn.Module]:
@@ -174,7 +178,7 @@ def _delay(node: Any, name: str, options: _Options) -> nn.Module:
     return M.Delay({"steps": torch.as_tensor(whole, dtype=torch.long)}, dt=options.dt)
 
 
-NODE_TYPES: Mapping[str, Callable[[Any, str, _Options], nn.Module]] = {
+NODE_TYPES: Mapping[str, Callable[[Any, str, _Options], nn.Module | Callable[[], nn.Module]]] = {
     "Input": lambda node, name, options: nn.Identity(),
     "Output": lambda node, name, options: nn.Identity(),
     "LIF": _neuron, "IF": _neuron, "CubaLIF": _neuron,
@@ -259,13 +263,25 @@ def _single(found: Mapping[str, Any], graph: str, kind: str) -> str:
     return next(iter(found))
 
 
-def _build(node: Any, name: str, options: _Options) -> nn.Module:
-    """The module of one node; what the node's own checks miss and torch refuses becomes a NIRError naming it."""
+def _build(node: Any, name: str, options: _Options) -> nn.Module | Callable[[], nn.Module]:
+    """The module of one node (a spiking node's: a function that builds it); what the node's own checks miss and
+    torch refuses becomes a NIRError naming it."""
     try:
         return NODE_TYPES[type(node).__name__](node, name, options)
     except AutocudaError:
         raise
     except (ValueError, TypeError, RuntimeError, OverflowError, AttributeError) as error:
+        raise NIRError(f"node {name!r} ({type(node).__name__}): {error}") from None
+
+
+def _finish(built: nn.Module | Callable[[], nn.Module], node: Any, name: str) -> nn.Module:
+    if isinstance(built, nn.Module):
+        return built
+    try:
+        return built()
+    except AutocudaError:
+        raise
+    except (ValueError, TypeError, RuntimeError, OverflowError) as error:
         raise NIRError(f"node {name!r} ({type(node).__name__}): {error}") from None
 
 
@@ -314,7 +330,8 @@ def from_nir(graph: nir.NIRGraph | str | Path, *, dt: float = 1e-4, method: str 
     into_inputs = [edge for edge in edges if edge[1] in input_names]
     if into_inputs:
         raise NIRError(f"edge {into_inputs[0]!r} ends at Input node {into_inputs[0][1]!r}: inputs take no edges")
-    modules = {name: _build(node, name, options) for name, node in nodes.items()}
+    built = {name: _build(node, name, options) for name, node in nodes.items()}  # every node checked first
+    modules = {name: _finish(module, nodes[name], name) for name, module in built.items()}
     return NIRModule(modules, edges, inputs, outputs, step_mode)
 
 
