@@ -4,7 +4,7 @@ into inputs, unknown node types) and import options. Each case is imported and r
 autocuda error (NIRError) that names a node, field, edge or argument: never another exception type, a hang, or a
 big allocation. Some cases go through a file (nir.write, then from_nir(path)), some of those tampered with (a
 field declared with 10**9 values, of another dtype, a group in its place, a field or type removed, an unknown
-type, edges that are no pairs of names).
+type, edges that are no pairs of names, a link back to the top).
 
 A seeded generator (not hypothesis: a graph is built from many dependent draws, and the cases need no
 shrinking to be read): cases are reproducible by their index. 10,000 cases under the slow profile, 150 by default;
@@ -215,7 +215,7 @@ def _case(seed: int) -> tuple[Case, nir.NIRGraph, tuple[int, ...], dict[str, Any
 def _tamper(case: Case, path: Path) -> None:
     """One change to the file that nir.write would never make: a field declared with 10**9 values (stored
     compressed, never written), of another dtype, a group in a value's place, a field or the type removed, an
-    unknown type, or edges that are no pairs of names."""
+    unknown type, edges that are no pairs of names, or a link back to the top."""
     import h5py
 
     with h5py.File(path, "r+") as file:
@@ -227,7 +227,7 @@ def _tamper(case: Case, path: Path) -> None:
         group = case.pick(groups)
         fields = [key for key in group if key != "metadata"]
         field = case.pick(fields) if fields else "type"
-        change = case.pick(["huge", "dtype", "group", "delete", "type", "edges"])
+        change = case.pick(["huge", "dtype", "group", "delete", "type", "edges", "link"])
         field = "type" if change == "type" else field
         if field in group and change != "edges":
             del group[field]
@@ -237,6 +237,8 @@ def _tamper(case: Case, path: Path) -> None:
             group.create_dataset(field, data=case.pick([np.array([1 + 2j]), np.array([b"xx"]), np.zeros((2, 2), "i1")]))
         elif change == "group":
             group.create_group(field)
+        elif change == "link":  # to the top: a cycle, were links followed
+            group[field] = h5py.SoftLink("/node")
         elif change == "type":
             group.create_dataset("type", data=case.pick(["Mystery", "NIRNode", "__class__", "read"]),
                                  dtype=h5py.string_dtype())

@@ -316,3 +316,18 @@ def test_a_file_node_of_an_unknown_type_is_refused_naming_it(tmp_path: Path) -> 
             file["node/nodes/n0"].create_dataset("type", data=kind, dtype=h5py.string_dtype())
         with pytest.raises(NIRError, match=rf"node 'n0' has NIR type '{kind}', which the nir package does not know"):
             from_nir(path)
+
+
+def test_links_in_a_file_are_refused_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "linked.nir"
+    nir.write(path, _chain(_lif()))
+    with h5py.File(path, "r+") as file:
+        del file["node/nodes/n0/tau"]
+        file["node/nodes/n0/tau"] = h5py.ExternalLink(str(tmp_path / "elsewhere.h5"), "/tau")
+    with pytest.raises(NIRError, match=r"node 'n0': 'tau' is a link"):
+        from_nir(path)
+    with h5py.File(path, "r+") as file:
+        del file["node/nodes/n0/tau"]
+        file["node/nodes/n0/tau"] = h5py.SoftLink("/node/nodes/n0/r")
+    with pytest.raises(NIRError, match=r"node 'n0': 'tau' is a link"):
+        from_nir(path)

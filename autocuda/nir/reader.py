@@ -39,7 +39,12 @@ def read(path: str | Path) -> nir.NIRGraph:
         top = file.get("node")
         if not isinstance(top, h5py.Group):
             raise NIRError(f"{path}: no group 'node': not a NIR file")
-        graph = _node(top, "<graph>", checks.Budget(), depth=0)
+        try:
+            graph = _node(top, "<graph>", checks.Budget(), depth=0)
+        except NIRError:
+            raise
+        except (OSError, KeyError, RuntimeError, ValueError, TypeError) as error:  # h5py on a damaged file
+            raise NIRError(f"{path}: Unable to read it as a NIR file: {type(error).__name__}: {error}") from None
     if type(graph).__name__ != "NIRGraph":
         raise NIRError(f"{path}: the top node is a {type(graph).__name__}, not a NIRGraph")
     return graph
@@ -56,7 +61,7 @@ def _node(group: h5py.Group, name: str, budget: checks.Budget, depth: int) -> ni
     if not (isinstance(node_class, type) and issubclass(node_class, nir.NIRNode)) or kind == "NIRNode":
         raise NIRError(f"node {name!r} has NIR type {kind!r}, which the nir package does not know")
     fields: dict[str, Any] = {"type": kind}
-    for key, item in group.items():
+    for key, item in _members(group, name):
         if key in ("type", "metadata"):
             continue
         if not isinstance(item, h5py.Dataset):
@@ -80,7 +85,7 @@ def _graph(group: h5py.Group, name: str, budget: checks.Budget, depth: int) -> n
     if not isinstance(members, h5py.Group):
         raise NIRError(f"graph {name!r}: no group 'nodes'")
     nodes = {}
-    for key, item in members.items():
+    for key, item in _members(members, name):
         budget.node(key)
         inner = key if depth == 0 else f"{name}.{key}"
         if not isinstance(item, h5py.Group):
@@ -93,6 +98,19 @@ def _graph(group: h5py.Group, name: str, budget: checks.Budget, depth: int) -> n
         raise NIRError(f"graph {name!r}: field 'edges' must be pairs of node names, got shape {edges.shape}")
     budget.edge_count(name, len(edges))
     return nir.NIRGraph(nodes=nodes, edges=[(_text(a), _text(b)) for a, b in edges], type_check=False)
+
+
+def _members(group: h5py.Group, name: str) -> list[tuple[str, Any]]:
+    """The group's members, each a value or group of this file: links to elsewhere (other files, other paths of
+    this one) are refused, not followed."""
+    import h5py
+
+    members = []
+    for key in group:
+        if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+            raise NIRError(f"node {name!r}: {key!r} is a link (to another file or place), which a NIR file has not")
+        members.append((key, group[key]))
+    return members
 
 
 def _dataset(item: Any, where: str, budget: checks.Budget, strings: bool = False) -> Any:
