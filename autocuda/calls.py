@@ -338,7 +338,8 @@ class Call:
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
-        """The forward op's outputs, and where they stand (`_Layer.positions`); `more`: the step inputs after x."""
+        """The forward op's outputs, and where they stand (`_Layer.positions`); `more`: the step inputs after x.
+        Eager calls give the final states in the neuron shape (`neuron_shaped`)."""
         states: list[Tensor]
         initial: list[float]
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
@@ -360,7 +361,7 @@ class Call:
         given: Sequence[float] = layer.scalar_values(values)
         if layer.channel_dim:
             given = [*given, *self.channel_sizes()]
-        return ops.forward_eager(form, x, states, initial, tensors, given, more), form.positions
+        return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
         """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
@@ -391,13 +392,21 @@ def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[i
                      ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
     """A multi-step call's results from the forward op's outputs and their positions (`_Layer.positions`): the
     spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
-    neuron shape [*]; as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
+    neuron shape [*] (`neuron_shaped`); as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
     spike, finals, seqs = positions
     if shape is None:
         return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
                 tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
-    return (outputs[spike].view(shape), tuple(outputs[i].view(neuron_shape) for i in finals) if final_states else None,
+    return (outputs[spike].view(shape),
+            tuple(neuron_shaped(outputs[i], neuron_shape) for i in finals) if final_states else None,
             tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
+
+
+def neuron_shaped(final: Tensor, neuron_shape: tuple[int, ...]) -> Tensor:
+    """A final state in the neuron shape: as the kernels wrote it where an eager call gave them the shape (a tensor
+    that its holder can detach in place: SpikingJelly's `detach_()`, which refuses views), else (the op's [N],
+    under torch.compile) a view."""
+    return final if final.dim() == len(neuron_shape) else final.view(neuron_shape)
 
 
 def as_rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -20,7 +20,7 @@ import torch
 import torch.utils.checkpoint
 
 from . import prepared
-from .calls import SUPPORTED_DTYPES, Call, as_rows, sequence_results
+from .calls import SUPPORTED_DTYPES, Call, as_rows, neuron_shaped, sequence_results
 from .memory_order import memory_order
 from .runtime.plans import plan
 from .spec.model import NeuronSpec
@@ -129,7 +129,7 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
     if flat is x:  # x is [N] already: so are the outputs
         return outputs[spike], tuple(map(outputs.__getitem__, finals))
     shape = tuple(x.shape)
-    return outputs[spike].view(shape), tuple(outputs[i].view(shape) for i in finals)
+    return outputs[spike].view(shape), tuple(neuron_shaped(outputs[i], shape) for i in finals)
 
 
 def _step_inputs(x: Any, name: str, min_dim: int) -> tuple[Tensor, ...]:

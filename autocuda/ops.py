@@ -163,8 +163,10 @@ class ForwardForm:
                                  for name, per_neuron in e.config.tensors)
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
-        """The kernel's outputs in parameter order (`outputs`)."""
+            scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
+            ) -> list[Tensor]:
+        """The kernel's outputs in parameter order (`outputs`); the final states in `final_shape` (the neuron
+        shape, of N values) where it is given, else [N]."""
         chosen = states or initial
         if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
             self._refuse(states, initial, tensor_params, scalars)
@@ -173,10 +175,10 @@ class ForwardForm:
             self._refuse_inputs(x, more_inputs)
         n, steps = shape[-1], (None if self.single else shape[0])
         _, outputs = self.kernel((x, *more_inputs, *chosen, *tensor_params, *scalars), x, n, steps,
-                                 "cuda" if x.is_cuda else "host")
+                                 "cuda" if x.is_cuda else "host", final_shape)
         if steps == 0:  # no step ran: the final states are the initial ones
             for i, state in zip(self.finals, states):
-                outputs[i].copy_(state)
+                outputs[i].view(state.shape).copy_(state)
             for i, value in zip(self.finals, initial):
                 outputs[i].fill_(value)
         return outputs
@@ -221,8 +223,9 @@ class BoundForm(ForwardForm):
         self.launch = launch
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
-        return self.launch((x, *initial, *scalars), x)
+            scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
+            ) -> list[Tensor]:
+        return self.launch((x, *initial, *scalars), x, final_shape)
 
 
 @constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
@@ -541,11 +544,13 @@ class _Eager(torch.autograd.Function):
     mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
 
     @staticmethod
-    def forward(ctx, form: ForwardForm, initial: list[float], scalars: list[float], x: Tensor, *tensors: Tensor):
-        """`tensors`: the step inputs after x, the initial states (given as tensors), the tensor parameters."""
+    def forward(ctx, form: ForwardForm, initial: list[float], scalars: list[float], final_shape: Sequence[int] | None,
+                x: Tensor, *tensors: Tensor):
+        """`tensors`: the step inputs after x, the initial states (given as tensors), the tensor parameters;
+        `final_shape`: as `ForwardForm.run` takes it."""
         n_more, n_states = form.n_more, 0 if initial else form.n_states
         more, states, tensor_params = tensors[:n_more], tensors[n_more:n_more + n_states], tensors[n_more + n_states:]
-        outputs = form.run(x, states, initial, tensor_params, scalars, more)
+        outputs = form.run(x, states, initial, tensor_params, scalars, more, final_shape)
         _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more)
         # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
         # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
@@ -559,7 +564,7 @@ class _Eager(torch.autograd.Function):
     def backward(ctx, *grads):
         _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads,
                                                                               run_backward=ctx.form.run_backward)
-        return None, None, None, grad_x, *more, *grad_states, *grad_params
+        return None, None, None, None, grad_x, *more, *grad_states, *grad_params
 
 
 # `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
@@ -572,24 +577,28 @@ _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
             scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
-            more_inputs: Sequence[Tensor] = ()) -> list[Tensor]:
+            more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None) -> list[Tensor]:
     """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
-    `scalars` are the caller's to give away: backward keeps them. `more_inputs`: the step inputs after x."""
+    `scalars` are the caller's to give away: backward keeps them. `more_inputs`: the step inputs after x.
+    `final_shape`: the neuron shape the final states are allocated in, in eager mode (the op gives them as [N]:
+    callers view them as `calls.neuron_shaped` does)."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward, final_states, list(more_inputs))
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
-    return forward_eager(form, x, states, initial, tensor_params, scalars, more_inputs)
+    return forward_eager(form, x, states, initial, tensor_params, scalars, more_inputs, final_shape)
 
 
 def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
-                  tensor_params: list[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor] = ()
-                  ) -> list[Tensor]:
-    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`)."""
+                  tensor_params: list[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor] = (),
+                  final_shape: Sequence[int] | None = None) -> list[Tensor]:
+    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`). The final states come
+    out in `final_shape` where it is given (new tensors, not views: their holder can detach them in place)."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
-        return form.run(x, states, initial, tensor_params, scalars, more_inputs)
+        return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)
     if len(more_inputs) != form.n_more:
         form._refuse_inputs(x, more_inputs)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
-        return list(_Eager.apply(form, initial, scalars, x, *more_inputs, *states, *tensor_params))
-    return list(_APPLY(form, initial, scalars, *map(_unwrap_if_dead, (x, *more_inputs, *states, *tensor_params))))
+        return list(_Eager.apply(form, initial, scalars, final_shape, x, *more_inputs, *states, *tensor_params))
+    return list(_APPLY(form, initial, scalars, final_shape,
+                       *map(_unwrap_if_dead, (x, *more_inputs, *states, *tensor_params))))

@@ -63,13 +63,13 @@ class Prepared:
         initial = list(map(float, initial_states))
         for init in self.inits[len(initial):]:
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        rows = x if self.flat else x.view(self.rows)
         scalars = layer.scalar_values(values)
-        plan = (self.native if self.native_asked else self._plan(rows, initial, scalars)) if native.USE else None
-        if plan is not None:
-            outputs = self.native_call(plan, rows, [*initial, *scalars])
+        plan = (self.native if self.native_asked else self._plan(x, initial, scalars)) if native.USE else None
+        if plan is not None:  # the operator runs x as rows and gives the final states in the neuron shape
+            outputs = self.native_call(plan, x, [*initial, *scalars])
         else:
-            outputs = ops.forward_eager(self.form, rows, [], initial, [], scalars)
+            rows = x if self.flat else x.view(self.rows)
+            outputs = ops.forward_eager(self.form, rows, [], initial, [], scalars, (), self.neuron_shape)
         if self.pick is not None:
             picked = self.pick(outputs)
             return picked[0], picked[1:], None
@@ -84,12 +84,12 @@ class Prepared:
             return None
         return self.native, tuple(self.layer.scalar_values(self.layer.values(params, x, self.neuron_shape)))
 
-    def _plan(self, rows: Tensor, initial: list[float], scalars: Sequence[float]) -> int | None:
+    def _plan(self, x: Tensor, initial: list[float], scalars: Sequence[float]) -> int | None:
         """The native plan, made on the first call that finds the native operator loaded."""
         if native.loaded():
             self.native_asked = True
             self.native_call = native.operator()
-            self.native = self._native_plan(rows, [*initial, *scalars])
+            self.native = self._native_plan(x.view(self.rows), [*initial, *scalars])
         return self.native
 
     def _native_plan(self, rows: Tensor, numbers: list[float]) -> int | None:

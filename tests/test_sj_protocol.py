@@ -240,10 +240,10 @@ def test_store_v_seq_off_drops_the_kept_sequence() -> None:
 
 
 @pytest.mark.parametrize(("backend", "shape"), [("reference", (6, 3, 4)), *[
-    pytest.param(backend, (6, 12), marks=p.marks) for p in CPU_BACKENDS[1:] for backend in p.values]])
+    pytest.param(backend, shape, marks=p.marks) for p in CPU_BACKENDS[1:] for backend in p.values
+    for shape in ((6, 12), (6, 3, 4))]])
 def test_detach_cuts_the_graph_of_a_state_held_from_before(backend: str, shape: tuple[int, ...]) -> None:
-    """In place, as SpikingJelly's `detach_()`. (The kernels' states of x [T, *] with more than one neuron dimension
-    are views of their [N] outputs, which cannot be detached in place: docs/spikingjelly.md.)"""
+    """In place, as SpikingJelly's `detach_()` (every path of the kernels: tests/test_detach_in_place.py)."""
     layer = our.LIFNode(step_mode="m", backend=backend)
     layer(inputs(5, shape).requires_grad_(True))
     held = layer.v

@@ -31,6 +31,7 @@ using torch::autograd::variable_list;
 enum Source : int64_t { kConstant = 0, kOutput = 1, kTensor = 2, kNumber = 3 };
 enum SlotType : int64_t { kF32 = 0, kF64 = 1, kI64 = 2, kI32 = 3, kU32 = 4, kU8 = 5 };
 enum Runner : int64_t { kNone = 0, kCuda = 1, kHost = 2 };
+constexpr int64_t kVector = -1, kFinal = -2;  // an output's rows: one value per neuron; a final state
 
 using CuLaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                                void**, void**);
@@ -49,7 +50,7 @@ struct Driver {
 };
 
 struct Output {
-  int64_t rows;  // < 0: one value per neuron [N]; r >= 0: [r, N]
+  int64_t rows;  // -1: one value per neuron [N]; -2: a final state, [N] or the call's neuron shape; r >= 0: [r, N]
   at::ScalarType dtype;
 };
 
@@ -113,7 +114,7 @@ Launch read_launch(Reader& in, const std::vector<at::ScalarType>& dtypes, int64_
   TORCH_CHECK(outputs >= 0 && outputs <= 64, "autocuda native plan: ", outputs, " outputs");
   for (int64_t i = 0; i < outputs; ++i) {
     int64_t rows = in.next(), dtype = in.next();
-    TORCH_CHECK(rows >= -1 && dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: output ", i);
+    TORCH_CHECK(rows >= kFinal && dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: output ", i);
     launch.outputs.push_back({rows, dtypes[dtype]});
   }
   int64_t slots = in.next();
@@ -218,15 +219,24 @@ void launch_cuda(const Plan& plan, const Launch& launch, void** pointers) {
   check_driver(status, "cuLaunchKernel");
 }
 
-// Allocates the launch's outputs, fills its slots from the call's tensors and numbers, and launches.
+// Allocates the launch's outputs, fills its slots from the call's tensors and numbers, and launches. The final
+// states are allocated in `final_sizes` (the call's neuron shape: N values, which the kernel writes through their
+// contiguous address) where it is not empty, else as [N]: a tensor of the neuron shape, not a view of a flat one,
+// is one that its holder can detach in place (SpikingJelly's `detach_()`).
 std::vector<at::Tensor> run(const Plan& plan, const Launch& launch, const std::vector<at::Tensor>& tensors,
-                            const std::vector<double>& numbers) {
+                            const std::vector<double>& numbers, at::IntArrayRef final_sizes = {}) {
   std::vector<at::Tensor> outputs;
   outputs.reserve(launch.outputs.size());
   auto options = at::TensorOptions().device(plan.device);
   for (const Output& output : launch.outputs) {
     auto shaped = options.dtype(output.dtype);
-    outputs.push_back(output.rows >= 0 ? at::empty({output.rows, plan.neurons}, shaped) : at::empty({plan.neurons}, shaped));
+    if (output.rows >= 0) {
+      outputs.push_back(at::empty({output.rows, plan.neurons}, shaped));
+    } else if (output.rows == kFinal && !final_sizes.empty()) {
+      outputs.push_back(at::empty(final_sizes, shaped));
+    } else {
+      outputs.push_back(at::empty({plan.neurons}, shaped));
+    }
   }
   std::vector<uint64_t> slots(launch.slots.size(), 0);
   std::vector<void*> pointers(launch.slots.size());
@@ -270,9 +280,9 @@ at::Tensor readable(const at::Tensor& grad, at::IntArrayRef sizes, const Plan& p
 
 struct NeuronCall : torch::autograd::Function<NeuronCall> {
   static variable_list forward(AutogradContext* ctx, int64_t number, const at::Tensor& x,
-                               const std::vector<double>& numbers) {
+                               const std::vector<double>& numbers, at::IntArrayRef final_sizes) {
     const Plan& plan = plan_numbered(number);
-    variable_list outputs = run(plan, plan.forward, {x}, numbers);
+    variable_list outputs = run(plan, plan.forward, {x}, numbers, final_sizes);
     variable_list saved;
     for (int64_t at : plan.saved) saved.push_back(at == 0 ? x : outputs[at - 1]);
     ctx->save_for_backward(saved);
@@ -306,7 +316,7 @@ struct NeuronCall : torch::autograd::Function<NeuronCall> {
                    "is not available; use backend='reference' for higher-order gradients", 1)
                    .apply({leaf})[0];
     }
-    return {at::Tensor(), grad_x, at::Tensor()};
+    return {at::Tensor(), grad_x, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -329,18 +339,25 @@ bool fits(const Plan& plan, const at::Tensor& x) {
          int64_t(reinterpret_cast<uint64_t>(x.data_ptr()) & 15) == plan.alignment;
 }
 
-std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& rows,
+// The plan's forward outputs for x (which fits the plan): the kernels run on x as [steps, neurons] rows, and the
+// final states come out in x's neuron shape.
+std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& x,
                                  const std::vector<double>& numbers) {
   TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
               " numbers, got ", numbers.size());
-  if (!plan.trains) return run(plan, plan.forward, {rows}, numbers);
-  return NeuronCall::apply(number, rows, numbers);
+  bool flat = x.dim() == 2;
+  at::Tensor rows = flat ? x : x.view({plan.steps, plan.neurons});
+  at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : x.sizes().slice(1);
+  if (!plan.trains) return run(plan, plan.forward, {rows}, numbers, final_sizes);
+  return NeuronCall::apply(number, rows, numbers, final_sizes);
 }
 
+// A prepared call: the forward outputs for x [steps, *], the sequences as [steps, neurons] rows, the final states
+// in x's neuron shape.
 std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
-  TORCH_CHECK(x.dim() == 2 && fits(plan, x), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ",
-              x.device(), " is not the call plan ", number, " was made for");
+  TORCH_CHECK(fits(plan, x), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
+              " is not the call plan ", number, " was made for");
   return run_call(number, plan, x, numbers);
 }
 
@@ -350,10 +367,9 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<do
 std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
   if (!fits(plan, x) || (at::GradMode::is_enabled() && x.requires_grad()) != plan.trains) return {};
-  bool flat = x.dim() == 2;
-  std::vector<at::Tensor> outputs = run_call(number, plan, flat ? x : x.view({plan.steps, plan.neurons}), numbers);
-  std::vector<at::Tensor> results{flat ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
-  for (int64_t at : plan.finals) results.push_back(flat ? outputs[at] : outputs[at].view(x.sizes().slice(1)));
+  std::vector<at::Tensor> outputs = run_call(number, plan, x, numbers);
+  std::vector<at::Tensor> results{x.dim() == 2 ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
+  for (int64_t at : plan.finals) results.push_back(outputs[at]);
   return results;
 }
 

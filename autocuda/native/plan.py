@@ -16,7 +16,7 @@ import torch
 
 from ..errors import AutocudaError
 from ..runtime import driver
-from ..runtime.neuron_launch import BoundLaunch, checkpoint_rows
+from ..runtime.neuron_launch import FINAL, BoundLaunch, checkpoint_rows
 
 CONSTANT, OUTPUT, TENSOR, NUMBER = range(4)  # a slot's source
 RUNNERS = {"cuda": 1, "host": 2}
@@ -56,7 +56,8 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         raise Unplannable("a call of no neurons launches nothing")
     runner, function, context = _kernel_function(bound)
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
-    rows: dict[str, int] = {"vector": -1, "sequence": bound.steps or 0}
+    # -1: [N]; -2: a final state, allocated in the call's neuron shape (`neuron_call.cpp`'s `run`); else [rows, N]
+    rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": bound.steps or 0}
     if kernel.checkpoint_steps:
         rows["checkpoints"] = checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps)
     out.add(len(recipe.allocations))

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import ops
-from ..calls import Call
+from ..calls import Call, neuron_shaped
 from ..codegen.broadcast import PER_CHANNEL
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT
 
@@ -88,14 +88,14 @@ class _TwoPasses(torch.autograd.Function):
         params = _with_affine(others, scale, shift, block.affine_at)
         flat = x.reshape(x.shape[0], -1)
         outputs = ops.forward(block.key, flat, states, list(block.initial), params, list(block.scalars), False, True,
-                              True)
+                              True, (), x.shape[1:])
         available = (flat, *states, *outputs)
         ctx.save_for_backward(*[available[i] for i in block.picks], *params, weight, mean, rstd, x)
         ctx.block, ctx.n_saved, ctx.n_states = block, len(block.picks), n_states
         ctx.mark_non_differentiable(mean, var)
         ctx.set_materialize_grads(False)
         spikes = outputs[block.spike_at].view(x.shape)
-        finals = [outputs[i].view(x.shape[1:]) for i in block.finals]
+        finals = [neuron_shaped(outputs[i], x.shape[1:]) for i in block.finals]
         return (spikes, *finals, mean, var)
 
     @staticmethod

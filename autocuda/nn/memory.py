@@ -32,8 +32,10 @@ else:
 
 def detach_memories(d: dict[str, Any], names: Iterable[str]) -> None:
     """Cut the graphs of the memories `names` held in the dict `d`, in place as SpikingJelly's `detach_()`: a
-    tensor held from before loses its graph too. A view cannot be detached in place: it is replaced by a detached
-    tensor (where SpikingJelly raises)."""
+    tensor held from before loses its graph too. The kernels give states that are tensors of their own (never
+    views), except for an input in another memory order (channels_last: its states are permuted views) and under
+    torch.compile; a view cannot be detached in place, so it is replaced by a detached tensor (where SpikingJelly
+    raises)."""
     for name in names:
         value = d.get(name)
         if isinstance(value, torch.Tensor):

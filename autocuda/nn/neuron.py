@@ -394,7 +394,9 @@ class Neuron(MemoryBase):
         for name in (*names, "v_seq"):
             value = d.get(name) if not compiling else getattr(self, name, None)
             if isinstance(value, torch.Tensor) and value.shape[-1:] == (1,):
-                store_states(self, (name,), (value.squeeze(-1),), compiling)
+                # a state as a tensor of its own (one value copied), not a view: `detach()` cuts it in place
+                one = value.squeeze(-1) if name == "v_seq" else value.squeeze(-1).clone()
+                store_states(self, (name,), (one,), compiling)
         return out.squeeze(1)
 
     def extra_repr(self) -> str:

@@ -76,6 +76,9 @@ def output_kind(name: str) -> str:
     return "sequence" if name.endswith("_seq") else "vector"
 
 
+FINAL = "final"  # a [N] output that is a final state: allocated in the neuron shape a call gives
+
+
 def checkpoint_rows(steps: Any, every: int) -> Any:
     """Rows of a `<state>_checkpoints` tensor: the state after steps K-1, 2K-1, ... of T (a SymInt under
     torch.compile)."""
@@ -103,8 +106,11 @@ class Recipe:
         self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
         # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
         # arguments: (tag, name, dtype, output index or None).
-        self.allocations = tuple((source, None if dtype == storage else dtype)
-                                 for source, _, dtype in self.args if source in OUTPUT_KINDS)
+        # A final state is allocated in the caller's neuron shape where it gives one (`arguments`): a tensor that
+        # is not a view of a flat one, which its holder can detach in place.
+        self.allocations = tuple((FINAL if source == "vector" and name.endswith("_final") else source,
+                                  None if dtype == storage else dtype)
+                                 for source, name, dtype in self.args if source in OUTPUT_KINDS)
         index = iter(range(len(self.outputs)))
         self.sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
                              for source, name, dtype in self.args)
@@ -142,16 +148,18 @@ class Recipe:
             self._launch(values, n, like, backend)
         return produced
 
-    def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None
-                  ) -> tuple[list[torch.Tensor], tuple]:
-        """The outputs, allocated, and every parameter's value in parameter order."""
+    def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
+                  final_shape: Sequence[int] | None = None) -> tuple[list[torch.Tensor], tuple]:
+        """The outputs, allocated, and every parameter's value in parameter order; the final states in
+        `final_shape` (N values: the kernel writes them through their contiguous address) where it is given."""
         # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs more host
         # time, and without the dtype keyword where it is like's. `like` is the sequence input, refused below
         # unless contiguous, so a tensor laid out like it is contiguous.
         produced = []
         for kind, dtype in self.allocations:
-            if kind == "vector":
-                produced.append(like.new_empty(n) if dtype is None else like.new_empty(n, dtype=dtype))
+            if kind == "vector" or kind == FINAL:
+                size = n if final_shape is None or kind == "vector" else final_shape
+                produced.append(like.new_empty(size) if dtype is None else like.new_empty(size, dtype=dtype))
             elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
             elif kind == "checkpoints":
@@ -356,9 +364,10 @@ class KernelCall:
         self._bound: dict[tuple, tuple[Recipe, Binding]] = {}
         self._launches: dict[tuple, BoundLaunch] = {}
 
-    def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str
-                 ) -> tuple[tuple[str, ...], list[torch.Tensor]]:
-        """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`)."""
+    def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
+                 final_shape: Sequence[int] | None = None) -> tuple[tuple[str, ...], list[torch.Tensor]]:
+        """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`); the final
+        states in `final_shape` where it is given (`Recipe.arguments`)."""
         addresses = 0  # every tensor's address ORed: its low bits are the alignment the layouts ask about
         for value in args:
             if isinstance(value, torch.Tensor):
@@ -367,7 +376,7 @@ class KernelCall:
         bound = self._launches.get(key)
         if bound is None:
             bound = self.bind(args, like, n, steps, backend, key)
-        return bound.recipe.outputs, bound(args, like)
+        return bound.recipe.outputs, bound(args, like, final_shape)
 
     def bind(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
              key: tuple | None = None) -> BoundLaunch:
@@ -404,9 +413,10 @@ class BoundLaunch:
         self.launcher = kernel.cuda_launcher(self.device) if backend == "cuda" and self.runs else None
         self.backend = backend
 
-    def __call__(self, args: Sequence[Any], like: torch.Tensor) -> list[torch.Tensor]:
+    def __call__(self, args: Sequence[Any], like: torch.Tensor, final_shape: Sequence[int] | None = None
+                 ) -> list[torch.Tensor]:
         recipe, n = self.recipe, self.n
-        produced, values = recipe.arguments(self.binding, args, like, n, self.steps)
+        produced, values = recipe.arguments(self.binding, args, like, n, self.steps, final_shape)
         launcher = self.launcher
         if launcher is not None:
             launcher(self.grid, self.block, values, current_stream_ptr(self.device))
