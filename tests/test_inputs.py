@@ -228,6 +228,8 @@ def test_layer_refuses_a_wrong_count_or_unlike_shapes(step_mode):
         layer(g_e, g_i[..., :4])
     with pytest.raises(TypeError, match=r"'lif' takes 1 step input\(s\) \(x\)"):
         ann.Neuron("lif", step_mode=step_mode)(g_e, g_i)
-    if step_mode == "m":
-        with pytest.raises(ValueError, match=r"g_i: step_mode 'm' expects a tensor of shape \[T, \*\]"):
+    if step_mode == "m":  # a [T] sequence is one neuron (as in SpikingJelly), so g_i[0] is only unlike g_e
+        with pytest.raises(ValueError, match=r"step input 'g_i' has shape \(9,\) but 'g_e' has \(12, 9\)"):
             layer(g_e, g_i[0])
+        with pytest.raises(ValueError, match=r"g_e: step_mode 'm' expects a tensor of shape \[T, \*\]"):
+            layer(g_e[0, 0], g_i[0, 0])
