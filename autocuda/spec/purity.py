@@ -104,6 +104,26 @@ def impure(value: Any) -> tuple[str, str] | None:
     return f"{module or owner}.{name}", kind
 
 
+_C_SOURCES: dict[tuple[Any, str], tuple[str, str] | None] = {}
+_UNKNOWN = ("", "")
+
+
+def _c_function_source(function: Any) -> tuple[str, str] | None:
+    """`impure(function)` for a C function, remembered by what decides it (what it is bound to: a module, a class
+    or an object's class, else its module; and its name), since every call the traced step makes asks."""
+    owner = getattr(function, "__self__", None)
+    if owner is None:
+        key = (getattr(function, "__module__", None), function.__name__)
+    elif isinstance(owner, (types.ModuleType, type)):
+        key = (owner, function.__name__)
+    else:
+        key = (type(owner), function.__name__)
+    found = _C_SOURCES.get(key, _UNKNOWN)
+    if found is _UNKNOWN:
+        found = _C_SOURCES[key] = impure(function)
+    return found
+
+
 @functools.lru_cache(maxsize=1024)
 def _chains(code: types.CodeType) -> tuple[tuple[str, str, tuple[str, ...], int], ...]:
     """Each name the code loads with the attributes read from it in a row: (load instruction, name, attributes,
@@ -164,19 +184,19 @@ def watching(refuse: Callable[[str, str, Any, int | None], SpecError], is_user: 
     importing = [0]  # imports in progress
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if frame.f_code is _IMPORT:
-            importing[0] += 1 if event == "call" else -1 if event == "return" else 0
-            return
-        if importing[0] or event not in ("call", "c_call"):
-            return
-        if event == "call":
-            found = impure_reference(frame) if is_user(frame) else None
-            if found is not None:
-                raise refuse(*_refusal(found[0], found[1]), frame, found[2])
-            return
-        source = impure(arg)
-        if source is not None and (is_user(frame) or (source[1] == RANDOM and not _for_own_use(frame))):
-            raise refuse(*_refusal(*source), frame, None)
+        if event == "c_call":
+            source = None if importing[0] else _c_function_source(arg)
+            if source is not None and (is_user(frame) or (source[1] == RANDOM and not _for_own_use(frame))):
+                raise refuse(*_refusal(*source), frame, None)
+        elif event == "call":
+            if frame.f_code is _IMPORT:
+                importing[0] += 1
+            elif not importing[0] and is_user(frame):
+                found = impure_reference(frame)
+                if found is not None:
+                    raise refuse(*_refusal(found[0], found[1]), frame, found[2])
+        elif event == "return" and frame.f_code is _IMPORT:
+            importing[0] -= 1
 
     sys.setprofile(profile)
     try:

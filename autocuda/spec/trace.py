@@ -47,7 +47,7 @@ __all__ = ["Value", "Trace", "Spike", "trace", "refuse", "captured_tensor"]
 
 _HERE = __file__
 _LIBRARIES = ("torch", "spikingjelly", "snntorch", "norse", "sympy", "autocuda")  # never the user's line
-MAX_OPERATIONS = 10_000  # operations recorded in one trace, repeats included: a neuron step needs a few hundred
+MAX_OPERATIONS = 5_000   # operations recorded in one trace, repeats included: a neuron step needs a few hundred
 MAX_DEPTH = 200          # operations from a returned value down to an argument
 
 
@@ -581,12 +581,16 @@ def _call_step(fn: Callable[..., Any], arguments: list[Value]) -> Any:
 
 
 def _innermost_user_frame(tb: Any) -> Any:
-    found = None
+    """The innermost frame of the user's code in a traceback that had begun to run (a frame still at its `def`
+    line failed as it was entered: the line that called it is the one to name)."""
+    found: list[Any] = []
     while tb is not None:
-        if _user_frame(tb.tb_frame) is tb.tb_frame:
-            found = tb.tb_frame
+        if _is_user(tb.tb_frame):
+            found.append(tb.tb_frame)
         tb = tb.tb_next
-    return found
+    if len(found) > 1 and found[-1].f_lineno == found[-1].f_code.co_firstlineno:
+        found.pop()
+    return found[-1] if found else None
 
 
 def _located(frame: Any) -> str:
