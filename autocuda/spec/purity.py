@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import SpecError
 
-__all__ = ["watching", "impure", "in_stdlib", "RANDOM", "CLOCK"]
+__all__ = ["watching", "impure", "in_stdlib", "chains", "RANDOM", "CLOCK"]
 
 RANDOM, CLOCK = "random numbers", "a clock or the environment"
 _RANDOM_MODULES = ("random", "_random", "secrets", "numpy.random", "torch.random")
@@ -125,7 +125,7 @@ def _c_function_source(function: Any) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _chains(code: types.CodeType) -> tuple[tuple[str, str, tuple[str, ...], int], ...]:
+def chains(code: types.CodeType) -> tuple[tuple[str, str, tuple[str, ...], int], ...]:
     """Each name the code loads with the attributes read from it in a row: (load instruction, name, attributes,
     line)."""
     found: list[tuple[str, str, tuple[str, ...], int]] = []
@@ -167,7 +167,7 @@ def _resolve(frame: Any, load: str, name: str, attributes: tuple[str, ...]) -> A
 
 def impure_reference(frame: Any) -> tuple[str, str, int] | None:
     """(name, kind, line) of the first source of changing values the frame's code reads, or None."""
-    for load, name, attributes, line in _chains(frame.f_code):
+    for load, name, attributes, line in chains(frame.f_code):
         found = impure(_resolve(frame, load, name, attributes))
         if found is not None:
             return found[0], found[1], line
