@@ -68,7 +68,7 @@ def _kind(module: str, owner: str, name: str) -> str | None:
     if _within(module, _RANDOM_MODULES) or _within(owner, _RANDOM_MODULES):
         return RANDOM
     if (module.startswith("torch") or owner.startswith("torch")) and (
-            name.rstrip("_") in _RANDOM_TORCH or "rand" in name):
+            name.rstrip("_") in _RANDOM_TORCH or name.lstrip("_").startswith("rand")):
         return RANDOM
     if module in ("os", "posix", "nt") and name in ("urandom", "getrandom"):
         return RANDOM

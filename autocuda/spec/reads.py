@@ -40,9 +40,11 @@ class _Unsafe(Exception):
 def reads_key(fn: Any) -> Hashable | None:
     """The key of everything `fn` reads (see the module doc), or None where something cannot be compared."""
     try:
-        return _key(fn, 0, set())
-    except _Unsafe:
+        key = _key(fn, 0, set())
+        hash(key)  # a class or C function of a kind that cannot be hashed: no key either
+    except (_Unsafe, TypeError):
         return None
+    return key
 
 
 def _key(value: Any, depth: int, seen: set[int]) -> Hashable:
