@@ -555,3 +555,12 @@ def test_a_charge_free_of_input_and_states_still_gives_one_spike_per_neuron():
     # found by the fuzzer: the reference returned spikes of shape [T] for a constant charge
     spec = NeuronSpec(name="constant", params={"v_threshold": 1.0}, states={"v": 0.0}, charge="1", reset="none")
     _assert_kernels_match_reference(spec)
+
+
+def test_a_where_compared_inside_a_condition_prints_and_matches():
+    # found by the fuzzer: sympy writes `0 < where(v < x, x, v)` as ITE(v < x, x > 0, v > 0), which neither the
+    # printer nor the reference knew
+    spec = lif("-where(0 < where(v < x, x, v), -x, 0)", reset="hard", params={**LIF_PARAMS, "tau": 2.0},
+               threshold="tau")
+    derived_everything(spec)
+    _assert_kernels_match_reference(spec)
