@@ -312,3 +312,52 @@ def test_a_refused_step_leaves_no_watch_behind():
     refused(python_random)
     assert random.random() < 1.0  # the caller draws numbers as before
     step_spec(lambda x, v: (sg(v + x - 1.0), v + x), ["v"], [])  # and the next step traces
+
+
+# -- a fuzzer of steps ---------------------------------------------------------------------------------------------
+FUZZ_OPERATIONS: dict[str, Callable] = {
+    "add": lambda h, c, x, v: h + c * x,
+    "mul": lambda h, c, x, v: h * c,
+    "pow": lambda h, c, x, v: h ** c,
+    "tanh": lambda h, c, x, v: torch.tanh(h),
+    "exp": lambda h, c, x, v: torch.exp(c * h),
+    "where": lambda h, c, x, v: torch.where(h < c, h, v),
+    "square": lambda h, c, x, v: h * h + v,
+    "div": lambda h, c, x, v: h / (c + v),
+}
+FUZZ_CONSTANTS = [0, 1, 2, 0.5, -3, 1e-300, 1e20, 1e31, 10 ** 7, 10 ** 29]
+FUZZ_REPEATS = [1, 3, 50, 1000, 10 ** 6]
+
+
+def fuzzed_step(program: list[tuple[str, float, int]]) -> Callable:
+    def step(x, v):
+        h = v + x
+        for name, constant, repeats in program:
+            for _ in range(repeats):
+                h = FUZZ_OPERATIONS[name](h, constant, x, v)
+        s = sg(h - 1.0)
+        return s, h * (1 - s)
+    return step
+
+
+def test_fuzzed_steps_are_mapped_or_refused_at_a_line(monkeypatch):
+    from conftest import examples
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "2")
+    programs = st.lists(st.tuples(st.sampled_from(sorted(FUZZ_OPERATIONS)), st.sampled_from(FUZZ_CONSTANTS),
+                                  st.sampled_from(FUZZ_REPEATS)), min_size=1, max_size=4)
+
+    @settings(max_examples=examples(500, 12), deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(programs)
+    def run(program: list[tuple[str, float, int]]) -> None:
+        start = time.perf_counter()
+        try:
+            step_spec(fuzzed_step(program), ["v"], [])
+        except SpecError as error:
+            assert error.source.startswith(__file__), error  # a line of the step (or of an operation it calls)
+        assert time.perf_counter() - start < CEILING
+
+    run()

@@ -262,8 +262,17 @@ def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list
                ) -> StepSpec:
     """The spec of a traced step whose arguments are `inputs`, `states` and `params` (spec names): a symbolic
     stage under the CPU-time budget (`budget.bounded`), as a written spec's."""
-    return budget.bounded(origin, "step", _mapped, traced, inputs, states, params, name=name, doc=doc,
-                          initial=initial, origin=origin)
+    try:
+        return budget.bounded(origin, "step", _mapped, traced, inputs, states, params, name=name, doc=doc,
+                              initial=initial, origin=origin)
+    except SpecError as error:
+        if error.source != "<python>":
+            raise
+        # an expression the spec language cannot write (a condition of several comparisons): at the step (its
+        # definition, else the last line of it the trace recorded)
+        where = origin if origin != "<python>" else next((line for line in reversed(traced.lines) if line), origin)
+        raise SpecError(f"{traced.name}: {error.message}", source=where, field=error.field,
+                        symbol=error.symbol) from None
 
 
 def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
