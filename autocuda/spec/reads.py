@@ -8,9 +8,9 @@ the key differs or is None. A value is compared:
 
 - by value: None, booleans, numbers, strings, bytes, and tuples and frozensets of such;
 - by value too: autocuda's surrogates (immutable, compared by their parameters);
-- by identity: modules, classes, C functions and the functions of libraries (torch, SpikingJelly, NumPy, sympy,
-  autocuda, the standard library); values read through attributes of modules and classes are compared as the
-  values they are (`config.TAU` by its number);
+- by identity: modules, classes, C functions and the functions of libraries (torch, SpikingJelly, snnTorch, Norse,
+  NumPy, sympy, autocuda, the standard library); values read through attributes of modules and classes are
+  compared as the values they are (`config.TAU` by its number);
 - through its own reads: the Python functions called by name (at most MAX_HELPERS levels deep);
 - not at all (the key is None: the step is traced each time it is asked for): anything else, as a list, a
   dict, a tensor, SpikingJelly's surrogate modules or any other object whose attributes may change in place.
@@ -30,7 +30,7 @@ __all__ = ["reads_key", "MAX_HELPERS"]
 MAX_HELPERS = 8  # levels of functions calling functions followed; a deeper chain is not cached
 _VALUES = (type(None), bool, int, float, complex, str, bytes)
 _BY_IDENTITY = (types.ModuleType, type, types.BuiltinFunctionType)
-_LIBRARIES = frozenset({"torch", "spikingjelly", "numpy", "sympy", "autocuda"})
+_LIBRARIES = frozenset({"torch", "spikingjelly", "snntorch", "norse", "numpy", "sympy", "autocuda"})
 
 
 class _Unsafe(Exception):
@@ -66,8 +66,8 @@ def _key(value: Any, depth: int, seen: set[int]) -> Hashable:
 
 
 def _library(fn: types.FunctionType) -> bool:
-    """Whether `fn` is a library's (torch, SpikingJelly, NumPy, sympy, autocuda, the standard library): code that
-    does not change while a process runs, compared by identity."""
+    """Whether `fn` is a library's (those of _LIBRARIES, the standard library): code that does not change while a
+    process runs, compared by identity."""
     return (fn.__module__ or "").split(".")[0] in _LIBRARIES or in_stdlib(fn.__code__.co_filename)
 
 
