@@ -10,6 +10,7 @@ expressions included).
 from __future__ import annotations
 
 import datetime
+import gc
 import inspect
 import math
 import os
@@ -361,3 +362,19 @@ def test_fuzzed_steps_are_mapped_or_refused_at_a_line(monkeypatch):
         assert time.perf_counter() - start < CEILING
 
     run()
+
+
+def test_a_garbage_collector_callback_is_no_call_of_the_step():
+    # the interpreter runs gc callbacks (hypothesis's times itself with perf_counter) wherever a step happens to be
+    def timed(phase, info):
+        time.perf_counter()
+
+    def step(x, v):
+        gc.collect()
+        return sg(v + x - 1.0), v + x
+
+    gc.callbacks.append(timed)
+    try:
+        step_spec(step, ["v"], [])
+    finally:
+        gc.callbacks.remove(timed)

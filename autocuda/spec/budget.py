@@ -186,6 +186,7 @@ class _Stage:
                  locate: Callable[[Any], str] | None = None):
         self.source, self.field, self.seconds, self.work, self.locate = source, field, seconds, work, locate
         self.ready, self.finished = threading.Event(), threading.Event()
+        self.lock = threading.Lock()  # held to set `finished` and to interrupt: never both at once
         self.cpu_time: Callable[[], float] | None = None
         self.result: Any = None
         self.error: BaseException | None = None
@@ -248,14 +249,27 @@ class _Stage:
         except BaseException as error:  # handed to the caller, which raises it
             self.error = error
         finally:
-            self.ready.set()
-            self.finished.set()
+            self._finish()
+
+    def _finish(self) -> None:
+        """Set `finished`, however often an interruption lands meanwhile. Under the lock: once it is set, no
+        interruption is sent, and one sent before has landed by the end of Event.set (a Python call), so the
+        thread ends without one pending and its id, which a later thread may reuse, is never sent one again."""
+        while True:
+            try:
+                with self.lock:
+                    self.ready.set()
+                    self.finished.set()
+                return
+            except _Interrupted:
+                continue
 
     def _interrupt(self, worker: threading.Thread) -> None:
         for _ in range(self.MAX_REPEATS):
-            if self.finished.is_set() or worker.ident is None:
-                return
-            _set_async_exception(worker.ident, _Interrupted)
+            with self.lock:
+                if self.finished.is_set() or worker.ident is None:
+                    return
+                _set_async_exception(worker.ident, _Interrupted)
             if self.finished.wait(self.REPEAT):
                 return
 

@@ -24,7 +24,8 @@ step and restored after it):
   torch.nn.init and other libraries included; only sympy's and autocuda's own algorithms, and Python's import
   machinery, may draw numbers of their own), a clock or the environment when the user's code calls it.
 
-What runs while a module is imported during the step is not watched (importing is not drawing values).
+What runs while a module is imported during the step is not watched (importing is not drawing values), nor what
+runs in a garbage-collector callback or a finaliser (the interpreter runs those wherever the step happens to be).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import builtins
 import contextlib
 import dis
 import functools
+import gc
 import importlib._bootstrap
 import sys
 import sysconfig
@@ -186,14 +188,15 @@ def watching(refuse: Callable[[str, str, Any, int | None], SpecError], is_user: 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
             source = None if importing[0] else _c_function_source(arg)
-            if source is not None and (is_user(frame) or (source[1] == RANDOM and not _for_own_use(frame))):
+            if source is not None and (is_user(frame) or (source[1] == RANDOM and not _for_own_use(frame))) \
+                    and not _housekeeping(frame):
                 raise refuse(*_refusal(*source), frame, None)
         elif event == "call":
             if frame.f_code is _IMPORT:
                 importing[0] += 1
             elif not importing[0] and is_user(frame):
                 found = impure_reference(frame)
-                if found is not None:
+                if found is not None and not _housekeeping(frame):
                     raise refuse(*_refusal(found[0], found[1]), frame, found[2])
         elif event == "return" and frame.f_code is _IMPORT:
             importing[0] -= 1
@@ -203,6 +206,17 @@ def watching(refuse: Callable[[str, str, Any, int | None], SpecError], is_user: 
         yield
     finally:
         sys.setprofile(previous)
+
+
+def _housekeeping(frame: Any) -> bool:
+    """Whether `frame` runs inside a garbage-collector callback or a finaliser (`__del__`): code the interpreter
+    runs wherever the step happens to be, not code of the step."""
+    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _for_own_use(frame: Any) -> bool:
