@@ -238,31 +238,32 @@ class _Stage:
     def _work(self) -> None:
         _current.stage = self
         try:
-            self.cpu_time = _cpu_clock_of_this_thread()
-            self.ready.set()
-            self.result = self.work()
-        except _Interrupted:
-            pass  # abandoned: the caller has refused the spec already
-        except RecursionError:
-            self.error = SpecError("the expressions are nested too deeply for the derivation (the stack ran out); "
-                                   "simplify them", source=self.source, field=self.field)
-        except BaseException as error:  # handed to the caller, which raises it
-            self.error = error
-        finally:
-            self._finish()
-
-    def _finish(self) -> None:
-        """Set `finished`, however often an interruption lands meanwhile. Under the lock: once it is set, no
-        interruption is sent, and one sent before has landed by the end of Event.set (a Python call), so the
-        thread ends without one pending and its id, which a later thread may reuse, is never sent one again."""
-        while True:
             try:
-                with self.lock:
-                    self.ready.set()
-                    self.finished.set()
-                return
+                self.cpu_time = _cpu_clock_of_this_thread()
+                self.ready.set()
+                self.result = self.work()
             except _Interrupted:
-                continue
+                pass  # abandoned: the caller has refused the spec already
+            except RecursionError:
+                self.error = SpecError("the expressions are nested too deeply for the derivation (the stack ran "
+                                       "out); simplify them", source=self.source, field=self.field)
+            except BaseException as error:  # handed to the caller, which raises it
+                self.error = error
+        except _Interrupted:
+            pass  # one that landed in a handler above
+        finally:
+            # Set `finished`, however often an interruption lands meanwhile (inline, not in a function whose
+            # entry could take one). Under the lock: once it is set, no interruption is sent, and one sent before
+            # has landed by the end of Event.set (a Python call), so the thread ends without one pending and its
+            # id, which a later thread may reuse, is never sent one again.
+            while True:
+                try:
+                    with self.lock:
+                        self.ready.set()
+                        self.finished.set()
+                    break
+                except _Interrupted:
+                    continue
 
     def _interrupt(self, worker: threading.Thread) -> None:
         for _ in range(self.MAX_REPEATS):
