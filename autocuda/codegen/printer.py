@@ -144,6 +144,11 @@ class CudaPrinter:
             text = self._op("cond_and", text, t)
         return text
 
+    def _ite(self, expr: sp.ITE) -> str:
+        # a condition chosen by a condition: sympy writes `0 < where(c, a, b)` as ITE(c, 0 < a, 0 < b)
+        condition, then, otherwise = expr.args
+        return self._op("select", self.print(then), self.print(otherwise), self.print(condition))
+
     def _piecewise(self, expr: sp.Piecewise) -> str:
         *branches, (last_value, last_cond) = expr.args
         if last_cond != sp.true:
@@ -164,6 +169,7 @@ _HANDLERS: dict[type, Callable[[CudaPrinter, sp.Basic], str]] = {
     sp.Heaviside: CudaPrinter._heaviside,
     sp.Piecewise: CudaPrinter._piecewise,
     sp.And: CudaPrinter._and,
+    sp.ITE: CudaPrinter._ite,
     sp.core.relational.Relational: CudaPrinter._relational,
     sp.Min: CudaPrinter._fold,
     sp.Max: CudaPrinter._fold,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,6 +31,7 @@ from .. import store
 from ..errors import SpecError
 from ..runtime.plans import spec_ref, surrogate_ref
 from ..spec.model import Param
+from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
 from .memory import MemoryBase, detach_memories
@@ -50,7 +51,13 @@ def _static_params(names: Sequence[str], static_inputs: Sequence[torch.Tensor]) 
 
 
 @functools.lru_cache(maxsize=256)
-def _traced(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, float, bool], ...]) -> StepSpec:
+def _traced(core: Callable[..., Any], reads: Hashable, num_states: int, static: tuple[tuple[str, float, bool], ...]
+            ) -> StepSpec:
+    """`_trace_step`, kept per core and per value of what it reads (`reads`, `spec.reads.reads_key`)."""
+    return _trace_step(core, num_states, static)
+
+
+def _trace_step(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, float, bool], ...]) -> StepSpec:
     """The core's StepSpec. The trace runs every time (it is the key); its mapping onto a spec, which needs
     sympy, is kept on disk under the trace's text, so a process that finds it there never imports sympy."""
     names = [p.name for p in signature_names(core)]
@@ -77,7 +84,9 @@ def _traced(core: Callable[..., Any], num_states: int, static: tuple[tuple[str, 
 
 
 def flexsn_spec(core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = ()) -> StepSpec:
-    """The traced spec of a FlexSN core (cached per core object and static-input signature)."""
+    """The traced spec of a FlexSN core: kept per core object, static-input signature and value of everything the
+    core reads (`spec.reads`: globals, closure cells, defaults, the functions it calls); traced again when one
+    of those changed, or each time where one cannot be compared safely."""
     if not callable(core):
         raise TypeError("core: expected a callable step function")
     if isinstance(num_states, bool) or not isinstance(num_states, int) or num_states < 0:
@@ -88,7 +97,9 @@ def flexsn_spec(core: Callable[..., Any], num_states: int, static_inputs: Sequen
         raise ValueError(f"core: {len(names)} positional arguments leave no step input before {num_states} "
                          f"state(s) and {len(static_inputs)} static input(s)")
     params = _static_params(names[num_inputs + num_states:], static_inputs)
-    return _traced(core, num_states, tuple((p.name, p.default, p.learnable) for p in params))
+    static = tuple((p.name, p.default, p.learnable) for p in params)
+    reads = reads_key(core)
+    return _trace_step(core, num_states, static) if reads is None else _traced(core, reads, num_states, static)
 
 
 @functools.lru_cache(maxsize=256)

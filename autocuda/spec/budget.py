@@ -6,10 +6,18 @@ integer of 10**29 bits inside one C call that nothing can interrupt. So two kind
 - limits checked *before* sympy evaluates (`check_exponent`) or on every expression built (`check_size`):
   numeric exponents of at most MAX_EXPONENT, numbers of magnitude at most MAX_MAGNITUDE, expressions of at most
   MAX_NODES nodes;
-- a wall-clock budget (`bounded`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on each stage that
-  runs sympy (parse, step system, derivation, kernel rendering). The stage runs in a worker thread; past the
+- a budget of CPU time (`bounded`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on each stage
+  that runs sympy (parse, step system, derivation, kernel rendering) or a Python step function (its trace). The
+  stage runs in a worker thread, and what is measured is that thread's own CPU time (its clock,
+  `time.pthread_getcpuclockid`): the work the spec causes, not the wall time it takes. A busy machine runs the
+  stage later and slower, but the stage's CPU time, and so the verdict, stays that of an idle one. Past the
   budget the caller refuses the spec with a SpecError naming the field being worked on and the limit, and the
   worker is interrupted. Stack exhaustion in sympy's recursive algorithms is refused the same way.
+
+A stage that uses no CPU (it waits on a lock, on I/O, sleeps) is refused by a wall-clock backstop of
+BACKSTOP_FACTOR times the budget, at least BACKSTOP_SECONDS: only a hang, or a machine so loaded that the stage
+got a core for less than one part in BACKSTOP_FACTOR of the time, meets it. Where the platform has no clock per
+thread (`time.pthread_getcpuclockid`: not on Windows or macOS), the budget is wall-clock time.
 
 The interruption is an asynchronous exception raised in the worker: it lands between two Python bytecodes, which
 is why the C-level evaluations above are refused beforehand instead.
@@ -21,7 +29,9 @@ import ctypes
 import functools
 import math
 import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,18 +42,21 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["MAX_EXPONENT", "MAX_MAGNITUDE", "MAX_NODES", "DEFAULT_SECONDS", "budget_seconds", "check_exponent",
-           "check_node", "check_size", "exp_problem", "bounded", "substituted", "working_on"]
+__all__ = ["MAX_EXPONENT", "MAX_MAGNITUDE", "MAX_NODES", "DEFAULT_SECONDS", "BACKSTOP_FACTOR", "BACKSTOP_SECONDS",
+           "budget_seconds", "backstop_seconds", "check_exponent",
+           "check_node", "check_size", "exp_problem", "bounded", "bounded_at", "substituted", "working_on"]
 
 MAX_EXPONENT = 64        # a neuron equation raises to small powers; larger ones only serve to blow sympy up
 MAX_MAGNITUDE = 1e30     # numbers beyond it are typos or attacks, and overflow float16/bfloat16/float32 anyway
 MAX_NODES = 20_000       # sympy nodes in one expression after derived values are substituted
-DEFAULT_SECONDS = 10.0
+DEFAULT_SECONDS = 10.0   # CPU seconds of one stage
+BACKSTOP_FACTOR = 10     # the wall-clock backstop: this many times the budget ...
+BACKSTOP_SECONDS = 60.0  # ... and at least this many seconds
 BUDGET_VARIABLE = "AUTOCUDA_SYMBOLIC_BUDGET"
 
 
 def budget_seconds() -> float:
-    """The wall-clock budget of one symbolic stage: $AUTOCUDA_SYMBOLIC_BUDGET seconds, else DEFAULT_SECONDS."""
+    """The CPU-time budget of one symbolic stage: $AUTOCUDA_SYMBOLIC_BUDGET seconds, else DEFAULT_SECONDS."""
     text = os.environ.get(BUDGET_VARIABLE, "").strip()
     if not text:
         return DEFAULT_SECONDS
@@ -147,62 +160,134 @@ def _short(number: sympy.Expr) -> str:
     return text if len(text) <= 24 else f"{text[:10]}...({len(text)} characters)"
 
 
-# -- the wall-clock budget ----------------------------------------------------------------------------------------
+def backstop_seconds(seconds: float) -> float:
+    """The wall-clock time after which a stage with a CPU budget of `seconds` is refused whatever it used."""
+    return max(BACKSTOP_FACTOR * seconds, BACKSTOP_SECONDS)
+
+
+# -- the CPU-time budget -------------------------------------------------------------------------------------------
 class _Interrupted(BaseException):
     """Raised inside an abandoned stage's worker thread (a BaseException, so that no `except Exception` inside
     sympy swallows it)."""
 
 
 class _Stage:
-    """One symbolic stage run in a worker thread while the calling thread waits at most the budget. Past it, the
-    caller refuses the spec at once, and the worker is interrupted by an asynchronous exception, raised again
-    every REPEAT seconds until it ends (an interruption landing in a finaliser is dropped by Python). Only the
-    worker ever receives one: it lands between two bytecodes wherever the worker is, cleanup code included, so
-    it must never reach a thread that goes on with other work."""
+    """One symbolic stage run in a worker thread while the calling thread watches the worker's CPU time (and the
+    wall-clock backstop). Past the budget, the caller refuses the spec at once, and the worker is interrupted by
+    an asynchronous exception, raised again every REPEAT seconds until it ends (an interruption landing in a
+    finaliser is dropped by Python). Only the worker ever receives one: it lands between two bytecodes wherever
+    the worker is, cleanup code included, so it must never reach a thread that goes on with other work."""
 
+    POLL = 0.02  # seconds between two readings of the worker's clock
     REPEAT = 0.05
     MAX_REPEATS = 200
 
-    def __init__(self, source: str, field: str, seconds: float, work: Callable[[], T]):
-        self.source, self.field, self.seconds, self.work = source, field, seconds, work
-        self.finished = threading.Event()
+    def __init__(self, source: str, field: str, seconds: float, work: Callable[[], T],
+                 locate: Callable[[Any], str] | None = None):
+        self.source, self.field, self.seconds, self.work, self.locate = source, field, seconds, work, locate
+        self.ready, self.finished = threading.Event(), threading.Event()
+        self.lock = threading.Lock()  # held to set `finished` and to interrupt: never both at once
+        self.cpu_time: Callable[[], float] | None = None
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> Any:
         worker = threading.Thread(target=self._work, name="autocuda-symbolic-stage", daemon=True)
         worker.start()
-        if not self.finished.wait(self.seconds):
-            field = self.field
-            threading.Thread(target=self._interrupt, args=(worker,), name="autocuda-stage-interrupt",
-                             daemon=True).start()
-            raise SpecError(f"symbolic work ran past its budget of {self.seconds:g} s (set {BUDGET_VARIABLE} to "
-                            "allow more); simplify the expressions", source=self.source, field=field)
+        self.ready.wait()
+        start = time.monotonic()
+        while not self.finished.wait(self.POLL):
+            problem = self._past_budget(time.monotonic() - start)
+            if problem is not None and not self.finished.is_set():
+                field, where = self.field, self._where(worker)
+                threading.Thread(target=self._interrupt, args=(worker,), name="autocuda-stage-interrupt",
+                                 daemon=True).start()
+                raise SpecError(f"{problem}{where} (set {BUDGET_VARIABLE} to allow more); simplify the "
+                                f"expressions", source=self.source, field=field)
         if self.error is not None:
             raise self.error
         return self.result
 
+    def _past_budget(self, wall: float) -> str | None:
+        """Why the stage is refused after `wall` seconds, or None: its CPU time is past the budget, or the wall
+        time past the backstop (where the platform has no clock per thread: past the budget)."""
+        if self.cpu_time is None:
+            if wall > self.seconds:
+                return f"symbolic work ran past its budget of {self.seconds:g} s (of wall-clock time: this " \
+                       f"platform has no CPU clock per thread)"
+            return None
+        try:
+            used = self.cpu_time()
+        except OSError:  # the worker has just ended: its clock is gone
+            return None
+        if used > self.seconds:
+            return f"symbolic work ran past its budget of {self.seconds:g} s of CPU time"
+        backstop = backstop_seconds(self.seconds)
+        if wall > backstop:
+            return f"symbolic work did not end within {backstop:g} s of wall-clock time, the backstop of a " \
+                   f"budget of {self.seconds:g} s of CPU time (it waits instead of working, or the machine is " \
+                   f"overloaded)"
+        return None
+
+    def _where(self, worker: threading.Thread) -> str:
+        """Where the worker is now, as `locate` names it (empty without one)."""
+        frame = sys._current_frames().get(worker.ident or -1) if self.locate is not None else None
+        where = self.locate(frame) if self.locate is not None and frame is not None else ""
+        return f" {where}" if where else ""
+
     def _work(self) -> None:
         _current.stage = self
         try:
-            self.result = self.work()
+            try:
+                self.cpu_time = _cpu_clock_of_this_thread()
+                self.ready.set()
+                self.result = self.work()
+            except _Interrupted:
+                pass  # abandoned: the caller has refused the spec already
+            except RecursionError:
+                self.error = SpecError("the expressions are nested too deeply for the derivation (the stack ran "
+                                       "out); simplify them", source=self.source, field=self.field)
+            except BaseException as error:  # handed to the caller, which raises it
+                self.error = error
         except _Interrupted:
-            pass  # abandoned: the caller has refused the spec already
-        except RecursionError:
-            self.error = SpecError("the expressions are nested too deeply for the derivation (the stack ran out); "
-                                   "simplify them", source=self.source, field=self.field)
-        except BaseException as error:  # handed to the caller, which raises it
-            self.error = error
+            pass  # one that landed in a handler above
         finally:
-            self.finished.set()
+            # Set `finished`, however often an interruption lands meanwhile (inline, not in a function whose
+            # entry could take one). Under the lock: once it is set, no interruption is sent, and one sent before
+            # has landed by the end of Event.set (a Python call), so the thread ends without one pending and its
+            # id, which a later thread may reuse, is never sent one again.
+            while True:
+                try:
+                    with self.lock:
+                        self.ready.set()
+                        self.finished.set()
+                    break
+                except _Interrupted:
+                    continue
 
     def _interrupt(self, worker: threading.Thread) -> None:
         for _ in range(self.MAX_REPEATS):
-            if self.finished.is_set() or worker.ident is None:
-                return
-            _set_async_exception(worker.ident, _Interrupted)
+            with self.lock:
+                if self.finished.is_set() or worker.ident is None:
+                    return
+                _set_async_exception(worker.ident, _Interrupted)
             if self.finished.wait(self.REPEAT):
                 return
+
+
+def _cpu_clock_of_this_thread() -> Callable[[], float] | None:
+    """A reader of the calling thread's CPU time that another thread may call, or None where the platform has
+    none. It reads the clock by its id: after the thread ends, the reading fails (OSError) instead of reading
+    freed memory."""
+    clock_id_of = getattr(time, "pthread_getcpuclockid", None)
+    if clock_id_of is None:
+        return None
+    try:
+        clock = clock_id_of(threading.get_ident())
+        time.clock_gettime(clock)
+    except (OSError, OverflowError):
+        return None
+    return functools.partial(time.clock_gettime, clock)
 
 
 def _set_async_exception(thread: int, exception: type[BaseException]) -> None:
@@ -213,7 +298,7 @@ _current = threading.local()
 
 
 def bounded(source: str, field: str, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`work(*args, **kwargs)`, a symbolic stage, run under the wall-clock budget; a stage called from inside
+    """`work(*args, **kwargs)`, a symbolic stage, run under the CPU-time budget; a stage called from inside
     another shares the outermost one's. Running past it, or exhausting the stack, raises a SpecError naming
     `source` and the field in progress."""
     outer = getattr(_current, "stage", None)
@@ -221,6 +306,15 @@ def bounded(source: str, field: str, work: Callable[..., T], *args: Any, **kwarg
         with working_on(field):
             return work(*args, **kwargs)
     return _Stage(source, field, budget_seconds(), functools.partial(work, *args, **kwargs)).run()
+
+
+def bounded_at(source: str, field: str, locate: Callable[[Any], str], work: Callable[..., T], *args: Any) -> T:
+    """`bounded(source, field, work, *args)`, whose refusal for time says where the work was: `locate(frame)` of
+    the worker's innermost frame then (a step function's line)."""
+    if getattr(_current, "stage", None) is not None:
+        with working_on(field):
+            return work(*args)
+    return _Stage(source, field, budget_seconds(), functools.partial(work, *args), locate).run()
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import linecache
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from sympy.printing.str import StrPrinter
 
 from ..errors import SpecError
 from ..surrogate import Sigmoid
+from . import budget
 from .model import Kind, NeuronSpec, Param, State
 from .parse import FUNCTIONS, parse_expression
 from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, prepare
@@ -67,14 +69,40 @@ _NODES: Mapping[str, Callable[..., sympy.Basic]] = {
 
 
 def _sympy(traced: Trace, origin: str) -> list[sympy.Basic]:
-    """Every node's value (a node refers to earlier nodes only)."""
+    """Every node's value (a node refers to earlier nodes only), under the limits of a written spec
+    (`spec.budget`): an exponent or an exp of a logarithm is checked before sympy evaluates the node, the
+    node's value after."""
     values: list[sympy.Basic] = []
-    for node in traced.nodes:
-        try:
-            values.append(_NODES[node[0]](values, *node[1:]))
-        except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
-            raise SpecError(f"{traced.name}: invalid arithmetic in the step: {err}", source=origin) from None
+    for i, node in enumerate(traced.nodes):
+        problem = _before(node, values)
+        if problem is None:
+            try:
+                values.append(_NODES[node[0]](values, *node[1:]))
+            except (ValueError, TypeError, ZeroDivisionError, OverflowError) as err:
+                problem = f"invalid arithmetic in the step: {err}"
+            else:
+                problem = budget.check_node(values[-1])
+        if problem is not None:
+            raise _refused(traced, i, problem, origin)
     return values
+
+
+def _before(node: tuple, values: Sequence[sympy.Basic]) -> str | None:
+    if node[0] == "pow":
+        return budget.check_exponent(values[node[2]])
+    if node[0] == "fn" and node[1] == "exp":
+        return budget.exp_problem(values[node[2]])
+    return None
+
+
+def _refused(traced: Trace, node: int, problem: str, origin: str) -> SpecError:
+    """The refusal of a node, at the step's line that computed it (where the trace recorded one)."""
+    where = traced.lines[node] if node < len(traced.lines) and traced.lines[node] else ""
+    if not where:
+        return SpecError(f"{traced.name}: {problem}", source=origin)
+    file, _, line = where.rpartition(":")
+    text = linecache.getline(file, int(line)).strip() if line.isdigit() else ""
+    return SpecError(f"in {traced.name}(), `{text}`: {problem}", source=where)
 
 
 # ---- sympy -> the expression language ----
@@ -232,7 +260,23 @@ def step_spec(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Pa
 def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
                doc: str = "", initial: Mapping[str, float | str] | None = None, origin: str = "<python>"
                ) -> StepSpec:
-    """The spec of a traced step whose arguments are `inputs`, `states` and `params` (spec names)."""
+    """The spec of a traced step whose arguments are `inputs`, `states` and `params` (spec names): a symbolic
+    stage under the CPU-time budget (`budget.bounded`), as a written spec's."""
+    try:
+        return budget.bounded(origin, "step", _mapped, traced, inputs, states, params, name=name, doc=doc,
+                              initial=initial, origin=origin)
+    except SpecError as error:
+        if error.source != "<python>":
+            raise
+        # an expression the spec language cannot write (a condition of several comparisons): at the step (its
+        # definition, else the last line of it the trace recorded)
+        where = origin if origin != "<python>" else next((line for line in reversed(traced.lines) if line), origin)
+        raise SpecError(f"{traced.name}: {error.message}", source=where, field=error.field,
+                        symbol=error.symbol) from None
+
+
+def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
+            doc: str = "", initial: Mapping[str, float | str] | None = None, origin: str = "<python>") -> StepSpec:
     values = _sympy(traced, origin)
     returns = [values[i] for i in traced.returns]
     count = len(returns) - len(states)

@@ -220,6 +220,14 @@ def _logic(tensor_op: Callable, scalar_op: Callable) -> Callable[[_Walker, sympy
     return rule
 
 
+def _ite(w: _Walker, e: sympy.ITE) -> Value:
+    """A condition chosen by a condition (booleans throughout)."""
+    condition, then, otherwise = (w.eval(a) for a in e.args)
+    if not isinstance(condition, torch.Tensor):
+        return then if condition else otherwise
+    return torch.where(condition, torch.as_tensor(then), torch.as_tensor(otherwise))
+
+
 def _not(w: _Walker, e: sympy.Not) -> Value:
     value = w.eval(e.args[0])
     return torch.logical_not(value) if isinstance(value, torch.Tensor) else not value
@@ -238,6 +246,7 @@ _RULES: dict[type, Callable[[_Walker, Any], Value]] = {
     sympy.StrictGreaterThan: _relation(lambda a, b: a > b), sympy.GreaterThan: _relation(lambda a, b: a >= b),
     sympy.Eq: _relation(lambda a, b: a == b), sympy.Ne: _relation(lambda a, b: a != b),
     sympy.And: _logic(torch.logical_and, all), sympy.Or: _logic(torch.logical_or, any), sympy.Not: _not,
+    sympy.ITE: _ite,
     type(sympy.true): lambda w, e: True, type(sympy.false): lambda w, e: False,
 }
 # Numbers (Integer, Rational, Float, pi, E, and sympy's singleton subclasses of them) become Python floats.

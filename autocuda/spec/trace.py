@@ -15,6 +15,14 @@ What a kernel cannot do is refused when it is met, with the line of the user's f
 instead: a Python `if` on a tensor, in-place operations, sorting and other operations off the whitelist, random
 numbers, `math` functions on a tensor, tensors captured by the function. Nothing falls back to running the
 function eagerly.
+
+The trace is bounded as a TOML spec is (`spec.budget`), each limit checked as the step runs, at the line that
+passes it: at most MAX_OPERATIONS operations recorded (a long Python loop stops there, not at its end),
+expressions nested at most MAX_DEPTH operations deep and of at most budget.MAX_NODES terms once written out,
+numbers of magnitude at most budget.MAX_MAGNITUDE, numeric exponents of at most budget.MAX_EXPONENT; the call of
+the step runs under the CPU-time budget of a symbolic stage (`budget.bounded`), and its calls are watched for
+random numbers, clocks and the environment (`spec.purity`). Stack and memory exhaustion in the step are refused
+naming its line.
 """
 from __future__ import annotations
 
@@ -32,11 +40,15 @@ import torch
 
 from ..errors import SpecError
 from ..surrogate import SURROGATES, Custom, Surrogate
+from . import budget
+from .purity import in_stdlib, watching
 
 __all__ = ["Value", "Trace", "Spike", "trace", "refuse", "captured_tensor"]
 
 _HERE = __file__
 _LIBRARIES = ("torch", "spikingjelly", "snntorch", "norse", "sympy", "autocuda")  # never the user's line
+MAX_OPERATIONS = 5_000   # operations recorded in one trace, repeats included: a neuron step needs a few hundred
+MAX_DEPTH = 200          # operations from a returned value down to an argument
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +71,7 @@ class Trace:
     names: tuple[str, ...]
     returns: tuple[int, ...]
     spike: Spike | None
+    lines: tuple[str, ...] = ()  # per node, "file:line" of the step where it was first computed (not in text())
 
     def text(self) -> str:
         """The whole computation as text (equal texts: equal steps)."""
@@ -69,24 +82,41 @@ class Trace:
 
 # ---- where in the user's function ----
 
-def _user_frame() -> Any:
-    """The innermost frame of the user's code (not this module, torch or a surrogate library)."""
-    frame: Any = sys._getframe(1)
+def _user_frame(frame: Any = None) -> Any:
+    """The innermost frame of the user's code from `frame` (default: the caller's) outwards: not this module,
+    torch, a surrogate library or the standard library."""
+    frame = sys._getframe(1) if frame is None else frame
     while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if frame.f_code.co_filename != _HERE and not name.startswith(_LIBRARIES):
+        if _is_user(frame):
             return frame
         frame = frame.f_back
     return None
 
 
-def refuse(operation: str, instead: str) -> SpecError:
-    """A SpecError at the user's line: `operation` cannot be part of a neuron step; `instead` says what can."""
-    frame = _user_frame()
+def _is_user(frame: Any) -> bool:
+    """Whether `frame` runs the user's code: not this module, torch, a surrogate library or the standard
+    library (whose site-packages are not in it)."""
+    file = frame.f_code.co_filename
+    return file != _HERE and not (frame.f_globals.get("__name__", "") or "").startswith(_LIBRARIES) and \
+        not in_stdlib(file)
+
+
+def _line_text(frame: Any) -> str:
+    """`the source line` (file:line) of `frame`'s current line."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"in {frame.f_code.co_name}(), `{line}` ({frame.f_code.co_filename}:{frame.f_lineno})"
+
+
+def refuse(operation: str, instead: str, frame: Any = None, line_number: int | None = None) -> SpecError:
+    """A SpecError at the user's line (the innermost from `frame`, default the caller's; `line_number` of that
+    frame's file where given, else its current line): `operation` cannot be part of a neuron step; `instead`
+    says what can."""
+    frame = _user_frame(sys._getframe(1) if frame is None else frame)
     if frame is None:
         return SpecError(f"{operation} cannot be part of a neuron step: {instead}", symbol=operation)
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    number = frame.f_lineno if line_number is None else line_number
+    line = linecache.getline(frame.f_code.co_filename, number).strip()
+    where = f"{frame.f_code.co_filename}:{number}"
     return SpecError(f"in {frame.f_code.co_name}(), `{line}`: {operation} cannot be part of a neuron step; "
                      f"{instead}", source=where, symbol=operation)
 
@@ -386,21 +416,54 @@ def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) 
     return cls(**params)  # type: ignore[arg-type]
 
 
+_LEAVES = frozenset({"sym", "int", "float", "spike", "detached"})  # nodes without operands (other nodes' ints are ids)
+
+
 class _Tracer:
     def __init__(self, dtype: torch.dtype):
         self.dtype = dtype
         self.spike: Spike | None = None
         self.nodes: list[Node] = []
         self.ids: dict[Node, int] = {}
+        self.operations = 0
+        self.depths: list[int] = []  # per node: operations down to an argument
+        self.sizes: list[int] = []   # per node: terms of its expression written out (capped past the limit)
+        self.lines: list[str] = []
 
     def node(self, *node: Any) -> int:
-        """The id of `node`, added to the table unless an equal one is there."""
+        """The id of `node`, added to the table unless an equal one is there; refused past a limit."""
+        self.operations += 1
+        if self.operations > MAX_OPERATIONS:
+            raise refuse(f"more than {MAX_OPERATIONS} operations (a loop this long?)",
+                         "a neuron step is a few hundred operations at most; take fewer substeps")
         key = tuple(node)
         found = self.ids.get(key)
         if found is None:
+            self._check(key)
             found = self.ids[key] = len(self.nodes)
             self.nodes.append(key)
         return found
+
+    def _check(self, node: Node) -> None:
+        """Refuse a new node past the limits on nesting, size and exponents; else record its shape and line."""
+        operands = [] if node[0] in _LEAVES else [a for a in node[1:] if type(a) is int]
+        depth = 1 + max((self.depths[a] for a in operands), default=0)
+        size = min(1 + sum(self.sizes[a] for a in operands), budget.MAX_NODES + 1)
+        if depth > MAX_DEPTH:
+            raise refuse(f"an expression nested more than {MAX_DEPTH} operations deep",
+                         "write the step with fewer nested operations (fewer substeps)")
+        if size > budget.MAX_NODES:
+            raise refuse(f"an expression of more than {budget.MAX_NODES} terms once written out",
+                         "reuse fewer intermediate values in products and powers")
+        if node[0] == "pow":
+            exponent = self.nodes[node[2]]
+            if exponent[0] in ("int", "float") and abs(exponent[1]) > budget.MAX_EXPONENT:
+                raise refuse(f"a power with the exponent {_short(exponent[1])}",
+                             f"exponents are at most {budget.MAX_EXPONENT} in magnitude")
+        frame = _user_frame(sys._getframe(1))
+        self.depths.append(depth)
+        self.sizes.append(size)
+        self.lines.append(f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "")
 
     def of(self, value: Any) -> int:
         """The node of a Value or a Python number."""
@@ -409,10 +472,15 @@ class _Tracer:
                 raise refuse("a value of another trace", "call the step on its own arguments")
             return value.node
         if isinstance(value, bool) or isinstance(value, numbers.Integral):
+            if abs(int(value)) > budget.MAX_MAGNITUDE:
+                raise refuse(f"the number {_short(int(value))}", f"numbers are at most {budget.MAX_MAGNITUDE:g} "
+                                                                 f"in magnitude")
             return self.node("int", int(value))
         if isinstance(value, numbers.Real):
             if not math.isfinite(float(value)):
                 raise refuse(f"the number {value!r}", "use finite numbers")
+            if abs(float(value)) > budget.MAX_MAGNITUDE:
+                raise refuse(f"the number {value!r}", f"numbers are at most {budget.MAX_MAGNITUDE:g} in magnitude")
             return self.node("float", float(value))
         if isinstance(value, torch.Tensor):
             raise refuse("a tensor made outside the step", "pass tensors in as parameters (FlexSN's static_inputs)")
@@ -485,7 +553,8 @@ def trace(fn: Callable[..., Any], names: Sequence[str], *, dtype: torch.dtype = 
         raise SpecError(f"{_name(fn)} captures the tensor or module {captured!r}: a kernel cannot read it; pass "
                         f"it as an argument (a parameter, or FlexSN's static_inputs)", symbol=captured)
     tracer = _Tracer(dtype)
-    returned = fn(*(Value(tracer.node("sym", n), tracer) for n in names))
+    arguments = [Value(tracer.node("sym", n), tracer) for n in names]
+    returned = budget.bounded_at(origin(fn), "step", _located, _call_step, fn, arguments)
     returns = returned if isinstance(returned, (tuple, list)) else (returned,)
     nodes = []
     for i, value in enumerate(returns):
@@ -493,7 +562,56 @@ def trace(fn: Callable[..., Any], names: Sequence[str], *, dtype: torch.dtype = 
             nodes.append(tracer.of(value))
         except SpecError as err:
             raise SpecError(f"{_name(fn)}: return value {i}: {err.message}", source=err.source) from None
-    return Trace(_name(fn), tuple(tracer.nodes), tuple(names), tuple(nodes), tracer.spike)
+    return Trace(_name(fn), tuple(tracer.nodes), tuple(names), tuple(nodes), tracer.spike, tuple(tracer.lines))
+
+
+def _call_step(fn: Callable[..., Any], arguments: list[Value]) -> Any:
+    """`fn(*arguments)` with its calls watched (`spec.purity`); the stack or memory running out is refused at
+    the step's innermost line."""
+    try:
+        with watching(refuse, _is_user):
+            return fn(*arguments)
+    except (RecursionError, MemoryError) as error:
+        what = "the stack ran out (recursion too deep)" if isinstance(error, RecursionError) else \
+            "memory ran out"
+        frame = _innermost_user_frame(error.__traceback__)
+        where = _line_text(frame) if frame is not None else _name(fn)
+        source = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else origin(fn)
+        raise SpecError(f"{where}: {what} while tracing the step", source=source) from None
+
+
+def _innermost_user_frame(tb: Any) -> Any:
+    """The innermost frame of the user's code in a traceback that had begun to run (a frame still at its `def`
+    line failed as it was entered: the line that called it is the one to name)."""
+    found: list[Any] = []
+    while tb is not None:
+        if _is_user(tb.tb_frame):
+            found.append(tb.tb_frame)
+        tb = tb.tb_next
+    if len(found) > 1 and found[-1].f_lineno == found[-1].f_code.co_firstlineno:
+        found.pop()
+    return found[-1] if found else None
+
+
+def _located(frame: Any) -> str:
+    """Where a step was when its budget ran out: its innermost line."""
+    found = _user_frame(frame)
+    return _line_text(found) if found is not None else ""
+
+
+def origin(fn: Any) -> str:
+    """file:line of the step function's definition."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "<python>"
+
+
+def _short(number: int | float) -> str:
+    """A number as text, however large (str() refuses integers of more than 4300 digits)."""
+    if isinstance(number, int) and number.bit_length() > 128:
+        return f"of about 10**{int(number.bit_length() * math.log10(2))}"
+    return repr(number)
 
 
 def _name(fn: Any) -> str:
