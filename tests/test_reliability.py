@@ -394,7 +394,7 @@ ODE_BASE: dict = {
     "jumps": {"w": "w + b"},
 }
 TOML_KEYS = ("name", "doc", "params", "states", "charge", "threshold", "reset", "updates", "derived", "options",
-             "surrogate", "ode", "jumps", "method", "output", "levels", "inputs")
+             "surrogate", "ode", "jumps", "method", "output", "levels", "inputs", "fires_at")
 
 
 def _toml_string(text: str) -> str:
