@@ -50,7 +50,7 @@ class Prepared:
         backend = "cuda" if x.is_cuda else "host"  # the kernels' backends run CPU tensors on the host runner
         self.form = ops.BoundForm(form, form.kernel.bind(args, rows, call.numel, self.shape[0], backend))
         self.native: int | None = None  # the native plan (`autocuda.native`), made once its operator is loaded
-        self.native_asked = False
+        self.native_asked = not (x.is_cuda or native.HOST)  # a host call takes the Python path unless asked
         self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
         spike, finals, _ = self.form.positions  # the usual results, [T, N] and final states, picked at once:
         self.pick = operator.itemgetter(spike, *finals) if (

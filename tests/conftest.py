@@ -52,10 +52,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
     if config.getoption("--slow"):
         os.environ[SLOW_VARIABLE] = "1"  # seen by the test modules, xdist's workers and subprocesses
-    from autocuda import native
-
-    if native.USE:  # built before any test runs (here once, in xdist's controller): no build competes with them
-        native.ensure()
     if controller:  # it runs no test: neither profiles nor threads to set
         return
     from hypothesis import settings
@@ -201,6 +197,31 @@ def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
     if cache is None or profile() == "slow":
         return compile_batch
     return functools.partial(compile_batch, passed=cache.mkdir("autocuda-nvcc-accepted"))
+
+
+# -- the native call path -----------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def native_library() -> None:
+    """The native call path's library, loaded (built first where the cache lacks it: tens of seconds of one core),
+    or a skip with the reason. Only the tests that ask for it build it: the path is for CUDA calls, and host calls
+    take it only where `native.HOST` says so."""
+    from autocuda import native
+
+    if not native.ensure():
+        pytest.skip(f"no native call path here: {native.status()}")
+
+
+@pytest.fixture
+def native_on_host(native_library: None, monkeypatch: pytest.MonkeyPatch):
+    """Host calls through the native path for the test (`native.USE` and `native.HOST` on); the prepared calls made
+    before it, and those it made, are forgotten (a prepared host call decides its path when it is made)."""
+    from autocuda import native, prepared
+
+    monkeypatch.setattr(native, "USE", True)
+    monkeypatch.setattr(native, "HOST", True)
+    prepared._PREPARED.clear()
+    yield
+    prepared._PREPARED.clear()
 
 
 # -- host evaluation of C expressions ---------------------------------------------------------------------

@@ -10,12 +10,7 @@ from autocuda import functional as F
 from autocuda import native, prepared
 from autocuda.native import plan as native_plan
 
-pytestmark = pytest.mark.skipif(not native.ensure(), reason=f"no native call path here: {native.status()}")
-
-
-@pytest.fixture(autouse=True)
-def use_native(monkeypatch):
-    monkeypatch.setattr(native, "USE", True)
+pytestmark = pytest.mark.usefixtures("native_on_host")  # the library is built for this file's tests (conftest)
 
 CASES = [("lif", {"tau": 2.0}), ("izhikevich", {}), ("alif", {}), ("lif", {"tau": 2.0, "save_h": False}),
          ("qif", {}), ("lif", {"v_reset": None})]
@@ -114,10 +109,12 @@ def test_malformed_plans_are_refused_naming_the_plan(cut):
         native.make_plan(bad, words.dtypes)
 
 
-@pytest.mark.parametrize("value, expected", [("", True), ("1", True), ("on", True), ("0", False), ("OFF", False)])
-def test_the_switch(value, expected, monkeypatch):
+@pytest.mark.parametrize("value, expected, host", [("", True, False), ("1", True, True), ("on", True, True),
+                                                   ("0", False, False), ("OFF", False, False)])
+def test_the_switch(value, expected, host, monkeypatch):
+    """On for CUDA calls unless turned off; on for host calls only where asked for by name."""
     monkeypatch.setenv(native.VARIABLE, value)
-    assert native.enabled() is expected
+    assert native.enabled() is expected and native.on_host() is host
 
 
 def test_a_bad_switch_is_named(monkeypatch):

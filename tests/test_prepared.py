@@ -135,3 +135,22 @@ def test_calls_that_are_not_prepared_take_the_full_path(tmp_path, monkeypatch):
     spec.write_text(text.replace("v_threshold = 1.0", "v_threshold = 0.01"))  # an edited file: another spec
     os.utime(spec, ns=(spec.stat().st_mtime_ns + 10**9,) * 2)
     assert F.multi_step(str(spec), x, **HOST)[0].sum() > first.sum()
+
+
+def test_host_calls_take_the_python_path_and_ask_for_no_native_library(monkeypatch):
+    """The native path is for CUDA calls: by default (`native.HOST` off) a prepared host call, training or not,
+    neither makes a native plan nor asks for the library (whose first ask starts its build)."""
+    from autocuda import native
+
+    monkeypatch.setattr(native, "USE", True)
+    monkeypatch.setattr(native, "HOST", False)
+    asked = []
+    monkeypatch.setattr(native, "loaded", lambda: asked.append(1) or True)
+    prepared._PREPARED.clear()
+    for grad in (False, True, True):
+        x = (torch.rand(4, 40, dtype=torch.float64) * 2).requires_grad_(grad)
+        spikes = F.multi_step("lif", x, **HOST)[0]
+        if grad:
+            spikes.sum().backward()
+    made = [p for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED]
+    assert made and all(p.native is None for p in made) and asked == []

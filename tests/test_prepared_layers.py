@@ -16,6 +16,9 @@ from autocuda import native, prepared
 from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.load import spec_from_toml
 
+# Host calls through the native path here, as CUDA calls take it by default (the GPU file runs these cores on CUDA)
+pytestmark = pytest.mark.usefixtures("native_on_host")
+
 GAIN_LIF_TOML = """
 name = "gain_lif"
 charge = "v + (a0 * x - (v - v_reset)) / tau"

@@ -5,11 +5,13 @@ between torch and its kernel launches, in the forward or in the backward.
 The library is built from `neuron_call.cpp` against the installed torch with the host's C++ compiler, once per
 torch build and compiler, and kept in the disk cache's `host` folder (checksummed, private: `autocuda.store`); it is
 loaded from the bytes verified there, never opened again by its name (`autocuda.host.cache.open_verified`).
-The path is on unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`). A process asks for the library on
-its first prepared call: it is loaded from the cache, or built by a helper process
-(`python -m autocuda.native`) while calls take the Python path; the helper finishes the build where the process
-ends first, so that the next one finds it. `ensure()` builds and loads it now. Without a compiler every call takes
-the Python path; `status()` says why.
+The path is for CUDA calls: it is on for them unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`).
+Calls on CPU tensors take it only where `AUTOCUDA_NATIVE` is 1 or on (`autocuda.native.HOST`): there it runs the
+host runner's kernels, as the Python path does, and a machine without CUDA would build the library for nothing.
+A process asks for the library on its first prepared call that takes the path: it is loaded from the cache, or
+built by a helper process (`python -m autocuda.native`) while calls take the Python path; the helper finishes the
+build where the process ends first, so that the next one finds it. `ensure()` builds and loads it now. Without a
+compiler every call takes the Python path; `status()` says why.
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ def enabled() -> bool:
     return _SWITCH[value]
 
 
+def on_host() -> bool:
+    """Whether $AUTOCUDA_NATIVE asks for the native path on host (CPU) calls as well: only where it is 1 or on."""
+    return os.environ.get(VARIABLE, "").strip().lower() in ("1", "on")
+
+
 def _use_from_environment() -> bool:
     try:
         return enabled()
@@ -58,7 +65,8 @@ def _use_from_environment() -> bool:
         return False
 
 
-USE = _use_from_environment()  # whether prepared calls take the native path (tests and benchmarks set it)
+USE = _use_from_environment()  # whether prepared CUDA calls take the native path (tests and benchmarks set it)
+HOST = USE and on_host()  # whether prepared host calls take it too
 
 
 def loaded() -> bool:
