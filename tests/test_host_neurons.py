@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
 from autocuda.codegen.neuron import NeuronKernel
-from autocuda.host import load_kernels
-from autocuda.runtime.neuron_launch import SMALL_LOOP
+from autocuda.host import load_kernels, runner
+from autocuda.runtime.neuron_launch import fixed_layout
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import NeuronSpec, reset_rules
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case
@@ -90,23 +90,35 @@ def _setups() -> Iterator[Setup]:
         yield Setup(load_spec(name), dtype, "hard", layout=tuple(sorted(layout.items())))
 
 
-def _kernels(setup: Setup) -> list[NeuronKernel]:
-    """The kernels check_case launches for `setup` (with the options runtime.neuron_launch passes): its forced
-    layout, else the launch layer's for fewer neurons than two per thread need (every case here)."""
+# The shapes (T, N) of the property's explicit examples: T = 1, where no step has a predecessor; N = 1, a packed
+# pair with only its first lane; three blocks of 256 threads, the last one partly idle. In the default profile its
+# one drawn example is hypothesis's simplest case (T = 1, N = 1): the same kernels as the first.
+EXAMPLES = ((1, 7), (6, 1), (3, 601))
+
+
+def _kernels(setup: Setup, shapes: tuple[tuple[int, int], ...] = EXAMPLES) -> list[NeuronKernel]:
+    """The kernels check_case launches for `setup` on cases of these shapes (with the options runtime.neuron_launch
+    passes): its forced layout, else the launch layer's fixed rule for too few neurons for two per thread (every
+    case here), whose time-loop kernels replay one segment of T steps where T is shorter than a segment."""
     config, seqs = setup.config(), setup.store_state_seq
-    layout = dict(setup.layout) or SMALL_LOOP.options()
-    return [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
-            config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout),
-            config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),
-            config.kernel("step-backward", setup.dtype, grad_state_seq=False, **layout)]
+    kernels = []
+    for steps, neurons in shapes:
+        layout = dict(setup.layout) or fixed_layout(neurons, steps).options()  # type: ignore[union-attr]
+        kernels += [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
+                    config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout)]
+    layout = dict(setup.layout) or fixed_layout(1, None).options()  # type: ignore[union-attr]
+    return kernels + [
+        config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),
+        config.kernel("step-backward", setup.dtype, grad_state_seq=False, **layout)]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """Compile every kernel of this file up front, many to a compiler run and a run per core of this process
-    (`load_kernels`, `conftest.cores`). Tests would compile on demand anyway, one kernel a run."""
+    """Compile the kernels of the property's examples up front, many to a compiler run and a run per core of this
+    process (`load_kernels`, `conftest.cores`); the cases would compile them one kernel a run. The other tests
+    go through check_spec, which compiles its cases' kernels up front itself."""
     jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-            for setup in _setups() for k in _kernels(setup)}
+            for name, dtype, reset, detach in CHOSEN for k in _kernels(Setup(load_spec(name), dtype, reset, detach))}
     load_kernels(jobs.values(), workers=cores())
     return len(jobs)
 
@@ -119,14 +131,50 @@ def test_kernels_match_reference(name: str, dtype: str, reset: str, detach_reset
     @PROPERTY
     @seed(zlib.crc32(setup.label.encode()))
     @given(case=cases(setup))
-    @example(case=make_case(setup, (1, 7), seed=1))     # T = 1: no step has a predecessor
-    @example(case=make_case(setup, (6, 1), seed=2))     # N = 1: a packed pair with only its first lane
-    @example(case=make_case(setup, (3, 601), seed=3))   # three blocks of 256 threads, the last one partly idle
+    @example(case=make_case(setup, EXAMPLES[0], seed=1))
+    @example(case=make_case(setup, EXAMPLES[1], seed=2))
+    @example(case=make_case(setup, EXAMPLES[2], seed=3))
     def check(case):
         report = check_case(case)
         assert report.passed, report.describe()
 
     check()
+
+
+def launched_kernels(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The names of the host kernels launched from now on (filled in as they launch)."""
+    launched: set[str] = set()
+    load = runner.load_kernel
+    monkeypatch.setattr(runner, "load_kernel", lambda source, name, params: (launched.add(name),
+                                                                              load(source, name, params))[1])
+    return launched
+
+
+def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch):
+    """Every kernel the property's examples launch is among those `compiled_kernels` compiles up front."""
+    setup = Setup(load_spec("alif"), "float32", "hard", False)
+    launched = launched_kernels(monkeypatch)
+    for seed_, shape in enumerate(EXAMPLES):
+        assert check_case(make_case(setup, shape, seed=seed_)).passed
+    assert launched and launched <= {k.kernel_name for k in _kernels(setup)}
+
+
+def test_check_spec_compiles_the_kernels_its_cases_launch_up_front(monkeypatch):
+    """Many to a compiler run (`load_kernels`), before the cases run: a case then compiles none of its own."""
+    import autocuda.host
+
+    ahead: set[str] = set()
+    load_many = autocuda.host.load_kernels
+
+    def load_kernels_seen(jobs, *args, **kwargs):
+        jobs = list(jobs)
+        ahead.update(name for _, name, _ in jobs)
+        return load_many(jobs, *args, **kwargs)
+
+    monkeypatch.setattr(autocuda.host, "load_kernels", load_kernels_seen)
+    launched = launched_kernels(monkeypatch)
+    check_spec("alif", dtypes=("float32",), resets=("hard",), detach=(False,), examples=3, raise_on_failure=True)
+    assert launched and launched <= ahead
 
 
 @pytest.mark.parametrize("name", SPECS)

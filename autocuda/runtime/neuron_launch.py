@@ -429,7 +429,10 @@ def _layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...
             like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
     """The layout of a call (`_loop_layout`); a sequence shorter than a replay segment replays one segment of T
     steps (`replay_option`), whose steps need no test against T, so their loads issue together."""
-    layout = _loop_layout(config, kind, flags, names, args, like, n, steps, backend)
+    return _for_steps(_loop_layout(config, kind, flags, names, args, like, n, steps, backend), steps)
+
+
+def _for_steps(layout: Layout, steps: int | None) -> Layout:
     return _replaying(layout, steps) if steps and steps < layout.replay else layout
 
 
@@ -471,6 +474,14 @@ def small_layout(n: int, steps: int | None) -> Layout | None:
     if n >= 2 * MIN_THREADS:
         return None
     return LONG_LOOP if long_loop(n, steps) else SMALL_LOOP
+
+
+def fixed_layout(n: int, steps: int | None) -> Layout | None:
+    """`_layout`'s answer for a call over too few neurons for two per thread (`small_layout`, replaying one segment
+    of T steps where T is shorter than a segment), or None for more neurons: for callers that compile a call's
+    kernels before it runs (`testing.check_spec`, the tests)."""
+    small = small_layout(n, steps)
+    return None if small is None else _for_steps(small, steps)
 
 
 def long_loop(n: Any, steps: Any) -> bool:

@@ -18,7 +18,7 @@ from .. import reference
 from ..codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..layout import Layout
-from ..runtime.neuron_launch import NeuronConfig, backward, forward, replay_option, small_layout
+from ..runtime.neuron_launch import NeuronConfig, backward, fixed_layout, forward, replay_option
 from ..spec.derive import THRESHOLD, H, StepSystem
 from ..spec.load import load_spec
 from ..spec.model import NeuronSpec
@@ -308,7 +308,7 @@ def _compile_host_kernels(jobs: Iterable[tuple[Setup, tuple[int, int], int]]) ->
         for kind, flags, loop in (("fptt", (seqs, True, True, True), steps), ("bptt", (seqs, True, True), steps),
                                   ("step-forward", (False, True, True, True), None),
                                   ("step-backward", (False, True, True), None)):
-            layout = Layout.of(dict(setup.layout)) if setup.layout else small_layout(neurons, loop)
+            layout = Layout.of(dict(setup.layout)) if setup.layout else fixed_layout(neurons, loop)
             if layout is not None:
                 kernel = config.recipe(kind, storage, flags, layout).kernel
                 found[kernel.kernel_name] = (kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
