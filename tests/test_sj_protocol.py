@@ -24,6 +24,8 @@ try:  # any failure (not installed, a dependency missing or too new) means: noth
 except Exception as error:
     pytest.skip(f"SpikingJelly does not import: {type(error).__name__}: {error}", allow_module_level=True)
 
+# Host calls through the native path, as CUDA calls take it by default: the warm-ups below settle calls (conftest)
+pytestmark = pytest.mark.usefixtures("native_on_host")
 F64 = torch.float64
 
 
