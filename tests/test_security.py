@@ -33,7 +33,8 @@ from autocuda.surrogate import Custom
 from autocuda.testing import check_spec
 
 REPO = Path(__file__).resolve().parents[1]
-CEILING = 30.0  # seconds: far above the budget the attacks run under, far below "hangs"
+CEILING = 30.0  # seconds of the process's CPU time (load does not count): far above the attacks' budget, far
+#                 below "hangs"; also the wall-clock bound of joins that wait for a hang to end
 LIF_PARAMS = {"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}
 
 
@@ -55,10 +56,10 @@ def derived_everything(spec: NeuronSpec) -> None:
 
 
 def refused_in_time(make, field: str | None = None) -> SpecError:
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(SpecError) as caught:
         derived_everything(make())
-    assert time.perf_counter() - start < CEILING
+    assert time.process_time() - start < CEILING
     if field is not None:
         assert caught.value.field == field, caught.value
     return caught.value
@@ -92,10 +93,10 @@ def test_explosive_powers_are_refused_in_time(attack):
 
 
 def test_a_custom_surrogate_gradient_cannot_explode():
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(SpecError) as caught:
         Custom("(2*x)**(10**29)")
-    assert time.perf_counter() - start < CEILING
+    assert time.process_time() - start < CEILING
     assert caught.value.field == "surrogate.gradient"
 
 
@@ -272,21 +273,21 @@ def cascade(states: int) -> NeuronSpec:
 
 @pytest.mark.parametrize("states", [5, 6, 7, 8])
 def test_long_linear_cascades_are_fast(states):
-    start = time.perf_counter()
+    start = time.process_time()
     spec = cascade(states)
     derived_everything(spec)
-    assert time.perf_counter() - start < CEILING
+    assert time.process_time() - start < CEILING
     assert spec.parsed().method == "exponential_euler"  # chosen: no closed form of bounded size
 
 
 def test_exact_on_coupled_states_falls_back_with_a_note():
     ode = {"v": "-v / tau + 0.1 * w - 0.2 * u + x", "w": "-w + 0.1 * v + 0.2 * u", "u": "-u / tau + 0.2 * v - 0.1 * w"}
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.warns(UserWarning, match="exponential_euler instead"):
         spec = NeuronSpec(name="coupled", params=LIF_PARAMS, states={"v": 0.0, "w": 0.0, "u": 0.0}, ode=ode,
                           method="exact")
         derived_everything(spec)
-    assert time.perf_counter() - start < CEILING
+    assert time.process_time() - start < CEILING
     assert spec.parsed().method == "exponential_euler"
 
 
@@ -357,16 +358,17 @@ def test_raw_errors_are_spec_errors(attack):
     assert error.field and error.source == "<python>"
 
 
-def test_deep_nesting_is_refused_or_derived_in_time():
+def test_deep_nesting_is_refused_or_derived_in_time(monkeypatch):
     """How deep sympy recurses on a 30-deep nesting depends on what its caches hold from earlier work in the
     process, so the derivation may finish or run out of stack: either is fine, in time, and running out is a
     SpecError naming the field (never a RecursionError or a crash)."""
-    start = time.perf_counter()
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, str(budget.DEFAULT_SECONDS))  # a legitimate spec: the stack is tested
+    start = time.process_time()
     try:
         derived_everything(lif(nested("sigmoid", 30) + " + x"))
     except SpecError as error:
         assert error.field == "charge" and "nested too deeply" in error.message, error
-    assert time.perf_counter() - start < CEILING
+    assert time.process_time() - start < CEILING
 
 
 def test_deeply_nested_toml_is_a_spec_error():

@@ -54,7 +54,7 @@ def _key(value: Any, depth: int, seen: set[int]) -> Hashable:
         return (type(value).__name__, *sorted((_key(v, depth, seen) for v in value), key=repr)) \
             if isinstance(value, frozenset) else ("tuple", *(_key(v, depth, seen) for v in value))
     if isinstance(value, Surrogate):
-        return ("surrogate", value)
+        return ("surrogate", value.frozen())  # its values now: the object itself may change later
     if isinstance(value, _BY_IDENTITY):
         return ("identity", value)
     if isinstance(value, functools.partial):
