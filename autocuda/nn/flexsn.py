@@ -34,7 +34,7 @@ from ..spec.model import Param
 from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
-from .memory import MemoryBase, detach_memories
+from .memory import MemoryBase, MemoryViews, detach_memories
 
 __all__ = ["FlexSN", "flexsn_spec"]
 
@@ -114,7 +114,7 @@ def _expression(step: StepSpec, text: str) -> Any:
     return parse_expression(text, symbols, source=step.spec.origin, field="outputs"), symbols
 
 
-class FlexSN(MemoryBase):
+class FlexSN(MemoryViews, MemoryBase):
     """A neuron from a step function: `FlexSN(core, num_states, static_inputs=(), step_mode='m',
     store_state_seqs=False, backend=None)` (see the module doc).
 
@@ -263,15 +263,6 @@ class FlexSN(MemoryBase):
             raise KeyError(f"get_reset_value: {name!r} is not a memory of this FlexSN "
                            f"(memories: {', '.join(self._memory_names)})")
         return self._reset_values[name]
-
-    @property
-    def _memories(self) -> dict[str, Any]:
-        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
-        return dict(self.named_memories())
-
-    def memories(self) -> Iterator[Any]:
-        for _, value in self.named_memories():
-            yield value
 
     def named_memories(self) -> Iterator[tuple[str, Any]]:
         d = self.__dict__

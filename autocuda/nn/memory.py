@@ -6,13 +6,13 @@ nothing else of SpikingJelly's.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-__all__ = ["MemoryBase", "detach_memories", "memory_module_base"]
+__all__ = ["MemoryBase", "MemoryViews", "detach_memories", "memory_module_base"]
 
 
 def memory_module_base() -> type[nn.Module]:
@@ -28,6 +28,23 @@ if TYPE_CHECKING:
     MemoryBase = nn.Module
 else:
     MemoryBase = memory_module_base()
+
+
+class MemoryViews:
+    """The views of a layer's memories that SpikingJelly's protocol reads, from the layer's `named_memories()`
+    (a base before `MemoryBase`, whose own versions read SpikingJelly's registry)."""
+
+    def named_memories(self) -> Iterator[tuple[str, Any]]:
+        raise NotImplementedError
+
+    @property
+    def _memories(self) -> dict[str, Any]:
+        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
+        return dict(self.named_memories())
+
+    def memories(self) -> Iterator[Any]:
+        for _, value in self.named_memories():
+            yield value
 
 
 def detach_memories(d: dict[str, Any], names: Iterable[str]) -> None:

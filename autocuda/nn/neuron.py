@@ -47,7 +47,7 @@ from .layer_call import (
     surrogate_state,
     sync_surrogate,
 )
-from .memory import MemoryBase, detach_memories
+from .memory import MemoryBase, MemoryViews, detach_memories
 from .output import spec_output
 
 __all__ = ["Neuron", "SIGMOID", "option_attribute"]
@@ -58,7 +58,7 @@ _UNSET: Any = object()
 SIGMOID = Sigmoid().frozen()
 
 
-class Neuron(MemoryBase):
+class Neuron(MemoryViews, MemoryBase):
     """A layer of neurons of any spec: `Neuron('lif', tau=3.0)`, `Neuron(my_spec, v_reset=None)`.
 
     Parameters are the spec's (floats, tensors broadcast over neurons, or `nn.Parameter`s, which are learned;
@@ -264,15 +264,6 @@ class Neuron(MemoryBase):
             raise KeyError(f"get_reset_value: {name!r} is not a memory of this layer "
                            f"(memories: {', '.join(self._memory_names)})")
         return initial_value(self, self._initial[name])
-
-    @property
-    def _memories(self) -> dict[str, Any]:
-        """The memories by name: what SpikingJelly's `to_functional_forward` counts (a copy; set them by name)."""
-        return dict(self.named_memories())
-
-    def memories(self) -> Iterator[Any]:
-        for _, value in self.named_memories():
-            yield value
 
     def named_memories(self) -> Iterator[tuple[str, Any]]:
         """(name, value) of every state, in the spec's order (the membrane first), then registered memories."""
