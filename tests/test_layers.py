@@ -1,8 +1,10 @@
-"""Imports point down the layers, and no two modules import each other, even through function-level imports.
+"""Imports point down the layers, and no two modules import each other, even through function-level or type-only
+imports.
 
-Every import statement of the package counts, at module level or inside a function, except those under
-`if TYPE_CHECKING:` (they never run). Each module has a layer (`LAYERS`, by the longest dotted prefix that names
-it); a module may import modules of its own layer or below, and the whole graph has no cycle.
+Every import statement of the package counts, at module level, inside a function or under `if TYPE_CHECKING:`
+(an import that never runs is still a module that knows another). Each module has a layer (`LAYERS`, by the
+longest dotted prefix that names it); a module may import modules of its own layer or below, and the whole graph
+has no cycle.
 """
 from __future__ import annotations
 
@@ -59,23 +61,9 @@ def layer(module: str, layers: Mapping[str, int] = LAYERS) -> int:
     raise KeyError(f"{module} has no layer: add it to LAYERS")
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, outside `if TYPE_CHECKING:` blocks."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _type_checking_only(node):
-            yield from (n for child in node.orelse for n in _import_nodes_of(child))
-            continue
-        yield from _import_nodes_of(node)
-
-
-def _import_nodes_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        yield node
-    yield from _import_nodes(node)
+    """Every import statement, at any depth (functions, `if TYPE_CHECKING:` blocks)."""
+    return (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> Iterator[str]:
@@ -152,8 +140,24 @@ def test_imports_point_down_the_layers(package_graph):
     assert upward_edges(package_graph) == []
 
 
+# Import edges left out of the cycle check, each a known cycle to be removed. Issue 44: nn.layer_call names the
+# layer it serves (`Neuron`, type-only) while nn.neuron calls it; the call-path redesign removes this pair.
+KNOWN_CYCLE_EDGES = {("autocuda.nn.layer_call", "autocuda.nn.neuron")}
+
+
+def without_edges(graph: Graph, edges: set[tuple[str, str]]) -> dict[str, set[str]]:
+    return {a: {b for b in targets if (a, b) not in edges} for a, targets in graph.items()}
+
+
 def test_no_import_cycle(package_graph):
-    assert cycle(package_graph) is None
+    assert cycle(without_edges(package_graph, KNOWN_CYCLE_EDGES)) is None
+
+
+def test_each_known_cycle_edge_still_exists_and_closes_a_cycle(package_graph):
+    """An exception that no longer applies must leave the list (so the list only shrinks)."""
+    for a, b in KNOWN_CYCLE_EDGES:
+        assert b in package_graph[a]
+        assert cycle({m: t for m, t in package_graph.items() if m in (a, b)}) is not None
 
 
 def test_the_spec_layer_knows_no_cuda_and_no_disk_cache(package_graph):
@@ -165,6 +169,18 @@ def test_the_graph_sees_function_level_and_relative_imports(package_graph):
     assert "autocuda.kernels" in package_graph["autocuda.runtime.neuron_launch"]  # imported inside a method
     assert "autocuda.spec.hooks" in package_graph["autocuda.spec.model"]  # `from . import domain, hooks`
     assert "autocuda.host" in package_graph["autocuda.ckernel"]
+    assert "autocuda.spec.parsed" in package_graph["autocuda.spec.model"]
+
+
+def test_type_only_imports_count(tmp_path):
+    root = tmp_path / "autocuda"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n")
+    (root / "b.py").write_text("from . import a\n")
+    graph = import_graph(root)
+    assert graph["autocuda.a"] == {"autocuda.b"}
+    assert cycle(graph) is not None
 
 
 FAKE_LAYERS = {"p.low": 0, "p.mid": 1, "p.high": 2}

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,8 +26,22 @@ from ..cnames import KERNEL_NAME
 from ..codegen.code import Code, braced
 from . import cache, toolchain
 
-if TYPE_CHECKING:
-    from ..ckernel import CParam
+
+class KernelParam(Protocol):
+    """What the runner reads of one kernel parameter (`autocuda.ckernel.CParam` is one; the runner sits below
+    the code generator, so it names the reads, not the class)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ctype(self) -> str: ...
+
+    @property
+    def pointer(self) -> bool: ...
+
+    def declaration(self, restrict: bool = False, cname: str = "") -> str: ...
+
 
 SHIM = Path(__file__).with_name("shim.h").read_text()
 MAX_THREADS_PER_BLOCK = 1024  # the GPU's limit: a launch the GPU would refuse is refused here too
@@ -41,7 +55,7 @@ _LAUNCH_PARAMS = ("unsigned ac_host_gx, unsigned ac_host_gy, unsigned ac_host_gz
                   "        unsigned ac_host_bx, unsigned ac_host_by, unsigned ac_host_bz, void** ac_host_args")
 
 
-def translation_unit(source: str, name: str, params: Sequence[CParam]) -> str:
+def translation_unit(source: str, name: str, params: Sequence[KernelParam]) -> str:
     """The C++ text compiled for one kernel: the shim, the kernel, and a wrapper that unpacks each parameter by
     its declaration, under a name of its own, and runs every thread in turn. #line makes compiler messages cite
     lines of the kernel source as numbered in CompileError."""
@@ -84,13 +98,13 @@ _loaded: dict[tuple[str, str, tuple], HostKernel] = {}
 # threads) wait for one compile instead of each compiling it.
 _loading: dict[tuple[str, str, tuple], threading.Lock] = {}
 _loading_guard = threading.Lock()
-Job = tuple[str, str, "Sequence[CParam]"]  # (source, kernel name, parameters), as load_kernel takes them
+Job = tuple[str, str, "Sequence[KernelParam]"]  # (source, kernel name, parameters), as load_kernel takes them
 # Kernels per compiler run in `load_kernels`: each run pays the compiler's start-up, the precompiled shim's load and
 # the link once, for the whole group.
 GROUP = 16
 
 
-def load_kernel(source: str, name: str, params: Sequence[CParam]) -> HostKernel:
+def load_kernel(source: str, name: str, params: Sequence[KernelParam]) -> HostKernel:
     """Kernel `name` of `source` compiled for the host (memory cache, then disk cache, then the compiler)."""
     _check_name(name)
     key = (source, name, tuple(params))
@@ -138,7 +152,7 @@ def _digest(unit: str) -> str:
     return hashlib.sha256(f"{toolchain.identity()}\n{unit}".encode()).hexdigest()
 
 
-def _open(path: Path, data: bytes, name: str, params: Sequence[CParam]) -> HostKernel:
+def _open(path: Path, data: bytes, name: str, params: Sequence[KernelParam]) -> HostKernel:
     """The kernel of library `data` (verified from the cache at `path`, or just built): loaded from those bytes,
     never from `path` again (`cache.open_library`)."""
     library = cache.open_library(data, ctypes.CDLL)
@@ -276,7 +290,7 @@ def _dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
     return x, y, z
 
 
-def launch(source: str, name: str, params: Sequence[CParam], grid: Sequence[int], block: Sequence[int],
+def launch(source: str, name: str, params: Sequence[KernelParam], grid: Sequence[int], block: Sequence[int],
            args: Sequence[np.generic], device: Any = None) -> None:
     """Run kernel `name` of `source` on the CPU over `grid` x `block` threads, one after another.
 

@@ -85,23 +85,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import numbers
+import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import SpecError
+from ..lazy import lazy_import
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
-from . import domain, hooks
-from .domain import Bound
+from . import budget, hooks, parts
 from .names import check_identifier, spec_name_problem
-from .ode import TIME_STEP, check_structure
-from .parsed import SPIKE_OUTPUT, ParsedSpec, parse_spec
+from .ode import METHODS, TIME_STEP, discretise, with_jump
+from .parsed import SPIKE_OUTPUT, ParsedSpec
+from .parts import Kind, Level, Param, State
 
-__all__ = ["Param", "State", "Level", "NeuronSpec", "reset_rules", "FIRES_AT"]
+if TYPE_CHECKING:
+    import sympy
+else:
+    sympy = lazy_import("sympy")
 
-Kind = Literal["constant", "scalar", "tensor"]
-KINDS = ("constant", "scalar", "tensor")
+__all__ = ["Kind", "Param", "State", "Level", "NeuronSpec", "parse_spec", "reset_rules", "FIRES_AT"]
+
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")
 FiresAt = Literal[">=", ">"]  # the spike's comparison of h with the threshold (of each level's argument with 0)
@@ -110,171 +114,6 @@ RESERVED = {"x": "the input", "h": "the charge result", "s": "the spike"}
 DEFAULT_INPUTS = ("x",)  # one step input, x
 # Input names that would make a kernel argument's key another argument's (`<input>_seq`, `grad_<input>_seq`)
 TAKEN_INPUT_NAMES = {"h": "the charge result (h_seq)", "s": "the spike", "spike": "the spike (spike_seq)"}
-
-
-def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise SpecError(f"expected a finite number, got {value!r}", field=field)
-    return float(value)
-
-
-def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
-    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
-        raise SpecError(f"expected {what}, got {type(value).__name__} {value!r}", field=field)
-    return value
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """A parameter: a compile-time constant, a runtime scalar, or a (possibly learnable) tensor."""
-
-    name: str
-    default: float
-    kind: Kind | None = None  # None: 'tensor' when learnable, else 'scalar'
-    learnable: bool = False
-    doc: str = ""
-    domain: str = ""  # the values it may take, e.g. "> 0" or ">= 1, <= 100" (autocuda.spec.domain)
-
-    def __post_init__(self) -> None:
-        field = f"params.{self.name}"
-        object.__setattr__(self, "default", _number(self.default, f"{field}.default"))
-        _expect(self.learnable, bool, f"{field}.learnable", "true or false")
-        _expect(self.doc, str, f"{field}.doc", "a string")
-        try:
-            problem = domain.problem(domain.parse_domain(self.domain), self.default)
-        except ValueError as error:
-            raise SpecError(f"invalid domain: {error}", field=f"{field}.domain") from None
-        if problem is not None:
-            raise SpecError(f"the default {problem}", field=f"{field}.default")
-        kind = self.kind if self.kind is not None else ("tensor" if self.learnable else "scalar")
-        if kind not in KINDS:
-            raise SpecError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", field=f"{field}.kind",
-                            symbol=str(kind))
-        if self.learnable and kind != "tensor":
-            raise SpecError(f"a learnable parameter must be a tensor, not {kind!r}", field=f"{field}.kind",
-                            symbol=kind)
-        object.__setattr__(self, "kind", kind)
-
-    @property
-    def bounds(self) -> tuple[Bound, ...]:
-        return domain.parse_domain(self.domain)
-
-    def check(self, value: float) -> None:
-        """Refuse a number outside the parameter's domain with a ValueError naming both."""
-        problem = domain.problem(self.bounds, value)
-        if problem is not None:
-            raise ValueError(f"parameter {self.name!r} {problem}")
-
-
-@dataclasses.dataclass(frozen=True)
-class State:
-    """A state variable and its initial value: a number, or the name of a parameter."""
-
-    name: str
-    init: float | str = 0.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.init, str):
-            object.__setattr__(self, "init", _number(self.init, f"states.{self.name}"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Level:
-    """One level of a multi-level spike: `weight` where `argument` (of h, states, params) is >= 0 (> 0 where the
-    neuron's `fires_at` is ">"), with its own surrogate gradient (None: the neuron's)."""
-
-    argument: str
-    weight: float = 1.0
-    surrogate: Surrogate | None = None
-
-    def check(self, field: str) -> Level:
-        """This level with its surrogate built and its fields checked; SpecErrors name `field`'s parts."""
-        _expect(self.argument, str, f"{field}.argument", "an expression string")
-        weight = _number(self.weight, f"{field}.weight")
-        if weight == 0:
-            raise SpecError("a level's weight must not be 0", field=f"{field}.weight")
-        try:
-            surrogate = None if self.surrogate is None else get_surrogate(self.surrogate).frozen()
-        except SpecError as err:
-            raise err.with_source(err.source, field) from None
-        return Level(self.argument, weight, surrogate)
-
-
-_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(Level))
-
-
-def _normalise_levels(value: Any) -> tuple[Level, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or not value:
-        raise SpecError("expected a non-empty list of levels ([[levels]] tables)", field="levels")
-    levels = []
-    for i, level in enumerate(value):
-        field = f"levels[{i}]"
-        if isinstance(level, Mapping):
-            unknown = [k for k in level if k not in _LEVEL_KEYS]
-            if unknown:
-                raise SpecError(f"unknown key {unknown[0]!r} (allowed: {', '.join(_LEVEL_KEYS)})",
-                                field=f"{field}.{unknown[0]}", symbol=str(unknown[0]))
-            if "argument" not in level:
-                raise SpecError("missing 'argument'", field=f"{field}.argument")
-            level = Level(**level)
-        if not isinstance(level, Level):
-            raise SpecError(f"expected a table or a Level, got {type(level).__name__}", field=field)
-        levels.append(level.check(field))
-    return tuple(levels)
-
-
-def _pairs(value: Any, field: str) -> tuple[tuple[str, Any], ...]:
-    """A mapping or a sequence of (name, value) pairs, as a tuple of pairs."""
-    if isinstance(value, Mapping):
-        return tuple(value.items())
-    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
-        for name, _ in value:
-            _expect(name, str, field, "a table whose names are strings")
-        return tuple((p[0], p[1]) for p in value)
-    raise SpecError("expected a table of name = value entries", field=field)
-
-
-_PARAM_KEYS = tuple(f.name for f in dataclasses.fields(Param) if f.name != "name")
-
-
-def _make_param(name: str, value: Any) -> Param:
-    if isinstance(value, Param):
-        if value.name != name:
-            raise SpecError(f"Param named {value.name!r} listed as {name!r}", field=f"params.{name}", symbol=name)
-        return value
-    if not isinstance(value, Mapping):
-        return Param(name, value)
-    for key in value:
-        if key not in _PARAM_KEYS:
-            raise SpecError(f"unknown key {key!r} (allowed: {', '.join(_PARAM_KEYS)})",
-                            field=f"params.{name}.{key}", symbol=str(key))
-    if "default" not in value:
-        raise SpecError("missing 'default'", field=f"params.{name}.default")
-    return Param(name, **value)
-
-
-def _normalise_params(value: Any) -> tuple[Param, ...]:
-    if isinstance(value, (list, tuple)) and all(isinstance(p, Param) for p in value):
-        return tuple(value)
-    return tuple(_make_param(n, v) for n, v in _pairs(value, "params"))
-
-
-def _normalise_states(value: Any) -> tuple[State, ...]:
-    if isinstance(value, (list, tuple)) and all(isinstance(s, State) for s in value):
-        return tuple(value)
-    return tuple(State(n, v) for n, v in _pairs(value, "states"))
-
-
-def _normalise_inputs(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
-        raise SpecError(f"expected a non-empty list of input names, got {value!r}", field="inputs")
-    return tuple(_expect(name, str, f"inputs[{i}]", "an input name") for i, name in enumerate(value))
-
-
-def _text_pairs(value: Any, field: str) -> tuple[tuple[str, str], ...]:
-    return tuple((n, _expect(t, str, f"{field}.{n}", "an expression string")) for n, t in _pairs(value, field))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,30 +155,30 @@ class NeuronSpec:
 
     def _normalise(self) -> None:
         set_ = functools.partial(object.__setattr__, self)
-        set_("params", _normalise_params(self.params))
-        set_("states", _normalise_states(self.states))
-        set_("updates", _text_pairs(self.updates, "updates"))
-        set_("derived", _text_pairs(self.derived, "derived"))
-        set_("options", tuple((n, _expect(v, bool, f"options.{n}", "true or false"))
-                              for n, v in _pairs(self.options, "options")))
+        set_("params", parts.normalise_params(self.params))
+        set_("states", parts.normalise_states(self.states))
+        set_("updates", parts.text_pairs(self.updates, "updates"))
+        set_("derived", parts.text_pairs(self.derived, "derived"))
+        set_("options", tuple((n, parts.expect(v, bool, f"options.{n}", "true or false"))
+                              for n, v in parts.pairs(self.options, "options")))
         set_("surrogate", get_surrogate(self.surrogate).frozen())  # a user's later change must not alter the spec
-        set_("ode", _text_pairs(self.ode, "ode"))
-        set_("jumps", _text_pairs(self.jumps, "jumps"))
+        set_("ode", parts.text_pairs(self.ode, "ode"))
+        set_("jumps", parts.text_pairs(self.jumps, "jumps"))
         if self.method is not None:
-            _expect(self.method, str, "method", "a method name")
-        _expect(self.output, str, "output", "an expression string")
-        set_("levels", _normalise_levels(self.levels))
-        set_("inputs", _normalise_inputs(self.inputs))
+            parts.expect(self.method, str, "method", "a method name")
+        parts.expect(self.output, str, "output", "an expression string")
+        set_("levels", parts.normalise_levels(self.levels))
+        set_("inputs", parts.normalise_inputs(self.inputs))
         if self.ode and all(p.name != TIME_STEP for p in self.params):
             set_("params", (*self.params, Param(TIME_STEP, 1.0, doc="integration time step dt of [ode]")))
 
     def _validate(self) -> None:
-        _expect(self.name, str, "name", "a string")
+        parts.expect(self.name, str, "name", "a string")
         problem = spec_name_problem(self.name)
         if problem is not None:
             raise SpecError(problem, field="name", symbol=self.name)
-        _expect(self.doc, str, "doc", "a string")
-        _expect(self.origin, str, "origin", "a string")
+        parts.expect(self.doc, str, "doc", "a string")
+        parts.expect(self.origin, str, "origin", "a string")
         if self.reset not in RESETS:
             raise SpecError(f"reset must be one of {', '.join(RESETS)}", field="reset", symbol=str(self.reset))
         if not isinstance(self.fires_at, str) or self.fires_at not in FIRES_AT:
@@ -384,7 +223,7 @@ class NeuronSpec:
             if isinstance(state.init, str) and state.init not in params:
                 raise SpecError(f"initial value {state.init!r} is not a parameter", field=f"states.{state.name}",
                                 symbol=state.init)
-        check_structure(self)
+        _check_ode_structure(self)
         membrane, others = self.states[0].name, [s.name for s in self.states[1:]]
         for name, _ in self.updates:
             if name == membrane:
@@ -433,6 +272,53 @@ class NeuronSpec:
         return dataclasses.replace(self, params=params)
 
 
+# -- structure of a spec with [ode] ------------------------------------------------------------------------------
+def _check_ode_structure(spec: NeuronSpec) -> None:
+    """Which state is set by what: charge or ODE for the membrane, update or ODE for the others; jumps, method
+    and time step. Raises SpecError naming the field and symbol."""
+    ode, updates, states = dict(spec.ode), dict(spec.updates), [s.name for s in spec.states]
+    if not ode:
+        if spec.method is not None:
+            raise SpecError("'method' integrates [ode] dynamics; this spec has no [ode]", field="method",
+                            symbol=str(spec.method))
+        for name, _ in spec.jumps:
+            raise SpecError("[jumps] act on states with an ODE; without [ode] write the spike's effect in "
+                            "[updates] (it may use s)", field=f"jumps.{name}", symbol=name)
+        return
+    if spec.method is not None and spec.method not in METHODS:
+        raise SpecError(f"unknown method {spec.method!r} (allowed: {', '.join(METHODS)})", field="method",
+                        symbol=str(spec.method))
+    for name in ode:
+        if name not in states:
+            raise SpecError(f"'{name}' is not a state (states: {', '.join(states)})", field=f"ode.{name}",
+                            symbol=name)
+        if name in updates:
+            raise SpecError(f"'{name}' has both an ODE and an update; keep one (an ODE state's spike effect goes "
+                            "in [jumps])", field=f"updates.{name}", symbol=name)
+    if spec.membrane in ode and spec.charge:
+        raise SpecError(f"the membrane '{spec.membrane}' has both 'charge' and an ODE; keep one",
+                        field=f"ode.{spec.membrane}", symbol=spec.membrane)
+    if spec.membrane not in ode and not spec.charge:
+        raise SpecError(f"missing 'charge' (or an [ode] entry for the membrane '{spec.membrane}')", field="charge")
+    _check_jumps(spec, ode)
+    step = next(p for p in spec.params if p.name == TIME_STEP)
+    if step.default <= 0:
+        raise SpecError(f"the time step must be positive, got {step.default:g}", field=f"params.{TIME_STEP}",
+                        symbol=TIME_STEP)
+
+
+def _check_jumps(spec: NeuronSpec, ode: Mapping[str, str]) -> None:
+    if len(dict(spec.jumps)) != len(spec.jumps):
+        raise SpecError("a state jumps twice", field="jumps")
+    for name, _ in spec.jumps:
+        if name == spec.membrane:
+            raise SpecError(f"the membrane '{name}' is reset by 'reset', not by a jump", field=f"jumps.{name}",
+                            symbol=name)
+        if name not in ode:
+            raise SpecError(f"'{name}' has no ODE: jumps act on ODE states (an update may use s instead)",
+                            field=f"jumps.{name}", symbol=name)
+
+
 def tensor_param_names(spec: NeuronSpec) -> tuple[str, ...]:
     return tuple(p.name for p in spec.params if p.kind == "tensor")
 
@@ -467,3 +353,75 @@ def spec_text(spec: NeuronSpec) -> str:
     defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS, "fires_at": ">="}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                       if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))
+
+
+# -- parsing: the spec's expressions in sympy form (`ParsedSpec`) --------------------------------------------
+def _symbols(names: Any) -> dict[str, sympy.Symbol]:
+    return {n: sympy.Symbol(n, real=True) for n in names}
+
+
+def parse_spec(spec: NeuronSpec) -> ParsedSpec:
+    """`spec`'s expressions in sympy form, parsed within the parse stage's time budget."""
+    return budget.bounded(spec.origin, "charge", _parse_spec_expressions, spec)
+
+
+def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
+    from .parse import parse_expression
+
+    h, s = (sympy.Symbol(n, real=True) for n in ("h", "s"))
+    inputs = _symbols(spec.inputs)
+    x = next(iter(inputs.values()))
+    params = _symbols(p.name for p in spec.params)
+    states = _symbols(st.name for st in spec.states)
+    options = dict(spec.options)
+
+    def parse(text: str, symbols: Mapping[str, sympy.Symbol], field: str) -> sympy.Expr:
+        try:
+            return parse_expression(text, symbols, source=spec.origin, field=field, options=options)
+        except SpecError as err:
+            if err.symbol in ("h", "s") and field in ("charge", "threshold"):
+                raise SpecError(f"{err.message}; 'h' and 's' exist only in updates", source=err.source,
+                                field=err.field, symbol=err.symbol) from None
+            raise
+
+    derived_symbols: dict[str, sympy.Symbol] = {}
+    derived: dict[str, sympy.Expr] = {}
+    values: dict[str, sympy.Expr] = {}
+    for name, text in spec.derived:
+        derived[name] = parse(text, {**params, **derived_symbols}, f"derived.{name}")
+        values[name] = budget.substituted(derived[name], {derived_symbols[n]: v for n, v in values.items()},
+                                          source=spec.origin, field=f"derived.{name}", what="derived values")
+        derived_symbols[name] = sympy.Symbol(name, real=True)
+    known = {**states, **params, **derived_symbols}
+    rhs = {n: parse(t, {**inputs, **known}, f"ode.{n}") for n, t in spec.ode}
+    charge = None if spec.membrane in rhs else parse(spec.charge, {**inputs, **known}, "charge")
+    threshold = parse(spec.threshold, known, "threshold")
+    updates = {n: parse(t, {**inputs, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    output = parse(spec.output, {**inputs, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
+    levels = tuple(parse(lv.argument, {"h": h, **known}, f"levels[{i}].argument")
+                   for i, lv in enumerate(spec.levels or ()))
+    method = None
+    if rhs:  # continuous dynamics: their discrete step gives the charge and/or updates (docs/ode.md)
+        jumps = {n: parse(t, {**inputs, "h": h, **known}, f"jumps.{n}") for n, t in spec.jumps}
+        with budget.working_on("method" if spec.method else "ode"):
+            method, integrated = _integrate(spec, rhs, jumps, states, params[TIME_STEP], h, s)
+        charge = integrated.pop(spec.membrane, charge)
+        updates |= integrated
+    ro = MappingProxyType
+    return ParsedSpec(x, h, s, ro(params), ro(states), ro(derived_symbols), ro(derived), ro(values), charge,
+                      threshold, ro(updates), method, ro(rhs), output, levels, tuple(inputs.values()))
+
+
+def _integrate(spec: NeuronSpec, rhs: Mapping[str, sympy.Expr], jumps: Mapping[str, sympy.Expr],
+               states: Mapping[str, sympy.Symbol], dt: sympy.Symbol, h: sympy.Symbol, s: sympy.Symbol
+               ) -> tuple[str, dict[str, sympy.Expr]]:
+    """The ODE states' values after one step (docs/ode.md), after-spike jumps applied."""
+    step = discretise({states[n]: f for n, f in rhs.items()}, dt, spec.method)
+    if step.note is not None:
+        warnings.warn(f"{spec.origin}: spec {spec.name!r}: {step.note}", stacklevel=5)
+    values = {u.name: e for u, e in step.values.items()}
+    at_end = {states[n]: e for n, e in values.items()}
+    at_end[states[spec.membrane]] = h  # in a jump the membrane is h (before reset), whether ODE or charge
+    for name, jump in jumps.items():
+        values[name] = with_jump(values[name], jump.xreplace(at_end), s)
+    return step.method, values

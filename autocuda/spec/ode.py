@@ -45,12 +45,10 @@ from ..lazy import lazy_import
 
 if TYPE_CHECKING:
     import sympy as sp
-
-    from .model import NeuronSpec
 else:
     sp = lazy_import("sympy")
 
-__all__ = ["METHODS", "TIME_STEP", "Discretised", "check_structure", "choose_method", "discretise", "euler",
+__all__ = ["METHODS", "TIME_STEP", "Discretised", "choose_method", "discretise", "euler",
            "exponential_euler", "exact", "exp_2x2", "with_jump"]
 
 METHODS = ("euler", "exponential_euler", "exact")
@@ -65,53 +63,6 @@ class Discretised:
     method: str
     values: Mapping[sp.Symbol, sp.Expr]
     note: str | None = None  # why the method differs from the one asked for
-
-
-# -- structure of a spec with [ode] ------------------------------------------------------------------------------
-def check_structure(spec: NeuronSpec) -> None:
-    """Which state is set by what: charge or ODE for the membrane, update or ODE for the others; jumps, method
-    and time step. Raises SpecError naming the field and symbol."""
-    ode, updates, states = dict(spec.ode), dict(spec.updates), [s.name for s in spec.states]
-    if not ode:
-        if spec.method is not None:
-            raise SpecError("'method' integrates [ode] dynamics; this spec has no [ode]", field="method",
-                            symbol=str(spec.method))
-        for name, _ in spec.jumps:
-            raise SpecError("[jumps] act on states with an ODE; without [ode] write the spike's effect in "
-                            "[updates] (it may use s)", field=f"jumps.{name}", symbol=name)
-        return
-    if spec.method is not None and spec.method not in METHODS:
-        raise SpecError(f"unknown method {spec.method!r} (allowed: {', '.join(METHODS)})", field="method",
-                        symbol=str(spec.method))
-    for name in ode:
-        if name not in states:
-            raise SpecError(f"'{name}' is not a state (states: {', '.join(states)})", field=f"ode.{name}",
-                            symbol=name)
-        if name in updates:
-            raise SpecError(f"'{name}' has both an ODE and an update; keep one (an ODE state's spike effect goes "
-                            "in [jumps])", field=f"updates.{name}", symbol=name)
-    if spec.membrane in ode and spec.charge:
-        raise SpecError(f"the membrane '{spec.membrane}' has both 'charge' and an ODE; keep one",
-                        field=f"ode.{spec.membrane}", symbol=spec.membrane)
-    if spec.membrane not in ode and not spec.charge:
-        raise SpecError(f"missing 'charge' (or an [ode] entry for the membrane '{spec.membrane}')", field="charge")
-    _check_jumps(spec, ode)
-    step = next(p for p in spec.params if p.name == TIME_STEP)
-    if step.default <= 0:
-        raise SpecError(f"the time step must be positive, got {step.default:g}", field=f"params.{TIME_STEP}",
-                        symbol=TIME_STEP)
-
-
-def _check_jumps(spec: NeuronSpec, ode: Mapping[str, str]) -> None:
-    if len(dict(spec.jumps)) != len(spec.jumps):
-        raise SpecError("a state jumps twice", field="jumps")
-    for name, _ in spec.jumps:
-        if name == spec.membrane:
-            raise SpecError(f"the membrane '{name}' is reset by 'reset', not by a jump", field=f"jumps.{name}",
-                            symbol=name)
-        if name not in ode:
-            raise SpecError(f"'{name}' has no ODE: jumps act on ODE states (an update may use s instead)",
-                            field=f"jumps.{name}", symbol=name)
 
 
 # -- analysis -----------------------------------------------------------------------------------------------------
