@@ -1,7 +1,7 @@
 """autocuda: fused, differentiable CUDA kernels for spiking neurons, generated from a few lines of description.
 
 Pipeline (one module per stage): spec (spec.model) -> parse (spec.parse) -> derive (spec.derive) ->
-print (codegen.printer) -> render (codegen.neuron, templates/) -> compile (runtime.compile) ->
+print (codegen.printer) -> render (codegen.neuron_kernel, templates/) -> compile (runtime.compile) ->
 launch (runtime.launch, runtime.neuron_launch) -> op -> module. Underneath: the builder DSL (CKernel, cfunction).
 Imports point down the layers only (tests/test_layers.py holds the table); this package wires the services the
 spec layer uses but does not own (`spec.hooks`) when it is imported, before any spec exists.

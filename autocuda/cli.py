@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .codegen.neuron import KERNELS
+from .codegen.neuron_kernel import KERNELS
 from .dtypes import DTYPES
 from .spec.load import spec_argument
 

@@ -5,7 +5,7 @@ prefix that no C/C++ keyword, no macro or name of a header we include, and no na
 with; the generator's own names start with `ac_`. So a user's name can be anything `spec.names` allows, and no
 list of C names has to be complete. The builder layer (`CKernel` and its kinds) takes kernel and parameter names
 verbatim, as its user's own C: `identifier_problem` checks those. A neuron kernel's arguments are passed by key
-(`codegen.neuron`); a spec may declare no name shaped like a key (`argument_key_problem`).
+(`codegen.neuron_kernel`); a spec may declare no name shaped like a key (`argument_key_problem`).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def comment_text(text: str, limit: int = 200) -> str:
     return _COMMENT_UNSAFE.sub(" ", str(text))[:limit]
 
 
-# Kernel argument keys (`codegen.neuron`) that hold no user's name; every other key is made from one, in a shape
+# Kernel argument keys (`codegen.neuron_kernel`) that hold no user's name; every other key is made from one, in a shape
 # below: `<state>_init`, `<state>_seq`, `<state>_final`, `<state>_checkpoints`, `grad_<state or param>...`.
 FIXED_KEYS = frozenset({"x_seq", "spike_seq", "h_seq", "grad_spike_seq", "grad_x_seq", "N", "T",
                         "ac_channels", "ac_inner", "ac_grad_x_scale", "ac_grad_x_shift"})

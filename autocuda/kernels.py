@@ -11,7 +11,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
-from .codegen.neuron import KERNELS, REPLAY_STEPS, SURROGATE_INPUT, KernelOptions, NeuronKernel, build_kernel, describe
+from .codegen.neuron_kernel import (
+    KERNELS,
+    REPLAY_STEPS,
+    SURROGATE_INPUT,
+    KernelOptions,
+    NeuronKernel,
+    build_kernel,
+    describe,
+)
 from .codegen.options import MULTI_STEP
 from .dtypes import DType, get_dtype
 from .errors import LiteralError, SpecError
@@ -113,7 +121,7 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
     for it).
     `replay`: steps between the checkpoints that forward writes of a saved state whose steps backward can
-    replay (ALIF's adaptation: `codegen.neuron.replay_steps`); 0 or 1 saves every step. Forward and backward
+    replay (ALIF's adaptation: `codegen.neuron_kernel.replay_steps`); 0 or 1 saves every step. Forward and backward
     must agree.
     `replay_charge=True`: the multi-step forward saves no h but a checkpoint of every state every `replay` steps,
     and the multi-step backward replays each segment's steps from x (`spec.derive.replaying_charge`); the two

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-REPLAY_STEPS = 8  # steps between checkpoints of replayed states, by default (`codegen.neuron.REPLAY_STEPS`)
+REPLAY_STEPS = 8  # steps between checkpoints of replayed states, by default (`codegen.neuron_kernel.REPLAY_STEPS`)
 
 
 @dataclasses.dataclass(frozen=True)

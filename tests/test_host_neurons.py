@@ -25,7 +25,7 @@ from conftest import REPRESENTATIVE_SPECS, cores, examples, profile
 from hypothesis import HealthCheck, example, given, seed, settings
 
 from autocuda import reference
-from autocuda.codegen.neuron import NeuronKernel
+from autocuda.codegen.neuron_kernel import NeuronKernel
 from autocuda.host import load_kernels, runner
 from autocuda.runtime.neuron_launch import fixed_layout
 from autocuda.spec.load import list_specs, load_spec

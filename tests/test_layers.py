@@ -250,3 +250,59 @@ def test_errors_keep_their_builtin_bases():
     assert {name: issubclass(getattr(errors, name), base) for name, base in expected.items()} == \
         dict.fromkeys(expected, True)
     assert set(expected) < set(errors.__all__)
+
+
+# -- one name, one thing ------------------------------------------------------------------------------------------
+# Files every package may have one of: they are no module's own name.
+PACKAGE_FILES = {"__init__.py", "__main__.py"}
+
+
+def shared_file_names(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """File name -> the modules that have it, for each name more than one module of the package has."""
+    owners: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name not in PACKAGE_FILES:
+            owners.setdefault(path.name, []).append(module_name(path, package))
+    return {name: modules for name, modules in owners.items() if len(modules) > 1}
+
+
+def shared_class_names(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """Public class name -> the modules that define one so named, for each name defined more than once (classes
+    at a module's top level, or under an `if` there; a name starting with `_` is private)."""
+    owners: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in _top_level(tree.body):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                owners.setdefault(node.name, []).append(module_name(path, package))
+    return {name: modules for name, modules in owners.items() if len(modules) > 1}
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _top_level(node.body)
+            yield from _top_level(node.orelse)
+
+
+def test_no_two_modules_share_a_file_name():
+    assert shared_file_names() == {}
+
+
+def test_no_two_public_classes_share_a_name():
+    assert shared_class_names() == {}
+
+
+def test_shared_names_are_found(tmp_path):
+    root = tmp_path / "autocuda"
+    for folder in ("a", "b"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "a" / "plans.py").write_text("class Plan:\n    pass\n\n\nclass _Private:\n    pass\n")
+    (root / "b" / "plans.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    class Plan: ...\n"
+                                         "class _Private:\n    pass\n")
+    (root / "b" / "other.py").write_text("def f():\n    class Plan:\n        pass\n")  # a local class: no export
+    assert shared_file_names(root) == {"plans.py": ["autocuda.a.plans", "autocuda.b.plans"]}
+    assert shared_class_names(root) == {"Plan": ["autocuda.a.plans", "autocuda.b.plans"]}

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import cores
 
-from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
@@ -196,7 +196,7 @@ def test_invariants_of_scalar_parameters_take_one_register_whatever_the_lanes(ki
 def test_staged_inputs_fit_the_register_budget_and_need_vector_accesses():
     """`staged` keeps blocks of inputs in registers: halved until they fit STAGED_WORDS, none without vector
     accesses, without a time loop or in replayed segments; and it is one way of loading ahead, the ring another."""
-    from autocuda.codegen.neuron import STAGED_WORDS
+    from autocuda.codegen.neuron_kernel import STAGED_WORDS
 
     def staged(name, kind, **layout):
         return neuron_kernel(load_spec(name), kind, "float32", **layout).plan.staged

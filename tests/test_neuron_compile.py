@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from conftest import REPRESENTATIVE_SPECS, profile
 
-from autocuda.codegen.neuron import KERNELS
+from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.kernels import neuron_kernel
 from autocuda.spec.load import list_specs, load_spec

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from autocuda.codegen.neuron import KERNELS
+from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.kernels import neuron_kernel
 from autocuda.runtime import compile, nvrtc, plans
 from autocuda.spec.load import list_specs, load_spec

@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 import torch
 
-from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import derivation, source
 from autocuda.runtime import tuning
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import autocuda.functional as F
-from autocuda.codegen.neuron import REPLAY_STEPS
+from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import source
 from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
 from autocuda.spec.load import list_specs, load_spec

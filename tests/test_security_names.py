@@ -21,7 +21,7 @@ from conftest import compile_together
 from autocuda import store
 from autocuda.cli import main
 from autocuda.cnames import USER_PREFIX, c_name
-from autocuda.codegen.neuron import KERNEL_STEM
+from autocuda.codegen.neuron_kernel import KERNEL_STEM
 from autocuda.errors import SpecError
 from autocuda.host import toolchain
 from autocuda.host.runner import SHIM

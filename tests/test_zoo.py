@@ -11,7 +11,7 @@ import textwrap
 
 from conftest import compile_together, cores
 
-from autocuda.codegen.neuron import KERNELS
+from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel

@@ -22,7 +22,7 @@ from ..spec.derive import (
     spike_levels,
 )
 from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
-from .options import KernelOptions, Plan, Statement, Transfer
+from .options import KernelOptions, KernelPlan, Statement, Transfer
 from .printer import CudaPrinter
 
 H_PREVIOUS = sp.Symbol("ac_h_prev", real=True)
@@ -39,7 +39,7 @@ class Builder:
     """Shared vocabulary of the forward and backward builders: names, loads, stores, printing."""
 
     def __init__(self, derivation: Derivation, options: KernelOptions):
-        self.d, self.o, self.plan = derivation, options, Plan()
+        self.d, self.o, self.plan = derivation, options, KernelPlan()
         self.storage, self.native = options.dtype, options.native
         self.compute = self.storage if self.native else self.storage.compute
         # Tensor parameters and their gradients live in float (double for float64), whatever the arithmetic.
@@ -208,7 +208,7 @@ class Builder:
         forward's step in backward gets forward's values, bit for bit)."""
         self.sealed = len(self.invariants)
 
-    def done(self) -> Plan:
+    def done(self) -> KernelPlan:
         """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
         They share common subexpressions like the loop body does: the coefficients of a discretised linear system
         repeat each other, and printed one by one they make sources that are slow to compile."""

@@ -159,7 +159,7 @@ class Statement:
 
 
 @dataclass
-class Plan:
+class KernelPlan:
     """What the schedule emitter frames, accumulated by the builders."""
 
     params: list[CParam] = field(default_factory=list)
@@ -188,11 +188,12 @@ def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
     writes the saved states every `options.replay` steps, backward replays the others; 0 for other kernels.
 
     Checkpoints are kept in the arithmetic's type. In float16 and bfloat16 (float arithmetic) the replay sees h
-    as stored, so forward stores it rounded toward the side of the threshold it was on (`plans.h_stored_as_decided`):
-    the replay decides every spike as forward did. 1 (a checkpoint every step, as a saved sequence) with
-    `replay` 0 or 1, or native half2 arithmetic. The name of what is saved stays the same for every dtype: the
-    ops' outputs are named alike. A replayed charge (`Derivation.charge_replayed`) keeps every checkpoint in
-    float, one every `replay` steps (every step for 0 or 1), and refuses native arithmetic."""
+    as stored, so forward stores it rounded toward the side of the threshold it was on
+    (`kernel_plans.h_stored_as_decided`): the replay decides every spike as forward did. 1 (a checkpoint every
+    step, as a saved sequence) with `replay` 0 or 1, or native half2 arithmetic. The name of what is saved stays
+    the same for every dtype: the ops' outputs are named alike. A replayed charge (`Derivation.charge_replayed`)
+    keeps every checkpoint in float, one every `replay` steps (every step for 0 or 1), and refuses native
+    arithmetic."""
     if not (derivation.replayable and options.multi_step):
         return 0
     if derivation.charge_replayed:  # no h saved: backward replays every step, from checkpoints in float

@@ -3,9 +3,10 @@ step, stores.
 
 Each thread owns `lanes` consecutive neurons starting at ac_n0 and keeps their states in register arrays indexed
 by lane. The schedules: a single step ("none"), a plain time loop forward or in reverse, a ring of asynchronous
-copies in shared memory (`Plan.depth`), blocks of steps staged in registers (`Plan.staged`), and backward over
-replayed segments (`Plan.segment`). Arrays kept for a register are named by prefixing it (ac_ring_<register>,
-ac_staged_<register>): a register may end in a user's name, which a suffix could extend into another's.
+copies in shared memory (`KernelPlan.depth`), blocks of steps staged in registers (`KernelPlan.staged`), and
+backward over replayed segments (`KernelPlan.segment`). Arrays kept for a register are named by prefixing it
+(ac_ring_<register>, ac_staged_<register>): a register may end in a user's name, which a suffix could extend
+into another's.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from .broadcast import CHANNEL_RUN, channel_run
 from .code import Code
-from .options import VECTOR_CTYPES, KernelOptions, Plan, Statement, Transfer, pair_copies
+from .options import VECTOR_CTYPES, KernelOptions, KernelPlan, Statement, Transfer, pair_copies
 
 _ROW = "const long long ac_row = t * N + ac_n0;"
 
@@ -45,7 +46,7 @@ class _Loop:
 class BodyWriter:
     """Writes one kernel's body (inside its outer braces) from its plan and options."""
 
-    def __init__(self, plan: Plan, options: KernelOptions) -> None:
+    def __init__(self, plan: KernelPlan, options: KernelOptions) -> None:
         storage = options.dtype
         self.plan, self.options = plan, options
         self.native, self.vector, self.lanes = options.native, options.vector, options.lanes
@@ -365,7 +366,7 @@ class BodyWriter:
                 self.into_registers(item, item.register, lambda index: f"ac_stage[{index}]")
 
 
-def kernel_body(plan: Plan, options: KernelOptions) -> str:
+def kernel_body(plan: KernelPlan, options: KernelOptions) -> str:
     """The text inside a neuron kernel's outer braces."""
     return BodyWriter(plan, options).text()
 

@@ -101,7 +101,7 @@ def _record_fields(data: bytes) -> dict[str, Any]:
 class KernelRecord:
     """One generated kernel, ready to launch on a GPU (`cuda_launcher`) or on the host runner (`launch`), with
     `block` threads per block (a prefetching kernel's shared ring is sized for them); `checkpoint_steps`: the
-    steps between the rows of its `<state>_checkpoints` tensors (`codegen.neuron.replay_steps`), 0 without."""
+    steps between the rows of its `<state>_checkpoints` tensors (`codegen.neuron_kernel.replay_steps`), 0 without."""
 
     def __init__(self, kernel_name: str, full_codes: str, params: tuple[CParam, ...], lanes: int, block: int = 256,
                  checkpoint_steps: int = 0):

@@ -38,7 +38,7 @@ def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long:
                ) -> list[dict[str, Any]]:
     """The layouts to try for N neurons: for long loops, per-thread neuron counts this dtype and N allow, with
     and without prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
-    `codegen.neuron.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
+    `codegen.neuron_kernel.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
     per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron.
     For other loops (`long=False`), the access widths of `SHORT_WIDTHS` that N and the alignment allow, each
     unrolled as `SHORT_UNROLLS` says."""
@@ -84,7 +84,8 @@ def fits(options: Layout | Options, n: int, itemsize: int, aligned: Callable[[in
 
 
 def _pair_copies(lanes: int, prefetch: int, itemsize: int) -> bool:
-    """The ring copies, for one 2-byte neuron per thread, the 4-byte pair holding it (`codegen.neuron.pair_copies`)."""
+    """The ring copies, for one 2-byte neuron per thread, the 4-byte pair holding it
+    (`codegen.neuron_kernel.pair_copies`)."""
     return bool(prefetch) and lanes == 1 and itemsize == 2
 
 

@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from .. import reference
-from ..codegen.neuron import REPLAY_STEPS, KernelOptions, replay_steps
+from ..codegen.neuron_kernel import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..layout import Layout
 from ..runtime.neuron_launch import NeuronConfig, backward, fixed_layout, forward, replay_option
@@ -178,7 +178,7 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
                  ) -> tuple[list[Comparison], int]:
     """Every kernel output against the reference, ambiguous neurons masked (see the module doc). With a
     `segment`, <state>_checkpoints are compared with the reference's sequence every `segment` steps
-    (`codegen.neuron.replay_steps`).
+    (`codegen.neuron_kernel.replay_steps`).
 
     atol is scaled by the largest value of the output's family, forward values (x, states, h) or gradients
     (incoming and outgoing): rounding errors are relative to the terms a result is summed from, and those can

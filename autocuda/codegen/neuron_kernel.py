@@ -1,6 +1,6 @@
 """Neuron kernels from a derivation: FPTT, BPTT and their single-step forms, for any dtype.
 
-The parameter list is declared once, by the plans (`plans`, in the builder's vocabulary); the body is written
+The parameter list is declared once, by the plans (`kernel_plans`, in the builder's vocabulary); the body is written
 from the plan (`schedule`); the template frames it.
 Tensor parameter names are the interface to the op layer:
     forward:  x_seq, <state>_init, [tensor params] -> spike_seq, h_seq, <state>_seq, <state>_checkpoints,
@@ -29,6 +29,7 @@ from ..cnames import comment_text
 from ..dtypes import headers_for
 from ..spec.derive import Derivation, spike_value
 from .builder import kernel_param
+from .kernel_plans import SURROGATE_INPUT, backward_plan, forward_plan
 from .options import (
     KERNELS,
     REPLAY_STEPS,
@@ -36,7 +37,7 @@ from .options import (
     STAGED_WORDS,
     VECTOR_CTYPES,
     KernelOptions,
-    Plan,
+    KernelPlan,
     Statement,
     Transfer,
     pair_copies,
@@ -44,11 +45,10 @@ from .options import (
     replay_steps,
     staged_steps,
 )
-from .plans import SURROGATE_INPUT, backward_plan, forward_plan
 from .schedule import kernel_body
 
 __all__ = ["KERNELS", "KERNEL_STEM", "REPLAY_STEPS", "SHARED_BYTES", "STAGED_WORDS", "SURROGATE_INPUT",
-           "VECTOR_CTYPES", "KernelOptions", "NeuronKernel", "Plan", "Statement", "Transfer", "build_kernel",
+           "VECTOR_CTYPES", "KernelOptions", "NeuronKernel", "KernelPlan", "Statement", "Transfer", "build_kernel",
            "describe", "kernel_param", "kernel_stem", "pair_copies", "pipeline_depth", "replay_steps",
            "staged_steps"]
 
@@ -59,7 +59,7 @@ class NeuronKernel(CKernel):
 
     template = "neuron.cu.j2"
 
-    def __init__(self, kernel_name: str, plan: Plan, options: KernelOptions, description: tuple[str, ...] = (),
+    def __init__(self, kernel_name: str, plan: KernelPlan, options: KernelOptions, description: tuple[str, ...] = (),
                  checkpoint_steps: int = 0):
         super().__init__(kernel_name)
         self.plan, self.options, self.checkpoint_steps = plan, options, checkpoint_steps

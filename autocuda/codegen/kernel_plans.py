@@ -1,6 +1,6 @@
 """The plans of the four neuron kernels: what forward (FPTT and its single step) and backward (BPTT and its single
 step) load, compute and store, written in the builder's vocabulary. Tensor names are the op layer's interface
-(`codegen.neuron`)."""
+(`codegen.neuron_kernel`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,13 +22,13 @@ from ..spec.derive import (
 )
 from .broadcast import CORRECTION_KEYS, PARAM_INDEX, PER_CHANNEL
 from .builder import H_PREVIOUS, Builder
-from .options import KernelOptions, Plan, Transfer, replay_steps
+from .options import KernelOptions, KernelPlan, Transfer, replay_steps
 
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression
 _H_STORED = sp.Symbol("ac_h_stored", real=True)
 
 
-def forward_plan(derivation: Derivation, options: KernelOptions) -> Plan:
+def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
     """FPTT or its single step: charge, fire, reset and update the states; store the spikes and what backward
     reads (h, the saved states or their checkpoints), and the final states."""
     b = Builder(derivation, options)
@@ -104,7 +104,7 @@ def h_stored_as_decided(b: Builder) -> None:
                 comment="unless that decides the spike otherwise: then rounded toward the side h was on")
 
 
-def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> Plan:
+def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> KernelPlan:
     """BPTT or its single step: threshold, spike and surrogate gradient recomputed from h, then the adjoint of one
     step; store the gradient of x, and those of the initial states and of the learnable parameters."""
     b = Builder(derivation, options)
@@ -303,7 +303,7 @@ def _replay_charge(b: Builder, derivation: Derivation, reads: tuple[bool, ...]) 
 
 
 def _replay(b: Builder, derivation: Derivation) -> None:
-    """The replay's step (`Plan`): the saved states before step t and h[t] into their histories, then the
+    """The replay's step (`KernelPlan`): the saved states before step t and h[t] into their histories, then the
     saved states' updates as forward ran them (the same expressions, printed alike: the replay rebuilds the
     values forward had, bit for bit, where the arithmetic is the storage's own)."""
     system = derivation.system
