@@ -1,4 +1,4 @@
-"""The `autocuda` command: list, show, check, new, tour, plot, cache. (The benchmark is the repository's own
+"""The `autocuda` command: list, show, check, new, tour, plot, cache, native. (The benchmark is the repository's own
 package, `python -m bench` from a checkout: it imports autocuda, never the other way round.)"""
 from __future__ import annotations
 
@@ -186,6 +186,16 @@ def cmd_cache(args: argparse.Namespace) -> int:
     print(f"autocuda cache: {store.root()} (set AUTOCUDA_CACHE_DIR to move it)")
     for kind, entries, size in store.usage() or [("(empty)", 0, 0)]:
         print(f"  {kind:<9} {entries:6d} entries  {size / 2**20:8.1f} MiB")
+    return cmd_native(argparse.Namespace(action="status"))
+
+
+def cmd_native(args: argparse.Namespace) -> int:
+    """Where the native call path's library stands, or (build) build it now into the cache."""
+    from . import native
+
+    if args.action == "build" and native.build_into_cache(wait=args.wait) != 0:
+        return 1  # why is on stderr: a failed build, or a build of another process's not waited for
+    print(f"native library: {native.library_state()}")
     return 0
 
 
@@ -258,6 +268,13 @@ def _parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="show what autocuda's disk cache holds, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every cached entry")
     cache.set_defaults(run=cmd_cache)
+    native = sub.add_parser("native", help="where the native call path's library stands, or build it now")
+    native.add_argument("action", nargs="?", choices=("status", "build"), default="status",
+                        help="status (the default): built, loaded, building or unavailable, and why; build: build "
+                        "it into the cache now (ahead of a process's first CUDA call)")
+    native.add_argument("--wait", action="store_true", help="build: wait for a build another process is running "
+                        "(by default it leaves that build alone and says so)")
+    native.set_defaults(run=cmd_native)
     plot = sub.add_parser("plot", help="draw a spec's states and spikes under a test input, or its f-I curve "
                           "(needs matplotlib)")
     plot.add_argument("spec", help="shipped spec name or .toml path")

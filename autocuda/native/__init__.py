@@ -10,13 +10,18 @@ Calls on CPU tensors take it only where `AUTOCUDA_NATIVE` is 1 or on (`autocuda.
 host runner's kernels, as the Python path does, and a machine without CUDA would build the library for nothing.
 A process asks for the library on its first prepared call that takes the path: it is loaded from the cache, or
 built by a helper process (`python -m autocuda.native`) while calls take the Python path; the helper finishes the
-build where the process ends first, so that the next one finds it. `ensure()` builds and loads it now. Without a
-compiler every call takes the Python path; `status()` says why.
+build where the process ends first, so that the next one finds it. A process never waits on a build that another
+process started: where one holds the build lock, the helper leaves at once and the process's calls take the Python
+path (the next process loads the library). Only `ensure()`, which builds and loads it now, waits for another's
+build; so does `autocuda native build --wait` (without --wait it leaves a build in progress alone).
+`autocuda native build` builds it ahead of time; `autocuda native` and `autocuda cache` say where it stands
+(`library_state`). Without a compiler every call takes the Python path; `status()` says why.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -24,21 +29,25 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .. import store
 from ..host import cache, toolchain
 
 SOURCE = Path(__file__).with_name("neuron_call.cpp")
 VARIABLE = "AUTOCUDA_NATIVE"
 _SWITCH = {"0": False, "off": False, "1": True, "on": True, "": True}
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-c++20-extensions")
+BUSY = 3  # the helper's exit status where another process holds the build lock: it built nothing, waited for nothing
+LOCK_NAME = ".native-build.lock"  # in the host cache folder; hidden: no cache entry
 
 _lock = threading.Lock()
-_state = {"phase": "unasked", "why": ""}  # unasked -> building -> loaded | unavailable
+# unasked -> building -> loaded | unavailable | elsewhere (another process is building it: the Python path)
+_state = {"phase": "unasked", "why": "", "path": ""}
 _builder: list[threading.Thread] = []
 _CALL = None  # the loaded `call` operator's C++ callable
 _OPERATORS: dict[str, Any] = {}  # every loaded operator's C++ callable by name (see `operator`)
@@ -81,10 +90,15 @@ def loaded() -> bool:
 
 
 def ensure() -> bool:
-    """Load the operator now, waiting for its build where it is not in the cache (True once loaded)."""
+    """Load the operator now, waiting for its build where it is not in the cache, also for a build another process
+    is running (True once loaded): the one call that waits, for tests and benchmarks that need the library."""
     loaded()
     for thread in list(_builder):
         thread.join()
+    if _state["phase"] == "elsewhere" and build_into_cache(wait=True) == 0:
+        found = cache.find(_key())
+        if found is not None:
+            _load(found)
     return _CALL is not None
 
 
@@ -139,6 +153,10 @@ def _build(key: str, helper: subprocess.Popen) -> None:
     ends first."""
     try:
         _, errors = helper.communicate()
+        if helper.returncode == BUSY:  # not a failure: this process does not wait, the next one loads it
+            said = errors.strip().splitlines() or ["another process is building the native library"]
+            _state.update(phase="elsewhere", why=f"{said[-1]}; calls take the Python path")
+            return
         found = cache.find(key)
         if found is None:
             raise RuntimeError(errors.strip()[-2000:] or f"the build exited with {helper.returncode} and stored no "
@@ -150,12 +168,17 @@ def _build(key: str, helper: subprocess.Popen) -> None:
                       RuntimeWarning, stacklevel=1)
 
 
-def build_into_cache() -> int:
+def build_into_cache(wait: bool = False) -> int:
     """Build the library into the host cache unless it is there (what the helper process runs): 0 once it is
-    there, else 1 with the reason on stderr. One process builds at a time; the others then find its library."""
-    key = _key()
+    there; BUSY, at once, where another process is building it and `wait` is False (nothing built; who builds on
+    stderr); else 1 with the reason on stderr. One process builds at a time; the others then find its library."""
     try:
-        with _build_lock():
+        key = _key()
+        with _build_lock(wait) as builder:
+            if builder is not None:
+                print(f"{builder} is building the native library; this process does not wait for it",
+                      file=sys.stderr)
+                return BUSY
             cache.load_or_build(key, _compile)
     except Exception as error:
         print(f"autocuda: building {SOURCE.name} failed: {error}", file=sys.stderr)
@@ -171,7 +194,7 @@ def _load(path: Path) -> None:
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
         _CALL = _OPERATORS["call"]
-        _state.update(phase="loaded", why="")
+        _state.update(phase="loaded", why="", path=str(path))
     except Exception as error:  # a library torch refuses (another torch build): the Python path
         _unavailable(f"loading {path} failed: {error}")
 
@@ -215,13 +238,87 @@ def _key() -> str:
     return "native-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+_LOCK_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)  # a link in the lock's place is refused
+
+
 @contextlib.contextmanager
-def _build_lock():
-    path = cache.cache_dir() / ".native-build.lock"  # hidden: no cache entry; a link in its place is not followed
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    with os.fdopen(os.open(path, flags, 0o600), "r+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def _build_lock(wait: bool) -> Iterator[str | None]:
+    """Hold the build lock for the block (None is yielded; the holder's process id is written into the file); where
+    another process holds it and `wait` is False, the lock is not taken and its holder is yielded instead
+    ("process 1234"), at once."""
+    path = cache.cache_dir() / LOCK_NAME
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | _LOCK_FLAGS, 0o600), "r+") as handle:
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield _holder(handle)
+            return
+        try:
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield None
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _holder(handle: Any) -> str:
+    """The process holding the lock of `handle`'s file, by the id it wrote there ("another process" before it did)."""
+    handle.seek(0)
+    text = handle.read().strip()
+    return f"process {text}" if text.isdigit() else "another process"
+
+
+def _building_now(folder: Path) -> str | None:
+    """The process building the library into `folder` now, or None; a look that neither takes the lock for longer
+    than the look, nor creates the lock file, nor waits."""
+    try:
+        descriptor = os.open(folder / LOCK_NAME, os.O_RDONLY | _LOCK_FLAGS)
+    except OSError:  # no lock file: no build ever started here
+        return None
+    with os.fdopen(descriptor) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(handle)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+# -- where the library stands (`autocuda native`, `autocuda cache`) ----------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LibraryState:
+    """Where the native library for this torch and compiler stands: `state` is "loaded" (in this process),
+    "built" (in the cache), "building" (by another process now), "not built" or "unavailable"; `path` where it
+    is (or would be stored); `why` what that means for calls."""
+
+    state: str
+    path: Path | None = None
+    why: str = ""
+
+    def __str__(self) -> str:
+        where = f" ({self.path})" if self.path is not None else ""
+        return f"{self.state}{where}{': ' + self.why if self.why else ''}"
+
+
+def library_state() -> LibraryState:
+    """Where the library stands, found without building, loading or waiting for it (and with no cache folder made
+    where there is none)."""
+    off = "" if USE else f"; the native path is off in this process ({VARIABLE}=0)"
+    if _CALL is not None:
+        return LibraryState("loaded", Path(_state["path"]), f"CUDA calls take the native path{off}")
+    if _state["phase"] == "unavailable":
+        return LibraryState("unavailable", None, _state["why"])
+    missing = toolchain.missing_compiler()
+    if missing is not None:
+        return LibraryState("unavailable", None, f"{missing}; calls take the Python path")
+    key, folder = _key(), store.root() / "host"
+    found = cache.find(key) if folder.is_dir() else None
+    if found is not None:
+        return LibraryState("built", found, f"a process's first CUDA call loads it{off}")
+    builder = _building_now(folder)
+    if builder is not None:
+        return LibraryState("building", None, f"{builder} is building it; processes started after it ends load it")
+    return LibraryState("not built", folder / f"{key}.so",
+                        "a process's first CUDA call builds it in the background (its calls take the Python path "
+                        f"meanwhile); `autocuda native build` builds it now{off}")
