@@ -24,7 +24,7 @@ from .codegen.options import MULTI_STEP
 from .dtypes import DType, get_dtype
 from .errors import LiteralError, SpecError
 from .layout import Layout
-from .spec.budget import bounded
+from .spec.budget import bounded, reuse
 from .spec.derive import Derivation, Reset, derive, replaying_charge
 from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
@@ -77,6 +77,7 @@ def _kernel(request: KernelRequest) -> NeuronKernel:
 def _build(r: KernelRequest) -> NeuronKernel:
     spec = r.spec
     d = _derivation(spec, r.reset, r.detach_reset, r.constants)
+    reuse(d)  # a derivation made by an earlier stage: its CPU time counts against this kernel's budget
     if r.replay_charge and r.kernel in MULTI_STEP:
         d = replaying_charge(d)
     symbols = {p.name: p for p in d.system.params}

@@ -6,18 +6,26 @@ integer of 10**29 bits inside one C call that nothing can interrupt. So two kind
 - limits checked *before* sympy evaluates (`check_exponent`) or on every expression built (`check_size`):
   numeric exponents of at most MAX_EXPONENT, numbers of magnitude at most MAX_MAGNITUDE, expressions of at most
   MAX_NODES nodes;
-- a budget of CPU time (`bounded`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on each stage
-  that runs sympy (parse, step system, derivation, kernel rendering) or a Python step function (its trace). The
-  stage runs in a worker thread, and what is measured is that thread's own CPU time (its clock,
-  `time.pthread_getcpuclockid`): the work the spec causes, not the wall time it takes. A busy machine runs the
-  stage later and slower, but the stage's CPU time, and so the verdict, stays that of an idle one. Past the
-  budget the caller refuses the spec with a SpecError naming the field being worked on and the limit, and the
-  worker is interrupted. Stack exhaustion in sympy's recursive algorithms is refused the same way.
+- a budget of CPU time (`bounded`, default DEFAULT_SECONDS, `AUTOCUDA_SYMBOLIC_BUDGET` seconds) on the whole
+  chain of symbolic stages from a spec's text to any one of its kernels: a Python step's trace and its mapping
+  onto a spec, the parse, the step system and derivation, the kernel's rendering. Each stage runs in a worker
+  thread, and what is measured is that thread's own CPU time (its clock, `time.pthread_getcpuclockid`): the work
+  the spec causes, not the wall time it takes. A busy machine runs the stage later and slower, but the stage's
+  CPU time, and so the verdict, stays that of an idle one. Past the budget the caller refuses the spec with a
+  SpecError naming the field being worked on and the limit, and the worker is interrupted. Stack exhaustion in
+  sympy's recursive algorithms is refused the same way.
+
+The chain is what makes the budget one per spec load rather than one per stage: each stage's result (a parsed
+spec, a derivation, a trace, ...) is recorded with the CPU time of the chain that made it (`_Costs`), and a later
+stage that builds on it (`reuse`) starts with that time already spent. So a refusal comes within the budget of
+CPU time from the start of the spec's load, however the work is split between stages, and however long ago the
+earlier stages ran. Where a stage builds on several results, it counts the costliest chain among them (they share
+their parse), so a stage that joins two unrelated chains may run past the budget by the smaller one.
 
 A stage that uses no CPU (it waits on a lock, on I/O, sleeps) is refused by a wall-clock backstop of
 BACKSTOP_FACTOR times the budget, at least BACKSTOP_SECONDS: only a hang, or a machine so loaded that the stage
 got a core for less than one part in BACKSTOP_FACTOR of the time, meets it. Where the platform has no clock per
-thread (`time.pthread_getcpuclockid`: not on Windows or macOS), the budget is wall-clock time.
+thread (`time.pthread_getcpuclockid`: not on Windows or macOS), the budget is wall-clock time per stage.
 
 The interruption is an asynchronous exception raised in the worker: it lands between two Python bytecodes, which
 is why the C-level evaluations above are refused beforehand instead.
@@ -27,11 +35,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import itertools
 import math
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,19 +54,20 @@ T = TypeVar("T")
 
 __all__ = ["MAX_EXPONENT", "MAX_MAGNITUDE", "MAX_NODES", "DEFAULT_SECONDS", "BACKSTOP_FACTOR", "BACKSTOP_SECONDS",
            "budget_seconds", "backstop_seconds", "check_exponent",
-           "check_node", "check_size", "exp_problem", "bounded", "bounded_at", "substituted", "working_on"]
+           "check_node", "check_size", "exp_problem", "bounded", "bounded_at", "reuse", "substituted", "working_on"]
 
 MAX_EXPONENT = 64        # a neuron equation raises to small powers; larger ones only serve to blow sympy up
 MAX_MAGNITUDE = 1e30     # numbers beyond it are typos or attacks, and overflow float16/bfloat16/float32 anyway
 MAX_NODES = 20_000       # sympy nodes in one expression after derived values are substituted
-DEFAULT_SECONDS = 10.0   # CPU seconds of one stage
+DEFAULT_SECONDS = 4.0    # CPU seconds of the stages from a spec's text to one of its kernels, together
 BACKSTOP_FACTOR = 10     # the wall-clock backstop: this many times the budget ...
 BACKSTOP_SECONDS = 60.0  # ... and at least this many seconds
 BUDGET_VARIABLE = "AUTOCUDA_SYMBOLIC_BUDGET"
 
 
 def budget_seconds() -> float:
-    """The CPU-time budget of one symbolic stage: $AUTOCUDA_SYMBOLIC_BUDGET seconds, else DEFAULT_SECONDS."""
+    """The CPU-time budget of a chain of symbolic stages: $AUTOCUDA_SYMBOLIC_BUDGET seconds, else
+    DEFAULT_SECONDS."""
     text = os.environ.get(BUDGET_VARIABLE, "").strip()
     if not text:
         return DEFAULT_SECONDS
@@ -185,6 +196,8 @@ class _Stage:
     def __init__(self, source: str, field: str, seconds: float, work: Callable[[], T],
                  locate: Callable[[Any], str] | None = None):
         self.source, self.field, self.seconds, self.work, self.locate = source, field, seconds, work, locate
+        self.number = next(_stage_numbers)  # names the stage in the results it records (`_Costs`)
+        self.reused = 0.0  # CPU seconds of the costliest chain of earlier stages this one builds on (`reuse`)
         self.ready, self.finished = threading.Event(), threading.Event()
         self.lock = threading.Lock()  # held to set `finished` and to interrupt: never both at once
         self.cpu_time: Callable[[], float] | None = None
@@ -217,11 +230,12 @@ class _Stage:
                        f"platform has no CPU clock per thread)"
             return None
         try:
-            used = self.cpu_time()
+            used = self.cpu_time() + self.reused
         except OSError:  # the worker has just ended: its clock is gone
             return None
         if used > self.seconds:
-            return f"symbolic work ran past its budget of {self.seconds:g} s of CPU time"
+            earlier = f", {self.reused:.2g} s of it in the earlier stages it builds on" if self.reused else ""
+            return f"symbolic work ran past its budget of {self.seconds:g} s of CPU time{earlier}"
         backstop = backstop_seconds(self.seconds)
         if wall > backstop:
             return f"symbolic work did not end within {backstop:g} s of wall-clock time, the backstop of a " \
@@ -241,7 +255,7 @@ class _Stage:
             try:
                 self.cpu_time = _cpu_clock_of_this_thread()
                 self.ready.set()
-                self.result = self.work()
+                self.result = _costs.recorded(self.work())
             except _Interrupted:
                 pass  # abandoned: the caller has refused the spec already
             except RecursionError:
@@ -295,16 +309,63 @@ def _set_async_exception(thread: int, exception: type[BaseException]) -> None:
 
 
 _current = threading.local()
+_stage_numbers = itertools.count()
+
+
+def _spent(stage: _Stage) -> float:
+    """CPU seconds of `stage` so far, the chain it builds on included (read in its worker: the clock is alive)."""
+    return (stage.cpu_time() if stage.cpu_time is not None else 0.0) + stage.reused
+
+
+class _Costs:
+    """The CPU time of the chain of stages that made each recorded result, and which stage recorded it: by the
+    result's identity, for as long as it lives. Results that cannot be referred to weakly (tuples, sympy
+    expressions) are not recorded: nothing caches them to build on later."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[int, float]] = {}
+
+    def recorded(self, result: T) -> T:
+        """`result`, recorded with the current stage's time so far (the first stage to record it keeps it)."""
+        stage = getattr(_current, "stage", None)
+        if stage is None or stage.cpu_time is None or id(result) in self._by_id:
+            return result
+        try:
+            weakref.finalize(result, self._by_id.pop, id(result), None)
+        except TypeError:
+            return result
+        self._by_id[id(result)] = (stage.number, _spent(stage))
+        return result
+
+    def of(self, result: object) -> tuple[int, float] | None:
+        """(the recording stage's number, the chain's CPU seconds) of `result`, or None."""
+        return self._by_id.get(id(result))
+
+
+_costs = _Costs()
+
+
+def reuse(result: object) -> None:
+    """Count the chain of earlier stages that made `result` (a stage's result, kept in a cache) as spent by the
+    current stage, which builds on it. No-op outside a stage, for a result this stage made (its clock holds that
+    time already), and for one never recorded."""
+    stage: _Stage | None = getattr(_current, "stage", None)
+    if stage is None:
+        return
+    made = _costs.of(result)
+    if made is not None and made[0] != stage.number:
+        stage.reused = max(stage.reused, made[1])
 
 
 def bounded(source: str, field: str, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`work(*args, **kwargs)`, a symbolic stage, run under the CPU-time budget; a stage called from inside
-    another shares the outermost one's. Running past it, or exhausting the stack, raises a SpecError naming
-    `source` and the field in progress."""
+    another is part of the outermost one. Running past it, or exhausting the stack, raises a SpecError naming
+    `source` and the field in progress. The result is recorded with the CPU time spent on it, which a later stage
+    that builds on it (`reuse`) counts as its own."""
     outer = getattr(_current, "stage", None)
     if outer is not None:
         with working_on(field):
-            return work(*args, **kwargs)
+            return _costs.recorded(work(*args, **kwargs))
     return _Stage(source, field, budget_seconds(), functools.partial(work, *args, **kwargs)).run()
 
 
@@ -313,7 +374,7 @@ def bounded_at(source: str, field: str, locate: Callable[[Any], str], work: Call
     the worker's innermost frame then (a step function's line)."""
     if getattr(_current, "stage", None) is not None:
         with working_on(field):
-            return work(*args)
+            return _costs.recorded(work(*args))
     return _Stage(source, field, budget_seconds(), functools.partial(work, *args), locate).run()
 
 

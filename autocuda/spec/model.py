@@ -241,7 +241,9 @@ class NeuronSpec:
         """The spec's expressions as sympy (built once, at construction or after unpickling)."""
         if "_parsed" not in self.__dict__:
             object.__setattr__(self, "_parsed", parse_spec(self))
-        return self.__dict__["_parsed"]
+        parsed: ParsedSpec = self.__dict__["_parsed"]
+        budget.reuse(parsed)  # a stage that builds on the parse counts its CPU time (spec.budget)
+        return parsed
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_parsed"}  # cheap to rebuild, big to ship

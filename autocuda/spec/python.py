@@ -277,6 +277,7 @@ def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list
 
 def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
             doc: str = "", initial: Mapping[str, float | str] | None = None, origin: str = "<python>") -> StepSpec:
+    budget.reuse(traced)  # the trace's CPU time counts against this stage's budget: one budget per step function
     values = _sympy(traced, origin)
     returns = [values[i] for i in traced.returns]
     count = len(returns) - len(states)

@@ -552,9 +552,15 @@ def trace(fn: Callable[..., Any], names: Sequence[str], *, dtype: torch.dtype = 
     if captured is not None:
         raise SpecError(f"{_name(fn)} captures the tensor or module {captured!r}: a kernel cannot read it; pass "
                         f"it as an argument (a parameter, or FlexSN's static_inputs)", symbol=captured)
+    return budget.bounded_at(origin(fn), "step", _located, _traced, fn, names, dtype)
+
+
+def _traced(fn: Callable[..., Any], names: Sequence[str], dtype: torch.dtype) -> Trace:
+    """The trace of one call of `fn`, a symbolic stage: the Trace is its result, recorded with the stage's CPU
+    time, which the mapping onto a spec builds on (`budget.reuse`)."""
     tracer = _Tracer(dtype)
     arguments = [Value(tracer.node("sym", n), tracer) for n in names]
-    returned = budget.bounded_at(origin(fn), "step", _located, _call_step, fn, arguments)
+    returned = _call_step(fn, arguments)
     returns = returned if isinstance(returned, (tuple, list)) else (returned,)
     nodes = []
     for i, value in enumerate(returns):
