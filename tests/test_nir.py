@@ -492,7 +492,7 @@ def test_benchmark_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
     """The script run as `__main__` in this process (a fresh interpreter would add only its imports)."""
     script = Path(__file__).resolve().parents[1] / "bench" / "nir_mlp.py"
     monkeypatch.setattr(sys, "argv", [str(script), "--out", str(tmp_path), "--device", "cpu", "--steps", "2",
-                                      "--batch", "4", "--time-steps", "3", "--hidden", "16"])
+                                      "--warmup", "1", "--batch", "4", "--time-steps", "3", "--hidden", "16"])
     with torch.random.fork_rng(), pytest.raises(SystemExit) as stop:
         runpy.run_path(str(script), run_name="__main__")
     assert stop.value.code == 0, capsys.readouterr().err[-2000:]
