@@ -367,6 +367,6 @@ def test_the_native_build_lock_does_not_follow_a_link(tmp_path, cache_root):
 
     target = tmp_path / "elsewhere"
     (host_cache.cache_dir() / ".native-build.lock").symlink_to(target)
-    with pytest.raises(OSError), native._build_lock():
+    with pytest.raises(OSError), native._build_lock(wait=True):
         pass
     assert not os.path.lexists(target)
