@@ -31,9 +31,16 @@ def _load_ddp_script():
 @pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path):
+    """The single process's step runs first, here: the processes then find its host kernels in this process's cache
+    (their shares of the batch get the same kernels: the layout rule picks the same for either size), so they
+    load them instead of each compiling them again; what is compared is the same."""
+    from autocuda import store
+
+    script = _load_ddp_script()
+    single = script.single_process_step(torch.device("cpu"), backend="host")
     outfile = tmp_path / "ddp_grads.pt"
     # AUTOCUDA_NATIVE=0: see test_store's warm-cache test (a fresh cache would start a native build per process)
-    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "AUTOCUDA_NATIVE": "0",
+    env = os.environ | {"AUTOCUDA_CACHE_DIR": str(store.root()), "OMP_NUM_THREADS": "1", "AUTOCUDA_NATIVE": "0",
                         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(DDP_SCRIPT), str(outfile), "--cpu"], env=env, capture_output=True, text=True,
@@ -41,5 +48,4 @@ def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path)
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     ddp = torch.load(outfile)
     assert ddp["world_size"] == 2
-    script = _load_ddp_script()
-    script.check_against_single_process(ddp, script.single_process_step(torch.device("cpu"), backend="host"))
+    script.check_against_single_process(ddp, single)
