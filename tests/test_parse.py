@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import sympy
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -218,7 +219,7 @@ TOKENS = ["x", "v", "tau", "1", "2.5", "1e30", "+", "-", "*", "/", "**", "(", ")
           "not", "and", "foo", " "]
 
 
-@settings(deadline=2000, max_examples=300)
+@settings(deadline=2000, max_examples=examples(300, 100))
 @given(st.text(max_size=80))
 def test_random_text_only_spec_errors(text):
     try:
@@ -227,7 +228,7 @@ def test_random_text_only_spec_errors(text):
         pass
 
 
-@settings(deadline=2000, max_examples=400)
+@settings(deadline=2000, max_examples=examples(400, 150))  # each token drawn ~60 times by default
 @given(st.lists(st.sampled_from(TOKENS), max_size=30))
 def test_token_soup_only_spec_errors(tokens):
     try:
