@@ -10,6 +10,7 @@ To move the pin after a reviewed change: `AUTOCUDA_UPDATE_GOLDEN=1 python -m pyt
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
@@ -72,7 +73,8 @@ def variants(specs: Iterable[str] | None = None) -> Iterator[tuple[str, str, str
 
 
 def sources(specs: Iterable[str] | None = None) -> dict[str, str]:
-    return {label: kernels.source(load_spec(name), kind, dtype, **options)
+    loaded = functools.cache(load_spec)  # each spec loaded once (loading finds and reads its file)
+    return {label: kernels.source(loaded(name), kind, dtype, **options)
             for label, name, kind, dtype, options in variants(specs)}
 
 

@@ -111,8 +111,14 @@ def _equations(system: Any, step: Any) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1024)
 def _text(part: Any) -> str:
     """repr of a derivation or a part of it, once: every variant of a spec names its kernel from it, and
-    printing a large derivation takes a good part of a second."""
-    return repr(part)
+    printing a large derivation takes a good part of a second. A derivation's is made of its parts' (its system
+    and forward step are printed once, for its forward kernels' names and its own)."""
+    return part.text(_text) if isinstance(part, Derivation) else repr(part)
+
+
+def _tuple_text(items: tuple) -> str:
+    """repr(items), a tuple of two or more, with its sympy items' reprs printed once (`_text`)."""
+    return "(" + ", ".join(_text(item) if isinstance(item, sp.Basic) else repr(item) for item in items) + ")"
 
 
 def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
@@ -135,7 +141,7 @@ def build_kernel(spec_name: str, derivation: Derivation, options: KernelOptions,
     identity = ((_text(derivation.system), _text(derivation.forward), derivation.saved_states, options,
                  *(("charge replayed",) if derivation.charge_replayed else ())) if forward
                 else (_text(derivation), options, surrogate_gradient))
-    digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:6]
+    digest = hashlib.sha1(_tuple_text(identity).encode()).hexdigest()[:6]
     detach = "_detach" if derivation.detach_reset and not forward else ""
     kind = options.kernel.replace("-", "_")
     name = f"{kernel_stem(spec_name)}_{kind}_{options.dtype.name}_{derivation.system.reset}{detach}_{digest}"

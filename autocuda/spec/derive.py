@@ -24,8 +24,9 @@ backward need not read x[t].
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sympy as sp
 
@@ -68,11 +69,13 @@ class StepSystem:
         return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at"))
 
 
-def _repr_without_defaults(obj: object, optional: tuple[str, ...]) -> str:
-    """A dataclass's repr, leaving out the fields named in `optional` where they hold their default."""
+def _repr_without_defaults(obj: object, optional: tuple[str, ...],
+                           field_repr: Callable[[Any], str] = repr) -> str:
+    """A dataclass's repr, leaving out the fields named in `optional` where they hold their default; each field's
+    value as `field_repr` spells it (a caller may pass a cached repr: it must give repr's text)."""
     shown = (f for f in fields(obj)  # type: ignore[arg-type]
              if not (f.name in optional and getattr(obj, f.name) == f.default))
-    return f"{type(obj).__qualname__}({', '.join(f'{f.name}={getattr(obj, f.name)!r}' for f in shown)})"
+    return f"{type(obj).__qualname__}({', '.join(f'{f.name}={field_repr(getattr(obj, f.name))}' for f in shown)})"
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,12 @@ class Derivation:
 
     def __repr__(self) -> str:
         """Without `charge_replayed` where it is False (kernel names are digests of it)."""
-        return _repr_without_defaults(self, ("charge_replayed",))
+        return self.text(repr)
+
+    def text(self, field_repr: Callable[[Any], str]) -> str:
+        """repr(self), each field's value spelled by `field_repr` (which must give repr's text: a cached repr
+        spares printing the system and the forward step again, which every kernel of them names itself by)."""
+        return _repr_without_defaults(self, ("charge_replayed",), field_repr)
 
 
 def membrane_update(system: StepSystem) -> sp.Expr:
