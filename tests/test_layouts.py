@@ -147,10 +147,10 @@ def test_the_default_layouts_cover_every_layout_and_model():
     (with --slow, every model every layout)."""
     for dtype, layouts in LAYOUTS.items():
         runs = [layout for name in MODELS for layout in layouts_of(name, dtype)]
-        assert sorted(map(str, runs)) == sorted(map(str, layouts)) * (len(MODELS) if profile() == "slow" else 1)
+        assert sorted(map(str, runs)) == sorted(map(str, layouts * (len(MODELS) if profile() == "slow" else 1)))
     for dtype in NATIVE_TOLERANCE:
         runs = [layout for name in NATIVE_MODELS for layout in native_layouts_of(name, dtype)]
-        assert sorted(map(str, runs)) == sorted(map(str, NATIVE_LAYOUTS[1:])) * (2 if profile() == "slow" else 1)
+        assert sorted(map(str, runs)) == sorted(map(str, NATIVE_LAYOUTS[1:] * (2 if profile() == "slow" else 1)))
 
 
 def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
