@@ -199,6 +199,34 @@ def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
     return functools.partial(compile_batch, passed=cache.mkdir("autocuda-nvcc-accepted"))
 
 
+# -- host kernels compiled ahead -------------------------------------------------------------------------------
+def compile_launched(*calls: Callable[[], object]) -> int:
+    """Compile the host kernels that `calls` launch through the Python launch path up front, many to a compiler run
+    and a run per core of this process (`autocuda.host.load_kernels`, `cores`); the number of kernels. The calls run
+    with each host launch recorded instead of run: their outputs are left unwritten, so a call that fails on what it
+    reads is stopped there, and a kernel it did not reach compiles when the test launches it. For a module fixture:
+    the tests would compile each kernel in a compiler run of its own. (The native call path loads its own.)"""
+    import autocuda.host
+
+    jobs: dict[str, tuple] = {}
+
+    def record(source: str, name: str, params: Sequence, *args: object, **kwargs: object) -> None:
+        jobs[name] = (source, name, tuple(params))
+
+    launch = autocuda.host.launch
+    autocuda.host.launch = record
+    try:
+        for call in calls:
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - unwritten outputs may fail a call; its test runs it for real
+                pass
+    finally:
+        autocuda.host.launch = launch
+    autocuda.host.load_kernels(jobs.values(), workers=cores())
+    return len(jobs)
+
+
 # -- the native call path -----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def native_library() -> None:

@@ -6,9 +6,12 @@ steps and sequences, with and without grad, for every state of a multi-state neu
 changes no value of the next chunk."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from backends import NEEDS_HOST
+from conftest import compile_launched
 
 import autocuda.nn as our
 import autocuda.surrogate as ours
@@ -17,7 +20,27 @@ from autocuda import native, prepared
 functional = pytest.importorskip("spikingjelly.activation_based.functional")
 
 pytestmark = NEEDS_HOST
-SHAPES = [(5, 3, 4), (4, 2, 3, 2, 2)]  # [T, B, N] and [T, B, C, H, W]
+# [T, B, N] and [T, B, C, H, W], of one T: both run the same kernels (a T below a replay segment compiles kernels
+# replaying T steps, a pair per T).
+SHAPES = [(4, 3, 4), (4, 2, 3, 2, 2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels the layers below launch, compiled up front many to a compiler run (`conftest.compile_launched`):
+    the same kernels on every call path."""
+    def calls(kind: str, mode: str, shape: tuple[int, ...], grad: bool) -> None:
+        layer = LAYERS[kind](mode).to(torch.float64)
+        for seed in (0, 1):  # from the initial states (numbers), then from those kept (tensors)
+            out = run(layer, chunk(seed, shape, grad), mode)
+            if grad:
+                out.sum().backward()
+            functional.detach_net(layer)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native, "USE", False)
+        return compile_launched(*(functools.partial(calls, kind, mode, shape, grad) for kind in LAYERS
+                                  for mode in ("m", "s") for shape in SHAPES for grad in (True, False)))
 
 
 @pytest.fixture(params=["python", "native", "full"])
@@ -108,7 +131,7 @@ def test_a_t_shaped_input_keeps_states_it_can_detach_in_place(kind, path):
     layer = LAYERS[kind]("m").to(torch.float64)
     for _ in range(2):
         functional.reset_net(layer)
-        layer(chunk(0, (6,), True))
+        layer(chunk(0, (4,), True))  # the T of SHAPES: their kernels
     held = memories(layer)
     assert all(h.shape == () for h in held)
     assert_detached_in_place(layer, held)

@@ -1,21 +1,31 @@
 """Thread layouts (neurons per thread, vector accesses, loop unrolling) change speed, never results.
 
 Run on the host runner: every layout of a kernel must give bitwise the same outputs as one neuron per thread.
+With --slow every model runs every layout of its dtype; by default each layout runs on one of the models, taken in
+turn (`chosen`), so that every layout and every model is checked, in every dtype, with a fraction of the kernels.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
 import torch
-from conftest import cores
+from conftest import compile_launched, profile
 
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
-from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
-from autocuda.runtime.neuron_launch import MIN_THREADS, NeuronConfig, backward, choose_layout, forward
+from autocuda.runtime.neuron_launch import (
+    LONG_LOOP_STEPS,
+    MIN_THREADS,
+    NeuronConfig,
+    backward,
+    choose_layout,
+    forward,
+)
 from autocuda.spec.load import load_spec
+from autocuda.spec.model import NeuronSpec
 
 T, N = 7, 32
 LAYOUTS = {
@@ -59,26 +69,60 @@ def _run_all(spec, dtype, layout):
 
 
 MODELS = ("izhikevich", "alif", "parametric_lif", "two_compartment")
+NATIVE_MODELS = ("izhikevich", "parametric_lif")
 NATIVE_LAYOUTS = ({"lanes": 2}, {"native": True}, {"native": True, "lanes": 4, "prefetch": 2},
                   {"native": True, "lanes": 4, "vector": True, "staged": 4})
 
 
+CLASH = NeuronSpec(name="clash", params={"row": 2.0, "n0": 0.5, "v_threshold": 1.0, "v_reset": 0.0},
+                   states={"v": 0.0, "d": 0.0}, charge="v + (x - v) / row + n0 * d", updates={"d": "d * n0 + s"})
+CLASH_LAYOUTS = ({"lanes": 1}, {"lanes": 2, "prefetch": 3}, {"lanes": 4, "vector": True, "prefetch": 2})
+# (T, N, dtype) of the LIF calls whose layout the launch layer chooses (`_lif_run`)
+LIF_RUNS = [(LONG_LOOP_STEPS, n, dtype) for n in (2 * MIN_THREADS, 2 * MIN_THREADS - 2)
+            for dtype in (torch.float32, torch.bfloat16)] + [(3, 2 * MIN_THREADS * 2, torch.float32),
+                                                            (3, 1000, torch.float32)]
+
+
+def _lif_run(steps: int, n: int, dtype: torch.dtype) -> NeuronConfig:
+    """LIF forward and backward over [T, N] with the layout the launch layer chooses; the config that ran them."""
+    spec = load_spec("lif")
+    params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    x = (torch.randn(steps, n) * 2).to(dtype)
+    out = forward(config, x, {"v": 0.0}, params, backend="host")
+    backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
+             grad_finals=False, given_inits=False, backend="host")
+    return config
+
+
+def chosen(layouts: list[dict], models: tuple[str, ...], name: str, turn: int) -> list[dict]:
+    """The layouts `name` (one of `models`) runs: all with --slow; by default every len(models)-th, from its place in
+    `models` shifted by `turn` (so each layout runs on one model, and a model's share moves from dtype to dtype)."""
+    if profile() == "slow":
+        return layouts
+    return [layout for i, layout in enumerate(layouts) if models[(i + turn) % len(models)] == name]
+
+
+def layouts_of(name: str, dtype: torch.dtype) -> list[dict]:
+    return chosen(LAYOUTS[dtype], MODELS, name, list(LAYOUTS).index(dtype))
+
+
+def native_layouts_of(name: str, dtype: torch.dtype) -> list[dict]:
+    return chosen(list(NATIVE_LAYOUTS[1:]), NATIVE_MODELS, name, list(NATIVE_TOLERANCE).index(dtype))
+
+
 @pytest.fixture(scope="module", autouse=True)
-def compiled_kernels() -> None:
-    """Compile the kernels `_run_all` launches for the layouts below up front, many to a compiler run and a run
-    per core of this process (`load_kernels`, `conftest.cores`); the tests would compile them on demand, one
-    kernel a run."""
-    runs = [(name, dtype, layout) for name in MODELS for dtype, layouts in LAYOUTS.items()
-            for layout in ({"lanes": 1}, *layouts)]
-    runs += [(name, dtype, layout) for name in ("izhikevich", "parametric_lif") for dtype in NATIVE_TOLERANCE
-             for layout in NATIVE_LAYOUTS]
-    jobs = {}
-    for name, dtype, layout in runs:
-        config = _config(load_spec(name))
-        for kind, flags in (("fptt", (True, True, True, True)), ("bptt", (False, True, True))):
-            kernel = config.recipe(kind, dtype, flags, Layout.of(layout)).kernel
-            jobs[kernel.kernel_name] = (kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
-    load_kernels(jobs.values(), workers=cores())
+def compiled_kernels() -> int:
+    """Compile the kernels the tests below launch up front, many to a compiler run (`conftest.compile_launched`);
+    the tests would compile them on demand, one kernel a run."""
+    runs = [(name, dtype, layout) for name in MODELS for dtype in LAYOUTS
+            for layout in ({"lanes": 1}, *layouts_of(name, dtype))]
+    runs += [(name, dtype, layout) for name in NATIVE_MODELS for dtype in NATIVE_TOLERANCE
+             for layout in (NATIVE_LAYOUTS[0], *native_layouts_of(name, dtype))]
+    calls = [functools.partial(_run_all, load_spec(name), dtype, layout) for name, dtype, layout in runs]
+    calls += [functools.partial(_run_all, CLASH, torch.float32, layout) for layout in CLASH_LAYOUTS]
+    calls += [functools.partial(_lif_run, steps, n, dtype) for steps, n, dtype in LIF_RUNS]
+    return compile_launched(*calls)
 
 
 @pytest.mark.parametrize("dtype", list(LAYOUTS), ids=str)
@@ -86,7 +130,9 @@ def compiled_kernels() -> None:
 def test_every_layout_gives_identical_results(name, dtype):
     spec = load_spec(name)
     baseline = _run_all(spec, dtype, {"lanes": 1})
-    for layout in LAYOUTS[dtype]:
+    layouts = layouts_of(name, dtype)
+    assert layouts, "every model runs some layout in every dtype"
+    for layout in layouts:
         result = _run_all(spec, dtype, layout)
         assert result.keys() == baseline.keys()
         for key in baseline:
@@ -94,6 +140,17 @@ def test_every_layout_gives_identical_results(name, dtype):
             if key.endswith("_checkpoints") and got.shape != baseline[key].shape:  # replay=False: every step
                 got = got[REPLAY_STEPS - 1::REPLAY_STEPS]
             assert torch.equal(got, baseline[key]), f"{name} {dtype} {layout}: {key} differs"
+
+
+def test_the_default_layouts_cover_every_layout_and_model():
+    """By default each layout of a dtype runs on exactly one model and each model runs some layout of each dtype
+    (with --slow, every model every layout)."""
+    for dtype, layouts in LAYOUTS.items():
+        runs = [layout for name in MODELS for layout in layouts_of(name, dtype)]
+        assert sorted(map(str, runs)) == sorted(map(str, layouts * (len(MODELS) if profile() == "slow" else 1)))
+    for dtype in NATIVE_TOLERANCE:
+        runs = [layout for name in NATIVE_MODELS for layout in native_layouts_of(name, dtype)]
+        assert sorted(map(str, runs)) == sorted(map(str, NATIVE_LAYOUTS[1:] * (2 if profile() == "slow" else 1)))
 
 
 def test_layout_choice_falls_back_for_odd_sizes_and_misaligned_views():
@@ -111,17 +168,9 @@ def test_long_loops_stage_two_neurons_per_thread_where_nothing_is_timed(dtype):
     """Many steps over few neurons, on the host runner (as under CUDA graph capture): both kernels run two
     neurons per thread in one vector access, 64 threads per block, unrolled, 16 steps of inputs staged in
     registers (runtime.neuron_launch.LONG_LOOP_LANES, LONG_LOOP); too few neurons for that, one per thread."""
-    from autocuda.runtime import neuron_launch as neuron
-
-    spec = load_spec("lif")
-    params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
     long = Layout(block=64, unroll=8, replay=32, staged=16)  # replayed states (not LIF's) in 32-step segments
-    for n, lanes in ((2 * neuron.MIN_THREADS, 2), (2 * neuron.MIN_THREADS - 2, 0)):
-        config = NeuronConfig(spec, spec.surrogate, "hard")
-        x = (torch.randn(neuron.LONG_LOOP_STEPS, n) * 2).to(dtype)
-        out = forward(config, x, {"v": 0.0}, params, backend="host")
-        backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
-                 grad_finals=False, given_inits=False, backend="host")
+    for n, lanes in ((2 * MIN_THREADS, 2), (2 * MIN_THREADS - 2, 0)):
+        config = _lif_run(LONG_LOOP_STEPS, n, dtype)
         chosen = {kind: layout for kind, _, _, layout in config._recipes}
         expected = long.replace(lanes=lanes, vector=True) if lanes else long  # below: the kernel's default lanes
         assert chosen == {"fptt": expected, "bptt": expected}, n
@@ -132,16 +181,8 @@ def test_long_loops_stage_two_neurons_per_thread_where_nothing_is_timed(dtype):
 def test_short_loops_unroll_twice_over_many_neurons_and_four_times_over_few():
     """Below LONG_LOOP_STEPS with enough neurons for vector accesses, both kernels unroll the time loop twice
     (runtime.neuron_launch.SHORT_LOOP); too few neurons for two per thread unroll it four times (SMALL_LOOP)."""
-    from autocuda.runtime import neuron_launch as neuron
-
-    spec = load_spec("lif")
-    params = dict(tau=2.0, v_threshold=1.0, v_reset=0.0)
-    for n, expected in ((2 * neuron.MIN_THREADS * 2, Layout(lanes=2, vector=True, unroll=2)), (1000, Layout(unroll=4))):
-        config = NeuronConfig(spec, spec.surrogate, "hard")
-        x = torch.randn(3, n) * 2
-        out = forward(config, x, {"v": 0.0}, params, backend="host")
-        backward(config, {"grad_spike_seq": torch.ones_like(x)}, {"h_seq": out["h_seq"]}, params,
-                 grad_finals=False, given_inits=False, backend="host")
+    for n, expected in ((2 * MIN_THREADS * 2, Layout(lanes=2, vector=True, unroll=2)), (1000, Layout(unroll=4))):
+        config = _lif_run(3, n, torch.float32)
         chosen = {kind: layout for kind, _, _, layout in config._recipes}
         expected = expected.replace(replay=3)  # three steps: one replay segment of T steps (`_layout`)
         assert chosen == {"fptt": expected, "bptt": expected}, n
@@ -153,11 +194,13 @@ NATIVE_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 8e-2}
 
 
 @pytest.mark.parametrize("dtype", list(NATIVE_TOLERANCE), ids=str)
-@pytest.mark.parametrize("name", ["izhikevich", "parametric_lif"])
+@pytest.mark.parametrize("name", NATIVE_MODELS)
 def test_native_packed_arithmetic_agrees_with_float(name, dtype):
     spec = load_spec(name)
     reference = _run_all(spec, dtype, NATIVE_LAYOUTS[0])
-    for layout in NATIVE_LAYOUTS[1:]:
+    layouts = native_layouts_of(name, dtype)
+    assert layouts, "every model runs some native layout in every dtype"
+    for layout in layouts:
         result = _run_all(spec, dtype, layout)
         assert torch.equal(result["spike_seq"], reference["spike_seq"]), f"{name} {layout}: spikes differ"
         for key in reference:
@@ -168,14 +211,9 @@ def test_native_packed_arithmetic_agrees_with_float(name, dtype):
 
 def test_spec_names_cannot_collide_with_kernel_locals():
     """Names a template could also use (d, row, n0, t0, stage) are fine in a spec: its names carry usr_ in C."""
-    from autocuda.spec.model import NeuronSpec
-
-    spec = NeuronSpec(name="clash", params={"row": 2.0, "n0": 0.5, "v_threshold": 1.0, "v_reset": 0.0},
-                      states={"v": 0.0, "d": 0.0}, charge="v + (x - v) / row + n0 * d",
-                      updates={"d": "d * n0 + s"})
-    baseline = _run_all(spec, torch.float32, {"lanes": 1})
-    for layout in ({"lanes": 2, "prefetch": 3}, {"lanes": 4, "vector": True, "prefetch": 2}):
-        result = _run_all(spec, torch.float32, layout)
+    baseline = _run_all(CLASH, torch.float32, CLASH_LAYOUTS[0])
+    for layout in CLASH_LAYOUTS[1:]:
+        result = _run_all(CLASH, torch.float32, layout)
         for key in baseline:
             assert torch.equal(result[key], baseline[key]), f"{layout}: {key}"
 

@@ -17,7 +17,9 @@ from autocuda.runtime.records import KernelRecord
 from autocuda.spec.load import load_spec
 from autocuda.testing import Report, Setup, check_case, make_case
 
-SHAPES = ((6, 9), (4, 5))   # several steps (the reverse loop matters) and several neurons (per-neuron values)
+# Several steps (the reverse loop matters) and several neurons (per-neuron values); one T, so that both shapes run
+# the same kernels (a T below a replay segment compiles kernels replaying T steps, a pair per T).
+SHAPES = ((6, 9), (6, 5))
 
 
 class Mutant(KernelRecord):

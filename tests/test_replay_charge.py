@@ -3,8 +3,11 @@ segment's steps from x. The replay must rebuild forward's values bit for bit (th
 so the gradients are those of the kernels that save h, up to the rounding of backward's own coefficients."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+from conftest import compile_launched, profile
 
 import autocuda.functional as F
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
@@ -32,10 +35,25 @@ def _run(name: str, dtype: torch.dtype, steps: int, replay_charge: bool, store_s
     return out | backward(config, grads, saved, params, backend="host", layout={"lanes": 2})
 
 
+SEGMENT_STEPS = (1, K - 1, K + 1, 3 * K + 5)  # sequences around the segment size
+LOW_PRECISION = [torch.float32, torch.bfloat16, torch.float16]
+LOW_PRECISION_SPECS = ["lif", "alif", "izhikevich", "ternary_lif"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels `_run` launches below, compiled up front many to a compiler run (`conftest.compile_launched`)."""
+    runs = [(name, torch.float64, steps, replay) for name in SPECS for steps in SEGMENT_STEPS for replay in (0, 1)]
+    runs += [(name, dtype, 2 * K + 3, replay) for name in LOW_PRECISION_SPECS for dtype in LOW_PRECISION
+             for replay in (0, 1)]
+    calls = [functools.partial(_run, name, dtype, steps, bool(replay)) for name, dtype, steps, replay in runs]
+    return compile_launched(*calls, functools.partial(_run, "izhikevich", torch.float32, 3 * K + 2, True, True))
+
+
 @pytest.mark.parametrize("name", SPECS)
 def test_every_shipped_spec_replays_its_charge(name):
     """float64, sequences around the segment size: forward's outputs bitwise, gradients to rounding."""
-    for steps in (1, K - 1, K + 1, 3 * K + 5):
+    for steps in SEGMENT_STEPS:
         saved, replayed = _run(name, torch.float64, steps, False), _run(name, torch.float64, steps, True)
         assert "h_seq" in saved and "h_seq" not in replayed
         assert all(f"{s.name}_checkpoints" in replayed for s in load_spec(name).states)
@@ -48,8 +66,8 @@ def test_every_shipped_spec_replays_its_charge(name):
                 assert torch.allclose(replayed[key], value, rtol=0, atol=0, equal_nan=True), (name, steps, key)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["lif", "alif", "izhikevich", "ternary_lif"])
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+@pytest.mark.parametrize("name", LOW_PRECISION_SPECS)
 def test_low_precision_replays_decide_forward_spikes(name, dtype):
     """In float16 and bfloat16 the saved h is rounded to the storage, the replayed one is not: the spikes and
     states agree bitwise, the gradients closely (the replay's are the more exact)."""
@@ -140,7 +158,9 @@ def test_compiled_layer_with_save_h_equals_eager():
 
     eager, compiled_layer = (ann.Neuron("alif", step_mode="m", backend="host", save_h=False) for _ in range(2))
     compiled = torch.compile(compiled_layer, fullgraph=True)
-    for steps in (4, 2 * K + 1):
+    # Each length is an Inductor compile (seconds): by default the one of several segments; a compiled call shorter
+    # than a segment, replaying h, is also test_gradient_passes' test_fused_layer_in_two_passes_compiles[dynamic].
+    for steps in (4, 2 * K + 1) if profile() == "slow" else (2 * K + 1,):
         x = torch.rand(steps, 3, 4, dtype=torch.float64) * 2
         a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         eager.reset()
@@ -165,6 +185,10 @@ def test_fused_batchnorm_replays_h_in_float32_and_keeps_it_in_half(dtype, others
     assert len(large) == others
 
 
+# An Inductor compile (seconds) whose case the default run checks in test_gradient_passes'
+# test_fused_layer_in_two_passes_compiles[dynamic]: a fused layer (replaying h) compiled with dynamic shapes, on
+# sequences on both sides of the segment size.
+@pytest.mark.skipif(profile() != "slow", reason="test_gradient_passes' dynamic compile covers it: runs with --slow")
 def test_fused_batchnorm_compiles_with_dynamic_shapes():
     """Symbolic sizes (torch.compile's dynamic shapes) pass the parameters' broadcast check, and sequences on
     both sides of the segment size replay alike."""

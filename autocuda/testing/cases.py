@@ -180,15 +180,23 @@ def _simulate(setup: Setup, xs: Sequence[torch.Tensor], initial: Sequence[torch.
               ) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
     """Reference forward without gradients over the step inputs `xs` (one [T, N] each): (spikes, per state
     [initial, states...] as [T+1, N]) or None when a state leaves [-BOUND, BOUND] or stops being finite."""
+    spikes, trajectories = _trajectories(setup, xs, initial, params)
+    return (spikes, trajectories) if _bounded(trajectories) else None
+
+
+def _trajectories(setup: Setup, xs: Sequence[torch.Tensor], initial: Sequence[torch.Tensor],
+                  params: Mapping[str, Any]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`_simulate`'s run, bounded or not."""
     config = _base_config(setup)
     system = config.derivation().system
     with torch.no_grad():
         spikes, _, seqs = reference.multi_step(system, tuple(xs), list(initial), _symbols(setup, params),
                                                config.surrogate, setup.detach_reset)
-    trajectories = [torch.cat([i.expand(1, xs[0].shape[1]), s]) for i, s in zip(initial, seqs)]
-    if not all(torch.isfinite(t).all() and t.abs().max() <= BOUND for t in trajectories):
-        return None
-    return spikes, trajectories
+    return spikes, [torch.cat([i.expand(1, xs[0].shape[1]), s]) for i, s in zip(initial, seqs)]
+
+
+def _bounded(trajectories: Sequence[torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(t).all()) and t.abs().max() <= BOUND for t in trajectories)
 
 
 def _input_gain(setup: Setup) -> float:
@@ -203,12 +211,17 @@ def _calibrated_gain(spec: NeuronSpec, reset: str, constants: tuple[tuple[str, f
     params = make_params(base, 1, {}, 0, spread=0.0)
     generator = torch.Generator().manual_seed(0)
     zs = [torch.randn(16, 256, generator=generator, dtype=F64) + 0.5 for _ in spec.inputs]
-    initial = [torch.zeros(256, dtype=F64) + _initial(base, s.name, params) for s in spec.states]
+    gains = [2.0 ** k for k in range(-10, 11)]
+    # Every gain in one run, 256 neurons each side by side: the reference is element-wise (one neuron's values never
+    # reach another's), so each block of columns is that gain's own run.
+    initial = [torch.zeros(256 * len(gains), dtype=F64) + _initial(base, s.name, params) for s in spec.states]
+    spikes, trajectories = _trajectories(base, [torch.cat([gain * z for gain in gains], 1) for z in zs], initial,
+                                         params)
     rated = []
-    for gain in (2.0 ** k for k in range(-10, 11)):
-        run = _simulate(base, [gain * z for z in zs], initial, params)
-        if run is not None:
-            rated.append((abs(float((run[0] != 0).to(F64).mean()) - FIRE_RATE), gain))  # any level counts
+    for i, gain in enumerate(gains):
+        block = slice(256 * i, 256 * (i + 1))
+        if _bounded([t[:, block] for t in trajectories]):
+            rated.append((abs(float((spikes[:, block] != 0).to(F64).mean()) - FIRE_RATE), gain))  # any level counts
     if not rated or min(rated)[0] > FIRE_RATE - 0.02:
         raise ValueError(f"{spec.name} ({reset} reset): no input scale in 2^-10..2^10 makes its neurons "
                          f"fire at a moderate rate with states inside +-{BOUND:g}; check the spec's defaults")

@@ -264,7 +264,8 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
                max_steps: int = 8, max_neurons: int = 33, raise_on_failure: bool = False) -> Report:
     """Run the generated FPTT/BPTT and single-step kernels of `spec` on `backend` ("host": the CPU through the
     shim; "cuda": the GPU) against the float64 reference, for every dtype x reset x detach_reset, on `examples`
-    random cases each (the first with T = 1, the second with N = 1). Default resets: the spec's, plus hard
+    random cases each (the first with T = 1, the second with N = 1, the others with the second's T, drawn per
+    setup, so that they share its kernels). Default resets: the spec's, plus hard
     (when it has v_reset) and soft. `layout` forces kernel layout options (e.g. {"lanes": 4, "vector": True};
     N must then suit them); by default the launch layer chooses. Returns a Report (per case: each output's
     largest error as a multiple of its tolerance); with `raise_on_failure`, failures raise AssertionError."""
@@ -281,9 +282,10 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
             for detach_reset in detach:
                 setup = Setup(spec, get_dtype(dtype).name, reset, bool(detach_reset), chosen, frozen, per_neuron,
                               store_state_seq, tuple(sorted((layout or {}).items())))
+                steps = _steps(zlib.crc32(f"{seed} {setup.label}".encode()), max_steps)
                 for i in range(examples):
                     case_seed = zlib.crc32(f"{seed} {setup.label} {i}".encode())
-                    jobs.append((setup, _shape(i, case_seed, max_steps, max_neurons, multiple), case_seed))
+                    jobs.append((setup, _shape(i, case_seed, steps, max_neurons, multiple), case_seed))
     # Host kernels compile in compiler processes and run with the GIL released: threads overlap both.
     workers = (os.cpu_count() or 2) if backend == "host" else 1
     if backend == "host":
@@ -315,11 +317,16 @@ def _compile_host_kernels(jobs: Iterable[tuple[Setup, tuple[int, int], int]]) ->
     load_kernels(found.values())
 
 
-def _shape(example: int, seed: int, max_steps: int, max_neurons: int, multiple: int = 1) -> tuple[int, int]:
-    """Example 0 has T = 1, example 1 has N = 1 (or `multiple`); N is odd (a packed pair's lone lane) unless it
-    must be a multiple of `multiple`."""
+def _steps(seed: int, max_steps: int) -> int:
+    """The T of a setup's examples after the first, drawn once per setup: they share its kernels (a T below a replay
+    segment compiles kernels replaying T steps, one pair per T)."""
+    return int(torch.randint(1, max_steps + 1, (), generator=torch.Generator().manual_seed(seed)))
+
+
+def _shape(example: int, seed: int, steps: int, max_neurons: int, multiple: int = 1) -> tuple[int, int]:
+    """Example 0 has T = 1, example 1 has N = 1 (or `multiple`), the others T = `steps` and N drawn from `seed`; N
+    is odd (a packed pair's lone lane) unless it must be a multiple of `multiple`."""
     generator = torch.Generator().manual_seed(seed)
-    steps = int(torch.randint(1, max_steps + 1, (), generator=generator))
     neurons = int(torch.randint(1, max_neurons + 1, (), generator=generator)) | 1
     if multiple > 1:
         neurons = multiple * max(1, neurons // multiple)
