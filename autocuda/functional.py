@@ -6,10 +6,10 @@ with torch ops (differentiable by autograd; any device). The default is "cuda" f
 be loaded, else "reference".
 
 Everything that depends only on the layer's configuration (spec, reset, which parameters are tensors, ...) is
-resolved once per process into a `Plan` (see `autocuda.runtime.plans`), outside what torch.compile traces, so
-a compiled model sees shape checks, reshapes and one custom op per layer. In eager mode a call's configuration
-is also checked and matched to its plan once (`calls._layer`), and the ops skip the dispatcher (`autocuda.ops.forward`):
-a call's host time is then mostly the checks of its tensors, two allocations and the launch.
+resolved once per process into a `NeuronConfig` (see `autocuda.runtime.configs`), outside what torch.compile
+traces, so a compiled model sees shape checks, reshapes and one custom op per layer. In eager mode a call runs its
+`Program` (`autocuda.program`: one per configuration and input class, built on the key's first call), which skips
+the dispatcher and, for calls of numbers only, runs its bound launch or its native plan.
 """
 from __future__ import annotations
 
@@ -19,10 +19,8 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from . import prepared
-from .calls import SUPPORTED_DTYPES, Call, as_rows, neuron_shaped, sequence_results
 from .memory_order import memory_order
-from .runtime.plans import plan
+from .program import PROGRAMS, SUPPORTED_DTYPES, Call, Programs, as_rows, neuron_shaped, reference, sequence_results
 from .spec.model import NeuronSpec
 
 __all__ = ["multi_step", "single_step"]
@@ -71,11 +69,16 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
                 multi_step, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
                 surrogate=surrogate, detach_reset=detach_reset, reset=reset, store_state_seq=store_state_seq,
                 final_states=final_states, backend=backend, save_h=save_h, **params)
-    if recompute is False:
-        done = prepared.multi_step(spec, x_seq, initial_states, surrogate, detach_reset, reset, store_state_seq,
-                                   final_states, backend, save_h, params)
-        if done is not None:
-            return done
+    return run_sequence(PROGRAMS, spec, x_seq, initial_states, surrogate, detach_reset, reset, store_state_seq,
+                        final_states, backend, save_h, params)[0]
+
+
+def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor],
+                 initial_states: Sequence[Tensor | float], surrogate: Any, detach_reset: bool, reset: str | None,
+                 store_state_seq: bool, final_states: bool, backend: str | None, save_h: bool,
+                 params: dict[str, Any]) -> tuple[tuple, Call | None]:
+    """`multi_step`'s results (no recompute) through the programs of `programs` (a layer's own, or functional
+    calls'), and the call that ran them (None where no program ran it: an empty sequence, another memory order)."""
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():
@@ -86,21 +89,21 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
                                             store_state_seq=store_state_seq, final_states=final_states,
                                             backend=backend, save_h=save_h, **order.params(params))
             return (order.sequence(spikes), None if kept is None else tuple(map(order.neuron, kept)),
-                    None if seqs is None else tuple(map(order.sequence, seqs)))
+                    None if seqs is None else tuple(map(order.sequence, seqs))), None
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
     call = Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
-                len(inputs), save_h)
+                len(inputs), save_h, programs, (False, store_state_seq, final_states))
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None
-        return x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()) if final_states else None, seqs
+        return (x_seq.new_empty(x_seq.shape), tuple(call.state_tensors()) if final_states else None, seqs), None
     if call.backend == "reference":
-        return _reference_multi(call, inputs, store_state_seq, final_states)
+        return _reference_multi(call, inputs, store_state_seq, final_states), None
     flat = as_rows(x_seq, (steps, call.numel))
     more = [as_rows(u, (steps, call.numel)) for u in inputs[1:]]
     outputs, positions = call.launch(flat, False, store_state_seq, final_states, more)
     return sequence_results(outputs, positions, None if flat is x_seq else shape, call.shape, final_states,
-                            store_state_seq)
+                            store_state_seq), call
 
 
 def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: Tensor | float, surrogate: Any = None,
@@ -108,6 +111,13 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
     (spike, new states). Arguments as in `multi_step` (several step inputs: a tuple of one tensor each)."""
+    return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)
+
+
+def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Tensor],
+             states: Sequence[Tensor | float], surrogate: Any, detach_reset: bool, reset: str | None,
+             backend: str | None, params: dict[str, Any]) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """`single_step` through the programs of `programs` (a layer's own, or functional calls')."""
     inputs = _step_inputs(x, "x", 0)
     x = inputs[0]
     if not x.is_contiguous():
@@ -117,11 +127,12 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
                                             surrogate=surrogate, detach_reset=detach_reset, reset=reset,
                                             backend=backend, **order.params(params))
             return order.sequence(spike), tuple(map(order.sequence, new_states))
-    call = Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params, len(inputs))
+    call = Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params, len(inputs),
+                True, programs, (True, False, True))
     if call.backend == "reference":
         from . import reference as ref  # derives the step with sympy: imported only for this path
 
-        spike, new_states, _ = ref.step(plan(call.key).system, *call.reference_args(inputs))
+        spike, new_states, _ = ref.step(reference(call.key)[0], *call.reference_args(inputs))
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     flat = as_rows(x, (call.numel,))
     more = [as_rows(u, (call.numel,)) for u in inputs[1:]]
@@ -172,7 +183,7 @@ def _reference_multi(call: Call, inputs: Sequence[Tensor], store_state_seq: bool
 
     x_seq = inputs[0]
     x, states, params, surrogate, detach = call.reference_args(inputs)
-    spikes, finals, seqs = ref.multi_step(plan(call.key).system, x, states, params, surrogate, detach)
+    spikes, finals, seqs = ref.multi_step(reference(call.key)[0], x, states, params, surrogate, detach)
     dtype = x_seq.dtype
     kept = tuple(s.to(dtype) for s in finals) if final_states else None
     return spikes.to(dtype), kept, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

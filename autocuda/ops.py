@@ -2,7 +2,7 @@
 autograd, so `opcheck`, `torch.compile(fullgraph=True)` and CUDA graphs see an ordinary operator.
 
 Schemas must be static, while neurons differ in states, parameters and saved tensors. So there is one small
-family of two operators, and a string `key` names the neuron layer they run (a registered `NeuronConfig`):
+family of two operators, and a string `key` names the neuron layer they run (its `NeuronConfig`):
 
     autocuda::neuron_forward(str key, Tensor x, Tensor[] states, float[] initial, Tensor[] tensor_params,
                              float[] scalars, bool store_state_seq, bool save_for_backward,
@@ -22,7 +22,7 @@ saving), state sequences (stored or saved), final states (unless final_states is
 then writes none, and backward gets no gradients of them). Backward takes either a gradient for every final
 state or none (grad_finals = []: a kernel that starts from zero, no zero tensors to fill), gradients of the
 state sequences or none, and returns grad_x, the gradient of each initial state, then one per-neuron partial
-sum per learnable parameter (`Entry.learnable`); with `initial` numbers, no gradients of initial states.
+sum per learnable parameter (`NeuronConfig.learnable`); with `initial` numbers, no gradients of initial states.
 
 A third op runs one pass of a BPTT in two (a fused BatchNorm's backward, `nn.batchnorm_passes`):
 
@@ -40,66 +40,27 @@ host runner.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .codegen.broadcast import CORRECTION_KEYS
-from .runtime import neuron_launch
+from .runtime import configs, neuron_launch
+from .runtime.configs import compute_dtype, constant_result
 from .runtime.neuron_launch import NeuronConfig
-from .runtime.plans import compute_dtype, constant_result, find_plan
-from .spec.model import runtime_params
 
 Tensor = torch.Tensor
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """A registered neuron layer and the order of its op arguments."""
-
-    config: NeuronConfig
-    tensors: tuple[str, ...]     # names of Tensor[] tensor_params, in order
-    scalars: tuple[str, ...]     # names of float[] scalars, in order
-    learnable: tuple[str, ...]   # parameters whose per-neuron gradient partials backward returns, in order
-
-    @property
-    def states(self) -> tuple[str, ...]:
-        return self.config.state_names
-
-
-_REGISTRY: dict[str, Entry] = {}
-
-
-def register(config: NeuronConfig) -> str:
-    """Register a neuron layer (idempotent) and return the key its ops are called with."""
-    key = config.key
-    entry = _REGISTRY.get(key)
-    if entry is None:
-        tensors = tuple(name for name, _ in config.tensors)
-        constants = dict(config.constants)
-        scalars = tuple(n for n in runtime_params(config.spec, config.reset) if n not in constants and n not in tensors)
-        scalars += config.channel_keys  # the channel layout's sizes, after the parameters
-        learnable = tuple(p.name for p in config.spec.params if p.learnable and p.name not in constants)
-        _REGISTRY[key] = Entry(config, tensors, scalars, learnable)
-    elif entry.config != config:  # a digest collision: never run one neuron's kernels for another
-        raise RuntimeError(f"autocuda op key {key!r} already names a different neuron configuration")
-    return key
-
-
-def entry(key: str) -> Entry:
-    """The layer an op key names: registered here, else the kernel plan of that key (`runtime.plans`)."""
-    found = _REGISTRY.get(key)
-    if found is not None:
-        return found
-    built = find_plan(key)
-    if built is None or built.config.key != key:  # none, or a reference plan (no kernels)
-        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.functional / autocuda.nn) "
-                       "in this process before calling its ops")
-    register(built.config)
-    return _REGISTRY[key]
+def entry(key: str) -> NeuronConfig:
+    """The configuration an op key names (`runtime.configs`), refused unless it runs kernels."""
+    found = configs.config(key)
+    if found.reference:
+        raise KeyError(f"autocuda neuron key {key!r} names a configuration of the torch reference (no kernels)")
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,7 +68,7 @@ def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bo
                     ) -> tuple[str, ...]:
     """Names of neuron_forward's outputs, in order."""
     kind = "step-forward" if single_step else "fptt"
-    kernel = entry(key).config.kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save,
+    kernel = entry(key).kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save,
                                       final_states=final_states)
     return tuple(n for n, p in kernel.cparams.items() if p.pointer and not p.const)
 
@@ -117,15 +78,15 @@ def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[
     """What the backward kernel reads besides gradients and parameters: h_seq, x_seq (where `needs_x`),
     <state>_init/_seq (the initial states only when given as tensors). Autograd saves exactly these."""
     e = entry(key)
-    kernel = e.config.kernel("step-backward" if single_step else "bptt", torch.float32, given_inits=given_inits)
-    skip = set(e.tensors) | set(e.scalars)
+    kernel = e.kernel("step-backward" if single_step else "bptt", torch.float32, given_inits=given_inits)
+    skip = set(e.tensor_names) | set(e.op_scalars)
     return tuple(n for n, p in kernel.cparams.items()
                  if p.pointer and p.const and not n.startswith("grad_") and n not in skip)
 
 
 def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
     if len(got) != expected:
-        raise ValueError(f"autocuda.neuron_*: {entry(key).config.spec.name!r} takes {expected} {what}, got {len(got)}")
+        raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {expected} {what}, got {len(got)}")
 
 
 # -- the forms of a call, worked out once -----------------------------------------------------------------------
@@ -140,18 +101,18 @@ class ForwardForm:
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True):
         e = entry(key)
-        self.key, self.config, self.single, self.save, self.given_inits = key, e.config, single, save, given_inits
-        self.n_states = len(e.states)
-        self.n_more = len(e.config.input_keys) - 1  # step inputs after x
+        self.key, self.config, self.single, self.save, self.given_inits = key, e, single, save, given_inits
+        self.n_states = len(e.state_names)
+        self.n_more = len(e.input_keys) - 1  # step inputs after x
         self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
-        inputs = (*e.config.input_keys, *(f"{s}_init" for s in e.states), *e.tensors, *e.scalars)
-        self.kernel = neuron_launch.KernelCall(e.config, "step-forward" if single else "fptt",
+        inputs = e.op_inputs
+        self.kernel = neuron_launch.KernelCall(e, "step-forward" if single else "fptt",
                                         (store_state_seq, save, given_inits, final_states), inputs)
-        self.counts = (len(e.states), len(e.tensors), len(e.scalars))  # initial states, tensors, scalars
+        self.counts = (len(e.state_names), len(e.tensor_names), len(e.op_scalars))  # initial states, tensors, scalars
         self.outputs = forward_outputs(key, single, store_state_seq, save, final_states)
         self.spike_at = self.outputs.index("spike_seq")
-        self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.states) if final_states else ()
-        self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.states) if store_state_seq else ()
+        self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.state_names) if final_states else ()
+        self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.state_names) if store_state_seq else ()
         self.positions = (self.spike_at, self.finals, self.seqs)
         if save:
             hidden = _saved_only(key, single, store_state_seq)
@@ -160,7 +121,7 @@ class ForwardForm:
         # Per tensor parameter, in op order: where its partial stands among backward's (None: not learnable),
         # and whether it is one per neuron (else shared: [1], the partials summed).
         self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
-                                 for name, per_neuron in e.config.tensors)
+                                 for name, per_neuron in e.tensors)
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
             scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
@@ -206,26 +167,11 @@ class ForwardForm:
             raise ValueError("autocuda.neuron_forward: give the initial states as tensors or as numbers, not both")
         e = entry(self.key)
         chosen = states or initial
-        if len(chosen) != len(e.states):
-            raise ValueError(f"autocuda.neuron_forward: {e.config.spec.name!r} has {len(e.states)} states "
-                             f"({', '.join(e.states)}), got {len(chosen)} initial values")
-        _check_count("tensor parameters", tensor_params, len(e.tensors), self.key)
-        _check_count("scalars", scalars, len(e.scalars), self.key)
-
-
-class BoundForm(ForwardForm):
-    """A form whose kernel is bound to one call shape, device and alignment (`KernelCall.bind`), for calls with
-    initial states and parameters all numbers (`autocuda.prepared`, whose key fixes what `ForwardForm.run`
-    checks and looks up on every call)."""
-
-    def __init__(self, form: ForwardForm, launch: neuron_launch.BoundLaunch):
-        self.__dict__.update(form.__dict__)
-        self.launch = launch
-
-    def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
-            ) -> list[Tensor]:
-        return self.launch((x, *initial, *scalars), x, final_shape)
+        if len(chosen) != len(e.state_names):
+            raise ValueError(f"autocuda.neuron_forward: {e.spec.name!r} has {len(e.state_names)} states "
+                             f"({', '.join(e.state_names)}), got {len(chosen)} initial values")
+        _check_count("tensor parameters", tensor_params, len(e.tensor_names), self.key)
+        _check_count("scalars", scalars, len(e.op_scalars), self.key)
 
 
 @constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
@@ -251,24 +197,24 @@ class _BackwardForm:
     def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                  gradients: str = "all"):
         e = entry(key)
-        self.key, self.config, self.single = key, e.config, single
+        self.key, self.config, self.single = key, e, single
         saved = saved_names(key, single, given_inits)
-        finals = tuple(f"grad_{s}_final" for s in e.states) if grad_finals else ()
-        seqs = tuple(f"grad_{s}_seq" for s in e.states) if grad_state_seq else ()
-        numbers = () if given_inits else tuple(f"{s}_init" for s in e.states)
+        finals = tuple(f"grad_{s}_final" for s in e.state_names) if grad_finals else ()
+        seqs = tuple(f"grad_{s}_seq" for s in e.state_names) if grad_state_seq else ()
+        numbers = () if given_inits else tuple(f"{s}_init" for s in e.state_names)
         terms = CORRECTION_KEYS if gradients == "corrected" else ()
-        inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensors, *e.scalars, *terms)
+        inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensor_names, *e.op_scalars, *terms)
         flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
-        self.kernel = neuron_launch.KernelCall(e.config, "step-backward" if single else "bptt", flags, inputs)
-        self.counts = (len(saved), len(numbers), len(e.tensors), len(e.scalars), len(terms))
+        self.kernel = neuron_launch.KernelCall(e, "step-backward" if single else "bptt", flags, inputs)
+        self.counts = (len(saved), len(numbers), len(e.tensor_names), len(e.op_scalars), len(terms))
         sums = gradients == "sums"
-        channel = e.config.channel_sums
-        self.returns = (*(() if sums else (f"grad_{k}" for k in e.config.input_keys)),
-                        *(f"grad_{s}_init" for s in e.states if given_inits and not sums),
+        channel = e.channel_sums
+        self.returns = (*(() if sums else (f"grad_{k}" for k in e.input_keys)),
+                        *(f"grad_{s}_init" for s in e.state_names if given_inits and not sums),
                         *(name for name in (f"grad_{p}" for p in e.learnable)
                           if gradients == "all" or (name in channel) == sums))
-        self.n_inputs = 0 if sums else len(e.config.input_keys)
-        self.n_inits = len(e.states) if given_inits and not sums else 0
+        self.n_inputs = 0 if sums else len(e.input_keys)
+        self.n_inits = len(e.state_names) if given_inits and not sums else 0
 
     def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
             saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
@@ -328,7 +274,7 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
                   final_states, more_inputs):
     single, n = x.dim() == 1, x.shape[-1]
     steps = None if single else x.shape[0]
-    kernel = entry(key).config.kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
+    kernel = entry(key).kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
                                       save_for_backward=save_for_backward, final_states=final_states,
                                       **({} if single else neuron_launch.replay_option(n, steps)))
     shapes = {"vector": (n,), "sequence": x.shape}
@@ -349,7 +295,7 @@ def neuron_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], gra
 def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
                    saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
                    scalars: Sequence[float]) -> list[Tensor]:
-    states = entry(key).states
+    states = entry(key).state_names
     for what, got in (("final state gradients", grad_finals), ("state sequence gradients", grad_seqs)):
         if got:  # all or none
             _check_count(what, got, len(states), key)
@@ -370,9 +316,9 @@ def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_p
     in the compute dtype, or one per channel (its sum) shaped like the parameter."""
     e = entry(key)
     compute = compute_dtype(grad_spike.dtype)
-    sums = e.config.channel_sums
-    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensors, tensor_params)}
-    inputs = {f"grad_{k}" for k in e.config.input_keys}
+    sums = e.channel_sums
+    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensor_names, tensor_params)}
+    inputs = {f"grad_{k}" for k in e.input_keys}
     neurons = grad_spike.shape[-1:]
     return [grad_spike.new_empty(grad_spike.shape) if name in inputs
             else grad_spike.new_empty(neurons) if name.endswith("_init")
@@ -395,7 +341,7 @@ def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_final
     if gradients not in ("sums", "corrected"):
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
     if grad_finals:
-        _check_count("final state gradients", grad_finals, len(entry(key).states), key)
+        _check_count("final state gradients", grad_finals, len(entry(key).state_names), key)
     form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
     return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction)
 
@@ -426,10 +372,11 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
                   tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor],
-                  more_inputs: Sequence[Tensor] = ()) -> None:
-    """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata and the
-    saved tensors (those the backward kernel reads, then the tensor parameters)."""
-    ctx.form, ctx.key, ctx.outputs, ctx.saved_ok = form, form.key, form.outputs, form.save
+                  more_inputs: Sequence[Tensor] = (), program: Any = None) -> None:
+    """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata, the
+    saved tensors (those the backward kernel reads, then the tensor parameters) and the call's program (whose
+    backward launches are bound at its first backward)."""
+    ctx.form, ctx.key, ctx.outputs, ctx.saved_ok, ctx.program = form, form.key, form.outputs, form.save, program
     ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
     if form.save:
@@ -440,9 +387,9 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
 @functools.lru_cache(maxsize=1024)
 def _saved_only(key: str, single: bool, store_state_seq: bool) -> frozenset[str]:
     """Forward outputs that the caller never sees: what is written only for backward."""
-    visible = {"spike_seq", *(f"{s}_final" for s in entry(key).states)}
+    visible = {"spike_seq", *(f"{s}_final" for s in entry(key).state_names)}
     if store_state_seq:
-        visible |= {f"{s}_seq" for s in entry(key).states}
+        visible |= {f"{s}_seq" for s in entry(key).state_names}
     return frozenset(forward_outputs(key, single, store_state_seq, True)) - visible
 
 
@@ -452,8 +399,8 @@ def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: boo
     """Where each of `saved_names` stands among (x, *more inputs, *initial states given as tensors, *forward
     outputs)."""
     e = entry(key)
-    inits = [f"{s}_init" for s in e.states] if given_inits else []
-    available = (*e.config.input_keys, *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
+    inits = [f"{s}_init" for s in e.state_names] if given_inits else []
+    available = (*e.input_keys, *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
     return tuple(available.index(n) for n in saved_names(key, single, given_inits))
 
 
@@ -466,6 +413,9 @@ def _backward(ctx, grads: list[Tensor], run_backward=None):
     finals = _dense_all(grads, form.finals, shape, True, dtype, device)  # none given: a kernel taking zeros
     seqs = _dense_all(grads, form.seqs, shape, False, dtype, device) if form.seqs else []
     grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
+    program = getattr(ctx, "program", None)
+    if program is not None and program.native_wanted:
+        program.bind_backward(form, ctx.meta, list(saved[:n]), [*ctx.initial, *ctx.scalars])
     out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
                                             list(saved[n:]), ctx.scalars)
     n_inits, n_inputs = (0 if ctx.initial else form.n_states), 1 + form.n_more
@@ -544,14 +494,14 @@ class _Eager(torch.autograd.Function):
     mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
 
     @staticmethod
-    def forward(ctx, form: ForwardForm, initial: list[float], scalars: list[float], final_shape: Sequence[int] | None,
-                x: Tensor, *tensors: Tensor):
+    def forward(ctx, form: ForwardForm, program: Any, initial: list[float], scalars: list[float],
+                final_shape: Sequence[int] | None, x: Tensor, *tensors: Tensor):
         """`tensors`: the step inputs after x, the initial states (given as tensors), the tensor parameters;
-        `final_shape`: as `ForwardForm.run` takes it."""
+        `final_shape`: as `ForwardForm.run` takes it; `program`: the call's (`run` runs its bound launch)."""
         n_more, n_states = form.n_more, 0 if initial else form.n_states
         more, states, tensor_params = tensors[:n_more], tensors[n_more:n_more + n_states], tensors[n_more + n_states:]
-        outputs = form.run(x, states, initial, tensor_params, scalars, more, final_shape)
-        _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more)
+        outputs = run(form, program, x, states, initial, tensor_params, scalars, more, final_shape)
+        _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more, program)
         # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
         # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
         ctx.set_materialize_grads(False)
@@ -564,7 +514,7 @@ class _Eager(torch.autograd.Function):
     def backward(ctx, *grads):
         _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads,
                                                                               run_backward=ctx.form.run_backward)
-        return None, None, None, None, grad_x, *more, *grad_states, *grad_params
+        return None, None, None, None, None, grad_x, *more, *grad_states, *grad_params
 
 
 # `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
@@ -591,14 +541,26 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
 
 def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
                   tensor_params: list[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor] = (),
-                  final_shape: Sequence[int] | None = None) -> list[Tensor]:
-    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`). The final states come
-    out in `final_shape` where it is given (new tensors, not views: their holder can detach them in place)."""
+                  final_shape: Sequence[int] | None = None, program: Any = None) -> list[Tensor]:
+    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`) and, where it has one, its
+    program (`autocuda.program`). The final states come out in `final_shape` where it is given (new tensors, not
+    views: their holder can detach them in place)."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
-        return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)
+        return run(form, program, x, states, initial, tensor_params, scalars, more_inputs, final_shape)
     if len(more_inputs) != form.n_more:
         form._refuse_inputs(x, more_inputs)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
-        return list(_Eager.apply(form, initial, scalars, final_shape, x, *more_inputs, *states, *tensor_params))
-    return list(_APPLY(form, initial, scalars, final_shape,
+        return list(_Eager.apply(form, program, initial, scalars, final_shape, x, *more_inputs, *states,
+                                 *tensor_params))
+    return list(_APPLY(form, program, initial, scalars, final_shape,
                        *map(_unwrap_if_dead, (x, *more_inputs, *states, *tensor_params))))
+
+
+def run(form: ForwardForm, program: Any, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
+        tensor_params: Sequence[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor],
+        final_shape: Sequence[int] | None) -> list[Tensor]:
+    """The forward kernel's outputs: the program's bound launch (a call of numbers only), else the form's."""
+    launch = None if program is None else program.launch
+    if launch is not None:
+        return launch((x, *initial, *scalars), x, final_shape)
+    return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)

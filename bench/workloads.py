@@ -125,10 +125,10 @@ class SpecStep:
     @functools.cached_property
     def _reference(self) -> tuple[Any, Mapping[str, Any], Callable[..., Any]]:
         from autocuda.reference import step
-        from autocuda.runtime.plans import get_plan
+        from autocuda.runtime.configs import get_config
 
-        plan = get_plan(self.spec or self.key, kernels=False)  # the spec's reset; parameters as runtime values
-        return plan.system, plan.symbols, step
+        # the spec's reset; parameters as runtime values
+        return (*get_config(self.spec or self.key, kernels=False).reference_step, step)
 
     def prepare(self) -> SpecStep:
         """Itself, with the reference built: torch.compile then traces torch ops only."""

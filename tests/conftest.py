@@ -241,15 +241,15 @@ def native_library() -> None:
 
 @pytest.fixture
 def native_on_host(native_library: None, monkeypatch: pytest.MonkeyPatch):
-    """Host calls through the native path for the test (`native.USE` and `native.HOST` on); the prepared calls made
-    before it, and those it made, are forgotten (a prepared host call decides its path when it is made)."""
-    from autocuda import native, prepared
+    """Host calls through the native path for the test (`native.USE` and `native.HOST` on); the functional calls'
+    programs made before it, and those it made, are forgotten (a host program decides its path when it binds)."""
+    from autocuda import native, program
 
     monkeypatch.setattr(native, "USE", True)
     monkeypatch.setattr(native, "HOST", True)
-    prepared._PREPARED.clear()
+    program.PROGRAMS.clear()
     yield
-    prepared._PREPARED.clear()
+    program.PROGRAMS.clear()
 
 
 # -- host evaluation of C expressions ---------------------------------------------------------------------

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from autocuda import calls, ops
 from autocuda import functional as F
+from autocuda import program
 from autocuda.runtime.neuron_launch import KIND_OPTIONS
 from autocuda.spec.load import list_specs, load_spec
 
@@ -213,7 +213,7 @@ def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: 
     """T >= 64 with few neurons selects kernels whose time loop is unrolled (runtime.neuron_launch.LONG_LOOP); a
     backward that replays checkpoints (ALIF) runs segments of steps, each loop over a segment unrolled whole."""
     from autocuda.runtime import neuron_launch as neuron
-    from autocuda.runtime.plans import get_plan
+    from autocuda.runtime.configs import get_config
 
     assert neuron.LONG_LOOP_STEPS <= 80
     x = (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
@@ -223,7 +223,7 @@ def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: 
     torch.testing.assert_close(got_finals, want_finals)
     g = torch.randn_like(got)
     torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
-    recipes = ops.entry(get_plan(name).key).config._recipes
+    recipes = get_config(name)._recipes
     segments = f"ac_s0 -= {neuron.tuning.REPLAY}"
     used = {kind for (kind, _, _, layout), recipe in recipes.items()
             if layout.unroll > 1 and ("#pragma unroll 8" in recipe.kernel.full_codes
@@ -237,12 +237,12 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
     """Initial states given as numbers start the kernels from them (no tensor filled or read); the results are
     bitwise those of tensors filled with the numbers (rounded through the storage dtype alike), and backward
     gives the same input gradient without computing one for the numbers."""
-    from autocuda.runtime.plans import get_plan
+    from autocuda.runtime.configs import get_config
 
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(7, 9, generator=g) * 2 + 0.5).to(dtype)
     upstream = torch.randn(7, 9, generator=g).to(dtype)
-    numbers = [0.1 * (i + 1) for i in range(len(get_plan(name).states))]
+    numbers = [0.1 * (i + 1) for i in range(len(get_config(name).state_names))]
     runs = []
     for states in (numbers, [torch.full((9,), v, dtype=dtype) for v in numbers]):
         xg = x.clone().requires_grad_(True)
@@ -251,7 +251,7 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
         runs.append((spikes, *finals, grad))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
-    recipes = ops.entry(get_plan(name).key).config._recipes
+    recipes = get_config(name)._recipes
     given = {flags[KIND_OPTIONS[kind].index("given_inits")] for kind, _, flags, _ in recipes
              if kind in ("fptt", "bptt")}
     assert given == {False, True}
@@ -262,7 +262,7 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
 def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
     """`final_states=False` returns None for them, and its kernel has no final-state outputs; spikes, stored
     sequences and gradients are bitwise those of the default call, on the kernels and on the reference."""
-    from autocuda.runtime.plans import get_plan
+    from autocuda.runtime.configs import get_config
 
     g = torch.Generator().manual_seed(8)
     x = (torch.randn(6, 3, 5, generator=g) * 2 + 0.5).to(dtype)
@@ -278,7 +278,7 @@ def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
         runs.append((spikes, *seqs, grad, inferred))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
-    config = ops.entry(get_plan(name).key).config
+    config = get_config(name)
     skipping = [key for key in config._kernels if key[0] == "fptt" and ("final_states", False) in key[2]]
     assert skipping and all(not any(p.endswith("_final") for p in config._kernels[k].cparams) for k in skipping)
     reference = F.multi_step(name, x.double(), backend="reference", final_states=False)
@@ -324,14 +324,16 @@ def test_per_channel_parameters_are_read_per_neuron_under_deterministic_algorith
 
     w = torch.ones(3, 1, dtype=torch.float64)
     x = torch.rand(6, 2, 3, 5, dtype=torch.float64)
-    assert calls._kinds({"w": calls._spread(w)}) == ({"w": PER_CHANNEL}, 2)
-    assert calls._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 2
+    assert program._kinds({"w": program._spread(w)}) == ({"w": PER_CHANNEL}, 2)
+    assert program.PROGRAMS.find("parametric_lif", x, (), None, False, None, None, True, (False, False, True),
+                                   {"w": w}).channel_dim == 2
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        assert calls._kinds({"w": calls._spread(w)}) == ({"w": PER_NEURON}, 0)
-        # an eager layer made before, for the same call, is not reused: the flag is part of its key
-        assert calls._layer("parametric_lif", x, None, False, None, None, {"w": w}).channel_dim == 0
+        assert program._kinds({"w": program._spread(w)}) == ({"w": PER_NEURON}, 0)
+        # an eager program made before, for the same call, is not reused: the flag is part of its key
+        assert program.PROGRAMS.find("parametric_lif", x, (), None, False, None, None, True, (False, False, True),
+                                   {"w": w}).channel_dim == 0
     finally:
         torch.use_deterministic_algorithms(before)
     if toolchain.missing() is not None:

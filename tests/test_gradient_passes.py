@@ -201,11 +201,11 @@ def test_opcheck_backward_passes(numbers):
     implementation agree (`torch.library.opcheck`)."""
     from autocuda import ops
     from autocuda.codegen.broadcast import CHANNEL_KEYS
-    from autocuda.runtime.plans import get_plan
+    from autocuda.runtime.configs import get_config
 
     spec = with_input_affine(load_spec("parametric_lif"))
     signature = ((INPUT_SCALE, PER_CHANNEL, True), (INPUT_SHIFT, PER_CHANNEL, True), ("w", False, True))
-    key = get_plan(spec, None, None, False, (), signature, True, replay_charge=True).key
+    key = get_config(spec, None, None, False, (), signature, True, replay_charge=True).key
     e = ops.entry(key)
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(T, N, generator=gen, dtype=torch.float64) + 0.8
@@ -213,12 +213,12 @@ def test_opcheck_backward_passes(numbers):
     initial = [0.1] if numbers else []
     values = {INPUT_SCALE: torch.rand(C, dtype=torch.float64) + 0.5, INPUT_SHIFT: torch.rand(C, dtype=torch.float64),
               "w": torch.tensor([0.2], dtype=torch.float64)}
-    tensors = [values[name] for name in e.tensors]
+    tensors = [values[name] for name in e.tensor_names]
     sizes = dict(zip(CHANNEL_KEYS, (C, INNER)))
     defaults = {p.name: p.default for p in spec.params}
-    scalars = [float(sizes[n] if n in sizes else defaults[n]) for n in e.scalars]
+    scalars = [float(sizes[n] if n in sizes else defaults[n]) for n in e.op_scalars]
     outputs = torch.ops.autocuda.neuron_forward(key, x, states, initial, tensors, scalars, False, True, True, [])
-    available = {"x_seq": x, **{f"{s}_init": v for s, v in zip(e.states, states)},
+    available = {"x_seq": x, **{f"{s}_init": v for s, v in zip(e.state_names, states)},
                  **dict(zip(ops.forward_outputs(key, False, False, True), outputs))}
     saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
     grad = torch.randn(T, N, generator=gen, dtype=torch.float64)

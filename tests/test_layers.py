@@ -31,11 +31,11 @@ LAYERS: Mapping[str, int] = {
     "autocuda.dtypes": 3, "autocuda.cfunction": 3, "autocuda.ckernel": 3, "autocuda.codegen": 3,
     "autocuda.kernels": 3, "autocuda.layout": 3,
     "autocuda.codegen.code": 2,  # C text helpers (no generator), shared with the host runner
-    # 4 runtime: neuron kernels on tensors (records, layouts, plans) and the torch reference of a step
+    # 4 runtime: neuron kernels on tensors (records, layouts, configurations) and the torch reference of a step
     "autocuda.runtime.records": 4, "autocuda.runtime.tuning": 4, "autocuda.runtime.neuron_launch": 4,
-    "autocuda.runtime.plans": 4, "autocuda.reference": 4,
+    "autocuda.runtime.configs": 4, "autocuda.reference": 4,
     # 5-7 the user's API: ops, then functional, then modules
-    "autocuda.ops": 5, "autocuda.memory_order": 5, "autocuda.native": 5, "autocuda.calls": 6, "autocuda.prepared": 6,
+    "autocuda.ops": 5, "autocuda.memory_order": 5, "autocuda.native": 5, "autocuda.program": 6,
     "autocuda.functional": 6, "autocuda.nn": 7,
     "autocuda.encoding": 6, "autocuda.progress": 0,  # encoders (torch only); the optional progress bar (tqdm)
     # 8 tools and the package itself (which wires the spec layer's hooks)

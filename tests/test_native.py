@@ -1,4 +1,4 @@
-"""The native call path (`autocuda.native`): prepared calls through the C++ operator and its C++ autograd node give
+"""The native call path (`autocuda.native`): programs' calls through the C++ operator and its C++ autograd node give
 the Python path's results bitwise (the same kernels with the same values), on the host runner here and on CUDA in
 tests/gpu/test_native_gpu.py; its plans refuse malformed words; its switch and its cache."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from conftest import profile
 
 from autocuda import functional as F
-from autocuda import native, prepared
+from autocuda import native, program
 from autocuda.native import plan as native_plan
 
 pytestmark = pytest.mark.usefixtures("native_on_host")  # the library is built for this file's tests (conftest)
@@ -30,22 +30,24 @@ def run(spec: str, x: torch.Tensor, train: bool, finals_in_loss: bool, **params)
 
 
 def native_plans() -> list:
-    return [p.native for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED]
+    return [p.native for p in program.PROGRAMS.values()]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("spec, params", CASES, ids=[f"{s}-{'-'.join(p)}" for s, p in CASES])
 def test_native_calls_equal_the_python_path(spec, params, dtype, monkeypatch):
     """Inference and training, with and without the final states in the loss (two backward kernels), x [T, N] and
-    x [T, 2, 48]: bitwise the Python path's spikes, final states and gradient, and a native plan ran them."""
+    x [T, 2, 48]: bitwise the Python path's spikes, final states and gradient, and a native plan ran them (made at
+    a training program's first call after its first backward, which binds the backward launches)."""
     for shape in ((5, 96), (3, 2, 48)):
         x = torch.rand(shape, dtype=dtype) * 2
         for train, finals_in_loss in ((False, False), (True, False), (True, True)):
-            monkeypatch.setattr(prepared, "ENABLED", False)
+            monkeypatch.setattr(program, "ENABLED", False)
             want = run(spec, x, train, finals_in_loss, **params)
-            monkeypatch.setattr(prepared, "ENABLED", True)
-            prepared._PREPARED.clear()
-            run(spec, x, train, finals_in_loss, **params)  # prepares the call and its plan
+            monkeypatch.setattr(program, "ENABLED", True)
+            program.PROGRAMS.clear()
+            run(spec, x, train, finals_in_loss, **params)  # builds the program (a training one binds backward)
+            assert all(plan is None for plan in native_plans()) == train
             got = run(spec, x, train, finals_in_loss, **params)
             assert any(plan is not None for plan in native_plans())
             for g, w in zip(got, want, strict=True):
@@ -54,8 +56,8 @@ def test_native_calls_equal_the_python_path(spec, params, dtype, monkeypatch):
 
 def test_a_native_training_call_records_a_cpp_node_whose_second_derivative_fails():
     x = (torch.rand(4, 64, dtype=torch.float64) * 2).requires_grad_()
-    for _ in range(2):
-        spikes = F.multi_step("lif", x, backend="host")[0]
+    F.multi_step("lif", x, backend="host")[0].sum().backward()  # binds the backward launches
+    spikes = F.multi_step("lif", x, backend="host")[0]
     assert "CppNode" in spikes.grad_fn.name() and "NeuronCall" in spikes.grad_fn.name()
     (grad,) = torch.autograd.grad(spikes.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="differentiable once"):
@@ -66,25 +68,24 @@ def test_hidden_outputs_are_not_differentiable_and_unused_gradients_cost_nothing
     """Only the spikes in the loss: the kernel without final-state gradients runs (no zero tensors are made for
     them), and x's gradient equals the Python path's."""
     x = (torch.rand(4, 64) * 2).requires_grad_()
-    for _ in range(2):
-        spikes, (v,), _ = F.multi_step("lif", x, backend="host")
-    assert spikes.requires_grad and v.requires_grad
+    F.multi_step("lif", x, backend="host")[0].sum().backward()  # binds the backward launches
+    spikes, (v,), _ = F.multi_step("lif", x, backend="host")
+    assert spikes.requires_grad and v.requires_grad and "NeuronCall" in spikes.grad_fn.name()
     (grad,) = torch.autograd.grad(spikes.sum(), x)
-    prepared.ENABLED = False
+    program.ENABLED = False
     try:
         (want,) = torch.autograd.grad(F.multi_step("lif", x, backend="host")[0].sum(), x)
     finally:
-        prepared.ENABLED = True
+        program.ENABLED = True
     assert torch.equal(grad, want)
 
 
 def test_a_call_unlike_its_plan_is_refused_by_the_operator():
-    prepared._PREPARED.clear()
+    program.PROGRAMS.clear()
     x = torch.rand(4, 64)
     for _ in range(2):
         F.multi_step("lif", x, backend="host")
-    number = next(p.native for p in prepared._PREPARED.values()
-                  if p is not prepared._UNPREPARED and p.shape == (4, 64) and p.native is not None)
+    number = next(p.native for p in program.PROGRAMS.values() if p.seen[0] == (4, 64) and p.native is not None)
     with pytest.raises(RuntimeError, match="is not the call plan"):
         native.call(number, torch.rand(4, 65), [0.0, 2.0, 1.0, 0.0])
     with pytest.raises(RuntimeError, match="numbers"):
@@ -93,14 +94,13 @@ def test_a_call_unlike_its_plan_is_refused_by_the_operator():
 
 @pytest.mark.parametrize("cut", [1, 7, 30])
 def test_malformed_plans_are_refused_naming_the_plan(cut):
-    prepared._PREPARED.clear()
-    x = torch.rand(4, 64)
+    program.PROGRAMS.clear()
+    x = torch.rand(4, 64).requires_grad_()
     for _ in range(2):
-        F.multi_step("lif", x.requires_grad_(), backend="host")
-    found = next(p for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED and p.native is not None)
-    numbers = [0.0, *found.layer.scalar_values(found.layer.values({}, x, found.neuron_shape))]
-    words = native_plan.plan_words(x.detach(), len(numbers), found.form.launch, found.form,
-                                   *found._backward_launches(x.detach(), numbers))
+        F.multi_step("lif", x, backend="host")[0].sum().backward()
+    found = next(p for p in program.PROGRAMS.values() if p.native is not None)
+    numbers = [0.0, *found.scalar_values(found.values({}, x, (64,)))]
+    words = native_plan.plan_words(x.detach(), len(numbers), found.launch, found.bound_form, *found.backward)
     assert native.make_plan(words.words, words.dtypes) == found.native  # identical plans are one plan
     with pytest.raises(RuntimeError, match="autocuda native plan"):
         native.make_plan(words.words[:-cut], words.dtypes)
@@ -135,17 +135,36 @@ def test_the_library_is_cached_and_checked():
     assert native.status() == "loaded"
 
 
-def test_preparing_a_native_call_draws_nothing_from_torchs_random_generator():
-    """A plan is made on the call's first native use, binding its backward kernels to data of the call's shape:
-    that data is the input's, so a model's dropout masks after it are those of the Python path."""
-    prepared._PREPARED.clear()
+def test_binding_backward_and_planning_draw_nothing_from_torchs_random_generator():
+    """A training program binds its backward launches at its first backward, to fresh gradients of the call's
+    shape (zeros) and the call's saved tensors, and makes its plan at the next call: neither draws from torch's
+    generator, so a model's dropout masks after them are those of the Python path."""
+    program.PROGRAMS.clear()
     x = (torch.rand(3, 40, dtype=torch.float64) * 2).requires_grad_()
     torch.manual_seed(7)
+    F.multi_step("lif", x, backend="host")[0].sum().backward()
+    assert all(p.backward is not None for p in program.PROGRAMS.values())
     F.multi_step("lif", x, backend="host")
     assert any(plan is not None for plan in native_plans())
     after = torch.rand(4)
     torch.manual_seed(7)
     assert torch.equal(torch.rand(4), after)
+
+
+def test_a_training_program_binds_its_backward_at_its_first_backward():
+    """Forward calls alone bind no backward launch; the first backward binds both (with and without the final
+    states' gradients), and only then is the native plan made."""
+    program.PROGRAMS.clear()
+    x = (torch.rand(3, 40, dtype=torch.float64) * 2).requires_grad_()
+    for _ in range(3):
+        spikes = F.multi_step("lif", x, backend="host")[0]
+    (found,) = program.PROGRAMS.values()
+    assert found.backward is None and found.native is None
+    spikes.sum().backward()
+    with_finals = found.backward[1]
+    assert found.backward[0] is not None and with_finals is not None and found.native is None
+    F.multi_step("lif", x, backend="host")
+    assert found.native is not None
 
 
 # A stand-in for the C++ compiler: it answers --version, and "compiles" by waiting for the file $GATE, then copying

@@ -189,11 +189,11 @@ def test_torch_compile_fullgraph_matches_eager():
 
 
 def test_pickled_layer_works_where_its_spec_was_never_registered():
-    from autocuda.runtime import plans
+    from autocuda.runtime import configs
 
     node = ann.Neuron(load_spec("lif").with_defaults(tau=3.0), step_mode="m", surrogate_function=ATan(alpha=3.0))
     data = pickle.dumps(node)
-    del plans._OBJECTS[node._spec_ref], plans._OBJECTS[node._surrogate_ref]  # as in a fresh process
+    del configs._OBJECTS[node._spec_ref], configs._OBJECTS[node._surrogate_ref]  # as in a fresh process
     x = x_seq(4, 5)
     assert torch.equal(pickle.loads(data)(x), node(x))
 

@@ -10,7 +10,7 @@ import torch
 
 from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime import compile, nvrtc, plans
+from autocuda.runtime import compile, configs, nvrtc
 from autocuda.spec.load import list_specs, load_spec
 
 pytestmark = pytest.mark.skipif(not nvrtc.found(), reason="NVRTC not found: pip install -e '.[test]' brings it")
@@ -61,7 +61,7 @@ def test_without_nvrtc_kernels_fall_back_to_the_reference_and_compiling_says_wha
         nvrtc._library.cache_clear()
         try:
             assert not nvrtc.found()
-            assert plans.default_backend("cuda") == "reference"
+            assert configs.default_backend("cuda") == "reference"
             with pytest.raises(RuntimeError, match=r"needs NVRTC.*autocuda\[cuda13\]"):
                 nvrtc.compile_program(BROKEN, "broken", HOPPER, ())
         finally:

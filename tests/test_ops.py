@@ -10,7 +10,7 @@ from backends import NEEDS_HOST
 
 from autocuda import functional as F
 from autocuda import native, ops
-from autocuda.runtime.plans import get_plan, resolve_spec
+from autocuda.runtime.configs import get_config, resolve_spec
 
 # Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
 # order only; float32 adds one rounding per operation over a few steps.
@@ -85,7 +85,7 @@ def test_what_backward_saves():
     alive for backward); the threshold state's checkpoints for ALIF (every 8 steps in float32, its backward
     replays the steps between)."""
     def saved(name: str, signature=()) -> set[str]:
-        return set(ops.saved_names(get_plan(resolve_spec(name), None, None, False, (), signature, True).key, False))
+        return set(ops.saved_names(get_config(resolve_spec(name), None, None, False, (), signature, True).key, False))
 
     assert saved("lif") == {"h_seq"}
     assert saved("izhikevich") == {"h_seq", "v_init"}
@@ -95,7 +95,7 @@ def test_what_backward_saves():
 
 
 def test_no_grad_forward_writes_no_saved_tensors():
-    plan = get_plan(resolve_spec("lif"), None, None, False, (), (), True)
+    plan = get_config(resolve_spec("lif"), None, None, False, (), (), True)
     assert "h_seq" in ops.forward_outputs(plan.key, False, False, True)
     assert ops.forward_outputs(plan.key, False, False, False) == ("spike_seq", "v_final")
 
@@ -105,14 +105,14 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
     """The forward op's arguments; `numbers`: the initial states as one number each instead of tensors."""
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
-    plan = get_plan(spec, None, None, False, (), signature, True)
+    plan = get_config(spec, None, None, False, (), signature, True)
     g = torch.Generator().manual_seed(2)
     shape = (5,) if single else (steps, 5)
     x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2).to(dtype).requires_grad_()
-    states = [] if numbers else [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.states]
-    initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
+    states = [] if numbers else [torch.zeros(5, dtype=dtype, requires_grad=True) for _ in plan.state_names]
+    initial = [0.25 * i for i in range(len(plan.state_names))] if numbers else []
     tensors = [torch.full((5,), 0.3, dtype=dtype, requires_grad=True) for _ in plan.tensors]
-    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
+    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.op_scalars]
     return plan.key, x, states, initial, tensors, scalars, store, save
 
 
@@ -145,11 +145,11 @@ def test_opcheck_backward(name: str, store: bool, numbers: bool):
     key, x, states, initial, tensors, scalars, _, _ = _op_args(name, False, store, True, numbers=numbers)
     outputs = torch.ops.autocuda.neuron_forward(key, x.detach(), [s.detach() for s in states], initial,
                                                 [t.detach() for t in tensors], scalars, store, True, True, [])
-    available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).states, states)},
+    available = {"x_seq": x.detach(), **{f"{s}_init": v.detach() for s, v in zip(ops.entry(key).state_names, states)},
                  **dict(zip(ops.forward_outputs(key, False, store, True), outputs))}
     saved = [available[n] for n in ops.saved_names(key, False, not numbers)]
-    grad_finals = [torch.ones(5, dtype=x.dtype) for _ in ops.entry(key).states]
-    grad_seqs = [torch.ones_like(x) for _ in ops.entry(key).states] if store else []
+    grad_finals = [torch.ones(5, dtype=x.dtype) for _ in ops.entry(key).state_names]
+    grad_seqs = [torch.ones_like(x) for _ in ops.entry(key).state_names] if store else []
     args = (key, torch.ones_like(x), grad_finals, grad_seqs, saved, initial, [t.detach() for t in tensors], scalars)
     torch.library.opcheck(torch.ops.autocuda.neuron_backward.default, args)
 
@@ -180,8 +180,8 @@ def test_whole_number_scalars_run_as_their_floats():
     got = ops.forward(key, x, [], initial, tensors, [int(v) for v in whole], False, False, True)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     entry = ops.entry(key)
-    given = dict(zip(entry.scalars, map(int, whole)))
-    by_name = neuron.forward(entry.config, x, dict(zip(entry.states, initial)), given, save_for_backward=False,
+    given = dict(zip(entry.op_scalars, map(int, whole)))
+    by_name = neuron.forward(entry, x, dict(zip(entry.state_names, initial)), given, save_for_backward=False,
                              backend="host")
     assert all(torch.equal(by_name[n], w) for n, w in zip(ops.forward_outputs(key, False, False, False), want))
 
@@ -196,9 +196,9 @@ def test_op_refuses_initial_states_given_twice_or_missing():
 
 def test_keys_are_stable_and_checked():
     spec = resolve_spec("lif")
-    a = get_plan(spec, None, None, False, (), (), True).key
-    assert a == get_plan(spec, "Sigmoid", "hard", False, (), (), True).key  # the same configuration
-    assert a.startswith("lif_") and a != get_plan(spec, None, "soft", False, (), (), True).key
+    a = get_config(spec, None, None, False, (), (), True).key
+    assert a == get_config(spec, "Sigmoid", "hard", False, (), (), True).key  # the same configuration
+    assert a.startswith("lif_") and a != get_config(spec, None, "soft", False, (), (), True).key
     with pytest.raises(KeyError, match="unknown autocuda neuron key"):
         ops.entry("lif_0000")
 
@@ -219,7 +219,7 @@ def test_unwritable_kernel_cache_falls_back_to_a_temporary_folder_with_one_warni
 def test_constant_result_marks_functions_as_torch_does():
     """Our decorator stands in for torch.compiler.assume_constant_result (which imports Dynamo): both must leave
     a function with the same attributes, or torch.compile would trace into our plan builders."""
-    from autocuda.runtime.plans import constant_result
+    from autocuda.runtime.configs import constant_result
 
     def ours():
         return 1
@@ -268,7 +268,7 @@ def test_no_final_state_gradient_takes_a_kernel_that_starts_from_zero(name):
     spikes, finals, _ = F.multi_step(name, xb, backend="host")
     (with_zeros,) = torch.autograd.grad([spikes, *finals], xb, [g, *(torch.zeros_like(f) for f in finals)])
     assert torch.equal(without, with_zeros)
-    recipes = ops.entry(get_plan(name).key).config._recipes
+    recipes = get_config(name)._recipes
     flags = {flags for kind, _, flags, _ in recipes if kind == "bptt"}
     assert (False, False, False) in flags and (False, True, False) in flags, flags  # numbers as initial states
 

@@ -1,7 +1,7 @@
 """SpikingJelly's protocol on our layers, in float64 against SpikingJelly 2.0's own classes: what SpikingJelly reads
 at every call (parameters made learnable after warm-up, `surrogate_function` and its parameters and spiking mode,
-`decay_input`) is read at the next call here too, on every path (the settled call, the prepared call, single
-steps, the reference); FlexSN follows the memory protocol (`detach_net`, `Module.to`, `extract_memories`); the
+`decay_input`) is read at the next call here too, on every path (the settled call, a program's bound launch,
+single steps, the reference); FlexSN follows the memory protocol (`detach_net`, `Module.to`, `extract_memories`); the
 non-spiking surrogates' gradients, `store_v_seq`, `detach()`, a [T]-shaped input and ILIFNode's threshold behave
 as SpikingJelly's (skipped where SpikingJelly does not import)."""
 from __future__ import annotations
@@ -35,8 +35,8 @@ def inputs(seed: int = 0, shape: tuple[int, ...] = (6, 3, 4)) -> torch.Tensor:
 
 
 def warmed(layer: nn.Module, x: torch.Tensor) -> nn.Module:
-    """Three calls from a reset: where the native operator is loaded, the layer has settled its call (the host
-    backend), and the next call from a reset reruns it unless something it was made from changed."""
+    """Three calls from a reset: the layer has settled its call (the host backend), and the next call from a reset
+    reruns it unless something it was made from changed."""
     for _ in range(3):
         layer.reset()
         layer(x.detach().clone())
@@ -134,7 +134,7 @@ def test_a_change_after_warm_up_is_read_at_the_next_call(change: str, backend: s
     theirs = sj.LIFNode(surrogate_function=surrogate(their_sg), step_mode=step_mode)
     warmed(mine, x if step_mode == "m" else x[0])
     make(mine, theirs)
-    for _ in range(2):  # the call after the change, then the settled or prepared call it made
+    for _ in range(2):  # the call after the change, then the settled call or program it made
         assert_as_theirs(outcome(mine, x, step_mode), outcome(theirs, x, step_mode))
 
 
@@ -296,12 +296,14 @@ def test_ilif_reads_a_new_spike_count() -> None:
     assert_as_theirs(outcome(mine, x), outcome(theirs, x))
 
 
-def test_the_native_settled_call_ran_in_these_tests_where_it_is_loaded() -> None:
-    """The host backend's warm-up above settles calls only where the native operator is loaded: say so."""
-    if not (native.USE and native.loaded()):
-        pytest.skip(f"the native operator is not loaded ({native.status()}): the settled call was not exercised")
+def test_the_settled_call_ran_in_these_tests() -> None:
+    """The host backend's warm-up above settles a layer's call (the native operator where it is loaded and asked
+    for on host, else the program's bound launch): say which."""
+    from autocuda.program import Program
+
     layer = warmed(our.LIFNode(step_mode="m", backend="host"), inputs())
-    assert layer._last_call.settled is not None
+    assert layer._programs.last is not None
+    assert (layer._programs.last[0] is not Program.rerun) == (native.HOST and native.status() == "loaded")
 
 
 def test_more_attributes_read_at_every_call() -> None:

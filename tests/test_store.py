@@ -13,8 +13,8 @@ import torch
 
 from autocuda import store
 from autocuda.kernels import neuron_kernel
+from autocuda.runtime.configs import get_config
 from autocuda.runtime.neuron_launch import NeuronConfig
-from autocuda.runtime.plans import get_plan
 from autocuda.runtime.records import KernelRecord, kernel_record
 from autocuda.spec.load import load_spec
 
@@ -103,10 +103,10 @@ def test_a_process_with_a_warm_cache_imports_no_sympy(tmp_path):
 
 def test_plans_need_no_derivation():
     """Building a kernel plan reads facts of the spec only: its derivation happens when a kernel is made."""
-    plan = get_plan("lif", reset="soft")
-    assert plan.scalars == ("tau", "v_threshold") and plan.states == ("v",)
+    plan = get_config("lif", reset="soft")
+    assert plan.scalars == ("tau", "v_threshold") and plan.state_names == ("v",)
     with pytest.raises(Exception, match="reset must be one of"):
-        get_plan("lif", reset="sideways")
+        get_config("lif", reset="sideways")
 
 
 def test_records_survive_json():

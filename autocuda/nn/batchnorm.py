@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .. import functional as F
-from ..calls import Call
-from ..runtime.plans import spec_ref
+from ..program import Call
+from ..runtime.configs import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import ops
-from ..calls import Call, neuron_shaped
 from ..codegen.broadcast import PER_CHANNEL
+from ..program import Call, neuron_shaped
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT
 
 _AFFINE = (INPUT_SCALE, INPUT_SHIFT)

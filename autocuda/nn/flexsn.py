@@ -29,7 +29,7 @@ from torch import nn
 from .. import functional as F
 from .. import store
 from ..errors import SpecError
-from ..runtime.plans import spec_ref, surrogate_ref
+from ..runtime.configs import spec_ref, surrogate_ref
 from ..spec.model import Param
 from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare

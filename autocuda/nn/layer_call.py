@@ -1,7 +1,7 @@
 """What a layer's call (`nn.Neuron`, and the layers built on it) reads from and writes to the layer: its step
 inputs, its parameters and states (read afresh from the layer's dict on every call, since users change them between
-calls), the states it stores, its output, and the two shortcuts of an eager multi-step call: the layer's last
-prepared call (`prepared_call`) and its settled call (`settled_call`).
+calls), the states it stores, its output, its programs (`run_sequence`: the layer owns them), and the shortcut of
+an eager multi-step call like the last one from a reset (`rerun`).
 
 These are functions, not methods: nn.Module's __getattr__ keeps CPython from specializing attribute and method
 lookups on layers, so a method's lookup costs more than a function's; `layer.__dict__` is read once for the names
@@ -12,17 +12,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from operator import is_, itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from .. import native, prepared
+from .. import functional as F
+from .. import native
+from .. import program as programs
+from ..program import Call, Program, Programs, transforms_active
 from ..spec.step import SPIKE
 from ..surrogate import SURROGATES
 from .output import layer_output
 
-if TYPE_CHECKING:
-    from .neuron import Neuron
+Neuron = Any  # the layers these functions serve (`nn.Neuron` and the layers built on it): no import of theirs
 
 # a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
 BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
@@ -57,22 +59,37 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
     return (first if len(inputs) == 1 else tuple(inputs)), first
 
 
-def prepared_call(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
-                  params: dict[str, Any]) -> tuple | None:
-    """An eager multi-step call's results where it runs the layer's last prepared call again, or where it is
-    prepared now (`prepared.layer_multi_step`); else None (recompute, or a call the full path runs)."""
+def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
+                 params: dict[str, Any], compiling: bool) -> tuple:
+    """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
+    a call from a reset whose switches and parameters are plain objects is kept for `rerun` (`settle`)."""
     d = layer.__dict__
-    if d["recompute"]:
-        return None
-    last = d.get("_last_call")
-    if last is None:  # made on the first ask: a layer unpickled without one has none
-        last = d["_last_call"] = prepared.LastCall()
-    results = prepared.layer_multi_step(last, d["_spec_ref"], x, tuple(states), d["_surrogate_ref"],
-                                        d["detach_reset"], d["_store_v_seq"] or d["_output"].kind != SPIKE,
-                                        BACKENDS[d["backend"]], d["save_h"], params)
-    if results is not None and isinstance(x, torch.Tensor):
-        last.settled = _settle(d, last.prepared, x, params)
+    keep = d["_store_v_seq"] or d["_output"].kind != SPIKE
+    if compiling or d["recompute"]:
+        return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
+                            store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
+                            save_h=d["save_h"], **params)
+    owned = d.get("_programs")
+    if owned is None:  # made on the first call: a layer unpickled or copied has none
+        owned = d["_programs"] = Programs()
+    results, call = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
+                                   keep, True, BACKENDS[d["backend"]], d["save_h"], params)
+    owned.last = None if call is None or keep else settle(d, call, params)
     return results
+
+
+def run_step(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
+             params: dict[str, Any], compiling: bool) -> tuple[torch.Tensor, tuple]:
+    """A single-step call's (spike, new states), run by the layer's own programs."""
+    d = layer.__dict__
+    if compiling:
+        return F.single_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"],
+                             detach_reset=d["detach_reset"], backend=BACKENDS[d["backend"]], **params)
+    owned = d.get("_programs")
+    if owned is None:
+        owned = d["_programs"] = Programs()
+    return F.run_step(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
+                      BACKENDS[d["backend"]], params)
 
 
 # What a layer's call reads from its dict besides its parameters, states and inputs
@@ -80,39 +97,42 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
              "recompute")
 
 
-def _settle(d: dict[str, Any], call: prepared.Prepared | None, x: torch.Tensor, params: dict[str, Any]
-            ) -> tuple | None:
-    """What `settled_call` needs to run the layer's last prepared call (`call`, just run with `params`) again: the
-    native operator, plan and scalars, and the switches' and parameters' values, which must be the same objects
-    for these to hold. None where the layer keeps more than final states, a parameter is not a plain attribute
-    (a parameter, a buffer or a property, which can change without a new object in the dict), or the call has no
-    native plan."""
+def settle(d: dict[str, Any], call: Call, params: dict[str, Any]) -> tuple | None:
+    """What `rerun` needs to run the layer's call `call` (just run with `params`) again: its runner (the native
+    operator, or the program's bound launch), the kernel's scalars, the switches' and parameters' objects, which
+    must be the same objects for these to hold, and whether the runner is the native operator. None where the
+    call's states were not numbers, a parameter is not a plain attribute (a parameter, a buffer or a property,
+    which can change without a new object in the dict), or the program has no bound launch."""
+    bound = call.program
     names = d["_param_names"]
-    if call is None or d["_store_v_seq"] or d["_output"].kind != SPIKE or not all(name in d for name in names):
+    if bound.launch is None or not call.numbers or not all(name in d for name in names):
         return None
-    made = call.settled(x, params)
-    if made is None:
-        return None
+    scalars = tuple(bound.scalar_values(call.values))
+    run: Any = Program.rerun
+    first: Any = bound
+    if bound.native is not None and native.USE:
+        run, first = native.operator("layer_call"), bound.native
     read = itemgetter(*_SWITCHES, *names)
-    return (native.operator("layer_call"), *made, read, read(d))
+    return run, first, scalars, read, read(d), run is not Program.rerun
 
 
-def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
-    """The spikes of an eager multi-step call that reruns the layer's settled call (`_settle`), or None where it
-    cannot: no settled call, a switch or parameter that is not the object it was, a state that is not a float (a
-    reset gives floats), the prepared or native path turned off, a functorch transform, or an x the native plan was
-    not made for (the operator checks x)."""
+def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
+    """The spikes of an eager multi-step call that reruns the layer's settled call (`settle`), or None where it
+    cannot: none settled, a switch or parameter that is not the object it was, a state that is not a float (a
+    reset gives floats), the programs (or the native path, for its runner) turned off, a functorch transform, or
+    an x unlike the program's (the runner checks x)."""
     d = layer.__dict__
-    last = d.get("_last_call")
-    settled = None if last is None else last.settled
-    if settled is None or type(x) is not torch.Tensor or not (prepared.ENABLED and native.USE) or (
-            prepared.transforms_active()):
+    owned = d.get("_programs")
+    last = None if owned is None else owned.last
+    if last is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
         return None
-    run, plan, scalars, read, seen = settled
+    run, first, scalars, read, seen, native_runner = last
+    if native_runner and not native.USE:
+        return None
     try:
         now = read(d)
     except KeyError:  # a parameter that is no plain attribute now (made a Parameter or a buffer): never again
-        d["_last_call"].settled = None
+        owned.last = None
         return None
     if not all(map(is_, now, seen)):
         return None
@@ -123,7 +143,7 @@ def settled_call(layer: Neuron, x: Any) -> torch.Tensor | None:
         if type(value) is not float:
             return None
         numbers.append(value)
-    results = run(plan, x, [*numbers, *scalars])
+    results = run(first, x, [*numbers, *scalars])
     if not results:
         return None
     for name, value in zip(names, results[1:]):

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .. import functional as F
-from ..runtime.plans import resolve_spec, spec_ref, surrogate_ref
+from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
 from ..surrogate import Sigmoid, Surrogate, get_surrogate
@@ -38,9 +38,10 @@ from .layer_call import (
     call_output,
     check_memory,
     initial_value,
-    prepared_call,
     read_params,
-    settled_call,
+    rerun,
+    run_sequence,
+    run_step,
     start_states,
     step_inputs,
     store_states,
@@ -97,7 +98,7 @@ class Neuron(MemoryViews, MemoryBase):
                            ("save_h", save_h)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
-        # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.plans)
+        # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.configs)
         self._spec_ref = spec_ref(self.spec)
         self.surrogate_function = self.spec.surrogate if surrogate_function is None else surrogate_function
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
@@ -342,9 +343,7 @@ class Neuron(MemoryViews, MemoryBase):
         given, x = step_inputs(self, inputs, 0)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
         params = read_params(self, compiling)
-        spike, new_states = F.single_step(self._spec_ref, given, *start_states(self, x, 0, compiling),
-                                          surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-                                          backend=BACKENDS[self.backend], **params)
+        spike, new_states = run_step(self, given, start_states(self, x, 0, compiling), params, compiling)
         store_states(self, self._state_names, new_states, compiling)
         if self.store_v_seq:  # SpikingJelly's single steps append the membrane to v_seq until a reset
             append_v_seq(self, new_states[0], compiling)
@@ -355,18 +354,14 @@ class Neuron(MemoryViews, MemoryBase):
         if self.__dict__["_surrogate_foreign"] is not None:  # `sync_surrogate`, its test inline (the hot path)
             sync_surrogate(self)
         if not compiling and len(inputs) == 1:
-            spikes = settled_call(self, inputs[0])
+            spikes = rerun(self, inputs[0])
             if spikes is not None:
                 return spikes
         given, x_seq = step_inputs(self, inputs, 1)
         if x_seq.dim() == 1:
             return self._one_neuron(inputs, compiling)
         params = read_params(self, compiling)
-        states = start_states(self, x_seq, 1, compiling)
-        spikes, finals, seqs = (None if compiling else prepared_call(self, given, states, params)) or F.multi_step(
-            self._spec_ref, given, *states, surrogate=self._surrogate_ref, detach_reset=self.detach_reset,
-            store_state_seq=self.store_v_seq or self._output.kind != SPIKE, backend=BACKENDS[self.backend],
-            recompute=self.recompute, save_h=self.save_h, **params)
+        spikes, finals, seqs = run_sequence(self, given, start_states(self, x_seq, 1, compiling), params, compiling)
         if finals is not None:  # always: this module keeps its final states
             store_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:

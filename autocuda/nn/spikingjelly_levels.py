@@ -15,7 +15,7 @@ import math
 import numbers
 from typing import Any
 
-from ..runtime.plans import spec_ref
+from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
 from ..surrogate import Custom, Surrogate

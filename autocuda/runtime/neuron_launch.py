@@ -231,7 +231,10 @@ class Binding:
 
 @dataclass(frozen=True)
 class NeuronConfig:
-    """What selects the kernels of one neuron layer (hashable: ops use it as a key)."""
+    """A neuron layer's configuration: the one record of it (hashable). Everything else derives from its
+    fields: the key (`key`, the ops' and the programs'), the parameters' roles and the op's argument order
+    (`parameters`, `scalars`, `op_inputs`), the kernel requests (`kernel`), the launch recipes (`recipe`) and,
+    through those, a native plan's words. `reference`: a configuration the torch reference runs (no kernels)."""
 
     spec: NeuronSpec
     surrogate: Surrogate
@@ -240,6 +243,7 @@ class NeuronConfig:
     constants: tuple[tuple[str, float], ...] = ()
     tensors: tuple[tuple[str, Broadcast], ...] = ()  # runtime tensor parameters: (name, how it spreads)
     replay_charge: bool = False  # multi-step kernels save no h; backward replays it from x (`kernels.neuron_kernel`)
+    reference: bool = False
     _kernels: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _recipes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
     _tuned: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -258,7 +262,54 @@ class NeuronConfig:
     @functools.cached_property
     def key(self) -> str:
         """A key stable across processes: the spec's name and a digest of `text`."""
-        return f"{self.spec.name}_{hashlib.sha1(self.text.encode()).hexdigest()[:16]}"
+        digest = hashlib.sha1(self.text.encode()).hexdigest()[:16]
+        return f"reference_{self.spec.name}_{digest}" if self.reference else f"{self.spec.name}_{digest}"
+
+    @functools.cached_property
+    def parameters(self) -> tuple[tuple[str, str], ...]:
+        """The one parameter list: each parameter of the spec with its role, in the spec's order: 'constant'
+        (folded into the source), 'tensor' (a tensor argument), 'scalar' (a number by value) or 'unused' (v_reset
+        under another reset than a hard one)."""
+        tensors, hard = dict(self.tensors), self.reset == "hard"
+        return tuple((p.name, "constant" if p.kind == "constant" else "tensor" if p.name in tensors
+                      else "unused" if p.name == "v_reset" and not hard else "scalar") for p in self.spec.params)
+
+    @functools.cached_property
+    def tensor_names(self) -> tuple[str, ...]:
+        """The op's Tensor[] tensor_params, in order."""
+        return tuple(name for name, _ in self.tensors)
+
+    @functools.cached_property
+    def scalars(self) -> tuple[str, ...]:
+        """The parameters passed by value, in the op's order (the spec's)."""
+        return tuple(name for name, role in self.parameters if role == "scalar")
+
+    @functools.cached_property
+    def op_scalars(self) -> tuple[str, ...]:
+        """The op's float[] scalars: the scalar parameters, then the channel layout's sizes (`channel_keys`)."""
+        return self.scalars + self.channel_keys
+
+    @functools.cached_property
+    def learnable(self) -> tuple[str, ...]:
+        """The parameters whose per-neuron gradient partials backward returns, in order."""
+        return tuple(p.name for p in self.spec.params if p.learnable and p.name not in dict(self.constants))
+
+    @functools.cached_property
+    def op_inputs(self) -> tuple[str, ...]:
+        """The forward kernel's inputs by name in the op's order: the step inputs, the initial states (tensors or
+        numbers), the tensor parameters, the scalars."""
+        return (*self.input_keys, *(f"{s}_init" for s in self.state_names), *self.tensor_names, *self.op_scalars)
+
+    @functools.cached_property
+    def reference_step(self) -> tuple[Any, Mapping[str, Any]]:
+        """What the torch reference evaluates: the derived step (`spec.system.step_system`, prepared for evaluation)
+        and the parameters' symbols by name."""
+        from ..reference import prepare
+        from ..spec.system import step_system  # derivation: the reference path only
+
+        system = step_system(self.spec, self.reset, dict(self.constants))
+        prepare(system), self.surrogate.gradient_of_x()
+        return system, dict(self.spec.parsed().param_symbols)
 
     def kernel(self, kind: str, dtype: Any, **options: Any) -> KernelRecord:
         """The kernel for these options (the kind's flags and layout fields, as `kernels.neuron_kernel` takes

@@ -1,13 +1,13 @@
-"""The native call path on CUDA: prepared calls through the C++ operator and node give the Python path's results
+"""The native call path on CUDA: programs' calls through the C++ operator and node give the Python path's results
 bitwise, in four dtypes, on a side stream, with backward on autograd's device thread, under CUDA graph capture
-of a prepared inference call; and the driver launches what the plan says (a vector layout at N = 2**14)."""
+of an inference program's call; and the driver launches what the plan says (a vector layout at N = 2**14)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from autocuda import functional as F
-from autocuda import native, prepared
+from autocuda import native, program
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -33,18 +33,18 @@ def built(monkeypatch):
 def test_native_calls_equal_the_python_path_on_the_gpu(spec, dtype, monkeypatch):
     for train, finals_in_loss, n in ((False, False, 2**14), (True, False, 2**14), (True, True, 4097)):
         x = (torch.rand(5, n, device=CUDA) * 2).to(dtype).requires_grad_(train)
-        prepared._PREPARED.clear()
-        run(spec, x, finals_in_loss)
+        program.PROGRAMS.clear()
+        run(spec, x, finals_in_loss)  # builds the program (a training one binds its backward in the gradient)
         got = run(spec, x, finals_in_loss)
-        assert any(p is not prepared._UNPREPARED and p.native is not None for p in prepared._PREPARED.values())
+        assert any(p.native is not None for p in program.PROGRAMS.values())
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             side = run(spec, x, finals_in_loss)
         torch.cuda.current_stream().wait_stream(stream)
-        monkeypatch.setattr(prepared, "ENABLED", False)
+        monkeypatch.setattr(program, "ENABLED", False)
         want = run(spec, x, finals_in_loss)
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
         torch.cuda.synchronize()
         for g, s, w in zip(got, side, want, strict=True):
             assert torch.equal(g, w) and torch.equal(s, w)
@@ -52,17 +52,18 @@ def test_native_calls_equal_the_python_path_on_the_gpu(spec, dtype, monkeypatch)
 
 def test_a_native_backward_runs_on_autograds_device_thread_and_in_a_captured_graph():
     x = (torch.rand(6, 3000, device=CUDA) * 2).requires_grad_()
-    for _ in range(2):
-        spikes = F.multi_step("lif", x)[0]
+    F.multi_step("lif", x)[0].sum().backward()  # binds the backward launches
+    x.grad = None
+    spikes = F.multi_step("lif", x)[0]
     assert "NeuronCall" in spikes.grad_fn.name()
     spikes.sum().backward()  # the engine's CUDA thread launches the backward kernel
     first = x.grad.clone()
     x.grad = None
-    prepared.ENABLED = False
+    program.ENABLED = False
     try:
         F.multi_step("lif", x)[0].sum().backward()
     finally:
-        prepared.ENABLED = True
+        program.ENABLED = True
     assert torch.equal(first, x.grad)
 
     inputs = torch.rand(6, 3000, device=CUDA) * 2

@@ -28,7 +28,7 @@ from torch import nn
 from autocuda import functional as F
 from autocuda import nn as ann
 from autocuda import ops, reference
-from autocuda.runtime.plans import get_plan, resolve_spec
+from autocuda.runtime.configs import get_config, resolve_spec
 from autocuda.spec.domain import problem as domain_problem
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import reset_rules
@@ -102,15 +102,16 @@ def reference_run(name, xs, states, params, reset, detach, grads):
     # a state nothing reads (liaf's and clif's v_charged, a record of h) has a zero gradient for its initial value
     gradients = torch.autograd.grad(sum((o * g).sum() for o, g in zip(outputs, grads)), leaves, allow_unused=True,
                                     materialize_grads=True)
-    plan = get_plan(resolve_spec(name), None, reset, detach, (), (), False)
-    values = {plan.symbols[k]: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
+    config = get_config(resolve_spec(name), None, reset, detach, (), (), False)
+    system, symbols = config.reference_step
+    values = {symbols[k]: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
     margins, before = [], [s.detach() for s in states]
     for t in range(xs[0].shape[0]):
         step_inputs = tuple(x[t].detach() for x in xs)
-        step_values = {**values, **dict(zip(plan.system.inputs, step_inputs)),
-                       **dict(zip(plan.system.states, before))}
-        threshold = evaluate(plan.system.threshold, step_values)
-        h = reference.step(plan.system, step_inputs, before, values, plan.surrogate, detach)[2]
+        step_values = {**values, **dict(zip(system.inputs, step_inputs)),
+                       **dict(zip(system.states, before))}
+        threshold = evaluate(system.threshold, step_values)
+        h = reference.step(system, step_inputs, before, values, config.surrogate, detach)[2]
         margins.append(((h - threshold).abs(), h.abs() + threshold.abs()))
         before = [s[t].detach() for s in seqs]
     return [o.detach() for o in outputs], list(gradients), margins
@@ -277,13 +278,14 @@ def test_torch_compile_fullgraph_matches_eager():
 def _op_args(name: str, dtype: torch.dtype, single: bool, store: bool, numbers: bool = False, finals: bool = True):
     spec = resolve_spec(name)
     signature = (("w", True, True),) if name == "parametric_lif" else ()
-    plan = get_plan(spec, None, None, False, (), signature, True)
+    plan = get_config(spec, None, None, False, (), signature, True)
     compute = torch.float32 if dtype != F64 else F64
     x = (torch.rand((37,) if single else (5, 37), device=CUDA) * 2).to(dtype).requires_grad_()
-    states = [] if numbers else [torch.zeros(37, device=CUDA, dtype=dtype, requires_grad=True) for _ in plan.states]
-    initial = [0.25 * i for i in range(len(plan.states))] if numbers else []
+    states = [] if numbers else [torch.zeros(37, device=CUDA, dtype=dtype, requires_grad=True)
+                                 for _ in plan.state_names]
+    initial = [0.25 * i for i in range(len(plan.state_names))] if numbers else []
     tensors = [torch.full((37,), 0.3, device=CUDA, dtype=compute, requires_grad=True) for _ in plan.tensors]
-    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.scalars]
+    scalars = [float(dict((p.name, p.default) for p in spec.params)[n]) for n in plan.op_scalars]
     return plan.key, x, states, initial, tensors, scalars, store, True, finals, []
 
 
@@ -300,12 +302,12 @@ def test_opcheck(name, dtype, single, store, with_finals, numbers):
     detached = [x.detach(), [s.detach() for s in states], [t.detach() for t in tensors]]
     outputs = torch.ops.autocuda.neuron_forward(key, detached[0], detached[1], initial, detached[2], scalars, store,
                                                 True, with_finals, [])
-    available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).states, detached[1])},
+    available = {"x_seq": detached[0], **{f"{s}_init": v for s, v in zip(ops.entry(key).state_names, detached[1])},
                  **dict(zip(ops.forward_outputs(key, single, store, True, with_finals), outputs))}
     saved = [available[n] for n in ops.saved_names(key, single, not numbers)]
     n = x.shape[-1]
-    finals = [torch.ones(n, device=CUDA, dtype=dtype) for _ in ops.entry(key).states] if with_finals else []
-    seqs = [torch.ones_like(x) for _ in ops.entry(key).states] if store else []
+    finals = [torch.ones(n, device=CUDA, dtype=dtype) for _ in ops.entry(key).state_names] if with_finals else []
+    seqs = [torch.ones_like(x) for _ in ops.entry(key).state_names] if store else []
     torch.library.opcheck(torch.ops.autocuda.neuron_backward.default,
                           (key, torch.ones_like(detached[0]), finals, seqs, saved, initial, detached[2], scalars))
 
@@ -596,10 +598,10 @@ def test_torchs_static_launcher_gives_the_ctypes_launchers_results(name, monkeyp
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
-def test_prepared_calls_equal_the_full_path_on_the_gpu(name, dtype, monkeypatch):
-    """`autocuda.prepared` on CUDA tensors, vector layouts included (N = 2**14): spikes, final states and the
-    gradient bitwise the full path's, in inference and training, and on a side stream."""
-    from autocuda import prepared
+def test_bound_programs_equal_the_unbound_path_on_the_gpu(name, dtype, monkeypatch):
+    """Programs' bound launches (`autocuda.program`) on CUDA tensors, vector layouts included (N = 2**14): spikes,
+    final states and the gradient bitwise the unbound path's, in inference and training, and on a side stream."""
+    from autocuda import program
 
     def run(x):
         spikes, finals, _ = F.multi_step(name, x)
@@ -615,10 +617,10 @@ def test_prepared_calls_equal_the_full_path_on_the_gpu(name, dtype, monkeypatch)
         with torch.cuda.stream(stream):
             side = run(x)
         stream.synchronize()
-        monkeypatch.setattr(prepared, "ENABLED", False)
+        monkeypatch.setattr(program, "ENABLED", False)
         want = run(x)
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
         torch.cuda.synchronize()
         for g, s, w in zip(got, side, want):
             assert torch.equal(g, w) and torch.equal(s, w)
-    assert any(p is not prepared._UNPREPARED and p.shape == (5, 2**14) for p in prepared._PREPARED.values())
+    assert any(p.launch is not None and p.seen[0] == (5, 2**14) for p in program.PROGRAMS.values())

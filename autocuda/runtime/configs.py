@@ -1,34 +1,32 @@
-"""Per-process plans of neuron layers: what a call needs to know that depends only on the configuration.
+"""Per-process layer configurations (`NeuronConfig`, the one record of a layer's configuration), found by key.
 
-A `Plan` is built once per (spec, surrogate, reset, detach_reset, constants, tensor signature) and reused.
+A configuration is built once per (spec, surrogate, reset, detach_reset, constants, tensor signature) and reused.
 Functions that torch.compile must not trace into (they parse specs, derive, render kernels) are marked
 `constant_result` (torch.compiler.assume_constant_result): Dynamo calls them while tracing and keeps their
 result as a constant.
 Dynamo can hand such functions only plain constants, so they take and return strings, numbers, bools and
 tuples; specs and surrogates travel as *references*: a shipped spec's name, a surrogate's name, or the token
 of an object registered here (`spec_ref`, `surrogate_ref`; modules register theirs when they are built).
-The ops (a layer above) look a kernel plan up by its key; nothing here imports them.
+The ops (a layer above) look a configuration up by its key; nothing here imports them.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from ..spec.load import is_spec_path, load_spec
-from ..spec.model import NeuronSpec, Reset, check_reset, runtime_params, spec_text, tensor_param_names
+from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
 from . import nvrtc
 from .neuron_launch import NeuronConfig
 
 if TYPE_CHECKING:
-    import sympy as sp
 
-    from ..spec.derive import StepSystem
+    pass
 
 
 def constant_result(fn):
@@ -40,7 +38,7 @@ def constant_result(fn):
 
 
 _OBJECTS: dict[str, Any] = {}   # token -> registered NeuronSpec or Surrogate
-_PLANS: dict[str, Plan] = {}    # plan id -> Plan
+_CONFIGS: dict[str, NeuronConfig] = {}  # key -> configuration
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -142,96 +140,57 @@ def _facts(ref: str) -> SpecFacts:
                      spec.inputs)
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """A neuron layer's configuration and the order of its op arguments."""
-
-    spec: NeuronSpec                         # with any extra learnable parameters marked
-    surrogate: Surrogate
-    reset: Reset
-    detach_reset: bool
-    constants: tuple[tuple[str, float], ...]
-    tensors: tuple[tuple[str, bool], ...]    # tensor parameters: (name, one value per neuron?), op order
-    scalars: tuple[str, ...]                 # scalar parameters, op order
-    states: tuple[str, ...]
-    key: str                                 # the ops' key (kernel plans) or a plan id (reference plans)
-    replay_charge: bool = False              # multi-step kernels save no h (`NeuronConfig.replay_charge`)
-
-    @functools.cached_property
-    def system(self) -> StepSystem:
-        from ..spec.system import step_system  # derivation: the reference path only
-
-        return step_system(self.spec, self.reset, dict(self.constants))
-
-    @functools.cached_property
-    def symbols(self) -> Mapping[str, sp.Symbol]:
-        return dict(self.spec.parsed().param_symbols)
-
-    @property
-    def info(self) -> tuple:
-        return self.states, self.tensors, self.scalars, self.reset
-
-    @functools.cached_property
-    def config(self) -> NeuronConfig:
-        """What selects this layer's kernels (the ops run it under `key`)."""
-        return NeuronConfig(self.spec, self.surrogate, self.reset, self.detach_reset, self.constants, self.tensors,
-                            self.replay_charge)
-
-
 @constant_result
-def plan_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
-             constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
-             kernels: bool, replay_charge: bool = False) -> str:
-    """The id of a layer's plan (for kernel plans, the ops' key). `signature` lists the parameters given as
-    tensors: (name, per neuron?, needs grad?); `kernels`: a plan of the generated kernels (the ops find its
-    configuration by the key: `autocuda.ops.entry`), else of the reference; `replay_charge`: kernels that save no
+def config_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
+               constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
+               kernels: bool, replay_charge: bool = False) -> str:
+    """The key of a layer's configuration (the ops' key). `signature` lists the parameters given as
+    tensors: (name, per neuron?, needs grad?); `kernels`: a configuration of the generated kernels, else of the
+    reference; `replay_charge`: kernels that save no
     h (the reference ignores it)."""
-    return _plan_id(spec, surrogate, reset, detach_reset, constants, signature, kernels, replay_charge)
+    return _config_key(spec, surrogate, reset, detach_reset, constants, signature, kernels, replay_charge)
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan_id(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool, constants: tuple,
-             signature: tuple, kernels: bool, replay_charge: bool) -> str:
+def _config_key(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool, constants: tuple,
+                signature: tuple, kernels: bool, replay_charge: bool) -> str:
     resolved = resolve_spec(spec)
     chosen = _resolve_surrogate(resolved, surrogate)
     if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
         raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
                          "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
-    made = _plan(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels,
-                 bool(replay_charge) and kernels)
-    if not kernels:
-        # The reference reads the derived step and the parameter symbols on every call: work them out here, outside
-        # any trace, so that a layer compiled before its first eager call finds them cached instead of tracing the
-        # derivation (sympy) and the lock of Python < 3.12's cached_property
-        made.system, made.symbols  # noqa: B018
-    return made.key
+    return _config(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels,
+                   bool(replay_charge) and kernels).key
 
 
 @constant_result
-def plan_info(plan_id: str) -> tuple:
-    """(state names, tensor parameters as (name, per neuron?), scalar parameter names, reset rule)."""
-    return _PLANS[plan_id].info
+def config_info(key: str) -> tuple:
+    """(state names, tensor parameters as (name, how it spreads), scalar parameter names, reset rule)."""
+    c = _CONFIGS[key]
+    return c.state_names, c.tensors, c.scalars, c.reset
 
 
-def plan(plan_id: str) -> Plan:
-    return _PLANS[plan_id]
+def config(key: str) -> NeuronConfig:
+    """The configuration of this key; KeyError where this process built none."""
+    found = _CONFIGS.get(key)
+    if found is None:
+        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.functional / autocuda.nn) "
+                       "in this process before calling its ops")
+    return found
 
 
-def find_plan(plan_id: str) -> Plan | None:
-    """The plan of this id, or None where this process built none."""
-    return _PLANS.get(plan_id)
-
-
-def get_plan(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
-             constants: tuple = (), signature: tuple = (), kernels: bool = True, replay_charge: bool = False) -> Plan:
-    """The plan of a layer, from objects or names (for introspection and tests; calls use `plan_for`)."""
-    return _PLANS[plan_for(spec_ref(spec), surrogate_ref(surrogate), reset, detach_reset, constants, signature,
-                           kernels, replay_charge)]
+def get_config(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
+               constants: tuple = (), signature: tuple = (), kernels: bool = True, replay_charge: bool = False
+               ) -> NeuronConfig:
+    """The configuration of a layer, from objects or names (for introspection and tests; calls use
+    `config_for`)."""
+    return _CONFIGS[config_for(spec_ref(spec), surrogate_ref(surrogate), reset, detach_reset, constants, signature,
+                               kernels, replay_charge)]
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool, constants: tuple,
-          signature: tuple, kernels: bool, replay_charge: bool = False) -> Plan:
+def _config(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool, constants: tuple,
+            signature: tuple, kernels: bool, replay_charge: bool = False) -> NeuronConfig:
     rule = check_reset(spec, reset)
     given = {name: per_neuron for name, per_neuron, _ in signature}
     # The kernels differentiate only what the spec calls learnable: a tensor that needs a gradient makes its
@@ -241,23 +200,16 @@ def _plan(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bool
         params = tuple(dataclasses.replace(p, kind="tensor", learnable=True) if p.name in extra else p
                        for p in spec.params)
         spec = dataclasses.replace(spec, params=params)
-    folded = dict(constants)
-    runtime = [n for n in runtime_params(spec, rule) if n not in folded]
     tensor_names = set(tensor_param_names(spec)) | set(given)
-    tensors = tuple((n, given.get(n, False)) for n in runtime if n in tensor_names)
-    scalars = tuple(n for n in runtime if n not in tensor_names)
-    states = tuple(s.name for s in spec.states)
-    if kernels:
-        key = NeuronConfig(spec, surrogate, rule, detach_reset, constants, tensors, replay_charge).key
-    else:
-        text = repr((spec_text(spec), surrogate.key(), rule, detach_reset, constants, tensors))
-        key = f"reference_{spec.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
-    built = Plan(spec, surrogate, rule, detach_reset, constants, tensors, scalars, states, key, replay_charge)
-    known = _PLANS.setdefault(key, built)
+    tensors = tuple((n, given.get(n, False)) for n in runtime_params(spec, rule)
+                    if n in tensor_names and n not in dict(constants))
+    built = NeuronConfig(spec, surrogate, rule, detach_reset, constants, tensors, replay_charge, not kernels)
+    known = _CONFIGS.setdefault(built.key, built)
     if known != built:  # a digest collision: never run one neuron's kernels for another
-        raise RuntimeError(f"autocuda plan key {key!r} already names a different neuron configuration")
-    if not kernels:  # the reference's sympy work now: under torch.compile this runs as a constant, not traced
-        from ..reference import prepare
-
-        prepare(known.system), known.surrogate.gradient_of_x()
+        raise RuntimeError(f"autocuda key {built.key!r} already names a different neuron configuration")
+    if not kernels:
+        # The reference reads the derived step and the parameter symbols on every call: work them out here, outside
+        # any trace, so that a layer compiled before its first eager call finds them cached instead of tracing the
+        # derivation (sympy) and the lock of Python < 3.12's cached_property
+        known.reference_step  # noqa: B018
     return known

@@ -1,8 +1,16 @@
-"""A neuron call's configuration and arguments, for the functional API (`autocuda.functional`).
+"""Programs: what runs a neuron call. One `Program` per (layer configuration, input class), built on the first call
+of its key and kept by its owner (a layer's `Programs`, or `functional`'s for functional calls), as CuPy's
+`ElementwiseKernel` keeps its memos, tinygrad's `CUDAProgram` its argument layout and Brian2's owners their
+`CodeObject`s.
 
-`_Layer` is what a configuration decides (spec, surrogate, reset, backend, the parameters' names and types),
-worked out and checked once per process (`_layer`); `Call` is one call's arguments checked, defaults filled in,
-and matched to its layer's plan, ready to launch (`Call.launch`).
+A program holds what the configuration decides, worked out and checked once (the configuration's key, the
+parameters' defaults and domain checks, the scalars' order, each state's initial rule), the forward op's form
+for its inputs, the forward launch bound to x's shape, device and alignment (calls whose states and parameters
+are numbers), the backward launches bound at the first backward, and a native plan where the native operator is
+loaded (`autocuda.native`): such a call then runs no Python between torch and its launches.
+
+`call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
+call's arguments checked against its program, ready to launch (`Call.launch`).
 """
 from __future__ import annotations
 
@@ -13,16 +21,17 @@ from typing import Any
 
 import torch
 
-from . import ops
+from . import native, ops
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
 from .memory_order import broadcasts
-from .runtime.plans import (
+from .native.plan import Unplannable, plan_words
+from .runtime.configs import (
     compute_dtype,
+    config,
+    config_for,
+    config_info,
     constant_result,
     default_backend,
-    plan,
-    plan_for,
-    plan_info,
     spec_facts,
     spec_ref,
     surrogate_ref,
@@ -32,10 +41,13 @@ from .spec.domain import problem as domain_problem
 from .spec.load import is_spec_path, load_spec
 from .surrogate import Surrogate
 
-__all__ = ["Call", "as_rows", "layer_key", "output_names", "sequence_results"]
+__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "output_names", "sequence_results"]
 
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
+ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
+# whether a functorch transform (vmap, grad, ...) is active; a torch without the query counts as always
+transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 @constant_result
@@ -45,24 +57,108 @@ def output_names(key: str, single_step: bool, store_state_seq: bool, save: bool,
     return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)
 
 
-class _Layer:
-    """What a call's configuration decides, worked out and checked once: the spec's facts, the backend, the
-    parameters given (names, numbers' types, which are tensors), the plan (the ops' key and argument order),
-    defaults, and each state's initial rule. Eager calls reuse it (`_layer`); it holds no tensor of a call."""
+# -- the key -------------------------------------------------------------------------------------------------------
+def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool, reset: str | None,
+             backend: str | None, save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
+    """What may differ between two calls that one program runs (the one place it is decided): the spec and the
+    surrogate by identity (a Surrogate by id and version; a spec file as its text is now), the switches and
+    `options` (single step, store_state_seq, final_states), the parameters' names and types, the values of
+    compile-time constants and, of tensors, how they spread and whether they need a gradient; and the input class:
+    x's shape, dtype, device, address alignment and contiguity, whether the call records a graph, and the initial
+    states' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
+    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
+        spec = load_spec(spec)
+    spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
+    constants = _CONSTANTS.get(spec_id)
+    if constants is None:
+        constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
+    types = tuple(map(type, params.values()))
+    return (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, options, tuple(params),
+            types, () if _PLAIN.issuperset(types) else _tensor_facts(params),
+            tuple(params.get(n) for n in constants[1]) if constants[1] else (), *input_class(x),
+            tuple(map(type, states)))
+
+
+def input_class(x: Tensor) -> tuple:
+    """What a program's bound launches assume of x: shape, dtype, device, alignment, contiguity, graph."""
+    grad = torch.is_grad_enabled() and x.requires_grad
+    return x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(), grad
+
+
+# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
+# with them, so the id stays its own
+_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
+# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
+_names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
+_FLOAT = frozenset({float})  # the types of initial states given as numbers only
+_PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the program checks them)
+
+
+def _surrogate_identity(surrogate: Any) -> Any:
+    """A surrogate as a key: a name by value; a Surrogate by id and version (its owner holds it, so the id stays
+    its own; each change takes a new version); anything else (a mapping, a SpikingJelly surrogate: both mutable) by
+    its current reference (`surrogate_ref`)."""
+    if surrogate is None or type(surrogate) is str:
+        return surrogate
+    if isinstance(surrogate, Surrogate):
+        return id(surrogate), surrogate.version
+    return surrogate_ref(surrogate)
+
+
+def _tensor_facts(params: dict[str, Any]) -> tuple:
+    grad = torch.is_grad_enabled()
+    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
+                 for value in params.values())
+
+
+class Programs(dict):
+    """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values: a program that
+    sweeps them must not grow this without end), and `last`: the program of a layer's last call from a reset with
+    the objects it was made from (`nn.layer_call.rerun`). Not copied with its owner: a deep copy or an unpickled
+    layer starts with none."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple | None = None
+
+    def find(self, spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool,
+             reset: str | None, backend: str | None, save_h: bool, options: tuple[bool, bool, bool],
+             params: dict[str, Any]) -> Program:
+        """The program of a call, built now where its key is new."""
+        try:
+            key = call_key(spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
+            found = self.get(key)
+        except TypeError:  # an unhashable argument, or a spec of the wrong type: the program's checks name it
+            return Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
+        if found is None:
+            found = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
+            if len(self) >= self.LIMIT:
+                self.clear()
+            self[key] = found
+        return found
+
+    def __reduce__(self) -> tuple:
+        return Programs, ()
+
+
+# -- the program ---------------------------------------------------------------------------------------------------
+class Program:
+    """One layer configuration run on one input class: what the configuration decides (checked once), the
+    forward op's forms, and for calls of numbers only the bound launches and the native plan."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
-                 x: Tensor, params: dict[str, Any], eager: bool = True, save_h: bool = True):
+                 x: Tensor, params: dict[str, Any], save_h: bool = True, eager: bool = True):
         ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
-        self.objects = (spec, surrogate)  # held: `_layer` keys them by id
         facts = spec_facts(ref)
         self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
         self.inputs = facts.inputs
         defaults, init_rules = facts.defaults, facts.initial
         # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
-        # a layer's parameter types are part of its key)
+        # a program's parameter types are part of its key): one (name, comparison, limit) per bound, flat
         self.domains = tuple((n, bounds) for n, bounds in facts.domains
                              if n in params and isinstance(params[n], (int, float)))
-        # One (name, comparison, limit) per bound, flat: the per-call check is one loop
         self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
                                    for holds, limit in domain_checks(bounds))
         self.backend = backend or default_backend(x.device.type)
@@ -73,10 +169,10 @@ class _Layer:
         tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
         kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
         signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
-        self.key = plan_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
-                            self.backend != "reference", not save_h)
-        self.state_names, self.tensors, self.scalars, self.reset = plan_info(self.key)
-        # an eager call's scalars in kernel order; this layer's parameter types are fixed (part of its key)
+        self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
+                              self.backend != "reference", not save_h)
+        self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
+        # an eager call's scalars in kernel order; this program's parameter types are fixed (part of its key)
         # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
         self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars)) \
             if eager else _compiled_only
@@ -84,12 +180,17 @@ class _Layer:
         # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
         skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
-        self.skipped = skipped & set(params)  # of the names given (a layer serves calls giving the same names)
+        self.skipped = skipped & set(params)  # of the names given (a program serves calls giving the same names)
         self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
         self.forms: dict[tuple[bool, ...], ops.ForwardForm] = {}  # `form`'s answers
+        self.launch: Any = None  # the forward launch bound to the input class (calls of numbers only)
+        self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
+        self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
+        self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
+        self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
 
     def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
              ) -> ops.ForwardForm:
@@ -141,85 +242,65 @@ class _Layer:
         finals = tuple(names.index(f"{s}_final") for s in self.state_names) if final_states else ()
         return names.index("spike_seq"), finals, seqs
 
+    # -- bound launches and the native plan --------------------------------------------------------------------
+    def bind(self, form: ops.ForwardForm, x: Tensor, numbers: Sequence[float], n: int, given: Tensor) -> None:
+        """Bind the forward launch of a call of numbers only (x: its rows; `given`: x as the call gave it) to the
+        program's input class (a contiguous x), and say whether its calls may take the native path: a CUDA call,
+        or a host call where `native.HOST` asks, of no state sequences."""
+        backend = "cuda" if x.is_cuda else "host"
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # not kept: a capture takes the fixed rules' layout where a later call would time one
+        self.launch = form.kernel.bind((x, *numbers), x, n, None if form.single else x.shape[0], backend)
+        self.bound_form, self.seen = form, input_class(given)
+        self.native_wanted = (x.is_cuda or native.HOST) and not form.seqs and not form.single
 
-# Eager calls' layers by what decides them (see `_layer`). Bounded: a key holds the values of compile-time
-# constants, and a program that sweeps one must not grow this without end.
-_LAYERS: dict[tuple, _Layer] = {}
-_MAX_LAYERS = 1024
-# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
-# with them, so the id stays its own
-_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
+    def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
+        """A layer's call like the one it settled (`nn.layer_call.rerun`), on the bound launch: the spikes in x's
+        shape, then the final states in its neuron shape; none for an x unlike the program's input class, or while
+        the native plan is still to be made (the layer's full path makes it)."""
+        if input_class(x) != self.seen or (self.native_wanted and native.USE):
+            return []
+        form = self.bound_form
+        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
+        k = len(self.state_names)
+        outputs = ops.forward_eager(form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
+        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
 
+    def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], numbers: Sequence[float]
+                      ) -> None:
+        """Bind the backward launches, without and with the final states' gradients, at the program's first
+        backward (`ops._backward`), to fresh gradients of the call's shape (`meta`: x's shape, dtype, device) and
+        its saved tensors."""
+        if self.backward is not None:
+            return
+        grad = torch.zeros(*meta[:1], dtype=meta[1], device=meta[2])  # no random generator drawn from
+        steps, n = grad.shape
+        backend = "cuda" if grad.is_cuda else "host"
+        launches = []
+        for finals in (False, True) if form.finals else (False,):
+            backward = ops.backward_form(form.key, False, False, False, finals)
+            given = [grad.new_zeros(n) for _ in form.finals] if finals else []
+            launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
+        self.backward = (launches[0], launches[1] if len(launches) > 1 else None, backward.returns[0])
 
-def _layer(spec: Any, x: Tensor, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
-           params: dict[str, Any], save_h: bool = True) -> _Layer:
-    """The layer of an eager call: built (and checked) once per configuration, not on every call (defaults
-    merged, constants and the tensor signature collected, the plan looked up: a large share of a small call's
-    host time). Under torch.compile, Dynamo traces the construction instead (`Call`); its lookups are constant
-    results.
-
-    The key: the spec and surrogate by identity (`_surrogate_identity`), the other arguments, x's device kind
-    (the default backend), and of the parameters their names, their types (bool, for one, is refused), the
-    values of compile-time constants, and of tensors whether they hold one value per neuron and need a gradient
-    here."""
-    types = tuple(map(type, params.values()))
-    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
-        spec = load_spec(spec)
-    try:
-        key = layer_key(spec, surrogate, detach_reset, reset, backend, save_h, x.is_cuda, params, types)
-        found = _LAYERS.get(key)
-    except TypeError:  # an unhashable argument, or a spec of the wrong type: the layer's checks name it
-        return _Layer(spec, surrogate, detach_reset, reset, backend, x, params, save_h=save_h)
-    if found is None:
-        found = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, save_h=save_h)
-        if len(_LAYERS) >= _MAX_LAYERS:
-            _LAYERS.clear()
-        _LAYERS[key] = found
-    return found
-
-
-def layer_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None, save_h: bool,
-              is_cuda: bool, params: dict[str, Any], types: tuple[type, ...]) -> tuple:
-    """`_layer`'s key (its docstring says what it holds) of a spec given as a name, a reference or an object;
-    `types`: the parameters' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
-    spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
-    constants = _CONSTANTS.get(spec_id)
-    if constants is None:
-        constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
-    return (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, is_cuda, tuple(params),
-            types, () if _PLAIN.issuperset(types) else _tensor_facts(params),
-            tuple(params.get(n) for n in constants[1]) if constants[1] else ())
-
-
-# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
-_names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
-
-
-def _surrogate_identity(surrogate: Any) -> Any:
-    """A surrogate as a cache key: a name by value; a Surrogate by id and version (the layer holds it, so the id
-    stays its own; so are specs keyed; each change takes a new version); anything else (a mapping, a SpikingJelly
-    surrogate: both mutable) by its current reference (`surrogate_ref`)."""
-    if surrogate is None or type(surrogate) is str:
-        return surrogate
-    if isinstance(surrogate, Surrogate):
-        return id(surrogate), surrogate.version  # a change (`sg.alpha = ...`) takes a new version
-    return surrogate_ref(surrogate)
-
-
-_FLOAT = frozenset({float})  # the types of initial states given as numbers only
-_PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the layer checks them)
-
-
-def _tensor_facts(params: dict[str, Any]) -> tuple:
-    grad = torch.is_grad_enabled()
-    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
-                 for value in params.values())
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> int | None:
+        """The native plan, made on the first call that finds the operator loaded (a training call's after the
+        program's first backward), or None: not yet, or a call the plan's words cannot express."""
+        if (not form.save or self.backward is not None) and native.loaded():
+            self.native_wanted = False  # asked once
+            try:
+                words = plan_words(rows, count, self.launch, form, *(self.backward or (None, None, "")))
+            except Unplannable:
+                return None
+            self.native = native.make_plan(words.words, words.dtypes)
+            self.native_call = native.operator()
+        return self.native
 
 
 def _spread(value: Tensor) -> int:
     """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
     value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
-    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of an eager layer's key."""
+    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of a program's key."""
     shape = value.shape
     if value.numel() == 1:
         return 0
@@ -251,27 +332,33 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
                          f"neuron shape {shape}")
 
 
+# -- a call --------------------------------------------------------------------------------------------------------
 class Call:
-    """One call's arguments checked, defaults filled in, and matched to the layer's plan."""
+    """One call's arguments checked, defaults filled in, and matched to its program (found in `programs`, the
+    owner's; built for this call alone under torch.compile, whose Dynamo traces the construction)."""
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
-                 num_inputs: int = 1, save_h: bool = True):
+                 num_inputs: int = 1, save_h: bool = True, programs: Programs | None = None,
+                 options: tuple[bool, bool, bool] = (False, False, True)):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
-        # asked once per call: the answer decides both the layer's lookup and the op's path
+        # asked once per call: the answer decides both the program's lookup and the op's path
         self.compiling = torch.compiler.is_compiling()
-        if self.compiling:
-            layer = self.layer = _Layer(spec, surrogate, detach_reset, reset, backend, x, params, eager=False,
-                                        save_h=save_h)
+        self.owned = not (self.compiling or transforms_active())  # a program found in `programs`, which may bind
+        if not self.owned:
+            program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
+                              eager=not self.compiling)
         else:
-            layer = self.layer = _layer(spec, x, surrogate, detach_reset, reset, backend, params, save_h)
-        self.backend, self.key, self.state_names = layer.backend, layer.key, layer.state_names
-        if num_inputs != len(layer.inputs):
-            several = f"a tuple of {len(layer.inputs)} tensors" if len(layer.inputs) > 1 else "one tensor"
-            raise TypeError(f"neuron {layer.name!r} takes {len(layer.inputs)} step input(s) "
-                            f"({', '.join(layer.inputs)}): pass {several}, got {num_inputs}")
-        self.values = layer.values(params, x, self.shape)
+            program = (programs if programs is not None else PROGRAMS).find(
+                spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
+        self.layer = self.program = program
+        self.backend, self.key, self.state_names = program.backend, program.key, program.state_names
+        if num_inputs != len(program.inputs):
+            several = f"a tuple of {len(program.inputs)} tensors" if len(program.inputs) > 1 else "one tensor"
+            raise TypeError(f"neuron {program.name!r} takes {len(program.inputs)} step input(s) "
+                            f"({', '.join(program.inputs)}): pass {several}, got {num_inputs}")
+        self.values = program.values(params, x, self.shape)
         self.states = self._states(states)
 
     def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
@@ -281,7 +368,7 @@ class Call:
         if self.numbers:  # as after a reset: nothing to check
             return list(states)
         if len(states) > len(names):
-            raise TypeError(f"neuron {self.layer.name!r} has {len(names)} states ({', '.join(names)}), "
+            raise TypeError(f"neuron {self.program.name!r} has {len(names)} states ({', '.join(names)}), "
                             f"got {len(states)} initial values")
         values = [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
                   for i, name in enumerate(names)]
@@ -304,7 +391,7 @@ class Call:
         return state
 
     def _initial(self, name: str) -> Tensor | float:
-        init = self.layer.inits[name]
+        init = self.program.inits[name]
         value = self.values[init] if isinstance(init, str) else init
         if isinstance(value, torch.Tensor):
             return value.detach().to(self.x.dtype).expand(self.shape).clone()
@@ -314,11 +401,10 @@ class Call:
         """The initial states as tensors of the neuron shape (numbers filled in)."""
         return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
 
-    # -- running --------------------------------------------------------------------------------------
     def tensor_args(self) -> list[Tensor]:
         out = []
         compute = compute_dtype(self.x.dtype)
-        for name, kind in self.layer.tensors:
+        for name, kind in self.program.tensors:
             value = self.values[name]
             if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
                 value = torch.full((1,), float(value), dtype=compute, device=self.x.device)
@@ -332,51 +418,71 @@ class Call:
     def channel_sizes(self) -> list[float]:
         """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
         channel (the sizes of the neuron shape after the channel dim), as the ops' float scalars."""
-        dim = self.layer.channel_dim
+        dim = self.program.channel_dim
         inner = _numel(self.shape[len(self.shape) - dim + 1:])
         return [float(self.shape[len(self.shape) - dim]), float(inner)]
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
-        """The forward op's outputs, and where they stand (`_Layer.positions`); `more`: the step inputs after x.
-        Eager calls give the final states in the neuron shape (`neuron_shaped`)."""
+        """The forward op's outputs, and where they stand (`Program.positions`); `more`: the step inputs after
+        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of numbers only runs
+        its program's bound launch, or its native plan (which takes x in any shape of its rows)."""
+        program = self.program
+        tensors = self.tensor_args() if program.tensors else []
+        values = self.values
         states: list[Tensor]
         initial: list[float]
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
             states, initial = [], self.states  # type: ignore[assignment]  # all numbers here
         else:
             states, initial = [as_rows(s, (self.numel,)) for s in self.state_tensors()], []
-        layer = self.layer
-        tensors = self.tensor_args() if layer.tensors else []
-        values = self.values
         save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*more, *states, *tensors)))
         if self.compiling:
-            scalars = [float(values[n]) for n in layer.scalars]
-            if layer.channel_dim:
+            scalars = [float(values[n]) for n in program.scalars]
+            if program.channel_dim:
                 scalars += self.channel_sizes()
             outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states,
                                   more)
-            return outputs, layer.positions(single_step, store_state_seq, save, final_states)
-        form = layer.form(single_step, store_state_seq, save, not initial, final_states)
-        given: Sequence[float] = layer.scalar_values(values)
-        if layer.channel_dim:
+            return outputs, program.positions(single_step, store_state_seq, save, final_states)
+        form = program.form(single_step, store_state_seq, save, not initial, final_states)
+        given: Sequence[float] = program.scalar_values(values)
+        if program.channel_dim:
             given = [*given, *self.channel_sizes()]
+        if initial and not tensors and not more and ENABLED and self.owned and self.x.is_contiguous():
+            numbers = [*initial, *given]
+            if program.launch is None:
+                program.bind(form, x, numbers, self.numel, self.x)
+            plan = program.native if program.native is not None or not program.native_wanted or not native.USE \
+                else program.native_plan(form, x, len(numbers))
+            if plan is not None and native.USE:
+                return program.native_call(plan, self.x, numbers), form.positions
+            return ops.forward_eager(form, x, [], initial, [], given, (), self.shape, program), form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
         """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
         dtype."""
-        layer = plan(self.key)
+        system, symbols = reference(self.key)
+        configured = config(self.key)
         compute = compute_dtype(inputs[0].dtype)
-        params = {layer.symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
-                  for n, v in self.values.items() if n in layer.symbols}
+        params = {symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
+                  for n, v in self.values.items() if n in symbols}
         states = [s.to(compute) for s in self.state_tensors()]
         converted = tuple(u.to(compute) for u in inputs)
-        return converted[0] if len(converted) == 1 else converted, states, params, layer.surrogate, layer.detach_reset
+        return (converted[0] if len(converted) == 1 else converted, states, params, configured.surrogate,
+                configured.detach_reset)
+
+
+PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)
+
+
+def reference(key: str) -> tuple:
+    """The derived step and the parameters' symbols of a reference configuration (`NeuronConfig.reference_step`)."""
+    return config(key).reference_step
 
 
 def _compiled_only(values: dict[str, Any]) -> Sequence[float]:
-    raise RuntimeError("a layer built under torch.compile reads its scalars in the traced code")
+    raise RuntimeError("a program built under torch.compile reads its scalars in the traced code")
 
 
 def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
@@ -390,7 +496,7 @@ def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], 
 def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
                      neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
                      ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
-    """A multi-step call's results from the forward op's outputs and their positions (`_Layer.positions`): the
+    """A multi-step call's results from the forward op's outputs and their positions (`Program.positions`): the
     spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
     neuron shape [*] (`neuron_shaped`); as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
     spike, finals, seqs = positions

@@ -1,9 +1,9 @@
-"""A layer's last prepared call (`prepared.layer_multi_step`): a layer's call like its last one runs that call
-without building its key; any change of what the key holds (the layer's switches, the compile-time constants'
-values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the call the
+"""A layer's programs (`autocuda.program`, owned by the layer: `layer._programs`): a layer's call like an earlier
+one runs that call's program; any change of what the key holds (the layer's switches, the compile-time constants'
+values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the program the
 change asks for. A layer whose switches and parameters are the objects they were, called from a reset, reruns its
-settled call (`nn.layer_call.settled_call`: the native operator, which checks x), and no changed call runs it. On
-the host runner, every result and gradient equals the full path's bitwise."""
+settled call (`nn.layer_call.rerun`: the native operator, which checks x, or the program's bound launch), and no
+changed call runs it. On the host runner, every result and gradient equals the unbound path's bitwise."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +12,7 @@ import pickle
 import pytest
 import torch
 
-from autocuda import native, prepared
+from autocuda import native, program
 from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.load import spec_from_toml
 
@@ -51,11 +51,12 @@ def outcome(layer, x):
 
 
 def full_path(layer, x, monkeypatch):
-    monkeypatch.setattr(prepared, "ENABLED", False)
+    """The call's results through no bound launch, native plan or settled call (`program.ENABLED` off)."""
+    monkeypatch.setattr(program, "ENABLED", False)
     try:
         return outcome(layer, x)
     finally:
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
 
 
 def assert_same(got, want, what):
@@ -70,8 +71,8 @@ def misaligned(x):
     return flat.view(x.shape).copy_(x.detach()).requires_grad_(x.requires_grad)
 
 
-# change -> (how, whether the layer's call then runs another prepared call: False where it is the same call, or
-# where the full path runs it: recompute's checkpoint, a view that is not contiguous)
+# change -> (how, whether the layer's call then builds another program of its own: False where it is the same
+# call, or where functional calls' programs run it: recompute's checkpoint, a view that is not contiguous)
 CHANGES = {
     "tau (a number: the same call)": (lambda layer, x: (setattr(layer, "tau", 3.0), x)[1], False),
     "a0 (a constant: another kernel)": (lambda layer, x: (setattr(layer, "a0", 2.5), x)[1], True),
@@ -80,7 +81,7 @@ CHANGES = {
     "store_v_seq": (lambda layer, x: (setattr(layer, "store_v_seq", True), x)[1], True),
     "save_h": (lambda layer, x: (setattr(layer, "save_h", False), x)[1], True),
     "recompute": (lambda layer, x: (setattr(layer, "recompute", True), x)[1], False),
-    "backend torch (the reference)": (lambda layer, x: (setattr(layer, "backend", "torch"), x)[1], False),
+    "backend torch (the reference)": (lambda layer, x: (setattr(layer, "backend", "torch"), x)[1], True),
     "dtype": (lambda layer, x: x.detach().float().requires_grad_(), True),
     "shape": (lambda layer, x: x.detach()[:3].clone().requires_grad_(), True),
     "neuron shape": (lambda layer, x: x.detach()[:, :2].clone().requires_grad_(), True),
@@ -94,28 +95,27 @@ CHANGES = {
     "tau, the same float object": (lambda layer, x: (setattr(layer, "tau", layer.tau), x)[1], False),
 }
 # the changes after which the layer's settled call still serves: nothing it was made from changed (x's neuron shape
-# only shapes the results, which the operator gives in x's shape)
+# only shapes the results, which the native operator gives in x's shape; the bound launch serves its input class)
 SERVED = {"another shape, as many neurons", "tau, the same float object"}
+SERVED_BOUND = {"tau, the same float object"}
 
 
 def settled_runs(layer):
-    """The list that each run of the layer's settled call with results (an x it fits) appends to; None where the
-    layer has no settled call (the native path off, or its operator not loaded)."""
-    last = layer._last_call
-    if not native.USE or last.settled is None:
-        assert not (native.USE and native.loaded()), "a layer called from a reset settles its native call"
-        return None
+    """The list that each run of the layer's settled call with results (an x it fits) appends to, and whether the
+    call is the native operator's (else the program's bound launch)."""
+    last = layer._programs.last
+    assert last is not None, "a layer called from a reset settles its call"
     ran = []
-    run, *rest = last.settled
+    run, *rest = last
 
-    def spy(plan, x, numbers):
-        results = run(plan, x, numbers)
+    def spy(first, x, numbers):
+        results = run(first, x, numbers)
         if results:
             ran.append(tuple(x.shape))
         return results
 
-    last.settled = (spy, *rest)
-    return ran
+    layer._programs.last = (spy, *rest)
+    return ran, run is not program.Program.rerun
 
 
 def needs_the_native_operator():
@@ -128,19 +128,18 @@ def needs_the_native_operator():
 def check_change(change, monkeypatch, layer, x):
     """Two calls of `layer` on x, then `change` and two more: each equal to the full path's."""
     make, another = CHANGES[change]
-    for _ in range(2):  # prepares, then runs the layer's last call
+    for _ in range(2):  # builds the program (and its native plan, after the first backward), then settles
         assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "before")
-    before = layer._last_call.prepared
-    assert before is not None
-    ran = settled_runs(layer)
+    before = set(map(id, layer._programs.values()))
+    ran, native_runner = settled_runs(layer)
     changed = make(layer, x)
     got = outcome(layer, changed)
-    if ran is not None:
-        assert bool(ran) == (change in SERVED), change
+    built = [p for p in layer._programs.values() if id(p) not in before]
+    served = change in (SERVED if native_runner else SERVED_BOUND)  # the settled call ran: no other program asked
+    assert bool(ran) == served, change
+    assert bool(built) == (another and not served), change
     assert_same(got, full_path(layer, changed, monkeypatch), change)
     assert_same(outcome(layer, changed), got, f"{change}, again")
-    served = ran is not None and change in SERVED  # the settled call ran: no other prepared call was asked for
-    assert (layer._last_call.prepared is not before) == (another and not served), change
     if layer.backend == "torch":  # torch's ops ran, not a kernel: autograd recorded theirs
         assert "NeuronCall" not in got[0].grad_fn.name() and got[0].grad_fn.name() != "_EagerBackward"
     if layer.store_v_seq:
@@ -153,18 +152,18 @@ def test_a_change_between_calls_runs_the_call_it_asks_for(change, monkeypatch):
     check_change(change, monkeypatch, layer, x_of(grad=change != "grad again"))
 
 
-def test_a_repeated_call_builds_no_key_and_reads_the_numbers_afresh(monkeypatch):
+def test_a_repeated_call_builds_no_program_and_reads_the_numbers_afresh(monkeypatch):
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of()
     outcome(layer, x)
-    keys = []
-    original = prepared._key
-    monkeypatch.setattr(prepared, "_key", lambda *a: (keys.append(a), original(*a))[1])
+    built = []
+    original = program.Program.__init__
+    monkeypatch.setattr(program.Program, "__init__", lambda *a, **k: (built.append(a), original(*a, **k))[1])
     for tau in (2.0, 4.0, 8.0):
         layer.tau = tau
         got = outcome(layer, x)
         assert_same(got, full_path(layer, x, monkeypatch), tau)
-    assert keys == [], "the layer's last call ran: no call built a key (the full path's calls build none either)"
+    assert built == [], "the layer's program ran every call: a number's value is no part of its key"
 
 
 def test_tensor_states_and_parameters_take_the_full_path(monkeypatch):
@@ -174,47 +173,53 @@ def test_tensor_states_and_parameters_take_the_full_path(monkeypatch):
     layer.v = torch.full((3, 4), 0.5, dtype=torch.float64)  # a call that goes on from a tensor state
     got = layer(x)
     layer.v = torch.full((3, 4), 0.5, dtype=torch.float64)
-    monkeypatch.setattr(prepared, "ENABLED", False)
+    monkeypatch.setattr(program, "ENABLED", False)
     assert torch.equal(got, layer(x))
-    monkeypatch.setattr(prepared, "ENABLED", True)
+    monkeypatch.setattr(program, "ENABLED", True)
     layer.tau = torch.tensor(3.0, dtype=torch.float64)
     assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "tensor tau")
 
 
-def test_copies_of_a_layer_start_without_its_last_call():
+def test_copies_of_a_layer_start_without_its_programs():
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     want = outcome(layer, x)
-    assert layer._last_call.prepared is not None
+    assert layer._programs and layer._programs.last is not None
     for copied in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
-        assert copied._last_call is not layer._last_call and copied._last_call.prepared is None
+        assert copied._programs is not layer._programs and not copied._programs and copied._programs.last is None
         assert_same(outcome(copied, x), want, type(copied))
     old = pickle.loads(pickle.dumps(layer))
-    del old.__dict__["_last_call"]  # a layer pickled before layers kept their last call
-    assert_same(outcome(old, x), want, "no _last_call")
+    del old.__dict__["_programs"]  # a layer pickled before layers kept their programs
+    assert_same(outcome(old, x), want, "no _programs")
 
 
-def check_settled(layer, x, monkeypatch):
-    """From its second call on, a layer called from a reset on x runs its settled call, not the check, with the full
+def check_settled(layer, x, monkeypatch, native_runner=True):
+    """A layer called from a reset on x settles its call (`native_runner`: the native operator's, made at the call
+    after the program's first backward where x records a graph), then runs it, building no key, with the full
     path's results."""
     want = full_path(layer, x, monkeypatch)
-    assert_same(outcome(layer, x), want, "settles")
-    ran = settled_runs(layer)
-    checked = []
-    original = prepared.layer_multi_step
-    monkeypatch.setattr(prepared, "layer_multi_step", lambda *a: (checked.append(a), original(*a))[1])
+    for _ in range(2 if x.requires_grad and native_runner else 1):
+        assert_same(outcome(layer, x), want, "settles")
+    ran, native_ran = settled_runs(layer)
+    assert native_ran == native_runner
+    keys = []
+    original = program.call_key
+    monkeypatch.setattr(program, "call_key", lambda *a: (keys.append(a), original(*a))[1])
     for _ in range(3):
         got = outcome(layer, x)
         assert_same(got, want, "again")
         assert layer.v.shape == x.shape[1:] and (got[0].grad_fn is not None) == x.requires_grad
-    assert ran == [tuple(x.shape)] * 3 and checked == [], "three calls, each the settled call's, none through the check"
+    assert ran == [tuple(x.shape)] * 3 and keys == [], "three calls, each the settled call's, none built a key"
 
 
+@pytest.mark.parametrize("native_runner", [True, False], ids=["native", "bound"])
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("shape", [(5, 12), (5, 3, 4)])
-def test_a_layer_called_from_a_reset_reruns_its_settled_call(shape, grad, monkeypatch):
-    needs_the_native_operator()
-    check_settled(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch)
+def test_a_layer_called_from_a_reset_reruns_its_settled_call(shape, grad, native_runner, monkeypatch):
+    if native_runner:
+        needs_the_native_operator()
+    monkeypatch.setattr(native, "USE", native_runner)
+    check_settled(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch, native_runner)
 
 
 def settled_layer():
@@ -223,14 +228,14 @@ def settled_layer():
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     want = outcome(layer, x)
-    return layer, x, want, settled_runs(layer)
+    return layer, x, want, settled_runs(layer)[0]
 
 
-@pytest.mark.parametrize("switch", ["prepared.ENABLED", "native.USE"])
+@pytest.mark.parametrize("switch", ["program.ENABLED", "native.USE"])
 def test_the_switches_turn_the_settled_call_off(switch, monkeypatch):
     layer, x, want, ran = settled_layer()
     module, name = switch.split(".")
-    monkeypatch.setattr({"prepared": prepared, "native": native}[module], name, False)
+    monkeypatch.setattr({"program": program, "native": native}[module], name, False)
     assert_same(outcome(layer, x), want, switch)
     assert ran == []
 
@@ -242,9 +247,9 @@ def test_a_state_that_is_not_a_float_leaves_the_settled_call(monkeypatch):
         layer.v = value
         got = layer(x)
         layer.v = value
-        monkeypatch.setattr(prepared, "ENABLED", False)
+        monkeypatch.setattr(program, "ENABLED", False)
         assert torch.equal(got, layer(x)), value
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
     assert ran == [(5, 3, 4)], "only the float state ran the settled call"
 
 
@@ -277,7 +282,7 @@ def test_a_parameter_read_through_a_property_is_read_on_every_call(monkeypatch):
 
 def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
     """The spec and surrogate references (set where a layer is built or unpickled) are read on every call."""
-    from autocuda.runtime.plans import spec_ref, surrogate_ref
+    from autocuda.runtime.configs import spec_ref, surrogate_ref
     from autocuda.surrogate import ATan
 
     layer = Neuron(GAIN_LIF, step_mode="m", backend="host")

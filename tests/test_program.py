@@ -1,6 +1,6 @@
-"""Prepared eager calls (`autocuda.prepared`): a multi_step call like an earlier one runs from what the full path
-worked out for that one. On the host runner: every prepared call equals the full path's bitwise (outputs and
-gradients), repeats construct no `Call`, and bad input is still refused by name on a prepared key."""
+"""Programs (`autocuda.program`): a multi_step call like an earlier one runs the program built for that one (its
+bound launch, for calls of numbers only). On the host runner: every program's call equals the unbound path's
+bitwise (outputs and gradients), repeats build no program, and bad input is still refused by name on a known key."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from autocuda import calls, prepared
 from autocuda import functional as F
+from autocuda import program
 from autocuda.spec.load import _shipped
 
 HOST = {"backend": "host"}
@@ -27,12 +27,12 @@ def run(name, x, *states, grad=True, **kwargs):
 
 
 def both(monkeypatch, name, make_x, *states, **kwargs):
-    """(prepared results of the second call, the full path's), each from a fresh x."""
-    run(name, make_x(), *states, **kwargs)  # prepares
+    """(the second call's results, through its program's bound launch; the unbound path's), each from a fresh x."""
+    run(name, make_x(), *states, **kwargs)  # builds and binds the program
     got = run(name, make_x(), *states, **kwargs)
-    monkeypatch.setattr(prepared, "ENABLED", False)
+    monkeypatch.setattr(program, "ENABLED", False)
     want = run(name, make_x(), *states, **kwargs)
-    monkeypatch.setattr(prepared, "ENABLED", True)
+    monkeypatch.setattr(program, "ENABLED", True)
     return got, want
 
 
@@ -53,7 +53,7 @@ CASES = [
 @pytest.mark.parametrize("shape", [(5, 12), (9, 2, 3)], ids=["rows", "view"])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_prepared_calls_equal_the_full_path(case, train, shape, dtype, monkeypatch):
+def test_bound_calls_equal_the_unbound_path(case, train, shape, dtype, monkeypatch):
     name, states, kwargs = CASES[case]
 
     def make_x():
@@ -65,23 +65,25 @@ def test_prepared_calls_equal_the_full_path(case, train, shape, dtype, monkeypat
         assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w)
 
 
-def test_repeated_calls_construct_no_call_and_numbers_still_change(monkeypatch):
+def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     F.multi_step("lif", x, 0.5, tau=2.0, **HOST)
     built = []
-    original = calls.Call.__init__
-    monkeypatch.setattr(calls.Call, "__init__", lambda self, *a, **k: (built.append(a), original(self, *a, **k))[1])
+    original = program.Program.__init__
+    monkeypatch.setattr(program.Program, "__init__",
+                        lambda self, *a, **k: (built.append(a), original(self, *a, **k))[1])
     for tau in (2.0, 5.0):
         spikes, (v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
-        monkeypatch.setattr(prepared, "ENABLED", False)
+        monkeypatch.setattr(program, "ENABLED", False)
         want_spikes, (want_v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), tau
-    assert len(built) == 2, "only the full path's two calls built a Call"
+    assert built == [], "a number's value is no part of the key: every call ran the first call's program"
+    assert F.multi_step("lif", x, 0.5, tau=2, **HOST)[0].shape == x.shape and len(built) == 1, "an int: a new key"
 
 
 def test_keys_tell_apart_what_the_full_path_decides():
-    """Grad mode, requires_grad, dtype, shape and options each select their own prepared call."""
+    """Grad mode, requires_grad, dtype, shape and options each select their own program."""
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     F.multi_step("lif", x, **HOST)
     with torch.no_grad():
@@ -93,7 +95,7 @@ def test_keys_tell_apart_what_the_full_path_decides():
     assert finals is None and seqs[0].shape == (4, 10)
 
 
-def test_bad_input_on_a_prepared_key_is_refused_by_name():
+def test_bad_input_on_a_known_key_is_refused_by_name():
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     for _ in range(2):
         F.multi_step("lif", x, 0.0, tau=2.0, **HOST)
@@ -109,9 +111,10 @@ def test_bad_input_on_a_prepared_key_is_refused_by_name():
         F.multi_step("lif", x, 0.0, tau=2.0, save_h=1, **HOST)
 
 
-def test_calls_that_are_not_prepared_take_the_full_path(tmp_path, monkeypatch):
-    """Tensor parameters and states, views that are not contiguous, empty sequences, the reference backend and
-    spec files are not prepared, and give the full path's results."""
+def test_calls_whose_program_binds_nothing_take_the_unbound_path(tmp_path, monkeypatch):
+    """Tensor parameters and states, views that are not contiguous (which run on a contiguous view where one
+    exists), empty sequences, the reference backend and spec files: their programs bind no launch, and give the
+    unbound path's results."""
     x = torch.rand(4, 6, dtype=torch.float64) * 2
     cases = [
         lambda: F.multi_step("parametric_lif", x, **HOST),  # a tensor parameter at its default
@@ -122,12 +125,13 @@ def test_calls_that_are_not_prepared_take_the_full_path(tmp_path, monkeypatch):
         lambda: F.multi_step("lif", x, tau=torch.tensor(2.0, dtype=torch.float64), **HOST),
     ]
     for make in cases:
+        program.PROGRAMS.clear()
         got = [make() for _ in range(2)][1]
-        monkeypatch.setattr(prepared, "ENABLED", False)
+        monkeypatch.setattr(program, "ENABLED", False)
         want = make()
-        monkeypatch.setattr(prepared, "ENABLED", True)
+        monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(got[0], want[0])
-    assert all(p is prepared._UNPREPARED or p.layer.backend == "host" for p in prepared._PREPARED.values())
+        assert all(p.launch is None or p.seen[4] for p in program.PROGRAMS.values())  # contiguous
     text = _shipped()["lif"].read_text()
     spec = tmp_path / "lif.toml"
     spec.write_text(text)
@@ -138,19 +142,20 @@ def test_calls_that_are_not_prepared_take_the_full_path(tmp_path, monkeypatch):
 
 
 def test_host_calls_take_the_python_path_and_ask_for_no_native_library(monkeypatch):
-    """The native path is for CUDA calls: by default (`native.HOST` off) a prepared host call, training or not,
-    neither makes a native plan nor asks for the library (whose first ask starts its build)."""
+    """The native path is for CUDA calls: by default (`native.HOST` off) a bound host program, training or not,
+    neither makes a native plan nor asks for the library (whose first ask starts its build), nor binds a backward
+    launch beyond the one its backward runs."""
     from autocuda import native
 
     monkeypatch.setattr(native, "USE", True)
     monkeypatch.setattr(native, "HOST", False)
     asked = []
     monkeypatch.setattr(native, "loaded", lambda: asked.append(1) or True)
-    prepared._PREPARED.clear()
+    program.PROGRAMS.clear()
     for grad in (False, True, True):
         x = (torch.rand(4, 40, dtype=torch.float64) * 2).requires_grad_(grad)
         spikes = F.multi_step("lif", x, **HOST)[0]
         if grad:
             spikes.sum().backward()
-    made = [p for p in prepared._PREPARED.values() if p is not prepared._UNPREPARED]
-    assert made and all(p.native is None for p in made) and asked == []
+    made = [p for p in program.PROGRAMS.values() if p.launch is not None]
+    assert made and all(p.native is None and p.backward is None for p in made) and asked == []

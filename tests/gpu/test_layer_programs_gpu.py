@@ -1,5 +1,5 @@
-"""A layer's last prepared call on CUDA (`prepared.layer_multi_step`): every change between calls that the key
-holds runs the call it asks for, bitwise the full path's, through the Python and the native path, at a size
+"""A layer's programs on CUDA (`autocuda.program`, owned by the layer): every change between calls that the key
+holds runs the program it asks for, bitwise the unbound path's, through the Python and the native path, at a size
 whose kernels load vectors (so that a misaligned x needs its own launch); a layer's settled call (the native
 path's) in each dtype; and a layer moved between devices."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from autocuda.nn import LIFNode, Neuron
 pytestmark = pytest.mark.gpu
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from test_prepared_layers import (  # noqa: E402 - the cores of the CPU test, shared
+from test_layer_programs import (  # noqa: E402 - the cores of the CPU test, shared
     CHANGES,
     GAIN_LIF,
     assert_same,
@@ -60,9 +60,12 @@ def test_a_layer_whose_input_moves_to_the_gpu_runs_the_gpus_kernels(monkeypatch)
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("shape", [(4, 4096), (4, 8, 16, 32)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
-def test_a_layer_reruns_its_settled_call_on_the_gpu(dtype, shape, grad, monkeypatch):
-    needs_the_native_operator()
-    check_settled(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch)
+@pytest.mark.parametrize("path", ["python", "native"])
+def test_a_layer_reruns_its_settled_call_on_the_gpu(dtype, shape, grad, path, monkeypatch):
+    if path == "native":
+        needs_the_native_operator()
+    monkeypatch.setattr(native, "USE", path == "native")
+    check_settled(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch, path == "native")
 
 
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,
@@ -78,11 +81,12 @@ def test_a_settled_layer_follows_its_input_to_the_second_gpu(monkeypatch):
     layer = LIFNode(tau=2.0, step_mode="m")
     first = x_of((4, 4096), torch.float32, True, "cuda:0")
     second = first.detach().to("cuda:1").requires_grad_()
-    for x in (first, first, second):
+    for x in (first, first, second, second):  # on each GPU: the training program's native plan after a backward
         got = outcome(layer, x)
         assert all(t.device == x.device for t in got)
         assert_same(got, full_path(layer, x, monkeypatch), x.device)
-    ran = settled_runs(layer)
+    ran, native_runner = settled_runs(layer)
+    assert native_runner
     for x in (second, first):
         got = outcome(layer, x)
         assert_same(got, full_path(layer, x, monkeypatch), x.device)
