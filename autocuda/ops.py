@@ -69,7 +69,7 @@ def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bo
     """Names of neuron_forward's outputs, in order."""
     kind = "step-forward" if single_step else "fptt"
     kernel = entry(key).kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save,
-                                      final_states=final_states)
+                               final_states=final_states)
     return tuple(n for n, p in kernel.cparams.items() if p.pointer and not p.const)
 
 

@@ -258,7 +258,7 @@ class Program:
         """A layer's call like the one it settled (`nn.layer_call.rerun`), on the bound launch: the spikes in x's
         shape, then the final states in its neuron shape; none for an x unlike the program's input class, or while
         the native plan is still to be made (the layer's full path makes it)."""
-        if input_class(x) != self.seen or (self.native_wanted and native.USE):
+        if input_class(x) != self.seen or (self.native_wanted and native.USE and self.plannable()):
             return []
         form = self.bound_form
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
@@ -283,10 +283,15 @@ class Program:
             launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
         self.backward = (launches[0], launches[1] if len(launches) > 1 else None, backward.returns[0])
 
+    def plannable(self) -> bool:
+        """Whether the native plan can be made now: the operator is loaded, and a training program's backward
+        launches are bound (at its first backward)."""
+        return (not self.bound_form.save or self.backward is not None) and native.loaded()
+
     def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> int | None:
-        """The native plan, made on the first call that finds the operator loaded (a training call's after the
-        program's first backward), or None: not yet, or a call the plan's words cannot express."""
-        if (not form.save or self.backward is not None) and native.loaded():
+        """The native plan, made on the first call that finds it `plannable`, or None: not yet, or a call the
+        plan's words cannot express."""
+        if self.plannable():
             self.native_wanted = False  # asked once
             try:
                 words = plan_words(rows, count, self.launch, form, *(self.backward or (None, None, "")))

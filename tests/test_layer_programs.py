@@ -299,3 +299,19 @@ def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
     got = outcome(layer, x)
     assert_same(got, full_path(layer, x, monkeypatch), "output")
     assert not torch.equal(got[0], got[0].round()), "the membrane, not spikes"
+
+
+def test_without_the_native_operator_the_bound_launch_serves(monkeypatch):
+    """Where the native operator cannot be loaded (no compiler, a failed build), a layer's settled call is its
+    program's bound launch, and it serves every call like the last (training included) with the full path's
+    results."""
+    monkeypatch.setattr(native, "loaded", lambda: False)
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    x = x_of()
+    want = full_path(layer, x, monkeypatch)
+    assert_same(outcome(layer, x), want, "settles")
+    ran, native_runner = settled_runs(layer)
+    assert not native_runner
+    for _ in range(2):
+        assert_same(outcome(layer, x), want, "again")
+    assert ran == [tuple(x.shape)] * 2

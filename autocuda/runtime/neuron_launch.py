@@ -114,39 +114,17 @@ class Recipe:
         index = iter(range(len(self.outputs)))
         self.sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
                              for source, name, dtype in self.args)
-        self._bindings: dict[tuple[str, ...], Binding] = {}  # `bind`'s answers, by the caller's names
 
     def run(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
             backend: str) -> dict[str, torch.Tensor]:
-        """Allocate the outputs, launch, and return the outputs by name."""
-        return dict(zip(self.outputs, self.run_ordered(given, like, n, steps, backend)))
-
-    def run_ordered(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
-                    backend: str) -> list[torch.Tensor]:
-        """`run`, with the outputs as a list in parameter order (`outputs` names them). Scalars may be any real
-        numbers here (ints included): they are converted for `run_args`."""
-        binding = self.bind(tuple(given))
+        """Allocate the outputs, launch, and return the outputs by name. Scalars may be any real numbers here
+        (ints included); `like` is the contiguous sequence input (x or the spikes' gradient), in the storage
+        dtype."""
+        binding = Binding(self, tuple(given))
         args = list(given.values())
         for at in binding.scalars:
             args[at] = float(args[at])
-        return self.run_args(binding, args, like, n, steps, backend)
-
-    def bind(self, names: tuple[str, ...]) -> Binding:
-        """How to fill the arguments from a caller's values given as a sequence in `names` order."""
-        found = self._bindings.get(names)
-        if found is None:
-            found = self._bindings[names] = Binding(self, names)
-        return found
-
-    def run_args(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
-                 backend: str) -> list[torch.Tensor]:
-        """`run_ordered` with the caller's values as a sequence (`args`, in the order `binding` was made for):
-        the ops' path, which builds no mapping per call. Scalars pass as given (the ops' float[] arguments). `like`
-        is the contiguous sequence input (x or the spikes' gradient), in the storage dtype."""
-        produced, values = self.arguments(binding, args, like, n, steps)
-        if n and steps != 0:
-            self._launch(values, n, like, backend)
-        return produced
+        return dict(zip(self.outputs, BoundLaunch(self, binding, like, n, steps, backend)(args, like)))
 
     def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
                   final_shape: Sequence[int] | None = None) -> tuple[list[torch.Tensor], tuple]:
@@ -187,28 +165,11 @@ class Recipe:
         raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
                                   f"(contiguous: {value.is_contiguous()})")
 
-    def _launch(self, values: Sequence, n: int, like: torch.Tensor, backend: str) -> None:
-        kernel = self.kernel
-        block = kernel.block
-        grid = ((-(-n // kernel.lanes) + block - 1) // block,)
-        if backend == "cuda":
-            index = like.get_device()  # an int, without building `like.device`
-            kernel.cuda_launcher(index)(grid, (block,), values, current_stream_ptr(index))
-        else:
-            if not like.is_cpu:
-                raise ValueError(f"backend {backend!r} runs kernels on CPU tensors; got tensors on {like.device} "
-                                 "(use backend='reference' or move them to the CPU)")
-            import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
-
-            packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
-            kernel.launch(grid, (block,), packed, like.device, backend)
-
-
 _data_ptr = torch.Tensor.data_ptr
 
 
 class Binding:
-    """A recipe's arguments filled from a caller's values given as a sequence in `names` order (`Recipe.bind`):
+    """A recipe's arguments filled from a caller's values given as a sequence in `names` order:
     where each input tensor and scalar stands among them, and `arrange`, which takes the parameters' values in
     order from a call's pool (N, T, the outputs' addresses, the inputs' addresses, the caller's values)."""
 
@@ -437,7 +398,7 @@ class KernelCall:
         found = self._bound.get((like.dtype, layout))
         if found is None:
             recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
-            found = self._bound[(like.dtype, layout)] = (recipe, recipe.bind(self.names))
+            found = self._bound[(like.dtype, layout)] = (recipe, Binding(recipe, self.names))
         bound = BoundLaunch(*found, like, n, steps, backend)
         if key is not None and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
             if len(self._launches) >= _MAX_LAUNCHES:  # shapes that vary without end must not grow this
@@ -471,8 +432,15 @@ class BoundLaunch:
         launcher = self.launcher
         if launcher is not None:
             launcher(self.grid, self.block, values, current_stream_ptr(self.device))
-        elif self.runs:
-            recipe._launch(values, n, like, self.backend)
+        elif self.runs:  # the host runner
+            if not like.is_cpu:
+                raise ValueError(f"backend {self.backend!r} runs kernels on CPU tensors; got tensors on {like.device} "
+                                 "(use backend='reference' or move them to the CPU)")
+            import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
+
+            kernel = recipe.kernel
+            packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
+            kernel.launch(self.grid, self.block, packed, like.device, self.backend)
         return produced
 
 
