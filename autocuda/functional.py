@@ -19,13 +19,27 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
+from . import program as programs_module
 from .memory_order import memory_order
-from .program import PROGRAMS, SUPPORTED_DTYPES, Call, Programs, as_rows, neuron_shaped, reference, sequence_results
+from .program import (
+    PROGRAMS,
+    SUPPORTED_DTYPES,
+    Call,
+    Program,
+    Programs,
+    as_rows,
+    call_key,
+    neuron_shaped,
+    reference,
+    sequence_results,
+    transforms_active,
+)
 from .spec.model import NeuronSpec
 
 __all__ = ["multi_step", "single_step"]
 
 Tensor = torch.Tensor
+_FLOAT = frozenset({float})  # initial states' types of a call that a bound program may run at once
 
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
@@ -76,9 +90,25 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
 def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor],
                  initial_states: Sequence[Tensor | float], surrogate: Any, detach_reset: bool, reset: str | None,
                  store_state_seq: bool, final_states: bool, backend: str | None, save_h: bool,
-                 params: dict[str, Any]) -> tuple[tuple, Call | None]:
+                 params: dict[str, Any]) -> tuple[tuple, tuple[Program, dict[str, Any]] | None]:
     """`multi_step`'s results (no recompute) through the programs of `programs` (a layer's own, or functional
-    calls'), and the call that ran them (None where no program ran it: an empty sequence, another memory order)."""
+    calls'), and the bound program that ran them with the parameters' values (None where none did). A call of a
+    bound program's key runs it at once (`Program.run_bound`)."""
+    if type(x_seq) is Tensor and _FLOAT.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
+            torch.compiler.is_compiling() or transforms_active()):
+        options = (False, store_state_seq, final_states)
+        try:
+            program = programs.get(call_key(spec, x_seq, initial_states, surrogate, detach_reset, reset, backend,
+                                            save_h, options, params))
+        except TypeError:  # the checks below name the argument
+            program = None
+        ran = None if program is None or program.launch is None else program.run_bound(x_seq, initial_states, params)
+        if ran is not None:
+            sizes = x_seq.shape
+            results = sequence_results(ran[0], program.bound_form.positions,  # type: ignore[union-attr]
+                                       None if len(sizes) == 2 else tuple(sizes), tuple(sizes[1:]), final_states,
+                                       store_state_seq)
+            return results, (program, ran[1])  # type: ignore[return-value]
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():
@@ -103,7 +133,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
     more = [as_rows(u, (steps, call.numel)) for u in inputs[1:]]
     outputs, positions = call.launch(flat, False, store_state_seq, final_states, more)
     return sequence_results(outputs, positions, None if flat is x_seq else shape, call.shape, final_states,
-                            store_state_seq), call
+                            store_state_seq), (call.program, call.values) if call.numbers else None
 
 
 def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: Tensor | float, surrogate: Any = None,

@@ -254,6 +254,24 @@ class Program:
         self.bound_form, self.seen = form, input_class(given)
         self.native_wanted = (x.is_cuda or native.HOST) and not form.seqs and not form.single
 
+    def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
+                  ) -> tuple[list[Tensor], dict[str, Any]] | None:
+        """A bound program's call of its key (x contiguous, states and parameters numbers): the forward op's
+        outputs and the parameters' values; None while the native plan is still to be made (`Call.launch` makes
+        it)."""
+        if self.native_wanted and native.USE and self.plannable():
+            return None
+        values = self.values(params, x, self.seen[0][1:])
+        initial = list(map(float, states))
+        for name in self.state_names[len(initial):]:
+            init = self.inits[name]
+            initial.append(float(values[init]) if isinstance(init, str) else init)
+        scalars = self.scalar_values(values)
+        if self.native is not None and native.USE:
+            return self.native_call(self.native, x, [*initial, *scalars]), values
+        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
+        return ops.forward_eager(self.bound_form, rows, [], initial, [], scalars, (), x.shape[1:], self), values
+
     def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
         """A layer's call like the one it settled (`nn.layer_call.rerun`), on the bound launch: the spikes in x's
         shape, then the final states in its neuron shape; none for an x unlike the program's input class, or while

@@ -68,10 +68,12 @@ def test_bound_calls_equal_the_unbound_path(case, train, shape, dtype, monkeypat
 def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     F.multi_step("lif", x, 0.5, tau=2.0, **HOST)
-    built = []
+    built, calls = [], []
     original = program.Program.__init__
     monkeypatch.setattr(program.Program, "__init__",
                         lambda self, *a, **k: (built.append(a), original(self, *a, **k))[1])
+    call = program.Call.__init__
+    monkeypatch.setattr(program.Call, "__init__", lambda self, *a, **k: (calls.append(a), call(self, *a, **k))[1])
     for tau in (2.0, 5.0):
         spikes, (v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
         monkeypatch.setattr(program, "ENABLED", False)
@@ -79,6 +81,7 @@ def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
         monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), tau
     assert built == [], "a number's value is no part of the key: every call ran the first call's program"
+    assert len(calls) == 2, "the bound program ran at once (`Program.run_bound`); only the unbound calls built a Call"
     assert F.multi_step("lif", x, 0.5, tau=2, **HOST)[0].shape == x.shape and len(built) == 1, "an int: a new key"
 
 

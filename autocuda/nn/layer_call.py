@@ -19,7 +19,7 @@ import torch
 from .. import functional as F
 from .. import native
 from .. import program as programs
-from ..program import Call, Program, Programs, transforms_active
+from ..program import Program, Programs, transforms_active
 from ..spec.step import SPIKE
 from ..surrogate import SURROGATES
 from .output import layer_output
@@ -72,9 +72,9 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     owned = d.get("_programs")
     if owned is None:  # made on the first call: a layer unpickled or copied has none
         owned = d["_programs"] = Programs()
-    results, call = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
-                                   keep, True, BACKENDS[d["backend"]], d["save_h"], params)
-    owned.last = None if call is None or keep else settle(d, call, params)
+    results, ran = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
+                                  keep, True, BACKENDS[d["backend"]], d["save_h"], params)
+    owned.last = None if ran is None or keep else settle(d, *ran)
     return results
 
 
@@ -97,17 +97,17 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
              "recompute")
 
 
-def settle(d: dict[str, Any], call: Call, params: dict[str, Any]) -> tuple | None:
-    """What `rerun` needs to run the layer's call `call` (just run with `params`) again: its runner (the native
+def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple | None:
+    """What `rerun` needs to run the layer's call again (just run by `bound` with states of numbers and the
+    parameters' `values`): its runner (the native
     operator, or the program's bound launch), the kernel's scalars, the switches' and parameters' objects, which
-    must be the same objects for these to hold, and whether the runner is the native operator. None where the
-    call's states were not numbers, a parameter is not a plain attribute (a parameter, a buffer or a property,
-    which can change without a new object in the dict), or the program has no bound launch."""
-    bound = call.program
+    must be the same objects for these to hold, and whether the runner is the native operator. None where a
+    parameter is not a plain attribute (a parameter, a buffer or a property, which can change without a new object
+    in the dict), or the program has no bound launch."""
     names = d["_param_names"]
-    if bound.launch is None or not call.numbers or not all(name in d for name in names):
+    if bound.launch is None or not all(name in d for name in names):
         return None
-    scalars = tuple(bound.scalar_values(call.values))
+    scalars = tuple(bound.scalar_values(values))
     run: Any = Program.rerun
     first: Any = bound
     if bound.native is not None and native.USE:
