@@ -1,4 +1,4 @@
-"""The native call path: prepared neuron calls (`autocuda.prepared`) run through one C++ operator,
+"""The native call path: programs' neuron calls (`autocuda.program`) run through one C++ operator,
 `autocuda_native::call`, whose autograd node is C++ as well (`neuron_call.cpp`). A small call then runs no Python
 between torch and its kernel launches, in the forward or in the backward.
 
@@ -8,7 +8,7 @@ loaded from the bytes verified there, never opened again by its name (`autocuda.
 The path is for CUDA calls: it is on for them unless `AUTOCUDA_NATIVE=0` (or `autocuda.native.USE = False`).
 Calls on CPU tensors take it only where `AUTOCUDA_NATIVE` is 1 or on (`autocuda.native.HOST`): there it runs the
 host runner's kernels, as the Python path does, and a machine without CUDA would build the library for nothing.
-A process asks for the library on its first prepared call that takes the path: it is loaded from the cache, or
+A process asks for the library on its first program ready for a native plan: it is loaded from the cache, or
 built by a helper process (`python -m autocuda.native`) while calls take the Python path; the helper finishes the
 build where the process ends first, so that the next one finds it. A process never waits on a build that another
 process started: where one holds the build lock, the helper leaves at once and the process's calls take the Python
@@ -54,7 +54,7 @@ _OPERATORS: dict[str, Any] = {}  # every loaded operator's C++ callable by name 
 
 
 def enabled() -> bool:
-    """Whether $AUTOCUDA_NATIVE asks prepared calls to use the native path (unset, 1 or on: yes; 0 or off: no)."""
+    """Whether $AUTOCUDA_NATIVE asks programs' calls to use the native path (unset, 1 or on: yes; 0 or off: no)."""
     value = os.environ.get(VARIABLE, "").strip().lower()
     if value not in _SWITCH:
         raise ValueError(f"{VARIABLE}={os.environ[VARIABLE]!r}: expected 0, 1, off or on")
@@ -74,8 +74,8 @@ def _use_from_environment() -> bool:
         return False
 
 
-USE = _use_from_environment()  # whether prepared CUDA calls take the native path (tests and benchmarks set it)
-HOST = USE and on_host()  # whether prepared host calls take it too
+USE = _use_from_environment()  # whether programs' CUDA calls take the native path (tests and benchmarks set it)
+HOST = USE and on_host()  # whether programs' host calls take it too
 
 
 def loaded() -> bool:

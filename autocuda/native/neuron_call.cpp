@@ -1,4 +1,4 @@
-// autocuda's native call path: a prepared neuron call (autocuda/prepared.py) as one C++ operator whose autograd
+// autocuda's native call path: a program's neuron call (autocuda/program.py) as one C++ operator whose autograd
 // node is C++ too, so that neither the forward nor the backward of a small call runs Python between torch and the
 // kernel launch. Python works out everything a call of one key needs (the kernels bound to its shape, where each
 // argument comes from, what to save) and hands it over once as a plan; a call then allocates, fills the argument
@@ -352,7 +352,7 @@ std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Ten
   return NeuronCall::apply(number, rows, numbers, final_sizes);
 }
 
-// A prepared call: the forward outputs for x [steps, *], the sequences as [steps, neurons] rows, the final states
+// A program's call: the forward outputs for x [steps, *], the sequences as [steps, neurons] rows, the final states
 // in x's neuron shape.
 std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);

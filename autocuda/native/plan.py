@@ -1,10 +1,11 @@
-"""A prepared call as a native plan: the words `neuron_call.cpp` reads (`read_plan`, `read_launch`, in that order),
+"""A program's call as a native plan: the words `neuron_call.cpp` reads (`read_plan`, `read_launch`, in that order),
 worked out from the kernels bound to the call's shape (`neuron_launch.BoundLaunch`) and its forward form.
 
 A plan holds, per launch, where each kernel parameter's 8-byte slot is filled from: a constant (N, T), an output
 it allocates, a tensor of the call (forward: x; backward: the spikes' gradient, the final states' gradients, then
-the saved tensors) or one of the call's numbers (the initial states, then the scalars: the order
-`ops.BoundForm.run` gives them). A call the words cannot express raises `Unplannable`; it takes the Python path.
+the saved tensors) or one of the call's numbers (the initial states, then the scalars: the order of the
+configuration's op arguments, `NeuronConfig.op_inputs`). A call the words cannot express raises `Unplannable`; it
+takes the Python path.
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
 
 def plan_words(x: torch.Tensor, numbers: int, forward: BoundLaunch, form: Any, backward: BoundLaunch | None,
                backward_finals: BoundLaunch | None, grad_x: str) -> Words:
-    """The plan of a prepared call on x [T, N] with `numbers` numbers: its forward launch and `form` (an
+    """The plan of a program's call on x [T, N] with `numbers` numbers: its forward launch and `form` (an
     `ops.ForwardForm`: output positions, what autograd saves, which outputs are hidden); where it trains, the
     backward launches without and with the final states' gradients, and the name of grad_x among their outputs."""
     out = Words()
