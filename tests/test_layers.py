@@ -140,9 +140,9 @@ def test_imports_point_down_the_layers(package_graph):
     assert upward_edges(package_graph) == []
 
 
-# Import edges left out of the cycle check, each a known cycle to be removed. Issue 44: nn.layer_call names the
-# layer it serves (`Neuron`, type-only) while nn.neuron calls it; the call-path redesign removes this pair.
-KNOWN_CYCLE_EDGES = {("autocuda.nn.layer_call", "autocuda.nn.neuron")}
+# Import edges left out of the cycle check, each a known cycle to be removed (none left: issue 44's call-path
+# redesign removed nn.layer_call's import of nn.neuron).
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 def without_edges(graph: Graph, edges: set[tuple[str, str]]) -> dict[str, set[str]]:
