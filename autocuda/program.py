@@ -73,10 +73,12 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
     if constants is None:
         constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
     types = tuple(map(type, params.values()))
-    return (spec_id, _surrogate_identity(surrogate), detach_reset, reset, backend, save_h, options, tuple(params),
-            types, () if _PLAIN.issuperset(types) else _tensor_facts(params),
-            tuple(params.get(n) for n in constants[1]) if constants[1] else (), *input_class(x),
-            tuple(map(type, states)))
+    # `_surrogate_identity` and `input_class` inline: this runs on every call that no bound program serves at once
+    return (spec_id, surrogate if surrogate is None or type(surrogate) is str else _surrogate_identity(surrogate),
+            detach_reset, reset, backend, save_h, options, tuple(params), types,
+            () if _PLAIN.issuperset(types) else _tensor_facts(params),
+            tuple(params.get(n) for n in constants[1]) if constants[1] else (), x.shape, x.dtype, x.device,
+            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad, tuple(map(type, states)))
 
 
 def input_class(x: Tensor) -> tuple:
