@@ -3,10 +3,12 @@ bound launch, for calls of numbers only). On the host runner: every program's ca
 bitwise (outputs and gradients), repeats build no program, and bad input is still refused by name on a known key."""
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda import functional as F
 from autocuda import program
@@ -49,17 +51,35 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("shape", [(5, 12), (9, 2, 3)], ids=["rows", "view"])
+DTYPES = [torch.float64, torch.float32, torch.bfloat16]
+SHAPES = [(5, 12), (9, 2, 3)]
+
+
+def _input(shape, dtype, train):
+    x = (torch.rand(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2).to(dtype)
+    return x.requires_grad_(train)
+
+
+@pytest.fixture(scope="module")
+def compiled_kernels() -> int:
+    """The kernels test_bound_calls_equal_the_unbound_path launches, compiled up front many to a compiler run
+    (`conftest.compile_launched`); the unbound path launches what the bound one does."""
+    def unbound(case, train, shape, dtype):
+        name, states, kwargs = CASES[case]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(program, "ENABLED", False)
+            run(name, _input(shape, dtype, train), *states, **kwargs)
+    return compile_launched(*(functools.partial(unbound, case, train, shape, dtype) for case in range(len(CASES))
+                              for train in (False, True) for shape in SHAPES for dtype in DTYPES))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=["rows", "view"])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_bound_calls_equal_the_unbound_path(case, train, shape, dtype, monkeypatch):
+def test_bound_calls_equal_the_unbound_path(case, train, shape, dtype, monkeypatch, compiled_kernels):
     name, states, kwargs = CASES[case]
-
-    def make_x():
-        x = (torch.rand(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2).to(dtype)
-        return x.requires_grad_(train)
-    got, want = both(monkeypatch, name, make_x, *states, **kwargs)
+    got, want = both(monkeypatch, name, functools.partial(_input, shape, dtype, train), *states, **kwargs)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w)
