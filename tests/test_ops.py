@@ -4,9 +4,12 @@ PLIF (learnable w, shared and per channel), Izhikevich and ALIF in float32 and f
 form; what backward saves; the key registry."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from backends import NEEDS_HOST
+from conftest import compile_launched
 
 from autocuda import functional as F
 from autocuda import native, ops
@@ -19,6 +22,13 @@ PARAMS = {"lif": {"tau": 2.5}, "parametric_lif": {}, "izhikevich": {"a": 0.3, "b
           "alif": {"beta": 0.3, "tau_a": 5.0}}
 CASES = [("lif", "hard", False), ("lif", "soft", True), ("parametric_lif", "hard", False),
          ("izhikevich", "hard", False), ("izhikevich", "soft", True), ("alif", "hard", True)]
+
+
+# (single, store, finals) of the forward op's opcheck; (steps, checkpoint interval) of ALIF's long loops
+OPCHECK_FORWARD = [(False, False, True), (False, True, True), (False, False, False), (True, False, True)]
+LONG_LOOPS = [(63, 8), (67, 32)]
+LANES = [1, 2, 4]
+PLIF_W = [torch.tensor(0.4), torch.tensor([[0.3], [-0.5], [1.0]])]  # PLIF's learnable w: shared, per channel
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
@@ -45,10 +55,41 @@ def run(name: str, backend: str, dtype: torch.dtype, reset: str, detach: bool, s
     return [spikes, *finals, *seqs], list(torch.autograd.grad(loss, leaves))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels the tests below launch through multi_step, single_step and the forward op, compiled up front
+    many to a compiler run (`conftest.compile_launched`)."""
+    calls = [functools.partial(run, name, "host", dtype, reset, detach, w=_plif_w(name, dtype))
+             for dtype in (torch.float32, torch.float64) for name, reset, detach in CASES]
+    calls += [functools.partial(F.single_step, name, torch.rand(4, 3, dtype=torch.float64).requires_grad_(),
+                                backend="host", **PARAMS[name]) for name in ("lif", "izhikevich", "alif")]
+    calls += [functools.partial(_forward_op, name, single, store, finals, numbers)
+              for name in ("lif", "parametric_lif", "alif") for single, store, finals in OPCHECK_FORWARD
+              for numbers in (False, True)]
+    calls += [functools.partial(_forward_op, "alif", False, False, True, False, steps) for steps, _ in LONG_LOOPS]
+    calls += [functools.partial(run, "parametric_lif", "host", torch.float64, "hard", False, w=w.double())
+              for w in PLIF_W]
+    calls += [functools.partial(_channel_runs, lanes) for lanes in LANES]
+    return compile_launched(*calls)
+
+
+def _forward_op(name: str, single: bool, store: bool, finals: bool, numbers: bool, steps: int = 4) -> None:
+    """The forward op called as opcheck calls it, and backward through its autograd formula."""
+    args = _op_args(name, single, store, True, numbers=numbers, steps=steps)
+    outputs = torch.ops.autocuda.neuron_forward.default(*args, finals, [])
+    loss = sum(o.sum() for o in outputs if o.requires_grad)
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+
+
+def _plif_w(name: str, dtype: torch.dtype) -> torch.Tensor | None:
+    return torch.linspace(-1, 1, 15, dtype=dtype).view(3, 5) if name == "parametric_lif" else None
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize(("name", "reset", "detach"), CASES, ids=lambda v: str(v))
 def test_kernels_match_reference(name: str, reset: str, detach: bool, dtype: torch.dtype):
-    w = torch.linspace(-1, 1, 15, dtype=dtype).view(3, 5) if name == "parametric_lif" else None
+    w = _plif_w(name, dtype)
     got, got_grads = run(name, "host", dtype, reset, detach, w=w)
     want, want_grads = run(name, "reference", dtype, reset, detach, w=w)
     assert got[0].sum() > 0 and torch.equal(got[0], want[0])
@@ -57,7 +98,7 @@ def test_kernels_match_reference(name: str, reset: str, detach: bool, dtype: tor
         close(a, b, TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("w", [torch.tensor(0.4), torch.tensor([[0.3], [-0.5], [1.0]])], ids=["shared", "channel"])
+@pytest.mark.parametrize("w", PLIF_W, ids=["shared", "channel"])
 def test_plif_learnable_w_is_reduced_to_its_shape(w: torch.Tensor):
     got, (*_, grad_w) = run("parametric_lif", "host", torch.float64, "hard", False, w=w.double())
     want, (*_, want_w) = run("parametric_lif", "reference", torch.float64, "hard", False, w=w.double())
@@ -117,8 +158,7 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
 
 
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "alif"])
-@pytest.mark.parametrize(("single", "store", "finals"),
-                         [(False, False, True), (False, True, True), (False, False, False), (True, False, True)],
+@pytest.mark.parametrize(("single", "store", "finals"), OPCHECK_FORWARD,
                          ids=["multi", "multi-store", "multi-no-finals", "single"])
 @pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
 def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, numbers: bool):
@@ -126,7 +166,7 @@ def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, num
                           (*_op_args(name, single, store, True, numbers=numbers), finals, []))
 
 
-@pytest.mark.parametrize(("steps", "every"), [(63, 8), (67, 32)])
+@pytest.mark.parametrize(("steps", "every"), LONG_LOOPS)
 def test_fake_checkpoints_follow_the_long_loop_rule(steps: int, every: int):
     """Long loops over few neurons replay ALIF's adaptation in 32-step segments, others in 8-step ones
     (`runtime.neuron_launch.LONG_LOOP`): the fake kernel shapes a_checkpoints as the launched kernel does."""
@@ -273,17 +313,16 @@ def test_no_final_state_gradient_takes_a_kernel_that_starts_from_zero(name):
     assert (False, False, False) in flags and (False, True, False) in flags, flags  # numbers as initial states
 
 
-@NEEDS_HOST
-@pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread(lanes):
-    """Backward adds a per-channel parameter's gradient per channel: a thread whose lanes are all in one run of a
-    channel adds their sum, one where a run ends among its lanes adds each lane's own. Runs of 9 neurons end
-    inside threads of 2 and 4 lanes (one run spans three threads); the sums are the per-neuron partials'."""
+CHANNELS, INNER = 5, 9  # test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread's runs
+
+
+def _channel_runs(lanes: int) -> tuple[dict, dict]:
+    """PLIF's forward and backward with w per channel and with the same w per neuron, on `lanes` lanes a thread."""
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
 
     spec = resolve_spec("parametric_lif")
-    channels, inner, steps = 5, 9, 4
+    channels, inner, steps = CHANNELS, INNER, 4
     n = 8 * channels * inner
     g = torch.Generator().manual_seed(3)
     w = torch.linspace(-1, 1, channels)
@@ -302,7 +341,17 @@ def test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread(lanes):
         return out | neuron.backward(config, {"grad_spike_seq": grad}, saved, params, grad_finals=False,
                                      given_inits=False, layout=layout, backend="host")
 
-    by_channel, by_neuron = run(PER_CHANNEL), run(PER_NEURON)
+    return run(PER_CHANNEL), run(PER_NEURON)
+
+
+@NEEDS_HOST
+@pytest.mark.parametrize("lanes", LANES)
+def test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread(lanes):
+    """Backward adds a per-channel parameter's gradient per channel: a thread whose lanes are all in one run of a
+    channel adds their sum, one where a run ends among its lanes adds each lane's own. Runs of 9 neurons end
+    inside threads of 2 and 4 lanes (one run spans three threads); the sums are the per-neuron partials'."""
+    channels, inner = CHANNELS, INNER
+    by_channel, by_neuron = _channel_runs(lanes)
     assert torch.equal(by_channel["grad_x_seq"], by_neuron["grad_x_seq"])
     partials = by_neuron["grad_w"].reshape(-1, channels, inner).transpose(0, 1).reshape(channels, -1)
     torch.testing.assert_close(by_channel["grad_w"], partials.sum(1), rtol=1e-5, atol=1e-5)
