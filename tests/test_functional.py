@@ -2,10 +2,12 @@
 detach_reset, multi-step == stepped single steps, learnable parameters, and argument errors."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda import functional as F
 from autocuda import program
@@ -208,15 +210,78 @@ def test_reduced_precision_runs_in_float32():
     assert math.isfinite(v16.float().sum().item())
 
 
-@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
-def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: str):
+def _number_state_runs(name: str, dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
+    """(spikes, finals, input gradient) from initial states given as numbers, then as tensors filled with them."""
+    from autocuda.runtime.configs import get_config
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(7, 9, generator=g) * 2 + 0.5).to(dtype)
+    upstream = torch.randn(7, 9, generator=g).to(dtype)
+    numbers = [0.1 * (i + 1) for i in range(len(get_config(name).state_names))]
+    runs = []
+    for states in (numbers, [torch.full((9,), v, dtype=dtype) for v in numbers]):
+        xg = x.clone().requires_grad_(True)
+        spikes, finals, _ = F.multi_step(name, xg, *states, backend="host")
+        (grad,) = torch.autograd.grad([spikes, *finals], xg, [upstream, *(torch.ones_like(f) for f in finals)])
+        runs.append((spikes, *finals, grad))
+    return runs
+
+
+def _final_state_runs(name: str, dtype: torch.dtype, x: torch.Tensor,
+                      upstream: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+    """(spikes, stored sequences, input gradient, spikes without grad) with final states and without them."""
+    runs = []
+    for final_states in (True, False):
+        xg = x.clone().requires_grad_(True)
+        spikes, finals, seqs = F.multi_step(name, xg, backend="host", store_state_seq=True, final_states=final_states)
+        assert (finals is None) is not final_states
+        (grad,) = torch.autograd.grad(spikes, xg, upstream)
+        with torch.no_grad():
+            inferred, none, _ = F.multi_step(name, x, backend="host", final_states=final_states)
+        runs.append((spikes, *seqs, grad, inferred))
+    return runs
+
+
+def _final_state_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(8)
+    return (torch.randn(6, 3, 5, generator=g) * 2 + 0.5).to(dtype), torch.randn(6, 3, 5, generator=g).to(dtype)
+
+
+def _long_input() -> torch.Tensor:
+    return (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
+
+
+def _host_backward(name: str, x: torch.Tensor) -> None:
+    spikes = F.multi_step(name, x, backend="host")[0]
+    torch.autograd.grad(spikes, x, torch.ones_like(spikes))
+
+
+NUMBER_STATE_CASES = [(name, dtype) for name in ("lif", "izhikevich", "alif")
+                      for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)]
+FINAL_STATE_CASES = [(name, dtype) for name in ("lif", "izhikevich") for dtype in (torch.float32, torch.float16)]
+LONG_SPECS = ["lif", "izhikevich", "alif"]
+
+
+@pytest.fixture(scope="module")
+def compiled_kernels() -> int:
+    """The host kernels of the tests that take it, compiled up front many to a compiler run
+    (`conftest.compile_launched`)."""
+    calls = [functools.partial(_number_state_runs, name, dtype) for name, dtype in NUMBER_STATE_CASES]
+    calls += [functools.partial(_final_state_runs, name, dtype, *_final_state_inputs(dtype))
+              for name, dtype in FINAL_STATE_CASES]
+    calls += [functools.partial(_host_backward, name, _long_input()) for name in LONG_SPECS]
+    return compile_launched(*calls)
+
+
+@pytest.mark.parametrize("name", LONG_SPECS)
+def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: str, compiled_kernels):
     """T >= 64 with few neurons selects kernels whose time loop is unrolled (runtime.neuron_launch.LONG_LOOP); a
     backward that replays checkpoints (ALIF) runs segments of steps, each loop over a segment unrolled whole."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime.configs import get_config
 
     assert neuron.LONG_LOOP_STEPS <= 80
-    x = (torch.randn(80, 3, dtype=torch.float64) * 0.6 + 0.3).requires_grad_(True)
+    x = _long_input()
     got, got_finals, _ = F.multi_step(name, x, backend="host")
     want, want_finals, _ = F.multi_step(name, x, backend="reference")
     torch.testing.assert_close(got, want)
@@ -231,24 +296,14 @@ def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: 
     assert used >= {"fptt", "bptt"}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
-@pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
-def test_number_initial_states_equal_filled_tensors(name, dtype):
+@pytest.mark.parametrize(("name", "dtype"), NUMBER_STATE_CASES, ids=str)
+def test_number_initial_states_equal_filled_tensors(name, dtype, compiled_kernels):
     """Initial states given as numbers start the kernels from them (no tensor filled or read); the results are
     bitwise those of tensors filled with the numbers (rounded through the storage dtype alike), and backward
     gives the same input gradient without computing one for the numbers."""
     from autocuda.runtime.configs import get_config
 
-    g = torch.Generator().manual_seed(5)
-    x = (torch.randn(7, 9, generator=g) * 2 + 0.5).to(dtype)
-    upstream = torch.randn(7, 9, generator=g).to(dtype)
-    numbers = [0.1 * (i + 1) for i in range(len(get_config(name).state_names))]
-    runs = []
-    for states in (numbers, [torch.full((9,), v, dtype=dtype) for v in numbers]):
-        xg = x.clone().requires_grad_(True)
-        spikes, finals, _ = F.multi_step(name, xg, *states, backend="host")
-        (grad,) = torch.autograd.grad([spikes, *finals], xg, [upstream, *(torch.ones_like(f) for f in finals)])
-        runs.append((spikes, *finals, grad))
+    runs = _number_state_runs(name, dtype)
     for a, b in zip(*runs):
         assert torch.equal(a, b)
     recipes = get_config(name)._recipes
@@ -257,25 +312,14 @@ def test_number_initial_states_equal_filled_tensors(name, dtype):
     assert given == {False, True}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["lif", "izhikevich"])
-def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype):
+@pytest.mark.parametrize(("name", "dtype"), FINAL_STATE_CASES, ids=str)
+def test_final_states_false_skips_them_and_changes_nothing_else(name, dtype, compiled_kernels):
     """`final_states=False` returns None for them, and its kernel has no final-state outputs; spikes, stored
     sequences and gradients are bitwise those of the default call, on the kernels and on the reference."""
     from autocuda.runtime.configs import get_config
 
-    g = torch.Generator().manual_seed(8)
-    x = (torch.randn(6, 3, 5, generator=g) * 2 + 0.5).to(dtype)
-    upstream = torch.randn(6, 3, 5, generator=g).to(dtype)
-    runs = []
-    for final_states in (True, False):
-        xg = x.clone().requires_grad_(True)
-        spikes, finals, seqs = F.multi_step(name, xg, backend="host", store_state_seq=True, final_states=final_states)
-        assert (finals is None) is not final_states
-        (grad,) = torch.autograd.grad(spikes, xg, upstream)
-        with torch.no_grad():
-            inferred, none, _ = F.multi_step(name, x, backend="host", final_states=final_states)
-        runs.append((spikes, *seqs, grad, inferred))
+    x, upstream = _final_state_inputs(dtype)
+    runs = _final_state_runs(name, dtype, x, upstream)
     for a, b in zip(*runs):
         assert torch.equal(a, b)
     config = get_config(name)
