@@ -96,8 +96,10 @@ def profile() -> str:
     return "slow" if os.environ.get(SLOW_VARIABLE, "0").strip() not in ("", "0") else "default"
 
 
-# Specs that the default profile runs with every option of a test that covers many variants (with --slow every
-# spec runs with every option; by default the others run with their own reset and default options). alif has two
+# Specs that the default profile runs with more options than the others in tests that cover many variants (with
+# --slow every spec runs with every option; by default the others run with their own reset and default options):
+# test_neuron_compile checks each option combination on one of them, test_host_neurons gives them every explicit
+# example and both default-path dtypes. alif has two
 # states, one of them replayed in backward, and all three reset rules; parametric_lif a per-neuron tensor
 # parameter; nonspiking_if no parameter at all (nothing to hoist), no hard reset and an output that is not the
 # spike. With them, rendering test_neuron_compile's default set runs every line and branch of the generator and
