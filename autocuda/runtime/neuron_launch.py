@@ -2,7 +2,7 @@
 
 This is the launch stage for neurons. Callers (the ops, the test helpers) pass x as [T, N] (or [N] for a
 single step), states as [N], tensor parameters as [N] (one per neuron) or [1] (shared), scalars as floats.
-Names follow `autocuda.codegen.neuron`'s docstring. Nothing here synchronises with the device, except the
+Names follow `autocuda.codegen.neuron_kernel`'s docstring. Nothing here synchronises with the device, except the
 one-time timing of a long loop's layouts (`runtime.tuning`).
 """
 from __future__ import annotations

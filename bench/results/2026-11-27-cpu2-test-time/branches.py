@@ -87,7 +87,7 @@ def main() -> None:
     elif sys.argv[1] == "specs":
         import test_neuron_compile as t
 
-        from autocuda.codegen.neuron import KERNELS
+        from autocuda.codegen.neuron_kernel import KERNELS
         from autocuda.dtypes import DTYPES
         from autocuda.spec.model import list_specs
 
