@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from .codegen.broadcast import CORRECTION_KEYS
-from .runtime import configs, neuron_launch
+from .runtime import configs, neuron_launch, tuning
 from .runtime.configs import compute_dtype, constant_result
 from .runtime.neuron_launch import NeuronConfig
 
@@ -276,10 +276,10 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
     steps = None if single else x.shape[0]
     kernel = entry(key).kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
                                       save_for_backward=save_for_backward, final_states=final_states,
-                                      **({} if single else neuron_launch.replay_option(n, steps)))
+                                      **({} if single else tuning.replay_option(n, steps)))
     shapes = {"vector": (n,), "sequence": x.shape}
     if kernel.checkpoint_steps:  # multi-step only: a row every so many steps
-        shapes["checkpoints"] = (neuron_launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
+        shapes["checkpoints"] = (steps // kernel.checkpoint_steps, n)
     return [x.new_empty(shapes[neuron_launch.output_kind(name)], dtype=p.torch_dtype)
             for name, p in kernel.cparams.items() if p.pointer and not p.const]
 

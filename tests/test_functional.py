@@ -280,7 +280,7 @@ def test_long_sequences_take_the_unrolled_kernels_and_match_the_reference(name: 
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime.configs import get_config
 
-    assert neuron.LONG_LOOP_STEPS <= 80
+    assert neuron.tuning.LONG_LOOP_STEPS <= 80
     x = _long_input()
     got, got_finals, _ = F.multi_step(name, x, backend="host")
     want, want_finals, _ = F.multi_step(name, x, backend="reference")

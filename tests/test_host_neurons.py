@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from autocuda import reference
 from autocuda.codegen.neuron_kernel import NeuronKernel
 from autocuda.host import load_kernels, runner
-from autocuda.runtime.neuron_launch import fixed_layout
+from autocuda.runtime.tuning import fixed_layout
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import NeuronSpec, reset_rules
 from autocuda.testing import Setup, cases, check_case, check_spec, make_case

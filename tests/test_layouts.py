@@ -16,14 +16,8 @@ from conftest import compile_launched, profile
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
-from autocuda.runtime.neuron_launch import (
-    LONG_LOOP_STEPS,
-    MIN_THREADS,
-    NeuronConfig,
-    backward,
-    choose_layout,
-    forward,
-)
+from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
+from autocuda.runtime.tuning import LONG_LOOP_STEPS, MIN_THREADS, choose_layout
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec
 

@@ -15,7 +15,7 @@ from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.dtypes import DTYPES
 from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.neuron_launch import SMALL_LOOP
+from autocuda.runtime.tuning import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
 from autocuda.testing import Setup, check_spec
 

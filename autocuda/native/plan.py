@@ -17,7 +17,7 @@ import torch
 
 from ..errors import AutocudaError
 from ..runtime import driver
-from ..runtime.neuron_launch import FINAL, BoundLaunch, checkpoint_rows
+from ..runtime.neuron_launch import FINAL, BoundLaunch
 
 CONSTANT, OUTPUT, TENSOR, NUMBER = range(4)  # a slot's source
 RUNNERS = {"cuda": 1, "host": 2}
@@ -60,7 +60,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
     # -1: [N]; -2: a final state, allocated in the call's neuron shape (`neuron_call.cpp`'s `run`); else [rows, N]
     rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": bound.steps or 0}
     if kernel.checkpoint_steps:
-        rows["checkpoints"] = checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps)
+        rows["checkpoints"] = (bound.steps or 0) // kernel.checkpoint_steps
     out.add(len(recipe.allocations))
     for kind, dtype in recipe.allocations:
         if kind not in rows:

@@ -20,48 +20,12 @@ from ..cnames import input_key
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
 from ..dtypes import get_dtype
 from ..errors import KernelArgumentError
-from ..layout import FIELDS, REPLAY_STEPS, Layout
+from ..layout import FIELDS, Layout
 from ..spec.model import NeuronSpec, Reset, spec_text
 from ..surrogate import Surrogate
 from . import tuning
 from .launch import current_stream_ptr
 from .records import KernelRecord, kernel_record
-
-# The fixed rules: the layout of a call that is not timed (`runtime.tuning` times long loops on a GPU).
-VECTOR_BYTES = (8, 16, 4)       # preferred aligned access widths, in order
-MIN_THREADS = 4096              # below this many threads, keep one word per thread: latency needs parallelism
-# Many steps over few neurons: unrolled eight times, replayed states in 32-step segments, 16 steps of inputs
-# staged in registers a block ahead, 64 threads per block (so that 16K neurons still spread over the SMs).
-LONG_LOOP = Layout(block=64, replay=tuning.REPLAY, staged=16, unroll=tuning.UNROLL)
-LONG_LOOP_STEPS, LONG_LOOP_NEURONS = 64, 128 * 1024
-LONG_LOOP_LANES = 2             # neurons per thread there, in one vector access (staged inputs need one)
-# Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
-SHORT_LOOP = Layout(unroll=tuning.SHORT_UNROLL)
-# Short loops over too few neurons for two per thread unroll four times: four steps' loads issue at once.
-SMALL_LOOP = Layout(unroll=4)
-
-
-def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
-                  widths: tuple[int, ...] = VECTOR_BYTES) -> Layout:
-    """Neurons per thread and vector access for N neurons: the first of `widths` (bytes per access) that keeps
-    enough threads. Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
-    size = dtype.itemsize
-    for width in widths:
-        lanes = width // size
-        if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS \
-                and all(t.data_ptr() % width == 0 for t in tensors):
-            return _vector_layout(lanes)
-    return _SCALAR_LAYOUT
-
-
-# choose_layout's answers, built once: a Layout per call would cost more host time than the rest of the choice
-_SCALAR_LAYOUT = Layout()
-
-
-@functools.lru_cache(maxsize=16)
-def _vector_layout(lanes: int) -> Layout:
-    return Layout(lanes=lanes, vector=True)
-
 
 # A kernel kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
 Flags = tuple[bool | str, ...]
@@ -77,12 +41,6 @@ def output_kind(name: str) -> str:
 
 
 FINAL = "final"  # a [N] output that is a final state: allocated in the neuron shape a call gives
-
-
-def checkpoint_rows(steps: Any, every: int) -> Any:
-    """Rows of a `<state>_checkpoints` tensor: the state after steps K-1, 2K-1, ... of T (a SymInt under
-    torch.compile)."""
-    return steps // every
 
 
 class Recipe:
@@ -115,17 +73,6 @@ class Recipe:
         self.sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
                              for source, name, dtype in self.args)
 
-    def run(self, given: Mapping[str, Any], like: torch.Tensor, n: int, steps: int | None,
-            backend: str) -> dict[str, torch.Tensor]:
-        """Allocate the outputs, launch, and return the outputs by name. Scalars may be any real numbers here
-        (ints included); `like` is the contiguous sequence input (x or the spikes' gradient), in the storage
-        dtype."""
-        binding = Binding(self, tuple(given))
-        args = list(given.values())
-        for at in binding.scalars:
-            args[at] = float(args[at])
-        return dict(zip(self.outputs, BoundLaunch(self, binding, like, n, steps, backend)(args, like)))
-
     def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
                   final_shape: Sequence[int] | None = None) -> tuple[list[torch.Tensor], tuple]:
         """The outputs, allocated, and every parameter's value in parameter order; the final states in
@@ -141,7 +88,7 @@ class Recipe:
             elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
             elif kind == "checkpoints":
-                rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
+                rows = ((steps or 0) // self.kernel.checkpoint_steps, n)  # the states after steps K-1, 2K-1, ...
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
             else:  # sums the kernel adds into
                 produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))
@@ -306,29 +253,6 @@ class NeuronConfig:
             found = self._recipes[key] = Recipe(kernel, dtype, self.channel_sums)
         return found
 
-    def tuned_layout(self, kind: str, flags: Flags, names: tuple[str, ...], args: Sequence[Any],
-                     like: torch.Tensor, n: int, steps: int, long: bool) -> Layout | None:
-        """The layout timed fastest for shapes like this call's (its arguments: `args`, named by `names`; once per
-        process, or read from the disk store); None when it does not fit this
-        call's N or tensors' alignment. Shapes are grouped by powers of two of N and T: sequence lengths that
-        vary from batch to batch are timed once per group, not once per length. `long`: a long loop over few
-        neurons (its own candidates)."""
-        group = (n.bit_length(), steps.bit_length())
-        key = (kind, like.dtype, flags, group)
-        found = self._tuned.get(key)
-        tensors = _tensors(args)
-        if found is None:
-            candidates = tuning.candidates(n, like.dtype, lambda width: _aligned(tensors, width), long)
-            layouts = [Layout.of(c) for c in candidates]
-            text = repr((self.text, kind, str(like.dtype), flags, group))
-            given = dict(zip(names, args))  # only to time the candidates: calls that find a layout build none
-
-            def run(layout: Layout) -> None:
-                self.recipe(kind, like.dtype, flags, layout).run(given, like, n, steps, "cuda")
-
-            found = self._tuned[key] = tuning.fastest(text, like.device, layouts, run)
-        return found if tuning.fits(found, n, like.dtype.itemsize, lambda width: _aligned(tensors, width)) else None
-
     @functools.cached_property
     def channel_keys(self) -> tuple[str, ...]:
         """The sizes a call passes by value after its scalars when a tensor parameter holds one value per
@@ -357,15 +281,6 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", 
                 "step-backward": ("grad_state_seq", "grad_finals", "given_inits")}
 
 
-def _run(config: NeuronConfig, kind: str, flags: Flags, given: Mapping[str, Any], like: torch.Tensor,
-         n: int, steps: int | None, backend: str, layout: Layout | Mapping[str, Any] | None
-         ) -> dict[str, torch.Tensor]:
-    if layout is not None:
-        return config.recipe(kind, like.dtype, flags, Layout.of(layout)).run(given, like, n, steps, backend)
-    chosen = _layout(config, kind, flags, tuple(given), tuple(given.values()), like, n, steps, backend)
-    return config.recipe(kind, like.dtype, flags, chosen).run(given, like, n, steps, backend)
-
-
 class KernelCall:
     """One kernel of a layer (kind and options), called with its arguments as a sequence in a fixed order
     (`names`): the ops' path. What a call's shape decides (layout, recipe, binding, grid, launcher) is found once
@@ -378,7 +293,7 @@ class KernelCall:
 
     def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
                  final_shape: Sequence[int] | None = None) -> tuple[tuple[str, ...], list[torch.Tensor]]:
-        """(output names, outputs) in parameter order, with the layout chosen for this call (`_layout`); the final
+        """(output names, outputs) in parameter order, with the layout chosen for this call (`layout`); the final
         states in `final_shape` where it is given (`Recipe.arguments`)."""
         addresses = 0  # every tensor's address ORed: its low bits are the alignment the layouts ask about
         for value in args:
@@ -391,10 +306,11 @@ class KernelCall:
         return bound.recipe.outputs, bound(args, like, final_shape)
 
     def bind(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
-             key: tuple | None = None) -> BoundLaunch:
-        """What a call of this shape runs (kept under `key`, except while a CUDA graph is captured: a capture
-        takes the fixed rules' layout where a later call would time one)."""
-        layout = _layout(self.config, self.kind, self.flags, self.names, args, like, n, steps, backend)
+             key: tuple | None = None, layout: Layout | None = None) -> BoundLaunch:
+        """What a call of this shape runs, with `layout` or the call's own (`layout`); kept under `key`, except
+        while a CUDA graph is captured: a capture takes the fixed rules' layout where a later call would time one."""
+        if layout is None:
+            layout = self.layout(args, like, n, steps, backend)
         found = self._bound.get((like.dtype, layout))
         if found is None:
             recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
@@ -405,6 +321,35 @@ class KernelCall:
                 self._launches.clear()
             self._launches[key] = bound
         return bound
+
+    def layout(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
+        """The layout of a call: on a GPU, where `tuning.timed` says, the one timed fastest for its shape
+        (`tuned`); otherwise, and where that one does not fit, the fixed rules' (`tuning.fixed_rule`)."""
+        tensors = _tensors(args)
+        if backend == "cuda" and tuning.timed(n, steps) and not torch.cuda.is_current_stream_capturing():
+            tuned = self.tuned(args, like, n, steps or 0, tensors)
+            if tuned is not None:
+                return tuning.for_steps(tuned, steps)
+        return tuning.fixed_rule(n, steps, like.dtype, tensors)
+
+    def tuned(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int, tensors: list[torch.Tensor]
+              ) -> Layout | None:
+        """The layout timed fastest for shapes like this call's (once per process and configuration, or read from
+        the disk store); None when it does not fit this call's N or tensors' alignment. Shapes are grouped by
+        powers of two of N and T: sequence lengths that vary from batch to batch are timed once per group."""
+        config, aligned = self.config, functools.partial(tuning.aligned, tensors)
+        group = (n.bit_length(), steps.bit_length())
+        key = (self.kind, like.dtype, self.flags, group)
+        found = config._tuned.get(key)
+        if found is None:
+            layouts = [Layout.of(c) for c in tuning.candidates(n, like.dtype, aligned, tuning.long_loop(n, steps))]
+            text = repr((config.text, self.kind, str(like.dtype), self.flags, group))
+
+            def run(layout: Layout) -> None:
+                self.bind(args, like, n, steps, "cuda", layout=layout)(args, like)
+
+            found = config._tuned[key] = tuning.fastest(text, like.device, layouts, run)
+        return found if tuning.fits(found, n, like.dtype.itemsize, aligned) else None
 
 
 _MAX_LAUNCHES = 256
@@ -444,93 +389,8 @@ class BoundLaunch:
         return produced
 
 
-def _layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...], args: Sequence[Any],
-            like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
-    """The layout of a call (`_loop_layout`); a sequence shorter than a replay segment replays one segment of T
-    steps (`replay_option`), whose steps need no test against T, so their loads issue together."""
-    return _for_steps(_loop_layout(config, kind, flags, names, args, like, n, steps, backend), steps)
-
-
-def _for_steps(layout: Layout, steps: int | None) -> Layout:
-    return _replaying(layout, steps) if steps and steps < layout.replay else layout
-
-
-@functools.lru_cache(maxsize=256)
-def _replaying(layout: Layout, steps: int) -> Layout:
-    """`layout` replaying segments of `steps` steps, built once per pair (as `_with_access`'s)."""
-    return layout.replace(replay=steps)
-
-
-def _loop_layout(config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...],
-                 args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
-    """The layout of a call (its arguments: `args`, named by `names`):
-    time loops on a GPU take the layout timed fastest for their shape (`runtime.tuning`), other calls the fixed
-    rule below, as do short loops over fewer than LONG_LOOP_NEURONS neurons: small problems, whose host time
-    per call matters more than their kernels' few microseconds."""
-    long = long_loop(n, steps)
-    tune = long or (bool(steps) and n >= LONG_LOOP_NEURONS)
-    if tune and backend == "cuda" and not torch.cuda.is_current_stream_capturing():
-        tuned = config.tuned_layout(kind, flags, names, args, like, n, steps or 0, long)
-        if tuned is not None:
-            return tuned
-    small = small_layout(n, steps)
-    if small is not None:
-        return small
-    # outputs come from torch's allocator, whose blocks are aligned far beyond 16 bytes
-    widths = (max(4, LONG_LOOP_LANES * like.dtype.itemsize),) if long else VECTOR_BYTES
-    access = choose_layout(n, like.dtype, _tensors(args), widths)
-    return _with_access(LONG_LOOP if long else SHORT_LOOP, access)
-
-
-@functools.lru_cache(maxsize=64)
-def _with_access(loop: Layout, access: Layout) -> Layout:
-    return loop.replace(lanes=access.lanes, vector=access.vector)
-
-
-def small_layout(n: int, steps: int | None) -> Layout | None:
-    """The fixed rule's layout of a call over too few neurons for two per thread (no alignment to check), or None
-    for more neurons (`_layout`; a GPU may time a long loop's layout instead)."""
-    if n >= 2 * MIN_THREADS:
-        return None
-    return LONG_LOOP if long_loop(n, steps) else SMALL_LOOP
-
-
-def fixed_layout(n: int, steps: int | None) -> Layout | None:
-    """`_layout`'s answer for a call over too few neurons for two per thread (`small_layout`, replaying one segment
-    of T steps where T is shorter than a segment), or None for more neurons: for callers that compile a call's
-    kernels before it runs (`testing.check_spec`, the tests)."""
-    small = small_layout(n, steps)
-    return None if small is None else _for_steps(small, steps)
-
-
-def long_loop(n: Any, steps: Any) -> bool:
-    """Whether a multi-step kernel over N neurons and T steps runs a long loop over few neurons (`LONG_LOOP`)."""
-    return bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
-
-
-def replay_option(n: Any, steps: Any) -> dict[str, int]:
-    """The `replay` option that a call of such a shape runs with (none: the kernels' default), for callers that must
-    know the shape of `<state>_checkpoints` without choosing a layout (fake kernels, tests): `_layout`'s, or T
-    where T is shorter than a segment (`KernelCall`: one segment of T steps, whose steps need no test against T)."""
-    if long_loop(n, steps):
-        return {"replay": tuning.REPLAY}
-    return {"replay": int(steps)} if steps and steps < REPLAY_STEPS else {}
-
-
 def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
     return [t for t in values if isinstance(t, torch.Tensor) and t.dim()]
-
-
-def _aligned(tensors: list[torch.Tensor], width: int) -> bool:
-    return all(t.data_ptr() % width == 0 for t in tensors)
-
-
-def given_inits(initial: Mapping[str, torch.Tensor | float]) -> bool:
-    """True for initial states given as tensors ([N] each), False for one number each (for all neurons)."""
-    numbers = [not isinstance(v, torch.Tensor) for v in initial.values()]
-    if any(numbers) and not all(numbers):
-        raise TypeError("initial states: give every state as a tensor or every state as a number, not a mix")
-    return not numbers or not numbers[0]
 
 
 def forward(config: NeuronConfig, x: torch.Tensor | Sequence[torch.Tensor], initial: Mapping[str, torch.Tensor | float],
@@ -546,11 +406,13 @@ def forward(config: NeuronConfig, x: torch.Tensor | Sequence[torch.Tensor], init
         raise KernelArgumentError(f"{config.spec.name}: expected {len(config.input_keys)} input tensor(s) of one "
                                   f"shape ({', '.join(config.spec.inputs)}), got shapes "
                                   f"{[tuple(u.shape) for u in inputs]}")
-    x = inputs[0]
+    numbers = [not isinstance(v, torch.Tensor) for v in initial.values()]
+    if any(numbers) and not all(numbers):
+        raise TypeError("initial states: give every state as a tensor or every state as a number, not a mix")
     given = {**dict(zip(config.input_keys, inputs)), **{f"{s}_init": v for s, v in initial.items()}, **params}
-    kind = "step-forward" if single_step else "fptt"
-    flags = (store_state_seq, save_for_backward, given_inits(initial), final_states)
-    return _run(config, kind, flags, given, x, x.shape[-1], None if single_step else x.shape[0], backend, layout)
+    flags = (store_state_seq, save_for_backward, not numbers or not numbers[0], final_states)
+    return _run(config, "step-forward" if single_step else "fptt", flags, given, inputs[0], single_step, backend,
+                layout)
 
 
 def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor],
@@ -564,8 +426,16 @@ def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Map
     each of several inputs), grad_<state>_init (for tensors given) and grad_<param>
     (per-neuron partial sums; reduce them). `gradients` (BPTT): what it stores (`kernels.neuron_kernel`); the
     correction's c1 and c0 come in `params` under their keys."""
-    grad_spike = grads["grad_spike_seq"]
-    kind = "step-backward" if single_step else "bptt"
     flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
-    return _run(config, kind, flags, {**grads, **saved, **params},
-                grad_spike, grad_spike.shape[-1], None if single_step else grad_spike.shape[0], backend, layout)
+    return _run(config, "step-backward" if single_step else "bptt", flags, {**grads, **saved, **params},
+                grads["grad_spike_seq"], single_step, backend, layout)
+
+
+def _run(config: NeuronConfig, kind: str, flags: Flags, given: Mapping[str, Any], like: torch.Tensor, single: bool,
+         backend: str, layout: Layout | Mapping[str, Any] | None) -> dict[str, torch.Tensor]:
+    """The outputs by name of a kernel called with its arguments by name (the scalars any real numbers)."""
+    args = [float(v) if type(v) is int else v for v in given.values()]
+    steps = None if single else like.shape[0]
+    bound = KernelCall(config, kind, flags, tuple(given)).bind(args, like, like.shape[-1], steps, backend,
+                                                             layout=None if layout is None else Layout.of(layout))
+    return dict(zip(bound.recipe.outputs, bound(args, like)))

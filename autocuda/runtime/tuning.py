@@ -1,11 +1,12 @@
-"""The layout of a long time loop, chosen by timing candidates on the GPU once per shape.
+"""The layout of a call: the fixed rules (`fixed_rule`), or for a long time loop on the GPU, candidates timed once
+per shape.
 
 Which layout runs fastest (neurons per thread, inputs loaded steps ahead) differs between models, dtypes and
 directions, while every layout gives bitwise the same results. So the first call of a shape times each candidate
 a few times and keeps the fastest for shapes of its size (N and T to the next power of two), in memory and in
-the disk store (per GPU model). Nothing is timed while a CUDA graph is being captured: the fixed rules of
-`runtime.neuron_launch` serve there. Candidates are the generator's keyword options (`kernels.neuron_kernel`);
-`Layout.of` reads one as a `Layout`.
+the disk store (per GPU model). Nothing is timed while a CUDA graph is being captured: the fixed rules serve
+there, as for calls that are not timed (`timed`). Candidates are the generator's keyword options
+(`kernels.neuron_kernel`); `Layout.of` reads one as a `Layout`.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from .. import store
-from ..layout import Layout
+from ..layout import REPLAY_STEPS, Layout
 from ..progress import progress
 
 Options = Mapping[str, Any]  # some of a Layout's fields by name: the generator's keyword options
@@ -30,8 +31,101 @@ CANDIDATES = ((1, 0, 256, 0), (2, 0, 256, 0), (4, 0, 256, 0), (1, 32, 64, 0), (2
 UNROLL = 8
 REPLAY = 32  # steps per checkpoint of replayed states in long loops
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
-# twice (the fixed rule, `runtime.neuron_launch.SHORT_LOOP`) or four times, 256 threads per block.
+# twice (the fixed rule, `SHORT_LOOP`) or four times, 256 threads per block.
 SHORT_WIDTHS, SHORT_UNROLL, SHORT_UNROLLS = (4, 8, 16), 2, (2, 4)
+
+# -- the fixed rules: the layout of a call that is not timed ----------------------------------------------------
+VECTOR_BYTES = (8, 16, 4)       # preferred aligned access widths, in order
+MIN_THREADS = 4096              # below this many threads, keep one word per thread: latency needs parallelism
+# Many steps over few neurons: unrolled eight times, replayed states in 32-step segments, 16 steps of inputs
+# staged in registers a block ahead, 64 threads per block (so that 16K neurons still spread over the SMs).
+LONG_LOOP = Layout(block=64, replay=REPLAY, staged=16, unroll=UNROLL)
+LONG_LOOP_STEPS, LONG_LOOP_NEURONS = 64, 128 * 1024
+LONG_LOOP_LANES = 2             # neurons per thread there, in one vector access (staged inputs need one)
+# Other loops over many neurons unroll twice: the loads of the next step issue before this step's arithmetic.
+SHORT_LOOP = Layout(unroll=SHORT_UNROLL)
+# Short loops over too few neurons for two per thread unroll four times: four steps' loads issue at once.
+SMALL_LOOP = Layout(unroll=4)
+
+
+def timed(n: int, steps: int | None) -> bool:
+    """Whether a GPU times the layout of a call (`fastest`): long loops over few neurons, and any time loop over
+    LONG_LOOP_NEURONS or more; smaller problems, whose host time per call matters more than their kernels' few
+    microseconds, take the fixed rules."""
+    return long_loop(n, steps) or (bool(steps) and n >= LONG_LOOP_NEURONS)
+
+
+def fixed_rule(n: int, steps: int | None, dtype: torch.dtype, tensors: list[torch.Tensor]) -> Layout:
+    """The fixed rules' layout of a call over N neurons and T steps whose tensors are `tensors` (outputs come
+    from torch's allocator, whose blocks are aligned far beyond 16 bytes)."""
+    fixed = fixed_layout(n, steps)
+    if fixed is not None:
+        return fixed
+    long = long_loop(n, steps)
+    widths = (max(4, LONG_LOOP_LANES * dtype.itemsize),) if long else VECTOR_BYTES
+    return for_steps(_with_access(LONG_LOOP if long else SHORT_LOOP, choose_layout(n, dtype, tensors, widths)), steps)
+
+
+def fixed_layout(n: int, steps: int | None) -> Layout | None:
+    """The fixed rules' layout of a call over too few neurons for two per thread (no alignment to check), or None
+    for more neurons: also for callers that compile a call's kernels before it runs (`testing.check_spec`)."""
+    if n >= 2 * MIN_THREADS:
+        return None
+    return for_steps(LONG_LOOP if long_loop(n, steps) else SMALL_LOOP, steps)
+
+
+def choose_layout(n: int, dtype: torch.dtype, tensors: list[torch.Tensor],
+                  widths: tuple[int, ...] = VECTOR_BYTES) -> Layout:
+    """Neurons per thread and vector access for N neurons: the first of `widths` (bytes per access) that keeps
+    enough threads. Odd sizes or unaligned tensors fall back to per-lane accesses (correct for any N)."""
+    for width in widths:
+        lanes = width // dtype.itemsize
+        if lanes >= 2 and n % lanes == 0 and n // lanes >= MIN_THREADS and aligned(tensors, width):
+            return _vector_layout(lanes)
+    return _SCALAR_LAYOUT
+
+
+# choose_layout's answers, built once: a Layout per call would cost more host time than the rest of the choice
+_SCALAR_LAYOUT = Layout()
+
+
+@functools.lru_cache(maxsize=16)
+def _vector_layout(lanes: int) -> Layout:
+    return Layout(lanes=lanes, vector=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_access(loop: Layout, access: Layout) -> Layout:
+    return loop.replace(lanes=access.lanes, vector=access.vector)
+
+
+def for_steps(layout: Layout, steps: int | None) -> Layout:
+    """`layout`, where a sequence is shorter than its replay segment replaying one segment of T steps
+    (`replay_option`), whose steps need no test against T, so their loads issue together."""
+    return _replaying(layout, steps) if steps and steps < layout.replay else layout
+
+
+@functools.lru_cache(maxsize=256)
+def _replaying(layout: Layout, steps: int) -> Layout:
+    return layout.replace(replay=steps)  # built once per pair, as `_with_access`'s
+
+
+def long_loop(n: Any, steps: Any) -> bool:
+    """Whether a multi-step kernel over N neurons and T steps runs a long loop over few neurons (`LONG_LOOP`)."""
+    return bool(steps) and steps >= LONG_LOOP_STEPS and n < LONG_LOOP_NEURONS
+
+
+def replay_option(n: Any, steps: Any) -> dict[str, int]:
+    """The `replay` option that a call of such a shape runs with (none: the kernels' default), for callers that must
+    know the shape of `<state>_checkpoints` without choosing a layout (fake kernels, tests): `fixed_rule`'s, or T
+    where T is shorter than a segment (`for_steps`)."""
+    if long_loop(n, steps):
+        return {"replay": REPLAY}
+    return {"replay": int(steps)} if steps and steps < REPLAY_STEPS else {}
+
+
+def aligned(tensors: list[torch.Tensor], width: int) -> bool:
+    return all(t.data_ptr() % width == 0 for t in tensors)
 
 
 def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long: bool = True

@@ -18,7 +18,8 @@ from .. import reference
 from ..codegen.neuron_kernel import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..layout import Layout
-from ..runtime.neuron_launch import NeuronConfig, backward, fixed_layout, forward, replay_option
+from ..runtime.neuron_launch import NeuronConfig, backward, forward
+from ..runtime.tuning import fixed_layout, replay_option
 from ..spec.derive import THRESHOLD, H, StepSystem
 from ..spec.load import load_spec
 from ..spec.model import NeuronSpec

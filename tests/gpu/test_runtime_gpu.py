@@ -445,14 +445,14 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
 
-    n = (2 * neuron.MIN_THREADS if long else neuron.LONG_LOOP_NEURONS) + odd
+    n = (2 * tuning.MIN_THREADS if long else tuning.LONG_LOOP_NEURONS) + odd
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec(name)
     params = {p.name: p.default for p in spec.params if p.kind != "tensor"}
     params |= {p.name: torch.full((n,), 0.3, device=CUDA) for p in spec.params if p.kind == "tensor"}
     tensors = tuple((p.name, True) for p in spec.params if p.kind == "tensor")
     config = neuron.NeuronConfig(spec, spec.surrogate, "hard", tensors=tensors)
-    steps = neuron.LONG_LOOP_STEPS + 3 if long else 5
+    steps = tuning.LONG_LOOP_STEPS + 3 if long else 5
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
     inits = {s.name: torch.rand(n, device=CUDA).to(dtype) * 0.5 if full else 0.0 for s in spec.states}
@@ -468,7 +468,7 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
         return out | neuron.backward(config, grads, saved, params, grad_state_seq=full, grad_finals=full,
                                      given_inits=full, layout=layout)
 
-    replay = neuron.replay_option(n, steps)  # the launch's: T steps in one segment where T is shorter than one
+    replay = tuning.replay_option(n, steps)  # the launch's: T steps in one segment where T is shorter than one
     fixed = run({"lanes": 0, "unroll": 1, **replay})
     layouts = tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long)
     assert layouts
@@ -494,7 +494,7 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
     spec = resolve_spec("parametric_lif")
     # whole blocks of C runs, a multiple of 8 neurons (vector layouts), at least as many as big layers' (tuned)
     block = 8 * channels * inner
-    n, steps = block * -(-neuron.LONG_LOOP_NEURONS // block), 6
+    n, steps = block * -(-tuning.LONG_LOOP_NEURONS // block), 6
     w = torch.linspace(-1, 1, channels, device=CUDA)
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
@@ -536,7 +536,7 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec("izhikevich")
     params = {p.name: p.default for p in spec.params}
-    steps, n = (neuron.LONG_LOOP_STEPS + 1, 2 * neuron.MIN_THREADS) if long else (6, neuron.LONG_LOOP_NEURONS)
+    steps, n = (tuning.LONG_LOOP_STEPS + 1, 2 * tuning.MIN_THREADS) if long else (6, tuning.LONG_LOOP_NEURONS)
     x = (torch.rand(steps, n, device=CUDA) * 2).to(dtype)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
 
