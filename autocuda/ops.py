@@ -84,9 +84,11 @@ def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[
                  if p.pointer and p.const and not n.startswith("grad_") and n not in skip)
 
 
-def _check_count(what: str, got: Sequence, expected: int, key: str) -> None:
-    if len(got) != expected:
-        raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {expected} {what}, got {len(got)}")
+def _check_counts(key: str, what: Sequence[str], expected: Sequence[int], got: Sequence[Sequence]) -> None:
+    """Refuse the first of a call's argument lists (`got`, named by `what`) whose length is not `expected`'s."""
+    for label, count, given in zip(what, expected, got):
+        if len(given) != count:
+            raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {count} {label}, got {len(given)}")
 
 
 # -- the forms of a call, worked out once -----------------------------------------------------------------------
@@ -114,10 +116,13 @@ class ForwardForm:
         self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.state_names) if final_states else ()
         self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.state_names) if store_state_seq else ()
         self.positions = (self.spike_at, self.finals, self.seqs)
-        if save:
-            hidden = _saved_only(key, single, store_state_seq)
-            self.hidden = tuple(i for i, name in enumerate(self.outputs) if name in hidden)
-            self.picks = _saved_picks(key, single, store_state_seq, given_inits, final_states)
+        if save:  # outputs written for backward alone (h_seq, unasked state sequences); what backward reads, among
+            # (x, the step inputs after it, the initial states given as tensors, the outputs)
+            shown = (self.spike_at, *self.finals, *self.seqs)
+            self.hidden = tuple(i for i in range(len(self.outputs)) if i not in shown)
+            inits = [f"{s}_init" for s in e.state_names] if given_inits else []
+            available = (*e.input_keys, *inits, *self.outputs)
+            self.picks = tuple(available.index(name) for name in saved_names(key, single, given_inits))
         # Per tensor parameter, in op order: where its partial stands among backward's (None: not learnable),
         # and whether it is one per neuron (else shared: [1], the partials summed).
         self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
@@ -165,21 +170,20 @@ class ForwardForm:
                 scalars: Sequence[float]) -> None:
         if states and initial:
             raise ValueError("autocuda.neuron_forward: give the initial states as tensors or as numbers, not both")
-        e = entry(self.key)
-        chosen = states or initial
-        if len(chosen) != len(e.state_names):
+        e = self.config
+        if len(states or initial) != len(e.state_names):
             raise ValueError(f"autocuda.neuron_forward: {e.spec.name!r} has {len(e.state_names)} states "
-                             f"({', '.join(e.state_names)}), got {len(chosen)} initial values")
-        _check_count("tensor parameters", tensor_params, len(e.tensor_names), self.key)
-        _check_count("scalars", scalars, len(e.op_scalars), self.key)
+                             f"({', '.join(e.state_names)}), got {len(states or initial)} initial values")
+        _check_counts(self.key, ("tensor parameters", "scalars"), self.counts[1:], (tensor_params, scalars))
 
 
 @constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
-def training_layout(key: str, given_inits: bool) -> tuple[tuple[int, ...], int, tuple[int, ...], tuple[str, ...]]:
-    """Of a multi-step training forward that writes the final states: what autograd saves (`ForwardForm.picks`),
-    where the spikes and the final states stand among its outputs, and the learnable parameters in order."""
-    form = forward_form(key, False, False, True, given_inits, True)
-    return form.picks, form.spike_at, form.finals, entry(key).learnable
+def form_layout(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
+                ) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[int, ...], tuple[str, ...]]:
+    """Of a forward op's call of this form: where its outputs stand (`ForwardForm.positions`), what autograd saves
+    where it saves (`ForwardForm.picks`), and the learnable parameters in order."""
+    form = forward_form(key, single, store_state_seq, save, given_inits, final_states)
+    return form.positions, form.picks if save else (), entry(key).learnable
 
 
 @functools.lru_cache(maxsize=1024)
@@ -206,7 +210,7 @@ class _BackwardForm:
         inputs = ("grad_spike_seq", *finals, *seqs, *saved, *numbers, *e.tensor_names, *e.op_scalars, *terms)
         flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
         self.kernel = neuron_launch.KernelCall(e, "step-backward" if single else "bptt", flags, inputs)
-        self.counts = (len(saved), len(numbers), len(e.tensor_names), len(e.op_scalars), len(terms))
+        self.counts = tuple(map(len, (finals, seqs, saved, numbers, e.tensor_names, e.op_scalars, terms)))
         sums = gradients == "sums"
         channel = e.channel_sums
         self.returns = (*(() if sums else (f"grad_{k}" for k in e.input_keys)),
@@ -221,11 +225,9 @@ class _BackwardForm:
             scalars: Sequence[float], correction: Sequence[Tensor] = ()) -> list[Tensor]:
         """grad_x (of each step input), the gradient of each initial state given as a tensor, each learnable
         parameter's partials (of a pass: those it stores). `correction`: c1 and c0 (`gradients="corrected"`)."""
-        if (len(saved), len(initial), len(tensor_params), len(scalars), len(correction)) != self.counts:
-            for what, expected, got in zip(("saved tensors", "initial values", "tensor parameters", "scalars",
-                                            "correction terms"),
-                                           self.counts, (saved, initial, tensor_params, scalars, correction)):
-                _check_count(what, got, expected, self.key)
+        given = (grad_finals, grad_seqs, saved, initial, tensor_params, scalars, correction)
+        if tuple(map(len, given)) != self.counts:
+            _check_counts(self.key, _BACKWARD_LISTS, self.counts, given)
         args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars, *correction)
         shape = grad_spike.shape
         n, steps = shape[-1], (None if self.single else shape[0])
@@ -247,6 +249,10 @@ class _BackwardForm:
         return result
 
 
+_BACKWARD_LISTS = ("final state gradients", "state sequence gradients", "saved tensors", "initial values",
+                   "tensor parameters", "scalars", "correction terms")
+
+
 @functools.lru_cache(maxsize=1024)
 def backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                    gradients: str = "all") -> _BackwardForm:
@@ -254,19 +260,14 @@ def backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: boo
 
 
 # -- forward ----------------------------------------------------------------------------------------------
-@torch.library.custom_op("autocuda::neuron_forward", mutates_args=())
-def neuron_forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
-                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
-                   more_inputs: list[Tensor]) -> list[Tensor]:
-    return _forward_impl(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
-                         final_states, more_inputs)
-
-
-def _forward_impl(key: str, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
-                  tensor_params: Sequence[Tensor], scalars: Sequence[float], store_state_seq: bool,
-                  save_for_backward: bool, final_states: bool, more_inputs: Sequence[Tensor]) -> list[Tensor]:
+def _forward_impl(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
+                  scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
+                  more_inputs: list[Tensor]) -> list[Tensor]:
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
     return form.run(x, states, initial, tensor_params, scalars, more_inputs)
+
+
+neuron_forward = torch.library.custom_op("autocuda::neuron_forward", _forward_impl, mutates_args=())
 
 
 @neuron_forward.register_fake
@@ -285,22 +286,14 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
 
 
 # -- backward ---------------------------------------------------------------------------------------------
-@torch.library.custom_op("autocuda::neuron_backward", mutates_args=())
-def neuron_backward(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
-                    saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
-                    ) -> list[Tensor]:
-    return _backward_impl(key, grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
-
-
-def _backward_impl(key: str, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
-                   saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-                   scalars: Sequence[float]) -> list[Tensor]:
-    states = entry(key).state_names
-    for what, got in (("final state gradients", grad_finals), ("state sequence gradients", grad_seqs)):
-        if got:  # all or none
-            _check_count(what, got, len(states), key)
+def _backward_impl(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
+                   saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
+                   ) -> list[Tensor]:
     form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
     return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
+
+
+neuron_backward = torch.library.custom_op("autocuda::neuron_backward", _backward_impl, mutates_args=())
 
 
 @neuron_backward.register_fake
@@ -325,25 +318,19 @@ def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_p
             else grad_spike.new_empty(sizes[name] if name in sums else neurons, dtype=compute) for name in names]
 
 
-@torch.library.custom_op("autocuda::neuron_backward_part", mutates_args=())
-def neuron_backward_part(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
-                         initial: list[float], tensor_params: list[Tensor], scalars: list[float],
-                         correction: list[Tensor]) -> list[Tensor]:
+def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
+                        initial: list[float], tensor_params: list[Tensor], scalars: list[float],
+                        correction: list[Tensor]) -> list[Tensor]:
     """One pass of a BPTT in two (`gradients`: "sums", then "corrected" with c1 and c0 in `correction`; a
     multi-step layer with per-channel parameters, no state sequences): what `_BackwardForm.returns` names."""
-    return _backward_part_impl(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars,
-                               correction)
-
-
-def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_finals: Sequence[Tensor],
-                        saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-                        scalars: Sequence[float], correction: Sequence[Tensor]) -> list[Tensor]:
     if gradients not in ("sums", "corrected"):
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
-    if grad_finals:
-        _check_count("final state gradients", grad_finals, len(entry(key).state_names), key)
     form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
     return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction)
+
+
+neuron_backward_part = torch.library.custom_op("autocuda::neuron_backward_part", _backward_part_impl,
+                                               mutates_args=())
 
 
 @neuron_backward_part.register_fake
@@ -352,15 +339,11 @@ def _backward_part_fake(key, gradients, grad_spike, grad_finals, saved, initial,
     return _gradients_like(key, form.returns, grad_spike, tensor_params)
 
 
-def backward_part(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
-                  initial: list[float], tensor_params: list[Tensor], scalars: list[float], correction: list[Tensor]
-                  ) -> list[Tensor]:
-    """`autocuda::neuron_backward_part`: the op under torch.compile, its implementation otherwise."""
-    if torch.compiler.is_compiling():
-        return torch.ops.autocuda.neuron_backward_part(key, gradients, grad_spike, grad_finals, saved, initial,
-                                                       tensor_params, scalars, correction)
-    return _backward_part_impl(key, gradients, grad_spike, grad_finals, saved, initial, tensor_params, scalars,
-                               correction)
+def backward_part(key: str, gradients: str, *args: Any) -> list[Tensor]:
+    """`autocuda::neuron_backward_part` (the op under torch.compile, its implementation otherwise) of the op's
+    arguments after `gradients`."""
+    run = torch.ops.autocuda.neuron_backward_part if torch.compiler.is_compiling() else _backward_part_impl
+    return run(key, gradients, *args)
 
 
 # -- autograd -------------------------------------------------------------------------------------------------
@@ -382,26 +365,6 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
     if form.save:
         available = (x, *more_inputs, *states, *output)
         ctx.save_for_backward(*map(available.__getitem__, form.picks), *tensor_params)
-
-
-@functools.lru_cache(maxsize=1024)
-def _saved_only(key: str, single: bool, store_state_seq: bool) -> frozenset[str]:
-    """Forward outputs that the caller never sees: what is written only for backward."""
-    visible = {"spike_seq", *(f"{s}_final" for s in entry(key).state_names)}
-    if store_state_seq:
-        visible |= {f"{s}_seq" for s in entry(key).state_names}
-    return frozenset(forward_outputs(key, single, store_state_seq, True)) - visible
-
-
-@functools.lru_cache(maxsize=1024)
-def _saved_picks(key: str, single: bool, store_state_seq: bool, given_inits: bool, final_states: bool
-                 ) -> tuple[int, ...]:
-    """Where each of `saved_names` stands among (x, *more inputs, *initial states given as tensors, *forward
-    outputs)."""
-    e = entry(key)
-    inits = [f"{s}_init" for s in e.state_names] if given_inits else []
-    available = (*e.input_keys, *inits, *forward_outputs(key, single, store_state_seq, True, final_states))
-    return tuple(available.index(n) for n in saved_names(key, single, given_inits))
 
 
 def _backward(ctx, grads: list[Tensor], run_backward=None):

@@ -30,7 +30,6 @@ from .runtime.configs import (
     config,
     config_for,
     config_info,
-    constant_result,
     default_backend,
     spec_facts,
     spec_ref,
@@ -41,20 +40,13 @@ from .spec.domain import problem as domain_problem
 from .spec.load import is_spec_path, load_spec
 from .surrogate import Surrogate
 
-__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "output_names", "sequence_results"]
+__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "sequence_results"]
 
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
 ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
 # whether a functorch transform (vmap, grad, ...) is active; a torch without the query counts as always
 transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-
-
-@constant_result
-def output_names(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
-                 ) -> tuple[str, ...]:
-    """Names of the forward op's outputs, in order (`ops.forward_outputs`)."""
-    return ops.forward_outputs(key, single_step, store_state_seq, save, final_states)
 
 
 # -- the key -------------------------------------------------------------------------------------------------------
@@ -235,15 +227,6 @@ class Program:
             return {**self.defaults, **params}
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
 
-    def positions(self, single_step: bool, store_state_seq: bool, save: bool, final_states: bool
-                  ) -> tuple[int, tuple, tuple]:
-        """Where the forward op's outputs stand: (spike_seq, each state's final, each state's sequence), under
-        torch.compile (a constant for Dynamo: `output_names` is one); eager calls read them from the op's form."""
-        names = output_names(self.key, single_step, store_state_seq, save, final_states)
-        seqs = tuple(names.index(f"{s}_seq") for s in self.state_names) if store_state_seq else ()
-        finals = tuple(names.index(f"{s}_final") for s in self.state_names) if final_states else ()
-        return names.index("spike_seq"), finals, seqs
-
     # -- bound launches and the native plan --------------------------------------------------------------------
     def bind(self, form: ops.ForwardForm, x: Tensor, numbers: Sequence[float], n: int, given: Tensor) -> None:
         """Bind the forward launch of a call of numbers only (x: its rows; `given`: x as the call gave it) to the
@@ -268,23 +251,25 @@ class Program:
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        scalars = self.scalar_values(values)
-        if self.native is not None and native.USE:
-            return self.native_call(self.native, x, [*initial, *scalars]), values
-        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
-        return ops.forward_eager(self.bound_form, rows, [], initial, [], scalars, (), x.shape[1:], self), values
+        return self.run_numbers(x, [*initial, *self.scalar_values(values)]), values
 
     def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """A layer's call like the one it settled (`nn.layer_call.rerun`), on the bound launch: the spikes in x's
-        shape, then the final states in its neuron shape; none for an x unlike the program's input class, or while
-        the native plan is still to be made (the layer's full path makes it)."""
+        """A layer's call like the one it settled (`nn.layer_call.rerun`): the spikes in x's shape, then the final
+        states in its neuron shape; none for an x unlike the program's input class, or while the native plan is
+        still to be made (the layer's full path makes it)."""
         if input_class(x) != self.seen or (self.native_wanted and native.USE and self.plannable()):
             return []
-        form = self.bound_form
+        outputs, form = self.run_numbers(x, numbers), self.bound_form
+        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
+
+    def run_numbers(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
+        """The forward op's outputs for x of the program's input class and `numbers` (the initial states, then the
+        scalars): by the native plan where one is made, else by the bound launch."""
+        if self.native is not None and native.USE:
+            return self.native_call(self.native, x, numbers)
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
         k = len(self.state_names)
-        outputs = ops.forward_eager(form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
-        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
+        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
 
     def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], numbers: Sequence[float]
                       ) -> None:
@@ -449,7 +434,7 @@ class Call:
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
-        """The forward op's outputs, and where they stand (`Program.positions`); `more`: the step inputs after
+        """The forward op's outputs, and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
         x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of numbers only runs
         its program's bound launch, or its native plan (which takes x in any shape of its rows)."""
         program = self.program
@@ -468,7 +453,7 @@ class Call:
                 scalars += self.channel_sizes()
             outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states,
                                   more)
-            return outputs, program.positions(single_step, store_state_seq, save, final_states)
+            return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
         form = program.form(single_step, store_state_seq, save, not initial, final_states)
         given: Sequence[float] = program.scalar_values(values)
         if program.channel_dim:
@@ -521,7 +506,7 @@ def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], 
 def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
                      neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
                      ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
-    """A multi-step call's results from the forward op's outputs and their positions (`Program.positions`): the
+    """A multi-step call's results from the forward op's outputs and their positions (`ops.ForwardForm.positions`): the
     spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
     neuron shape [*] (`neuron_shaped`); as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
     spike, finals, seqs = positions

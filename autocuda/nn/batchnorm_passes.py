@@ -55,7 +55,7 @@ def two_passes(call: Call, x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     names = [name for name, _ in layer.tensors]
     tensors = call.tensor_args()
     others = [t for name, t in zip(names, tensors) if name not in _AFFINE]
-    picks, spike_at, finals, learnable = ops.training_layout(call.key, not call.numbers)
+    (spike_at, finals, _), picks, learnable = ops.form_layout(call.key, False, False, True, not call.numbers, True)
     block = Block(call.key, tuple(float(s) for s in call.states) if call.numbers else (),
                   tuple([float(call.values[n]) for n in layer.scalars] + call.channel_sizes()),
                   (names.index(INPUT_SCALE), names.index(INPUT_SHIFT)),
