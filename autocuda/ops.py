@@ -186,7 +186,7 @@ def form_layout(key: str, single: bool, store_state_seq: bool, save: bool, given
     return form.positions, form.picks if save else (), entry(key).learnable
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.cache  # as many as the configurations (`runtime.configs`), each at most 32
 def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True) -> ForwardForm:
     """The form of a neuron_forward call (`forward_eager` takes it), worked out once."""
@@ -253,7 +253,7 @@ _BACKWARD_LISTS = ("final state gradients", "state sequence gradients", "saved t
                    "tensor parameters", "scalars", "correction terms")
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.cache
 def backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                    gradients: str = "all") -> _BackwardForm:
     return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals, gradients)

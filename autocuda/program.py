@@ -166,10 +166,8 @@ class Program:
         self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                               self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
-        # an eager call's scalars in kernel order; this program's parameter types are fixed (part of its key)
-        # (not under torch.compile, whose calls build their list in the traced code: Dynamo cannot trace this)
-        self.scalar_values = _reader(self.scalars, all(type(values.get(n)) is float for n in self.scalars)) \
-            if eager else _compiled_only
+        # a call's scalars in kernel order; this program's parameter types are fixed (part of its key)
+        self.scalar_values = _reader(self.scalars, eager and all(type(values.get(n)) is float for n in self.scalars))
         # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
         # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
@@ -179,21 +177,11 @@ class Program:
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
-        self.forms: dict[tuple[bool, ...], ops.ForwardForm] = {}  # `form`'s answers
         self.launch: Any = None  # the forward launch bound to the input class (calls of numbers only)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
         self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
-
-    def form(self, single_step: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
-             ) -> ops.ForwardForm:
-        """The forward op's form for an eager call (`ops.forward_form`), held here: one dict lookup per call."""
-        options = (single_step, store_state_seq, save, given_inits, final_states)
-        found = self.forms.get(options)
-        if found is None:
-            found = self.forms[options] = ops.forward_form(self.key, *options)
-        return found
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
                 ) -> tuple[dict[str, Any], str | None]:
@@ -439,7 +427,6 @@ class Call:
         its program's bound launch, or its native plan (which takes x in any shape of its rows)."""
         program = self.program
         tensors = self.tensor_args() if program.tensors else []
-        values = self.values
         states: list[Tensor]
         initial: list[float]
         if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
@@ -447,17 +434,14 @@ class Call:
         else:
             states, initial = [as_rows(s, (self.numel,)) for s in self.state_tensors()], []
         save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*more, *states, *tensors)))
-        if self.compiling:
-            scalars = [float(values[n]) for n in program.scalars]
-            if program.channel_dim:
-                scalars += self.channel_sizes()
-            outputs = ops.forward(self.key, x, states, initial, tensors, scalars, store_state_seq, save, final_states,
-                                  more)
-            return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
-        form = program.form(single_step, store_state_seq, save, not initial, final_states)
-        given: Sequence[float] = program.scalar_values(values)
+        given: Sequence[float] = program.scalar_values(self.values)
         if program.channel_dim:
             given = [*given, *self.channel_sizes()]
+        if self.compiling:
+            outputs = torch.ops.autocuda.neuron_forward(self.key, x, states, initial, tensors, list(given),
+                                                        store_state_seq, save, final_states, list(more))
+            return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
+        form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial, final_states)
         if initial and not tensors and not more and ENABLED and self.owned and self.x.is_contiguous():
             numbers = [*initial, *given]
             if program.launch is None:
@@ -491,13 +475,9 @@ def reference(key: str) -> tuple:
     return config(key).reference_step
 
 
-def _compiled_only(values: dict[str, Any]) -> Sequence[float]:
-    raise RuntimeError("a program built under torch.compile reads its scalars in the traced code")
-
-
 def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
     """The values of `names`, in order, as floats: one itemgetter where they are floats already (no list built
-    per call)."""
+    per call; not under torch.compile, whose Dynamo traces the list)."""
     if floats and len(names) > 1:
         return operator.itemgetter(*names)
     return lambda values: [float(values[n]) for n in names]
