@@ -9,9 +9,10 @@ from conftest import profile
 
 from autocuda.codegen.broadcast import PER_CHANNEL
 from autocuda.kernels import neuron_kernel
-from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
+from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import load_spec
 from autocuda.spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
+from autocuda.testing.named_launch import backward, forward
 
 T, B, C, INNER = 11, 3, 4, 5
 N = B * C * INNER

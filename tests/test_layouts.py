@@ -16,10 +16,11 @@ from conftest import compile_launched, profile
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import neuron_kernel
 from autocuda.layout import Layout
-from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
+from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.tuning import LONG_LOOP_STEPS, MIN_THREADS, choose_layout
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec
+from autocuda.testing.named_launch import backward, forward
 
 T, N = 7, 32
 LAYOUTS = {

@@ -210,8 +210,8 @@ def test_op_with_no_steps_passes_states_through():
 
 def test_whole_number_scalars_run_as_their_floats():
     """The kernels take scalars as given on the ops' path (floats by the op's schema; ints are packed as such)
-    and converted on the mapping path (`runtime.neuron_launch.forward`)."""
-    from autocuda.runtime import neuron_launch as neuron
+    and converted on the mapping path (`testing.named_launch.forward`)."""
+    from autocuda.testing import named_launch
 
     key, x, _, initial, tensors, scalars, _, _ = _op_args("lif", False, False, False, numbers=True)
     x = x.detach()
@@ -221,7 +221,7 @@ def test_whole_number_scalars_run_as_their_floats():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     entry = ops.entry(key)
     given = dict(zip(entry.op_scalars, map(int, whole)))
-    by_name = neuron.forward(entry, x, dict(zip(entry.state_names, initial)), given, save_for_backward=False,
+    by_name = named_launch.forward(entry, x, dict(zip(entry.state_names, initial)), given, save_for_backward=False,
                              backend="host")
     assert all(torch.equal(by_name[n], w) for n, w in zip(ops.forward_outputs(key, False, False, False), want))
 
@@ -320,6 +320,7 @@ def _channel_runs(lanes: int) -> tuple[dict, dict]:
     """PLIF's forward and backward with w per channel and with the same w per neuron, on `lanes` lanes a thread."""
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
+    from autocuda.testing import named_launch
 
     spec = resolve_spec("parametric_lif")
     channels, inner, steps = CHANNELS, INNER, 4
@@ -336,9 +337,9 @@ def _channel_runs(lanes: int) -> tuple[dict, dict]:
             params |= {"w": w, "ac_channels": float(channels), "ac_inner": float(inner)}
         else:
             params |= {"w": w.repeat_interleave(inner).repeat(n // (channels * inner))}
-        out = neuron.forward(config, x, {"v": 0.0}, params, layout=layout, backend="host")
+        out = named_launch.forward(config, x, {"v": 0.0}, params, layout=layout, backend="host")
         saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0}
-        return out | neuron.backward(config, {"grad_spike_seq": grad}, saved, params, grad_finals=False,
+        return out | named_launch.backward(config, {"grad_spike_seq": grad}, saved, params, grad_finals=False,
                                      given_inits=False, layout=layout, backend="host")
 
     return run(PER_CHANNEL), run(PER_NEURON)

@@ -10,9 +10,10 @@ import torch
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import derivation, source
 from autocuda.runtime import tuning
-from autocuda.runtime.neuron_launch import NeuronConfig, backward, forward
+from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import load_spec, spec_from_toml
 from autocuda.spec.model import NeuronSpec
+from autocuda.testing.named_launch import backward, forward
 
 K = REPLAY_STEPS
 

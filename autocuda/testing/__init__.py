@@ -5,7 +5,7 @@ One *case* is a setup (spec x dtype x reset x detach_reset) with one random inpu
      dtype; parameters to the arithmetic dtype), so kernel and reference compute from identical values;
   2. the reference (`autocuda.reference`, float64, autograd through the surrogate) gives spikes, h, states and
      the gradients of x, of the initial states and of every learnable parameter (per neuron);
-  3. the generated kernels run through `autocuda.runtime.neuron_launch` on the chosen backend: FPTT, then BPTT on what
+  3. the generated kernels run through `autocuda.testing.named_launch` on the chosen backend: FPTT, then BPTT on what
      that forward saved; step-forward, then step-backward, for one step from states the dynamics reached;
   4. every output is compared within the dtype's tolerance (TOLERANCES), spikes exactly.
 

@@ -18,7 +18,7 @@ from .. import reference
 from ..codegen.neuron_kernel import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..layout import Layout
-from ..runtime.neuron_launch import NeuronConfig, backward, forward
+from ..runtime.neuron_launch import NeuronConfig
 from ..runtime.tuning import fixed_layout, replay_option
 from ..spec.derive import THRESHOLD, H, StepSystem
 from ..spec.load import load_spec
@@ -26,6 +26,7 @@ from ..spec.model import NeuronSpec
 from ..spec.torch_eval import evaluate
 from ..surrogate import get_surrogate
 from .cases import DTYPES, F64, TOLERANCES, Case, Inputs, Setup, Tolerance, make_case
+from .named_launch import backward, forward
 
 
 # -- checking -------------------------------------------------------------------------------------------------

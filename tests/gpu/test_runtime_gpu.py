@@ -444,6 +444,7 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     training step of a layer that keeps its states)."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
+    from autocuda.testing import named_launch
 
     n = (2 * tuning.MIN_THREADS if long else tuning.LONG_LOOP_NEURONS) + odd
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
@@ -462,10 +463,10 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
         grads |= {f"grad_{s.name}_seq": torch.randn(steps, n, device=CUDA).to(dtype) for s in spec.states}
 
     def run(layout):
-        out = neuron.forward(config, x, inits, params, store_state_seq=full, layout=layout)
+        out = named_launch.forward(config, x, inits, params, store_state_seq=full, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, **{f"{k}_init": v for k, v in inits.items()}}
         saved |= {k: v for k, v in out.items() if k.endswith(("_seq", "_checkpoints")) and k != "spike_seq"}
-        return out | neuron.backward(config, grads, saved, params, grad_state_seq=full, grad_finals=full,
+        return out | named_launch.backward(config, grads, saved, params, grad_state_seq=full, grad_finals=full,
                                      given_inits=full, layout=layout)
 
     replay = tuning.replay_option(n, steps)  # the launch's: T steps in one segment where T is shorter than one
@@ -490,6 +491,7 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
+    from autocuda.testing import named_launch
 
     spec = resolve_spec("parametric_lif")
     # whole blocks of C runs, a multiple of 8 neurons (vector layouts), at least as many as big layers' (tuned)
@@ -506,9 +508,9 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
         params = dict(scalars, w=w if kind == PER_CHANNEL else per_neuron)
         if kind == PER_CHANNEL:
             params |= {"ac_channels": float(channels), "ac_inner": float(inner)}
-        out = neuron.forward(config, x, {"v": 0.0}, params, layout=layout)
+        out = named_launch.forward(config, x, {"v": 0.0}, params, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0}
-        return out | neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
+        return out | named_launch.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
                                      given_inits=False, layout=layout)
 
     layouts = [None, *tuning.candidates(n, dtype, lambda width: x.data_ptr() % width == 0, long=False)]
@@ -532,6 +534,7 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     those of the fixed rule, bitwise."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
+    from autocuda.testing import named_launch
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec("izhikevich")
@@ -541,10 +544,10 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     g = torch.randn(steps, n, device=CUDA).to(dtype)
 
     def run(config, layout=None):
-        out = neuron.forward(config, x, {"v": 0.0, "w": 0.0}, params, layout=layout)
+        out = named_launch.forward(config, x, {"v": 0.0, "w": 0.0}, params, layout=layout)
         saved = {"h_seq": out["h_seq"], "x_seq": x, "v_init": 0.0, "w_init": 0.0}
-        grads = neuron.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False, given_inits=False,
-                                layout=layout)
+        grads = named_launch.backward(config, {"grad_spike_seq": g}, saved, params, grad_finals=False,
+                                      given_inits=False, layout=layout)
         return out | grads
 
     tuned_config = neuron.NeuronConfig(spec, spec.surrogate, "hard")
