@@ -91,9 +91,7 @@ def _check_counts(key: str, what: Sequence[str], expected: Sequence[int], got: S
             raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {count} {label}, got {len(given)}")
 
 
-# -- the forms of a call, worked out once -----------------------------------------------------------------------
-# A call's names, kernel options and argument order depend only on its form; working them out on every call
-# (dicts of names merged per call, several caches consulted) cost more host time than the launch itself.
+# -- the forms of a call, worked out once: names, kernel options and argument order are no per-call work ----------
 class ForwardForm:
     """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?,
     final states written?): the kernel's kind and options, the op's inputs by kernel name in op order, its
@@ -106,7 +104,6 @@ class ForwardForm:
         self.key, self.config, self.single, self.save, self.given_inits = key, e, single, save, given_inits
         self.n_states = len(e.state_names)
         self.n_more = len(e.input_keys) - 1  # step inputs after x
-        self._backwards: dict[tuple[bool, bool], _BackwardForm] = {}  # `run_backward`'s forms
         inputs = e.op_inputs
         self.kernel = neuron_launch.KernelCall(e, "step-forward" if single else "fptt",
                                         (store_state_seq, save, given_inits, final_states), inputs)
@@ -148,17 +145,6 @@ class ForwardForm:
             for i, value in zip(self.finals, initial):
                 outputs[i].fill_(value)
         return outputs
-
-    def run_backward(self, key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
-                     saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
-                     ) -> list[Tensor]:
-        """`neuron_backward` of a call of this form, for `_backward`'s own arguments (the gradient lists hold all
-        or none by construction): the eager path, which finds the backward form here in one dict lookup."""
-        options = (bool(grad_seqs), bool(grad_finals))
-        form = self._backwards.get(options)
-        if form is None:
-            form = self._backwards[options] = backward_form(key, self.single, self.given_inits, *options)
-        return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
 
     def _refuse_inputs(self, x: Tensor, more_inputs: Sequence[Tensor]) -> None:
         spec = self.config.spec
@@ -367,7 +353,9 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
         ctx.save_for_backward(*map(available.__getitem__, form.picks), *tensor_params)
 
 
-def _backward(ctx, grads: list[Tensor], run_backward=None):
+def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
+    """The op's gradients: `neuron_backward` (`run_backward`: its implementation, for the eager twin) of what
+    `_save_context` kept."""
     if not ctx.saved_ok:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
     form: ForwardForm = ctx.form
@@ -441,14 +429,7 @@ def _differentiable_once(backward):
         fail = torch._C._functions.DelayedError(
             b"autocuda kernels are differentiable once: a second derivative (double backward) through them is not "
             b"available; use backend='reference' for higher-order gradients", len(outputs))
-
-        def aliased(value):
-            if value is None:
-                return None
-            value = value.detach()
-            value.requires_grad = True
-            return value
-        return fail(*(aliased(o) for o in outputs))
+        return fail(*(None if o is None else o.detach().requires_grad_() for o in outputs))
     return wrapper
 
 
@@ -475,8 +456,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     @_differentiable_once
     def backward(ctx, *grads):
-        _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads,
-                                                                              run_backward=ctx.form.run_backward)
+        _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads, _backward_impl)
         return None, None, None, None, None, grad_x, *more, *grad_states, *grad_params
 
 
@@ -494,7 +474,7 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
     """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
     `scalars` are the caller's to give away: backward keeps them. `more_inputs`: the step inputs after x.
     `final_shape`: the neuron shape the final states are allocated in, in eager mode (the op gives them as [N]:
-    callers view them as `calls.neuron_shaped` does)."""
+    callers view them as `program.neuron_shaped` does)."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward, final_states, list(more_inputs))
