@@ -69,6 +69,6 @@ def test_the_record_round_trips(case, monkeypatch):
     bound = form.kernel.bind((x, *(v for _, v in numbers)), x, 8, 3, "host")  # the recipe bound to the op's order
     words = native_plan.plan_words(x, len(numbers), bound, form, None, None, "").words
     slots = words[len(words) - 3 * len(bound.binding.order):]
-    names = [name for _, name, _, _ in bound.recipe.sources]
+    names = [name for _, name, _ in bound.recipe.sources]
     read = {names[i]: numbers[slots[3 * i + 1]][0] for i in range(len(names)) if slots[3 * i] == native_plan.NUMBER}
     assert read == {name: name for name, _ in numbers}

@@ -10,7 +10,6 @@ takes the Python path.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -46,9 +45,6 @@ class Words:
     def add(self, *values: int) -> None:
         self.words += [int(v) for v in values]
 
-    def add_list(self, values: Sequence[int]) -> None:
-        self.add(len(values), *values)
-
 
 def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> None:
     """One launch: runner, kernel, grid, block, the tensors the call gives, the outputs, the slots."""
@@ -68,7 +64,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
     outputs, inputs = len(recipe.outputs), len(binding.inputs)
     out.add(len(binding.order))
-    for (_, name, _, _), at in zip(recipe.sources, binding.order):
+    for (_, name, _), at in zip(recipe.sources, binding.order):
         param = kernel.cparams[name]
         if at < 2:
             out.add(CONSTANT, bound.n if at == 0 else bound.steps or 0, SLOT_TYPES.get(param.ctype, POINTER))
@@ -108,9 +104,8 @@ def plan_words(x: torch.Tensor, numbers: int, forward: BoundLaunch, form: Any, b
     trains = backward is not None
     out.add(steps, neurons, numbers, x.data_ptr() & 15, out.dtype(x.dtype), x.get_device() if x.is_cuda else -1,
             trains, form.spike_at)
-    out.add_list(form.finals)
-    out.add_list(form.picks if trains else ())
-    out.add_list(form.hidden if trains else ())
+    for positions in (form.finals, form.picks if trains else (), form.hidden if trains else ()):
+        out.add(len(positions), *positions)
     grad_at = [b.recipe.outputs.index(grad_x) if b is not None else 0 for b in (backward, backward_finals)]
     out.add(*grad_at)
     out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))

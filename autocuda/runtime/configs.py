@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -23,10 +23,6 @@ from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, ten
 from ..surrogate import Surrogate, get_surrogate
 from . import nvrtc
 from .neuron_launch import NeuronConfig
-
-if TYPE_CHECKING:
-
-    pass
 
 
 def constant_result(fn):

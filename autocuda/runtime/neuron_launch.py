@@ -52,27 +52,14 @@ class Recipe:
 
     def __init__(self, kernel: KernelRecord, storage: torch.dtype, channel_sums: frozenset[str] = frozenset()):
         self.kernel = kernel
-        self.args: list[tuple[str, str, Any]] = []
-        for name, param in kernel.cparams.items():
-            if name in ("N", "T"):
-                self.args.append(("size", name, None))
-            elif not param.pointer:
-                self.args.append(("scalar", name, None))
-            elif param.const:
-                self.args.append(("input", name, param.torch_dtype))
-            else:
-                self.args.append(("channels" if name in channel_sums else output_kind(name), name, param.torch_dtype))
-        self.outputs = tuple(name for source, name, _ in self.args if source in OUTPUT_KINDS)
-        # Every call's path walks these flat tuples. Outputs: (kind, dtype, None for the storage dtype);
-        # arguments: (tag, name, dtype, output index or None).
-        # A final state is allocated in the caller's neuron shape where it gives one (`arguments`): a tensor that
-        # is not a view of a flat one, which its holder can detach in place.
+        # Every call's path walks these flat tuples. Parameters: (source, name, dtype); outputs: (kind, dtype, None
+        # for the storage dtype). A final state is allocated in the caller's neuron shape where it gives one
+        # (`arguments`): a tensor that is not a view of a flat one, which its holder can detach in place.
+        self.sources = tuple(_source(name, param, channel_sums) for name, param in kernel.cparams.items())
+        self.outputs = tuple(name for source, name, _ in self.sources if source in OUTPUT_KINDS)
         self.allocations = tuple((FINAL if source == "vector" and name.endswith("_final") else source,
                                   None if dtype == storage else dtype)
-                                 for source, name, dtype in self.args if source in OUTPUT_KINDS)
-        index = iter(range(len(self.outputs)))
-        self.sources = tuple((source, name, dtype, next(index) if source in OUTPUT_KINDS else None)
-                             for source, name, dtype in self.args)
+                                 for source, name, dtype in self.sources if source in OUTPUT_KINDS)
 
     def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
                   final_shape: Sequence[int] | None = None) -> tuple[list[torch.Tensor], tuple]:
@@ -103,7 +90,7 @@ class Recipe:
                 self._refuse(name, value, dtype)
             pool.append(value.data_ptr())
         pool += args
-        for at in binding.integers:  # sizes among the ops' float[] scalars
+        for at in binding.integers:
             pool[at - len(args)] = int(pool[at - len(args)])
         return produced, binding.arrange(pool)
 
@@ -116,25 +103,35 @@ class Recipe:
 _data_ptr = torch.Tensor.data_ptr
 
 
+def _source(name: str, param: Any, channel_sums: frozenset[str]) -> tuple[str, str, Any]:
+    """Where a kernel parameter's value comes from: a size (N, T), a scalar or an input of the caller's, or an
+    output of its kind (`OUTPUT_KINDS`)."""
+    if name in ("N", "T"):
+        return "size", name, None
+    if not param.pointer:
+        return "scalar", name, None
+    kind = "input" if param.const else "channels" if name in channel_sums else output_kind(name)
+    return kind, name, param.torch_dtype
+
+
 class Binding:
-    """A recipe's arguments filled from a caller's values given as a sequence in `names` order:
-    where each input tensor and scalar stands among them, and `arrange`, which takes the parameters' values in
-    order from a call's pool (N, T, the outputs' addresses, the inputs' addresses, the caller's values)."""
+    """A recipe's arguments filled from a caller's values given as a sequence in `names` order: where each input
+    tensor stands among them, and `arrange`, which takes the parameters' values in order from a call's pool (N, T,
+    the outputs' addresses, the inputs' addresses, the caller's values)."""
 
     def __init__(self, recipe: Recipe, names: tuple[str, ...]):
         at = {name: i for i, name in enumerate(names)}
-        missing = [name for source, name, _, _ in recipe.sources if source in ("input", "scalar") and name not in at]
+        missing = [name for source, name, _ in recipe.sources if source in ("input", "scalar") and name not in at]
         if missing:
             raise KeyError(f"kernel {recipe.kernel.kernel_name} needs argument {missing[0]!r}")
         sources = recipe.sources
-        self.inputs = tuple((at[name], name, dtype) for source, name, dtype, _ in sources if source == "input")
-        self.scalars = tuple(at[name] for source, name, _, _ in sources if source == "scalar")
+        self.inputs = tuple((at[name], name, dtype) for source, name, dtype in sources if source == "input")
         params = recipe.kernel.cparams
-        self.integers = tuple(at[name] for source, name, _, _ in sources
+        self.integers = tuple(at[name] for source, name, _ in sources  # sizes among the ops' float[] scalars
                               if source == "scalar" and params[name].dtype is None)
         self.channels = at.get(CHANNEL_KEYS[0], -1)  # where the channel count stands (kernels that sum per channel)
         pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs), *names]
-        self.order = tuple(pool.index(name) for _, name, _, _ in sources)  # each parameter's place in the pool
+        self.order = tuple(pool.index(name) for _, name, _ in sources)  # each parameter's place in the pool
         self.arrange = operator.itemgetter(*self.order)  # >= 2: a tuple
 
 
@@ -195,8 +192,9 @@ class NeuronConfig:
 
     @functools.cached_property
     def op_scalars(self) -> tuple[str, ...]:
-        """The op's float[] scalars: the scalar parameters, then the channel layout's sizes (`channel_keys`)."""
-        return self.scalars + self.channel_keys
+        """The op's float[] scalars: the scalar parameters, then, where a tensor parameter holds one value per
+        channel, the channel layout's sizes (`codegen.broadcast.CHANNEL_KEYS`)."""
+        return self.scalars + (CHANNEL_KEYS if any(kind == PER_CHANNEL for _, kind in self.tensors) else ())
 
     @functools.cached_property
     def learnable(self) -> tuple[str, ...]:
@@ -238,7 +236,7 @@ class NeuronConfig:
 
         return neuron_kernel(self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
                              constants=dict(self.constants), surrogate=self.surrogate,
-                             tensors=[n for n, _ in self.tensors],
+                             tensors=list(self.tensor_names),
                              per_neuron=[n for n, kind in self.tensors if kind == PER_NEURON],
                              per_channel=[n for n, kind in self.tensors if kind == PER_CHANNEL],
                              replay_charge=self.replay_charge, **options)
@@ -253,12 +251,6 @@ class NeuronConfig:
             kernel = self.kernel(kind, dtype, **options, **layout.options())
             found = self._recipes[key] = Recipe(kernel, dtype, self.channel_sums)
         return found
-
-    @functools.cached_property
-    def channel_keys(self) -> tuple[str, ...]:
-        """The sizes a call passes by value after its scalars when a tensor parameter holds one value per
-        channel (`codegen.options.CHANNEL_KEYS`), else none."""
-        return CHANNEL_KEYS if any(kind == PER_CHANNEL for _, kind in self.tensors) else ()
 
     @functools.cached_property
     def channel_sums(self) -> frozenset[str]:
