@@ -281,18 +281,17 @@ class Program:
         launches are bound (at its first backward)."""
         return (not self.bound_form.save or self.backward is not None) and native.loaded()
 
-    def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> int | None:
-        """The native plan, made on the first call that finds it `plannable`, or None: not yet, or a call the
-        plan's words cannot express."""
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> None:
+        """Make the native plan on the first call that finds it `plannable` (none for a call the plan's words
+        cannot express)."""
         if self.plannable():
             self.native_wanted = False  # asked once
             try:
                 words = plan_words(rows, count, self.launch, form, *(self.backward or (None, None, "")))
             except Unplannable:
-                return None
+                return
             self.native = native.make_plan(words.words, words.dtypes)
             self.native_call = native.operator()
-        return self.native
 
 
 def _spread(value: Tensor) -> int:
@@ -446,10 +445,10 @@ class Call:
             numbers = [*initial, *given]
             if program.launch is None:
                 program.bind(form, x, numbers, self.numel, self.x)
-            plan = program.native if program.native is not None or not program.native_wanted or not native.USE \
-                else program.native_plan(form, x, len(numbers))
-            if plan is not None and native.USE:
-                return program.native_call(plan, self.x, numbers), form.positions
+            if program.native is None and program.native_wanted and native.USE:
+                program.native_plan(form, x, len(numbers))
+            if program.native is not None and native.USE:
+                return program.native_call(program.native, self.x, numbers), form.positions
             return ops.forward_eager(form, x, [], initial, [], given, (), self.shape, program), form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
