@@ -69,9 +69,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
                             store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
                             save_h=d["save_h"], **params)
-    owned = d.get("_programs")
-    if owned is None:  # made on the first call: a layer unpickled or copied has none
-        owned = d["_programs"] = Programs()
+    owned = _programs(d)
     results, ran = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
                                   keep, True, BACKENDS[d["backend"]], d["save_h"], params)
     owned.last = None if ran is None or keep else settle(d, *ran)
@@ -85,16 +83,22 @@ def run_step(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: 
     if compiling:
         return F.single_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"],
                              detach_reset=d["detach_reset"], backend=BACKENDS[d["backend"]], **params)
+    return F.run_step(_programs(d), d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
+                      BACKENDS[d["backend"]], params)
+
+
+def _programs(d: dict[str, Any]) -> Programs:
+    """The layer's programs, made on its first call (a layer unpickled or copied has none)."""
     owned = d.get("_programs")
     if owned is None:
         owned = d["_programs"] = Programs()
-    return F.run_step(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
-                      BACKENDS[d["backend"]], params)
+    return owned
 
 
 # What a layer's call reads from its dict besides its parameters, states and inputs
 _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_output", "backend", "save_h",
              "recompute")
+_FLOAT = frozenset({float})  # the type of the states that a reset leaves
 
 
 def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple | None:
@@ -107,13 +111,10 @@ def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple |
     names = d["_param_names"]
     if bound.launch is None or not all(name in d for name in names):
         return None
-    scalars = tuple(bound.scalar_values(values))
-    run: Any = Program.rerun
-    first: Any = bound
-    if bound.native is not None and native.USE:
-        run, first = native.operator("layer_call"), bound.native
+    native_runner = bound.native is not None and native.USE
+    run, first = (native.operator("layer_call"), bound.native) if native_runner else (Program.rerun, bound)
     read = itemgetter(*_SWITCHES, *names)
-    return run, first, scalars, read, read(d), run is not Program.rerun
+    return run, first, tuple(bound.scalar_values(values)), read, read(d), native_runner
 
 
 def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
@@ -137,12 +138,9 @@ def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
     if not all(map(is_, now, seen)):
         return None
     names = d["_state_names"]
-    numbers = []
-    for name in names:
-        value = d.get(name)
-        if type(value) is not float:
-            return None
-        numbers.append(value)
+    numbers = list(map(d.get, names))
+    if not _FLOAT.issuperset(map(type, numbers)):
+        return None
     results = run(first, x, [*numbers, *scalars])
     if not results:
         return None
