@@ -211,9 +211,10 @@ class _BackwardForm:
             scalars: Sequence[float], correction: Sequence[Tensor] = ()) -> list[Tensor]:
         """grad_x (of each step input), the gradient of each initial state given as a tensor, each learnable
         parameter's partials (of a pass: those it stores). `correction`: c1 and c0 (`gradients="corrected"`)."""
-        given = (grad_finals, grad_seqs, saved, initial, tensor_params, scalars, correction)
-        if tuple(map(len, given)) != self.counts:
-            _check_counts(self.key, _BACKWARD_LISTS, self.counts, given)
+        if (len(grad_finals), len(grad_seqs), len(saved), len(initial), len(tensor_params), len(scalars),
+                len(correction)) != self.counts:  # `len` each: cheaper than a map over the lists
+            _check_counts(self.key, _BACKWARD_LISTS, self.counts,
+                          (grad_finals, grad_seqs, saved, initial, tensor_params, scalars, correction))
         args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars, *correction)
         shape = grad_spike.shape
         n, steps = shape[-1], (None if self.single else shape[0])

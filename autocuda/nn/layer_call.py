@@ -98,7 +98,6 @@ def _programs(d: dict[str, Any]) -> Programs:
 # What a layer's call reads from its dict besides its parameters, states and inputs
 _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_output", "backend", "save_h",
              "recompute")
-_FLOAT = frozenset({float})  # the type of the states that a reset leaves
 
 
 def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple | None:
@@ -138,9 +137,12 @@ def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
     if not all(map(is_, now, seen)):
         return None
     names = d["_state_names"]
-    numbers = list(map(d.get, names))
-    if not _FLOAT.issuperset(map(type, numbers)):
-        return None
+    numbers = []
+    for name in names:  # a loop: cheaper than map and a set test for a layer's few states
+        value = d.get(name)
+        if type(value) is not float:
+            return None
+        numbers.append(value)
     results = run(first, x, [*numbers, *scalars])
     if not results:
         return None
