@@ -6,7 +6,15 @@ Variants: every shipped spec x dtype x kernel kind, under its own reset and the 
 detach_reset; the kernels' options one at a time; and for three models every layout the tuner and the fixed
 rules can choose (long-loop candidates, access widths, unrolling, native half arithmetic).
 
-To move the pin after a reviewed change: `AUTOCUDA_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py`.
+The default profile renders a covering set of them (`variants(every=False)`): every variant of conftest's
+REPRESENTATIVE_SPECS (whose kernels run every line and branch of the generator: alif's layouts among them); of
+each other spec, every kernel kind under each (reset, detach_reset) and each option, and each layout of the other
+layout models, each in one dtype taken in turn, so that each kind (and layout model) is rendered in every dtype
+(`test_the_default_variants_cover_every_pair`).
+With --slow, every variant. A generator change is proven byte-identical by the slow profile:
+`python -m pytest tests/test_golden.py --slow`.
+
+To move the pin after a reviewed change: `AUTOCUDA_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py --slow`.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from conftest import REPRESENTATIVE_SPECS, profile
 
 from autocuda import kernels
 from autocuda.runtime import tuning
@@ -51,35 +60,50 @@ def _layouts(dtype: str) -> Iterator[dict[str, Any]]:
         yield {"native": True, "lanes": 4, "vector": True}
 
 
-def variants(specs: Iterable[str] | None = None) -> Iterator[tuple[str, str, str, str, dict[str, Any]]]:
-    """(label, spec, kind, dtype, options) of every pinned variant (of the shipped specs named, default all)."""
-    for name in [name for name, _ in list_specs()] if specs is None else specs:
+def _taken(whole: bool, shift: int, dtype: str, index: int) -> bool:
+    """Whether the covering set holds the variant numbered `index` within its kind, of the spec numbered `shift`, in
+    `dtype`: all where `whole`, else those whose number picks this dtype, in turn."""
+    return whole or DTYPES.index(dtype) == (shift + index) % len(DTYPES)
+
+
+def variants(specs: Iterable[str] | None = None, every: bool = True
+             ) -> Iterator[tuple[str, str, str, str, dict[str, Any]]]:
+    """(label, spec, kind, dtype, options) of every pinned variant (of the shipped specs named, default all); with
+    `every=False` the covering set of them (module doc): a variant of a spec other than REPRESENTATIVE_SPECS is
+    taken in the dtype its index (spec's number + the variant's number within its kind) picks, in turn."""
+    all_specs = [name for name, _ in list_specs()]
+    for name in all_specs if specs is None else specs:
         spec = load_spec(name)
         resets = dict.fromkeys([spec.reset, "soft", "none", *(["hard"] if any(
             p.name == "v_reset" for p in spec.params) else [])])
+        taken = functools.partial(_taken, every or name in REPRESENTATIVE_SPECS,
+                                  all_specs.index(name) if name in all_specs else 0)
         for dtype in DTYPES:
             for kind in KINDS:
-                for reset in resets:
+                for r, reset in enumerate(resets):
                     for detach in (False, True):
                         options = {"reset": reset, "detach_reset": detach}
-                        yield _label(name, kind, dtype, options), name, kind, dtype, options
-                for options in FORWARD_OPTIONS if kind in ("fptt", "step-forward") else BACKWARD_OPTIONS:
-                    if kind == "fptt" or "final_states" not in options:  # the only kernel that may skip them
+                        if taken(dtype, 2 * r + detach):
+                            yield _label(name, kind, dtype, options), name, kind, dtype, options
+                for o, options in enumerate(FORWARD_OPTIONS if kind in ("fptt", "step-forward") else BACKWARD_OPTIONS):
+                    # fptt is the only kernel that may skip the final states
+                    if (kind == "fptt" or "final_states" not in options) and taken(dtype, o):
                         yield _label(name, kind, dtype, options), name, kind, dtype, options
             if name in LAYOUT_MODELS:
-                for layout in _layouts(dtype):
-                    for kind in ("fptt", "bptt"):
-                        yield _label(name, kind, dtype, layout), name, kind, dtype, layout
+                for j, layout in enumerate(_layouts(dtype)):
+                    if taken(dtype, j):
+                        for kind in ("fptt", "bptt"):
+                            yield _label(name, kind, dtype, layout), name, kind, dtype, layout
 
 
-def sources(specs: Iterable[str] | None = None) -> dict[str, str]:
+def sources(specs: Iterable[str] | None = None, every: bool = True) -> dict[str, str]:
     loaded = functools.cache(load_spec)  # each spec loaded once (loading finds and reads its file)
     return {label: kernels.source(loaded(name), kind, dtype, **options)
-            for label, name, kind, dtype, options in variants(specs)}
+            for label, name, kind, dtype, options in variants(specs, every)}
 
 
-def digests(specs: Iterable[str] | None = None) -> dict[str, str]:
-    return {label: hashlib.sha256(source.encode()).hexdigest() for label, source in sources(specs).items()}
+def digests(specs: Iterable[str] | None = None, every: bool = True) -> dict[str, str]:
+    return {label: hashlib.sha256(source.encode()).hexdigest() for label, source in sources(specs, every).items()}
 
 
 def _read() -> dict[str, str]:
@@ -91,7 +115,9 @@ def _read() -> dict[str, str]:
 
 
 def test_every_kernel_variant_is_byte_identical_to_its_pin():
-    texts = sources()
+    """Every pinned variant with --slow (and when the pin is moved), the covering set of them by default."""
+    every = profile() == "slow" or bool(os.environ.get("AUTOCUDA_UPDATE_GOLDEN"))
+    texts = sources(every=every)
     found = {label: hashlib.sha256(source.encode()).hexdigest() for label, source in texts.items()}
     named: dict[str, str] = {}  # the kernels are compiled and cached by name: two texts must not share one
     for label, source in texts.items():
@@ -102,7 +128,8 @@ def test_every_kernel_variant_is_byte_identical_to_its_pin():
         GOLDEN.write_text("".join(f"{digest}  {label}\n" for label, digest in sorted(found.items())))
     pinned = _read()
     changed = sorted(label for label in found if label in pinned and pinned[label] != found[label])
-    added, removed = sorted(set(found) - set(pinned)), sorted(set(pinned) - set(found))
+    added = sorted(set(found) - set(pinned))
+    removed = sorted(set(pinned) - set(found if every else (label for label, *_ in variants())))
     assert not (changed or added or removed), (
         f"{len(changed)} of {len(found)} kernel sources changed (first: {changed[:5]}), {len(added)} variants new "
         f"({added[:3]}), {len(removed)} gone ({removed[:3]}). Review the difference, run the GPU suite, then move "
@@ -110,9 +137,29 @@ def test_every_kernel_variant_is_byte_identical_to_its_pin():
     assert len(found) > 1000
 
 
+def test_the_default_variants_cover_every_pair():
+    """The covering set holds every variant of REPRESENTATIVE_SPECS and, of every spec, each kind under each (reset,
+    detach_reset) and each option, each kind in every dtype, and each layout model's layouts in every dtype."""
+    full, default = list(variants()), list(variants(every=False))
+    assert {v[0] for v in default} < {v[0] for v in full}
+    assert {v[0] for v in full if v[1] in REPRESENTATIVE_SPECS} <= {v[0] for v in default}
+    option_keys = {"reset", "detach_reset", *(key for options in FORWARD_OPTIONS + BACKWARD_OPTIONS for key in options)}
+
+    def is_layout(variant: tuple) -> bool:
+        return bool(set(variant[4]) - option_keys)
+
+    def without_dtype(variant: tuple) -> tuple:
+        return variant[1], variant[2], tuple(sorted(variant[4].items()))
+    assert {without_dtype(v) for v in full if not is_layout(v)} == {without_dtype(v) for v in default
+                                                                    if not is_layout(v)}
+    assert {v[1:4] for v in full} == {v[1:4] for v in default}  # spec, kind, dtype
+    assert {v[1:4] for v in full if is_layout(v)} == {v[1:4] for v in default if is_layout(v)}
+
+
 def test_the_pin_can_fail(monkeypatch):
-    """One changed character in one kernel's text is seen, in that kernel's variants only (all of LIF's are
-    compared: the other specs' are rendered by the test above, and the edit reaches LIF's alone)."""
+    """One changed character in one kernel's text is seen, in that kernel's variants only (LIF's are compared, all
+    of them with --slow, their covering set by default: the other specs' are rendered by the test above, and the
+    edit reaches LIF's alone)."""
     original = kernels.source
 
     def edited(spec, kind="fptt", dtype="float32", **options):
@@ -120,6 +167,6 @@ def test_the_pin_can_fail(monkeypatch):
         return text.replace("{", "{ ", 1) if spec.name == "lif" and kind == "bptt" and dtype == "float16" else text
 
     monkeypatch.setattr(kernels, "source", edited)
-    found, pinned = digests(["lif"]), _read()
+    found, pinned = digests(["lif"], every=profile() == "slow"), _read()
     changed = [label for label in found if pinned.get(label) != found[label]]
     assert changed and all(label.startswith("lif bptt float16") for label in changed)

@@ -3,7 +3,7 @@ statements printed from sympy (with invariants hoisted out of the time loop and 
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import functools
 
 import sympy as sp
 
@@ -212,16 +212,13 @@ class Builder:
         """The plan, with the hoisted invariants computed after everything else is set up (parameters loaded).
         They share common subexpressions like the loop body does: the coefficients of a discretised linear system
         repeat each other, and printed one by one they make sources that are slow to compile."""
-        counter = itertools.count(1)
-
-        def names():
-            for i in counter:
-                yield sp.Symbol(f"ac_kc{i}", real=True)
         items = list(self.invariants.items())
+        first = 0  # the ac_kc<i> names go on counting from one group into the next
         for group in (items[:self.sealed], items[self.sealed:]):
             if not group:
                 continue
-            replacements, reduced = sp.cse([expr for expr, _ in group], symbols=names(), order="none")
+            replacements, reduced, drawn = shared_subexpressions(tuple(expr for expr, _ in group), "ac_kc", first)
+            first += drawn
             for symbol, value in replacements:
                 self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
             for (expr, symbol), value in zip(group, reduced):
@@ -231,13 +228,9 @@ class Builder:
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
         """Common subexpressions of `exprs` as declared temporaries; returns the printed reduced exprs."""
-        exprs = [self.hoist(e) for e in exprs]
-
-        def names():
-            while True:
-                self.temp_count += 1
-                yield sp.Symbol(f"ac_c{self.temp_count}", real=True)
-        replacements, reduced = sp.cse(exprs, symbols=names(), order="none")
+        hoisted = tuple(self.hoist(e) for e in exprs)
+        replacements, reduced, drawn = shared_subexpressions(hoisted, "ac_c", self.temp_count)
+        self.temp_count += drawn
         for i, (symbol, value) in enumerate(replacements):
             self.printer.names[symbol] = symbol.name
             self.plan.body.append(Statement(symbol.name, self.printer(value), comment=comment if i == 0 else ""))
@@ -247,6 +240,24 @@ class Builder:
                   guard: str = "", otherwise: str = "") -> None:
         value = expr if isinstance(expr, str) else self.printer(self.hoist(expr))
         self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_subexpressions(exprs: tuple[sp.Expr, ...], prefix: str, first: int
+                          ) -> tuple[tuple[tuple[sp.Symbol, sp.Expr], ...], tuple[sp.Expr, ...], int]:
+    """sympy's cse of `exprs` (order "none"), its temporaries named <prefix><first + 1>, <prefix><first + 2>, ...:
+    (replacements, reduced exprs, how many names cse drew; it skips those the exprs hold already). A pure function
+    of its arguments, so cached: the kernels of one derivation in other dtypes or options repeat their
+    statements, and cse is the costliest step of printing them."""
+    drawn = 0
+
+    def names():
+        nonlocal drawn
+        while True:
+            drawn += 1
+            yield sp.Symbol(f"{prefix}{first + drawn}", real=True)
+    replacements, reduced = sp.cse(list(exprs), symbols=names(), order="none")
+    return tuple(replacements), tuple(reduced), drawn
 
 
 def _nodes(expr: sp.Basic, limit: int = 100) -> int:
