@@ -1,13 +1,11 @@
 """The scripts in examples/ run (quick modes; the full training run and its accuracy are measured by hand and
 stated in examples/train_digits.py and docs/examples.md).
 
-Most run as `__main__` in this process (`run`): a fresh interpreter would add only its imports. One that puts
-modules of its own into sys.modules runs in a child process (`run_alone`)."""
+They run as `__main__` in this process (`run`): a fresh interpreter would add only its imports. A script that
+puts modules of its own into sys.modules has them taken out after it (`leave_modules_as_found`)."""
 from __future__ import annotations
 
-import os
 import runpy
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,12 +36,12 @@ def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     return run_script
 
 
-def run_alone(script: str, *args: str, timeout: float = 300) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
-    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
+def leave_modules_as_found(names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put sys.modules' entries `names` back as they are now after the test: one absent now is set to None for the
+    test (an import of it raises ImportError, as an absent module's does) and taken out after it, with whatever the
+    script put there in its place."""
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name))
 
 
 def test_custom_neuron(run) -> None:
@@ -81,10 +79,12 @@ def test_flexsn_lif(run) -> None:
     assert accuracy > 0.9
 
 
-def test_train_sj_vgg_digits_quick() -> None:
+def test_train_sj_vgg_digits_quick(run, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
     pytest.importorskip("spikingjelly", reason="the example trains SpikingJelly's model zoo")
-    out = run_alone("train_sj_vgg_digits.py", "--epochs", "1", "--quick", "--device", "cpu")
+    # where torchvision is missing, the script puts a stand-in for it into sys.modules: taken out after the test
+    leave_modules_as_found(("torchvision", "torchvision.models", "torchvision.models.utils"), monkeypatch)
+    out = run("train_sj_vgg_digits.py", "--epochs", "1", "--quick", "--device", "cpu")
     theirs, ours = (line for line in out.splitlines() if "epoch 1" in line)
     assert theirs.startswith("SpikingJelly LIFNode") and ours.startswith("autocuda LIFNode")
     for line in (theirs, ours):  # (float32 rounding differs between the two: accuracies may differ a little)

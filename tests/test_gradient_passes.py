@@ -133,21 +133,29 @@ def test_fused_layer_in_two_passes_keeps_nothing_of_xs_size_but_x():
     assert large == {x.data_ptr()}
 
 
-# Each is an Inductor compile (seconds): by default the dynamic one, whose symbolic sizes are the harder case; the
-# static compile of the fused layer's two passes is also test_batchnorm's test_compiled_fullgraph_equals_eager.
-# The kernel's T is a constant of the graph (a new T compiles it again), so by default both shapes share one T, of
-# the loop kernels (test_batchnorm compiles a T below 8, a replaying kernel); --slow adds a replaying T here too.
+# By default the dynamic compile, whose symbolic sizes are the harder case; the static compile of the fused layer's
+# two passes is also test_batchnorm's test_compiled_fullgraph_equals_eager. The kernel's T is a constant of the
+# graph (a new T compiles it again), so by default both shapes share one T, of the loop kernels (test_batchnorm
+# compiles a T below 8, a replaying kernel); --slow adds a replaying T here too.
 COMPILED_SHAPES = ((10, 3, 4, 6, 7), (10, 2, 4, 3, 5), *([(4, 3, 4, 6, 7)] if profile() == "slow" else []))
+# What this checks is how the two passes' ops meet the compiler: Dynamo's graph without a break, their fake kernels
+# under symbolic sizes, AOTAutograd's forward and backward (with Inductor's partitioner) through them. aot_eager
+# traces all of that and runs the graphs as traced; Inductor would add the C++ it generates and compiles for the
+# ops around them (seconds per graph): --slow compiles with Inductor, and the default run meets Inductor with the
+# fused layer in test_batchnorm's test_compiled_fullgraph_equals_eager.
+COMPILER = "inductor" if profile() == "slow" else "aot_eager"
 
 
 @pytest.mark.parametrize("dynamic", [True] + ([False] if profile() == "slow" else []),
                          ids=lambda dynamic: "dynamic" if dynamic else "static")
 def test_fused_layer_in_two_passes_compiles(dynamic, monkeypatch):
+    """The fused layer's training call in two passes, compiled whole (fullgraph; aot_eager by default, Inductor with
+    --slow: see COMPILER), equals the eager layer: spikes, x's and the parameters' gradients."""
     import copy
 
     layer = _layer("parametric_lif")
     other = copy.deepcopy(layer)
-    compiled = torch.compile(other, fullgraph=True, dynamic=dynamic)
+    compiled = torch.compile(other, fullgraph=True, dynamic=dynamic, backend=COMPILER)
     calls = _spy(monkeypatch)
     for shape in COMPILED_SHAPES:
         x = torch.randn(*shape, dtype=torch.float64) + 0.8
