@@ -101,7 +101,7 @@ class ForwardForm:
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True):
         e = entry(key)
-        self.key, self.config, self.single, self.save, self.given_inits = key, e, single, save, given_inits
+        self.key, self.config, self.single, self.save = key, e, single, save
         self.n_states = len(e.state_names)
         self.n_more = len(e.input_keys) - 1  # step inputs after x
         inputs = e.op_inputs
@@ -187,7 +187,7 @@ class _BackwardForm:
     def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                  gradients: str = "all"):
         e = entry(key)
-        self.key, self.config, self.single = key, e, single
+        self.key, self.single = key, single
         saved = saved_names(key, single, given_inits)
         finals = tuple(f"grad_{s}_final" for s in e.state_names) if grad_finals else ()
         seqs = tuple(f"grad_{s}_seq" for s in e.state_names) if grad_state_seq else ()
@@ -346,7 +346,7 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
     """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata, the
     saved tensors (those the backward kernel reads, then the tensor parameters) and the call's program (whose
     backward launches are bound at its first backward)."""
-    ctx.form, ctx.key, ctx.outputs, ctx.saved_ok, ctx.program = form, form.key, form.outputs, form.save, program
+    ctx.form, ctx.outputs, ctx.program = form, form.outputs, program
     ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
     if form.save:
@@ -357,18 +357,18 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
 def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
     """The op's gradients: `neuron_backward` (`run_backward`: its implementation, for the eager twin) of what
     `_save_context` kept."""
-    if not ctx.saved_ok:
-        raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
     form: ForwardForm = ctx.form
+    if not form.save:
+        raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
     saved, n = ctx.saved_tensors, len(form.picks)
     shape, dtype, device = ctx.meta
     finals = _dense_all(grads, form.finals, shape, True, dtype, device)  # none given: a kernel taking zeros
     seqs = _dense_all(grads, form.seqs, shape, False, dtype, device) if form.seqs else []
     grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
-    program = getattr(ctx, "program", None)
+    program = ctx.program
     if program is not None and program.native_wanted:
         program.bind_backward(form, ctx.meta, list(saved[:n]), [*ctx.initial, *ctx.scalars])
-    out = (run_backward or neuron_backward)(ctx.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
+    out = (run_backward or neuron_backward)(form.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
                                             list(saved[n:]), ctx.scalars)
     n_inits, n_inputs = (0 if ctx.initial else form.n_states), 1 + form.n_more
     grad_inputs, grad_states, partials = out[:n_inputs], out[n_inputs:n_inputs + n_inits], out[n_inputs + n_inits:]
