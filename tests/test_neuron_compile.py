@@ -21,6 +21,11 @@ the generator and its templates that rendering the full set runs, rendering the 
 (bench/results/2026-11-27-cpu2-test-time/branches.py measures it). nvcc's verdict on a kernel that differs from a
 checked one only in options already checked on another spec is the same unless the spec's equations and those
 options interact, which is what the slow profile checks. Translation units of `CHUNK` kernels run in parallel.
+
+Architectures: with --slow every kernel is checked for each of CHECK_ARCHS; by default every kernel of the default
+set for the first (sm_80), and the representative specs' kernels of it for the others (sm_90): what nvcc compiles
+differently for another architecture (the CUDA headers' paths under __CUDA_ARCH__, the half and bfloat16
+intrinsics) follows the kernel's dtype and options, which the representative specs' kernels hold every one of.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from conftest import REPRESENTATIVE_SPECS, profile
 from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.dtypes import DTYPES, get_dtype
 from autocuda.kernels import neuron_kernel
+from autocuda.runtime.compile import CHECK_ARCHS
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import reset_rules
 
@@ -106,21 +112,41 @@ def default_set(dtype: str) -> list[Variant]:
 
 
 @functools.cache  # rendering is slow: both tests share it
-def _sources(dtype: str) -> tuple[str, ...]:
+def _sources(dtype: str, representative: bool = False) -> tuple[str, ...]:
+    """The sources of the profile's set in `dtype`; with `representative`, of its REPRESENTATIVE_SPECS' variants."""
     chosen = full_set(dtype) if profile() == "slow" else default_set(dtype)
     return tuple(dict.fromkeys(neuron_kernel(load_spec(name), kind, dtype, **dict(options)).full_codes
-                               for name, kind, options in chosen))
+                               for name, kind, options in chosen
+                               if not representative or name in REPRESENTATIVE_SPECS))
 
 
 CHUNK = 256  # kernels per translation unit: each nvcc run pays its start-up and the CUDA headers once (the default set
 # is one unit per dtype; the slow set a few, since units check in parallel)
 
 
+def _units(representative: bool = False) -> dict[str, str]:
+    """The translation units of `CHUNK` sources each, of every dtype (`_sources`)."""
+    return {f"{dtype} #{i // CHUNK}": "\n".join(_sources(dtype, representative)[i:i + CHUNK])
+            for dtype in DTYPES for i in range(0, len(_sources(dtype, representative)), CHUNK)}
+
+
 def test_every_variant_of_every_shipped_spec_compiles(nvcc):
-    units = {f"{dtype} #{i // CHUNK}": "\n".join(_sources(dtype)[i:i + CHUNK])
-             for dtype in DTYPES for i in range(0, len(_sources(dtype)), CHUNK)}
-    failures = nvcc(units)
+    """For each of CHECK_ARCHS: every kernel with --slow, by default the representative specs' beyond the first
+    architecture (module doc)."""
+    if profile() == "slow":
+        failures = nvcc(_units(), archs=CHECK_ARCHS)
+    else:
+        failures = nvcc(_units(), archs=CHECK_ARCHS[:1])
+        failures |= {f"{name} ({', '.join(CHECK_ARCHS[1:])})": message
+                     for name, message in nvcc(_units(representative=True), archs=CHECK_ARCHS[1:]).items()}
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
+
+
+def test_the_representative_kernels_hold_every_option_combination_of_the_default_set():
+    """What the other architectures check by default holds each (kernel kind, dtype, options) of the default set."""
+    for dtype in DTYPES:
+        default = {signature(v, dtype) for v in default_set(dtype)}
+        assert default == {signature(v, dtype) for v in default_set(dtype) if v[0] in REPRESENTATIVE_SPECS}
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
