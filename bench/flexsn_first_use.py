@@ -11,11 +11,17 @@ and jinja2 were imported. `--warm-torch` first runs the same torch ops around th
 backward) on other tensors, before the clock, so that torch's own first use (its kernels loaded on first launch,
 autograd's device thread) is not counted; the time it took is `torch_warm_s`.
 
-    python -m bench.flexsn_first_use [--device cuda] [--cores lif,alif] [--repeat 2] [--warm 1] [--warm-torch]
-                                     [--out DIR]
+The cores (`--cores`, default all): the shipped LIF and ALIF, an EIF-like core with `exp`, a core of two states
+with `clamp` and `torch.where` and an output that is an expression (not the spike nor a state), and a core of
+three states. `--profile DIR` writes the cProfile stats of each core's first cold and first warm child there
+(`<core>-cold.prof`, `<core>-warm.prof`; the profiler slows them: time without it).
 
-Prints a table and writes `first_use.json` under --out (when given). Targets (issue 26): cold <= 2 s, warm
-<= 0.1 s, from `import autocuda.nn` to the first backward done.
+    python -m bench.flexsn_first_use [--device cuda] [--cores lif,alif,...] [--repeat 2] [--warm 1]
+                                     [--warm-torch] [--out DIR] [--profile DIR]
+
+Prints a table, the medians per core and cache, and writes `first_use.json` under --out (when given). Targets
+(issue 45): cold <= 1.5 s, warm <= 0.15 s on the GPU, median of 5 fresh processes, from `import autocuda.nn` to
+the first backward done.
 """
 from __future__ import annotations
 
@@ -34,9 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The child: argv = device, core name, warm torch (0 or 1). Prints one JSON line.
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 import torch
 device, name, warm_torch = torch.device(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+profile_to = sys.argv[4] if len(sys.argv) > 4 else ""
 x = (torch.randn(8, 4096, device=device) * 2.0 + 0.5).requires_grad_(True)
 g = torch.randn(8, 4096, device=device)
 sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -70,6 +77,26 @@ def alif(x, v, a):
     s = spike(h - (1.0 + 0.2 * a))
     return s, h * (1.0 - s), 0.95 * a + s
 
+def eif(x, v):  # exponential integrate-and-fire: an exp of the state
+    h = v + (x - v + 0.5 * torch.exp((v - 0.8) / 0.5)) / 2.0
+    s = spike(h - 1.0)
+    return s, h * (1.0 - s) - 0.1 * s
+
+def clamp_where(x, v, a):  # two states, a clamp, a torch.where, and an output that is an expression
+    h = torch.clamp(v + (x - v) / 2.0, -1.0, 4.0)
+    s = spike(h - (1.0 + a))
+    return s, torch.where(h > 0.0, h, 0.1 * h), h * (1.0 - s), torch.clamp(0.9 * a + 0.1 * s, 0.0, 1.0)
+
+def three_state(x, v, i, a):  # a current, a membrane and an adaptation
+    i_new = 0.8 * i + x
+    h = v + (i_new - v) / 4.0
+    s = spike(h - (1.0 + 0.1 * a))
+    return s, h * (1.0 - s), i_new, 0.9 * a + s
+
+if profile_to:
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 t0 = time.perf_counter()
 import autocuda.nn
 from autocuda.surrogate import Sigmoid
@@ -85,21 +112,27 @@ if device.type == "cpu":  # the host runner: imported only where it runs
     timed(runner, "_compile", "compile_s")
     timed(runner, "load_kernel", "load_s")
 spike = Sigmoid(4.0)
-core = {"lif": (lif, 1), "alif": (alif, 2)}[name]
+core = {"lif": (lif, 1), "alif": (alif, 2), "eif": (eif, 1), "clamp_where": (clamp_where, 2),
+        "three_state": (three_state, 3)}[name]
 layer = autocuda.nn.FlexSN(*core, backend="cuda" if device.type == "cuda" else "host")
 t2 = time.perf_counter()
-spikes = layer(x)
+outputs = layer(x)
+outputs = outputs if isinstance(outputs, tuple) else (outputs,)
 sync()
 t3 = time.perf_counter()
-(spikes * g).sum().backward()
+sum((o * g).sum() for o in outputs).backward()
 sync()
 t4 = time.perf_counter()
+if profile_to:
+    profiler.disable()
+    profiler.dump_stats(profile_to)
 print(json.dumps({"first_use_s": t4 - t0, "import_s": t1 - t0, "construct_s": t2 - t1,
                   "first_forward_s": t3 - t2, "first_backward_s": t4 - t3, **spent, "torch_warm_s": torch_warm_s,
                   "kernels_compiled": compiling.stats["compiled"], "kernels_from_disk": compiling.stats["disk"],
                   "sympy": "sympy" in sys.modules, "jinja2": "jinja2" in sys.modules}))
 """
 
+CORES = ("lif", "alif", "eif", "clamp_where", "three_state")  # the cores the child defines
 COLUMNS = ("first_use_s", "import_s", "construct_s", "first_forward_s", "first_backward_s", "derive_render_s",
            "compile_s", "load_s", "op_backward_s", "torch_warm_s")
 
@@ -112,8 +145,10 @@ def child_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def measure(device: str, core: str, cache: Path, label: str, warm_torch: bool = False) -> dict[str, Any]:
-    argv = [sys.executable, "-c", CHILD, device, core, "1" if warm_torch else "0"]
+def measure(device: str, core: str, cache: Path, label: str, warm_torch: bool = False,
+            profile: Path | None = None) -> dict[str, Any]:
+    """One fresh child; with `profile`, its cProfile stats of the timed part are written there."""
+    argv = [sys.executable, "-c", CHILD, device, core, "1" if warm_torch else "0", str(profile or "")]
     start = time.perf_counter()
     proc = subprocess.run(argv, env=child_env(cache), capture_output=True, text=True, timeout=600)
     row: dict[str, Any] = {"core": core, "cache": label, "process_wall_s": time.perf_counter() - start}
@@ -124,20 +159,28 @@ def measure(device: str, core: str, cache: Path, label: str, warm_torch: bool = 
     return row
 
 
-def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: bool = False
-        ) -> list[dict[str, Any]]:
-    """`repeat` times per core: a cold child, then `warm` children on the cache it left."""
+def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: bool = False,
+        profile: Path | None = None) -> list[dict[str, Any]]:
+    """`repeat` times per core: a cold child, then `warm` children on the cache it left. With `profile` (a
+    folder), the first cold and the first warm child of each core write `<core>-<cache>.prof` there."""
     # One child first compiles every module's bytecode (as `pip install` does), so that "cold" means an empty
     # autocuda cache, not Python compiling sympy from source.
     with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
         measure(device, cores[0], Path(tmp) / "bytecode", "bytecode")
     rows = []
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+
+    def profiled(core: str, label: str, first: bool) -> Path | None:
+        return profile / f"{core}-{label}.prof" if profile is not None and first else None
+
     for core in cores:
-        for _ in range(repeat):
+        for i in range(repeat):
             with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
                 cache = Path(tmp) / "autocuda"
-                rows.append(measure(device, core, cache, "cold", warm_torch))
-                rows += [measure(device, core, cache, "warm", warm_torch) for _ in range(warm)]
+                rows.append(measure(device, core, cache, "cold", warm_torch, profiled(core, "cold", i == 0)))
+                rows += [measure(device, core, cache, "warm", warm_torch, profiled(core, "warm", i == 0 and j == 0))
+                         for j in range(warm)]
     return rows
 
 
@@ -171,14 +214,17 @@ def medians(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (NVRTC kernels) or cpu (the host runner)")
-    parser.add_argument("--cores", default="lif,alif", help="of lif, alif")
+    parser.add_argument("--cores", default=",".join(CORES), help=f"of {', '.join(CORES)}")
     parser.add_argument("--repeat", type=int, default=2, help="cold children per core")
     parser.add_argument("--warm", type=int, default=1, help="warm children after each cold one")
     parser.add_argument("--warm-torch", action="store_true",
                         help="run torch's own ops once before the clock (their first use is not counted)")
     parser.add_argument("--out", type=Path, help="folder for first_use.json")
+    parser.add_argument("--profile", type=Path,
+                        help="folder for cProfile stats of the first cold and warm child of each core (they run "
+                             "slower under the profiler: time without it)")
     args = parser.parse_args(argv)
-    rows = run(args.device, args.cores.split(","), args.repeat, args.warm, args.warm_torch)
+    rows = run(args.device, args.cores.split(","), args.repeat, args.warm, args.warm_torch, args.profile)
     print(table(rows))
     print(medians(rows))
     result = {"device": args.device, "rows": rows, "python": sys.version.split()[0], "warm_torch": args.warm_torch,
