@@ -14,10 +14,13 @@ autograd's device thread) is not counted; the time it took is `torch_warm_s`.
 The cores (`--cores`, default all): the shipped LIF and ALIF, an EIF-like core with `exp`, a core of two states
 with `clamp` and `torch.where` and an output that is an expression (not the spike nor a state), and a core of
 three states. `--profile DIR` writes the cProfile stats of each core's first cold and first warm child there
-(`<core>-cold.prof`, `<core>-warm.prof`; the profiler slows them: time without it).
+(`<core>-cold.prof`, `<core>-warm.prof`; the profiler slows them: time without it). `--keep-toolchain` starts
+each cold child with what a machine builds once for every neuron already in its cache (the host runner's
+precompiled shim, the native call path's library): a new neuron on a machine that used autocuda before; without
+it, a cold cache is empty (the first child, which compiles Python's bytecode, runs a core of its own).
 
     python -m bench.flexsn_first_use [--device cuda] [--cores lif,alif,...] [--repeat 2] [--warm 1]
-                                     [--warm-torch] [--out DIR] [--profile DIR]
+                                     [--warm-torch] [--keep-toolchain] [--out DIR] [--profile DIR]
 
 Prints a table, the medians per core and cache, and writes `first_use.json` under --out (when given). Targets
 (issue 45): cold <= 1.5 s, warm <= 0.15 s on the GPU, median of 5 fresh processes, from `import autocuda.nn` to
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,8 +116,13 @@ if device.type == "cpu":  # the host runner: imported only where it runs
     timed(runner, "_compile", "compile_s")
     timed(runner, "load_kernel", "load_s")
 spike = Sigmoid(4.0)
+def primer(x, v):  # a core of no benchmarked kind: the first child's (bytecode, toolchain)
+    h = 0.7 * v + x
+    s = spike(h - 0.8)
+    return s, h - 0.8 * s
+
 core = {"lif": (lif, 1), "alif": (alif, 2), "eif": (eif, 1), "clamp_where": (clamp_where, 2),
-        "three_state": (three_state, 3)}[name]
+        "three_state": (three_state, 3), "primer": (primer, 1)}[name]
 layer = autocuda.nn.FlexSN(*core, backend="cuda" if device.type == "cuda" else "host")
 t2 = time.perf_counter()
 outputs = layer(x)
@@ -159,14 +168,30 @@ def measure(device: str, core: str, cache: Path, label: str, warm_torch: bool = 
     return row
 
 
+def toolchain_parts(cache: Path) -> list[Path]:
+    """What a cache holds for the machine rather than for a neuron: the host runner's precompiled shim
+    (`host/shim-*`) and the native call path's library (`host/native-*`)."""
+    host = cache / "host"
+    return sorted([*host.glob("shim-*"), *host.glob("native-*")]) if host.is_dir() else []
+
+
+def copy_toolchain(parts: list[Path], cache: Path) -> None:
+    """The toolchain parts into an empty cache (private folders and files, as autocuda writes them)."""
+    host = cache / "host"
+    host.mkdir(mode=0o700, parents=True)
+    for part in parts:
+        if part.is_dir():
+            shutil.copytree(part, host / part.name)
+        else:
+            shutil.copy2(part, host / part.name)
+
+
 def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: bool = False,
-        profile: Path | None = None) -> list[dict[str, Any]]:
+        profile: Path | None = None, keep_toolchain: bool = False) -> list[dict[str, Any]]:
     """`repeat` times per core: a cold child, then `warm` children on the cache it left. With `profile` (a
-    folder), the first cold and the first warm child of each core write `<core>-<cache>.prof` there."""
-    # One child first compiles every module's bytecode (as `pip install` does), so that "cold" means an empty
-    # autocuda cache, not Python compiling sympy from source.
-    with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
-        measure(device, cores[0], Path(tmp) / "bytecode", "bytecode")
+    folder), the first cold and the first warm child of each core write `<core>-<cache>.prof` there. With
+    `keep_toolchain`, a cold cache holds what a machine builds once for every neuron (`toolchain_parts`), from a
+    first child of another core: cold is then a new neuron's first use on a machine that used autocuda before."""
     rows = []
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
@@ -174,13 +199,24 @@ def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: b
     def profiled(core: str, label: str, first: bool) -> Path | None:
         return profile / f"{core}-{label}.prof" if profile is not None and first else None
 
-    for core in cores:
-        for i in range(repeat):
-            with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
-                cache = Path(tmp) / "autocuda"
-                rows.append(measure(device, core, cache, "cold", warm_torch, profiled(core, "cold", i == 0)))
-                rows += [measure(device, core, cache, "warm", warm_torch, profiled(core, "warm", i == 0 and j == 0))
-                         for j in range(warm)]
+    # One child first compiles every module's bytecode (as `pip install` does), so that "cold" means an empty
+    # autocuda cache, not Python compiling sympy from source.
+    with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as first:
+        primer = Path(first) / "bytecode"
+        measure(device, "primer", primer, "bytecode")
+        if keep_toolchain and device.startswith("cuda"):  # the native library, built in the background there
+            subprocess.run([sys.executable, "-m", "autocuda.native", "--wait"], env=child_env(primer),
+                           capture_output=True, timeout=900)
+        parts = toolchain_parts(primer) if keep_toolchain else []
+        for core in cores:
+            for i in range(repeat):
+                with tempfile.TemporaryDirectory(prefix="autocuda-first-use-") as tmp:
+                    cache = Path(tmp) / "autocuda"
+                    if parts:
+                        copy_toolchain(parts, cache)
+                    rows.append(measure(device, core, cache, "cold", warm_torch, profiled(core, "cold", i == 0)))
+                    rows += [measure(device, core, cache, "warm", warm_torch,
+                                     profiled(core, "warm", i == 0 and j == 0)) for j in range(warm)]
     return rows
 
 
@@ -220,14 +256,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-torch", action="store_true",
                         help="run torch's own ops once before the clock (their first use is not counted)")
     parser.add_argument("--out", type=Path, help="folder for first_use.json")
+    parser.add_argument("--keep-toolchain", action="store_true",
+                        help="cold caches hold the machine's toolchain parts (the host shim's precompiled header, "
+                             "the native library): a new neuron on a machine that used autocuda before")
     parser.add_argument("--profile", type=Path,
                         help="folder for cProfile stats of the first cold and warm child of each core (they run "
                              "slower under the profiler: time without it)")
     args = parser.parse_args(argv)
-    rows = run(args.device, args.cores.split(","), args.repeat, args.warm, args.warm_torch, args.profile)
+    rows = run(args.device, args.cores.split(","), args.repeat, args.warm, args.warm_torch, args.profile,
+               args.keep_toolchain)
     print(table(rows))
     print(medians(rows))
     result = {"device": args.device, "rows": rows, "python": sys.version.split()[0], "warm_torch": args.warm_torch,
+              "keep_toolchain": args.keep_toolchain,
               "what": "seconds from `import autocuda.nn` (torch imported, device up) to the first backward done"}
     if args.device.startswith("cuda"):
         import torch
