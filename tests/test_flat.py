@@ -161,3 +161,33 @@ def test_flexsn_keeps_an_expression_outputs_program(tmp_path, monkeypatch) -> No
     for a, b in zip(outputs(), first):
         _same(a, b)
     assert flat.from_json(store.read(flexsn.KIND, key) or b"", flexsn._output_names(step))
+
+
+@pytest.mark.parametrize("threshold_related", [True, False])
+def test_a_layer_output_expression_is_kept_as_a_program(threshold_related: bool, tmp_path, monkeypatch) -> None:
+    """A spec's output expression (LIAF's) evaluates from its program as from the parsed expression; a later
+    process reads the program from disk (no sympy)."""
+    from autocuda.nn import output
+    from autocuda.spec.load import load_spec
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path / "cache"))
+    spec = load_spec("liaf").with_options(threshold_related=threshold_related)
+    torch.manual_seed(0)
+    x, spike = torch.randn(4, 6, dtype=torch.float64), (torch.rand(4, 6) > 0.5).double()
+    after = {s.name: torch.randn(4, 6, dtype=torch.float64) for s in spec.states}
+    params = {p.name: (None if p.name == "v_reset" else float(p.default)) for p in spec.params}
+    parsed = spec.parsed()
+    expected = evaluate(parsed.expand(parsed.output), {
+        **dict(zip(parsed.inputs, (x,))), parsed.s: spike,
+        **{symbol: after[n] for n, symbol in parsed.state_symbols.items()},
+        **{symbol: 0.0 if params[n] is None else params[n] for n, symbol in parsed.param_symbols.items()}})
+    output._program.cache_clear()  # as a new process would: the program is lowered and stored here
+    got = output.layer_output(spec, output.spec_output(spec), x, spike, after, params)
+    _same(got, expected)
+    output._program.cache_clear()  # as a new process would
+
+    def refuse(expr: object) -> None:
+        raise AssertionError("lowered again, though the program is on disk")
+    monkeypatch.setattr("autocuda.spec.torch_eval.lower", refuse)
+    monkeypatch.setattr(type(spec), "parsed", refuse)  # nor parsed: a process with the program needs no sympy
+    _same(output.layer_output(spec, output.spec_output(spec), x, spike, after, params), expected)
