@@ -7,7 +7,9 @@ forward and the first backward (derive, render, compile and load the kernels: fr
 The child times the stages by wrapping them (`derive_render_s`: building kernel sources; `compile_s`: NVRTC on a
 GPU, the host runner's compiler on a CPU; `load_s`: getting each launchable kernel, from the disk cache or
 compiled; `op_backward_s`: autocuda's part of the first backward, the rest being torch's) and says whether sympy
-and jinja2 were imported. `--warm-torch` first runs the same torch ops around the layer (a product, a sum, a
+and jinja2 were imported. `cpu_s` is the CPU time of the child itself over the same span and `compiler_cpu_s` that
+of the compilers it ran (the host runner's): on a machine shared with other work they move less than the wall
+time does. `--warm-torch` first runs the same torch ops around the layer (a product, a sum, a
 backward) on other tensors, before the clock, so that torch's own first use (its kernels loaded on first launch,
 autograd's device thread) is not counted; the time it took is `torch_warm_s`.
 
@@ -101,6 +103,11 @@ if profile_to:
     import cProfile
     profiler = cProfile.Profile()
     profiler.enable()
+import resource
+def children_cpu():  # the compilers this process ran and waited for (the host runner's, the shim's)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+c0, k0 = time.process_time(), children_cpu()
 t0 = time.perf_counter()
 import autocuda.nn
 from autocuda.surrogate import Sigmoid
@@ -132,17 +139,20 @@ t3 = time.perf_counter()
 sum((o * g).sum() for o in outputs).backward()
 sync()
 t4 = time.perf_counter()
+cpu_s, compiler_cpu_s = time.process_time() - c0, children_cpu() - k0
 if profile_to:
     profiler.disable()
     profiler.dump_stats(profile_to)
-print(json.dumps({"first_use_s": t4 - t0, "import_s": t1 - t0, "construct_s": t2 - t1,
+print(json.dumps({"first_use_s": t4 - t0, "cpu_s": cpu_s, "compiler_cpu_s": compiler_cpu_s,
+                  "import_s": t1 - t0, "construct_s": t2 - t1,
                   "first_forward_s": t3 - t2, "first_backward_s": t4 - t3, **spent, "torch_warm_s": torch_warm_s,
                   "kernels_compiled": compiling.stats["compiled"], "kernels_from_disk": compiling.stats["disk"],
                   "sympy": "sympy" in sys.modules, "jinja2": "jinja2" in sys.modules}))
 """
 
 CORES = ("lif", "alif", "eif", "clamp_where", "three_state")  # the cores the child defines
-COLUMNS = ("first_use_s", "import_s", "construct_s", "first_forward_s", "first_backward_s", "derive_render_s",
+COLUMNS = ("first_use_s", "cpu_s", "compiler_cpu_s",
+           "import_s", "construct_s", "first_forward_s", "first_backward_s", "derive_render_s",
            "compile_s", "load_s", "op_backward_s", "torch_warm_s")
 
 
