@@ -39,7 +39,7 @@ def test_an_option_of_the_text_is_part_of_what_was_parsed() -> None:
 def test_kernels_of_two_layouts_share_their_common_subexpressions() -> None:
     spec = load_spec("alif")
     kernels.neuron_kernel(spec, "bptt", "float32")
-    before = builder._shared.cache_info()
+    before = builder.shared_subexpressions.cache_info()
     kernels.neuron_kernel(spec, "bptt", "float32", unroll=4, replay=8)
-    after = builder._shared.cache_info()
+    after = builder.shared_subexpressions.cache_info()
     assert after.hits > before.hits and after.misses == before.misses
