@@ -30,6 +30,7 @@ from .. import functional as F
 from .. import store
 from ..errors import SpecError
 from ..runtime.configs import spec_ref, surrogate_ref
+from ..spec import flat
 from ..spec.model import Param
 from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
@@ -102,16 +103,32 @@ def flexsn_spec(core: Callable[..., Any], num_states: int, static_inputs: Sequen
     return _trace_step(core, num_states, static) if reads is None else _traced(core, reads, num_states, static)
 
 
+def _output_names(step: StepSpec) -> tuple[str, ...]:
+    """The names an output's expression may read: the inputs, the states, the parameters, s."""
+    return (*step.spec.inputs, *(s.name for s in step.spec.states), *(p.name for p in step.spec.params), "s")
+
+
 @functools.lru_cache(maxsize=256)
-def _expression(step: StepSpec, text: str) -> Any:
-    """An output's expression as sympy, and its symbols by name (the inputs, the states, the parameters, s)."""
+def _output_program(step: StepSpec, text: str) -> flat.Program:
+    """An output's expression as a flat program (`spec.flat`): read from the disk cache (checked: `flat.check`),
+    else parsed and lowered with sympy and stored, so that a later process evaluates it without sympy."""
+    names = _output_names(step)
+    key = store.key("flexsn output program " + repr((names, text)))
+    cached = store.read(KIND, key)
+    if cached is not None:
+        try:
+            return flat.from_json(cached, names)
+        except ValueError:
+            pass  # an entry this version did not write: lower the expression again
     import sympy
 
     from ..spec.parse import parse_expression
+    from ..spec.torch_eval import lower
 
-    names = [*step.spec.inputs, *(s.name for s in step.spec.states), *(p.name for p in step.spec.params), "s"]
     symbols = {n: sympy.Symbol(n, real=True) for n in names}
-    return parse_expression(text, symbols, source=step.spec.origin, field="outputs"), symbols
+    program = lower(parse_expression(text, symbols, source=step.spec.origin, field="outputs"))
+    store.save(KIND, key, flat.to_json(program))
+    return program
 
 
 class FlexSN(MemoryViews, MemoryBase):
@@ -347,13 +364,9 @@ class FlexSN(MemoryViews, MemoryBase):
             elif output.kind == STATE:
                 results.append(after[output.state])
             else:
-                from ..spec.torch_eval import evaluate  # sympy: only for outputs that are expressions
-
-                expr, symbols = _expression(self.step, output.expr)
-                values = {**{symbols[n]: u for n, u in zip(self.step.spec.inputs, inputs)},
-                          symbols["s"]: spike, **{symbols[n]: v for n, v in before.items()},
-                          **{symbols[n]: v for n, v in params.items()}}
-                results.append(evaluate(expr, values).to(x.dtype).expand(x.shape))
+                values = {**dict(zip(self.step.spec.inputs, inputs)), "s": spike, **before, **params}
+                program = _output_program(self.step, output.expr)
+                results.append(flat.run(program, values).to(x.dtype).expand(x.shape))
         return tuple(results)
 
     def _eager(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

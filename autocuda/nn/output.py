@@ -3,7 +3,8 @@ a state after the step (a non-spiking neuron's membrane), or an expression of x,
 step and the parameters (LIAF's analog output). The kernels run the spec as always; the output is read or
 computed from their spike and state sequences with torch after the kernel, as FlexSN's outputs are
 (`spec.step.Output`), so that autograd carries its gradient into the kernels' backward through those
-sequences. A plain name needs no sympy; only an expression is parsed (once per spec) and evaluated.
+sequences. A plain name needs no sympy; an expression is parsed and lowered to a flat program (`spec.flat`) once,
+kept in the disk cache, and evaluated from it: a later process needs no sympy for it either.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 import torch
 
-from ..spec.model import SPIKE_OUTPUT, NeuronSpec
+from .. import store
+from ..spec import flat
+from ..spec.model import SPIKE_OUTPUT, NeuronSpec, spec_text
 from ..spec.step import EXPRESSION, SPIKE, STATE, Output
 
 __all__ = ["spec_output", "layer_output"]
@@ -29,10 +32,32 @@ def spec_output(spec: NeuronSpec) -> Output:
     return Output(EXPRESSION, expr=text)
 
 
+KIND = "specs"  # the disk cache's folder of an output's flat program (beside FlexSN's)
+
+
+def _names(spec: NeuronSpec) -> tuple[str, ...]:
+    """The names an output may read: the step inputs, s, the states (after the step) and the parameters."""
+    return (*spec.inputs, "s", *(s.name for s in spec.states), *(p.name for p in spec.params))
+
+
 @functools.lru_cache(maxsize=64)
-def _expression(spec: NeuronSpec) -> Any:
+def _program(spec: NeuronSpec) -> flat.Program:
+    """The spec's output expression (derived values expanded) as a flat program (`spec.flat`): from the disk cache
+    (checked: `flat.check`), else parsed and lowered with sympy and stored, so that a later process evaluates the
+    output without sympy."""
+    key = store.key("layer output program " + spec_text(spec))
+    cached = store.read(KIND, key)
+    if cached is not None:
+        try:
+            return flat.from_json(cached, _names(spec))
+        except ValueError:
+            pass  # an entry this version did not write: lower the expression again
+    from ..spec.torch_eval import lower  # sympy
+
     parsed = spec.parsed()
-    return parsed, parsed.expand(parsed.output)
+    program = lower(parsed.expand(parsed.output))
+    store.save(KIND, key, flat.to_json(program))
+    return program
 
 
 def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequence[torch.Tensor],
@@ -44,13 +69,8 @@ def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequen
         return spike
     if output.kind == STATE:
         return after[output.state]
-    from ..spec.torch_eval import evaluate  # sympy: only for outputs that are expressions
-
-    parsed, expr = _expression(spec)
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     x = inputs[0]
-    values = {**dict(zip(parsed.inputs, inputs)), parsed.s: spike,
-              **{symbol: after[name] for name, symbol in parsed.state_symbols.items()},
-              **{symbol: 0.0 if params[name] is None else params[name]
-                 for name, symbol in parsed.param_symbols.items()}}
-    return evaluate(expr, values).to(x.dtype).expand(x.shape)
+    values = {**dict(zip(spec.inputs, inputs)), "s": spike, **{s.name: after[s.name] for s in spec.states},
+              **{p.name: 0.0 if params[p.name] is None else params[p.name] for p in spec.params}}
+    return flat.run(_program(spec), values).to(x.dtype).expand(x.shape)

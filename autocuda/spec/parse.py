@@ -78,9 +78,32 @@ RESERVED_NAMES = LANGUAGE_NAMES
 
 def parse_expression(text: str, symbols: Mapping[str, sympy.Basic], *, source: str = "<python>",
                      field: str = "", options: Mapping[str, bool] = _NO_OPTIONS) -> sympy.Expr:
-    """Parse one expression of the spec language into sympy, refusing anything outside the whitelist."""
+    """Parse one expression of the spec language into sympy, refusing anything outside the whitelist. A text
+    parsed before in this process, with the same symbols and options for the names it uses, gives the same
+    expression without building it again (a traced step's expressions are parsed back to check their text, then
+    again as its spec's; sympy's min and max take milliseconds each to build)."""
     tree = _parse_tree(text, source=source, field=field)
-    return budget.bounded(source, field, _Builder(text, symbols, options, source, field).build, tree.body)
+    key = _parse_key(text, tree, symbols, options)
+    found = _parsed.get(key)
+    if found is None:
+        found = budget.bounded(source, field, _Builder(text, symbols, options, source, field).build, tree.body)
+        if len(_parsed) >= MAX_PARSED:
+            _parsed.clear()
+        _parsed[key] = found
+    return found
+
+
+MAX_PARSED = 4096  # texts kept by `parse_expression`
+_parsed: dict[tuple, sympy.Expr] = {}
+
+
+def _parse_key(text: str, tree: ast.Expression, symbols: Mapping[str, sympy.Basic], options: Mapping[str, bool]
+               ) -> tuple:
+    """What the parse of `text` depends on: the text, and the symbol and the option value of each name it uses
+    (the rest of the tables does not change the expression)."""
+    used = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)})
+    return (text.strip(), tuple((n, symbols[n]) for n in used if n in symbols),
+            tuple((n, bool(options[n])) for n in used if n in options))
 
 
 def _parse_tree(text: object, *, source: str, field: str) -> ast.Expression:

@@ -16,7 +16,14 @@ import torch
 from mpmath.libmp import to_float  # type: ignore[import-untyped]
 from sympy.codegen.cfunctions import expm1
 
-__all__ = ["evaluate", "prepare_expression"]
+from .flat import Program
+from .flat import maximum as _maximum
+from .flat import minimum as _minimum
+from .flat import reciprocal as _reciprocal
+from .flat import scalar_of as _scalar
+from .flat import sign as _sign
+
+__all__ = ["evaluate", "prepare_expression", "lower"]
 
 Value = Union[torch.Tensor, float, bool]  # noqa: UP007 - used at runtime on py3.10 too
 
@@ -76,14 +83,6 @@ class _Walker:
         return fn(value) if isinstance(value, torch.Tensor) else _scalar(fn, scalar, float(value))
 
 
-def _scalar(fn: Callable[..., torch.Tensor], scalar: Callable[..., float], *args: float) -> float:
-    """A function of Python floats, by `math` (torch.compile folds it into a constant: no tensor, no .item());
-    where math raises (exp overflow, log(0), a negative base's fractional power) torch's float64 value instead,
-    so that scalars get inf and nan as tensors do."""
-    try:
-        return float(scalar(*args))
-    except (ArithmeticError, ValueError):
-        return fn(*(torch.tensor(a, dtype=torch.float64) for a in args)).item()
 
 
 def _symbol(w: _Walker, e: sympy.Symbol) -> Value:
@@ -141,12 +140,8 @@ def _pow(w: _Walker, e: sympy.Pow) -> Value:
     return _scalar(torch.pow, math.pow, b, x)
 
 
-def _reciprocal(value: float) -> float:
-    return 1.0 / value
 
 
-def _sign(value: float) -> float:
-    return value if value == 0 or math.isnan(value) else math.copysign(1.0, value)
 
 
 def _function(fn: Callable[[torch.Tensor], torch.Tensor], scalar: Callable[[float], float]
@@ -164,20 +159,8 @@ def _fold(pair: Callable[[Value, Value], Value]) -> Callable[[_Walker, sympy.Exp
     return rule
 
 
-def _minimum(a: Value, b: Value) -> Value:
-    if isinstance(a, torch.Tensor):
-        return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
-    if isinstance(b, torch.Tensor):
-        return torch.clamp(b, max=a)
-    return min(a, b)
 
 
-def _maximum(a: Value, b: Value) -> Value:
-    if isinstance(a, torch.Tensor):
-        return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
-    if isinstance(b, torch.Tensor):
-        return torch.clamp(b, min=a)
-    return max(a, b)
 
 
 def _select(w: _Walker, cond: Value, a: Value, b: Value) -> Value:
@@ -262,3 +245,67 @@ def _rule_for(expr: sympy.Basic) -> Callable[[_Walker, Any], Value] | None:
     if isinstance(expr, sympy.Symbol):  # Dummy and other Symbol subclasses
         return _symbol
     return None
+
+
+# -- lowering: the expression as a flat program (`spec.flat`), which `flat.run` evaluates as `evaluate` does ------
+_FUNCTION_NAMES: dict[type, str] = {
+    sympy.exp: "exp", expm1: "expm1", sympy.log: "log", sympy.Abs: "abs", sympy.sin: "sin", sympy.cos: "cos",
+    sympy.tan: "tan", sympy.tanh: "tanh", sympy.atan: "atan", sympy.erf: "erf", sympy.sign: "sign"}
+_FOLD_NAMES: dict[type, str] = {sympy.Add: "add", sympy.Mul: "mul", sympy.Min: "min", sympy.Max: "max",
+                                sympy.And: "and", sympy.Or: "or"}
+_RELATION_NAMES: dict[type, str] = {
+    sympy.StrictLessThan: "lt", sympy.LessThan: "le", sympy.StrictGreaterThan: "gt", sympy.GreaterThan: "ge",
+    sympy.Eq: "eq", sympy.Ne: "ne"}
+
+
+def lower(expr: sympy.Basic) -> Program:
+    """`expr` as a flat program (`spec.flat`): each distinct subexpression once, before the nodes that use it.
+    TypeError for a node `evaluate` cannot evaluate either."""
+    program: list[tuple[Any, ...]] = []
+    at: dict[sympy.Basic, int] = {}
+
+    def emit(instruction: tuple[Any, ...]) -> int:
+        program.append(instruction)
+        return len(program) - 1
+
+    def index(e: sympy.Basic) -> int:  # iterative over the tree's depth would not help: parsing bounds it
+        found = at.get(e)
+        if found is None:
+            found = at[e] = emit(_instruction(e, index))
+        return found
+
+    index(expr)
+    return tuple(program)
+
+
+def _instruction(e: sympy.Basic, index: Callable[[sympy.Basic], int]) -> tuple[Any, ...]:
+    """The instruction of node `e`, its operands lowered first (`index`), as `_rule_for(e)` evaluates it."""
+    kind = type(e)
+    if kind in _FOLD_NAMES:
+        return (_FOLD_NAMES[kind], *(index(a) for a in e.args))
+    if kind in _FUNCTION_NAMES:
+        return (_FUNCTION_NAMES[kind], index(e.args[0]))
+    if kind in _RELATION_NAMES:
+        return (_RELATION_NAMES[kind], index(e.args[0]), index(e.args[1]))
+    if kind is sympy.Pow:
+        base, exponent = e.args
+        how = "sqrt" if exponent == _HALF else "reciprocal" if exponent == _MINUS_ONE else \
+            int(exponent.p) if exponent.is_Integer else None
+        return ("pow", index(base), index(exponent), how)
+    if kind is sympy.Heaviside:
+        return ("heaviside", index(e.args[0]), _number(None, e.args[1]) if len(e.args) > 1 else 0.5)  # type: ignore[arg-type]
+    if kind is sympy.Piecewise:
+        return ("piecewise", *(i for piece, cond in e.args
+                               for i in (index(piece), -1 if cond is sympy.true else index(cond))))
+    if kind is sympy.Not:
+        return ("not", index(e.args[0]))
+    if kind is sympy.ITE:
+        return ("ite", *(index(a) for a in e.args))
+    if e is sympy.true or e is sympy.false:
+        return (str(bool(e)).lower(),)
+    rule = _rule_for(e)
+    if rule is _number:
+        return ("number", _number(None, e))  # type: ignore[arg-type]
+    if rule is _symbol:
+        return ("symbol", e.name)
+    raise TypeError(f"cannot evaluate sympy node {type(e).__name__}: {e}")

@@ -1,0 +1,45 @@
+"""What a new neuron's first use in a process does once, not again: a spec text parsed before is not built
+again (for the same symbols and options of the names it uses), and the kernels of one derivation that differ in
+layout share their common subexpressions (bench/flexsn_first_use.py times the whole first use)."""
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from autocuda import kernels
+from autocuda.codegen import builder
+from autocuda.errors import SpecError
+from autocuda.spec import parse
+from autocuda.spec.load import load_spec
+
+X, V = sympy.Symbol("x", real=True), sympy.Symbol("v", real=True)
+
+
+def test_a_text_parsed_before_is_not_built_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds = []
+    bounded = parse.budget.bounded
+    monkeypatch.setattr(parse.budget, "bounded", lambda *args, **kwargs: builds.append(args[1]) or bounded(*args,
+                                                                                                          **kwargs))
+    text = "min(max(x + 0.25 * v, -1.0), 4.5) + where(v > 1, x, 0)"
+    first = parse.parse_expression(text, {"x": X, "v": V}, field="one")
+    again = parse.parse_expression(text, {"x": X, "v": V, "a": sympy.Symbol("a", real=True)}, field="two")
+    assert again == first and builds == ["one"]  # a name the text does not use changes nothing
+    other = parse.parse_expression(text, {"x": sympy.Symbol("x"), "v": V}, field="three")  # another x
+    assert other != first and builds == ["one", "three"]
+    with pytest.raises(SpecError, match="unknown name 'v'"):  # an error is never taken from an earlier parse
+        parse.parse_expression(text, {"x": X})
+
+
+def test_an_option_of_the_text_is_part_of_what_was_parsed() -> None:
+    text = "x if fast else v"
+    assert parse.parse_expression(text, {"x": X, "v": V}, options={"fast": True}) == X
+    assert parse.parse_expression(text, {"x": X, "v": V}, options={"fast": False}) == V
+
+
+def test_kernels_of_two_layouts_share_their_common_subexpressions() -> None:
+    spec = load_spec("alif")
+    kernels.neuron_kernel(spec, "bptt", "float32")
+    before = builder.shared_subexpressions.cache_info()
+    kernels.neuron_kernel(spec, "bptt", "float32", unroll=4, replay=8)
+    after = builder.shared_subexpressions.cache_info()
+    assert after.hits > before.hits and after.misses == before.misses
