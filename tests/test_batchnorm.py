@@ -270,9 +270,16 @@ def _spiking_vgg():
 def test_fuse_batchnorm_on_spikingjelly_vgg11_bn() -> None:
     spiking_vgg, functional, layer = _spiking_vgg()
     torch.manual_seed(0)
-    net = spiking_vgg.spiking_vgg11_bn(spiking_neuron=ann.LIFNode, num_classes=10, backend="reference")
-    net.classifier = nn.Sequential(layer.Linear(512 * 7 * 7, 10))  # the zoo's 4096-wide head: not the subject
+    with torch.device("meta"):  # the zoo's 4096-wide head (120M weights) is not the subject: never made
+        net = spiking_vgg.spiking_vgg11_bn(spiking_neuron=ann.LIFNode, num_classes=10, backend="reference")
+        net.classifier = nn.Sequential(layer.Linear(512 * 7 * 7, 10))
+    net = net.to_empty(device="cpu")
+    for module in net.modules():  # every weight and running statistic made, then the zoo's initialisation
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    net._initialize_weights()
     net = net.to(DT)
+    functional.reset_net(net)
     functional.set_step_mode(net, "m")
     fused = ann.fuse_batchnorm(copy.deepcopy(net))
     findings = ann.batchnorm_fusions(net)

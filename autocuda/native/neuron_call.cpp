@@ -10,6 +10,12 @@
 // - Every index a plan holds is checked when it is made, never on the hot path.
 // - Kernels launch on torch's current stream of the tensors' device (in backward, the stream autograd gives the
 //   node: its forward's), in the device's primary context, as the Python launcher does.
+// - The torch headers declare only the operators this file calls (at::empty, at::zeros: their per-operator
+//   headers, as torch's own sources include them), not all of ATen's thousands, which the autograd headers would
+//   otherwise pull in (most of the library's build time is spent reading headers).
+#define AT_PER_OPERATOR_HEADERS
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
