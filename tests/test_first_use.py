@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 import sympy
+import torch
 
 from autocuda import kernels
-from autocuda.codegen import builder
+from autocuda.codegen import builder, neuron_kernel
 from autocuda.errors import SpecError
+from autocuda.nn.flexsn import flexsn_spec
 from autocuda.spec import parse
 from autocuda.spec.load import load_spec
+from autocuda.surrogate import Sigmoid
 
 X, V = sympy.Symbol("x", real=True), sympy.Symbol("v", real=True)
 
@@ -43,3 +46,23 @@ def test_kernels_of_two_layouts_share_their_common_subexpressions() -> None:
     kernels.neuron_kernel(spec, "bptt", "float32", unroll=4, replay=8)
     after = builder.shared_subexpressions.cache_info()
     assert after.hits > before.hits and after.misses == before.misses
+
+
+def _clamp_where_step(x, v, a):  # min, max and where: a derivation of Piecewise and Heaviside terms
+    h = torch.clamp(v + (x - v) / 2.0, -1.0, 4.0)
+    s = Sigmoid(4.0)(h - (1.0 + a))
+    return s, torch.where(h > 0.0, h, 0.1 * h), h * (1.0 - s), torch.clamp(0.9 * a + 0.1 * s, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("name", ["alif", "izhikevich", "two_compartment", "liaf", "clamp_where"])
+def test_a_derivation_prints_as_its_repr(name: str) -> None:
+    """Kernel names are digests of a derivation's repr: its text printed with shared subexpressions is that repr
+    (Floats at the top and inside included)."""
+    spec = flexsn_spec(_clamp_where_step, 2).spec if name == "clamp_where" else load_spec(name)
+    derivation = kernels._derivation(spec, spec.reset, False, ())
+    neuron_kernel._text.cache_clear()
+    neuron_kernel._SHARED.clear()
+    assert neuron_kernel._text(derivation) == repr(derivation)
+    neuron_kernel._SHARED.clear()  # a Float alone (full precision), then inside a product, and the other way
+    value = (sympy.Float(0.25), sympy.Float(0.25) * X, sympy.Float(0.1) * X, sympy.Float(0.1), (X,), ())
+    assert neuron_kernel.value_text(value) == repr(value)

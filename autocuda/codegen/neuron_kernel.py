@@ -23,11 +23,12 @@ import hashlib
 from typing import Any
 
 import sympy as sp
+from sympy.printing.str import StrPrinter
 
 from ..ckernel import CKernel
 from ..cnames import comment_text
 from ..dtypes import headers_for
-from ..spec.derive import Derivation, spike_value
+from ..spec.derive import BackwardStep, Derivation, ForwardStep, StepSystem, spike_value
 from .builder import kernel_param
 from .kernel_plans import SURROGATE_INPUT, backward_plan, forward_plan
 from .options import (
@@ -113,7 +114,44 @@ def _text(part: Any) -> str:
     """repr of a derivation or a part of it, once: every variant of a spec names its kernel from it, and
     printing a large derivation takes a good part of a second. A derivation's is made of its parts' (its system
     and forward step are printed once, for its forward kernels' names and its own)."""
-    return part.text(_text) if isinstance(part, Derivation) else repr(part)
+    return part.text(_text) if isinstance(part, Derivation) else value_text(part)
+
+
+class _SharedStr(StrPrinter):
+    """sympy's repr text (`sstr`, order None), each subexpression's text kept in `_SHARED` and used again wherever
+    it appears: a derivation's expressions share many subexpressions, which repr prints once per appearance.
+    A subexpression prints alike wherever it stands, but for a Float, whose text differs at the top (full
+    precision) and inside an expression: Floats are printed each time."""
+
+    def __init__(self) -> None:
+        super().__init__({"order": None})
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        if kwargs or not isinstance(expr, sp.Basic) or isinstance(expr, sp.Float):
+            return super()._print(expr, **kwargs)
+        found = _SHARED.get(expr)
+        if found is None:
+            found = super()._print(expr)
+            if len(_SHARED) >= MAX_SHARED:
+                _SHARED.clear()
+            _SHARED[expr] = found
+        return found
+
+
+MAX_SHARED = 50_000  # subexpression texts kept by `_SharedStr`
+_SHARED: dict[sp.Basic, str] = {}
+
+
+def value_text(value: Any) -> str:
+    """repr(value) for the values a derivation holds (sympy expressions, tuples, the derivation's dataclasses,
+    anything else by its own repr), sympy's text printed by `_SharedStr`."""
+    if isinstance(value, sp.Basic):
+        return _SharedStr().doprint(value)
+    if type(value) is tuple:
+        return "(" + ", ".join(value_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, (StepSystem, ForwardStep, BackwardStep)):
+        return value.text(value_text)
+    return repr(value)
 
 
 def _tuple_text(items: tuple) -> str:

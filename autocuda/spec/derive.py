@@ -66,7 +66,11 @@ class StepSystem:
     def __repr__(self) -> str:
         """The dataclass's repr, without `levels` where there are none, `more_inputs` where there is x alone and
         `fires_at` where it is ">=": kernel names are digests of it, and the systems without these keep theirs."""
-        return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at"))
+        return self.text(repr)
+
+    def text(self, field_repr: Callable[[Any], str]) -> str:
+        """repr(self), each field's value spelled by `field_repr` (which must give repr's text)."""
+        return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at"), field_repr)
 
 
 def _repr_without_defaults(obj: object, optional: tuple[str, ...],
@@ -147,6 +151,10 @@ class ForwardStep:
     charge: sp.Expr
     new_states: tuple[sp.Expr, ...]     # in terms of H, SPIKE (SPIKE_RESET replaced by SPIKE), x, states, params
 
+    def text(self, field_repr: Callable[[Any], str]) -> str:
+        """repr(self) (the dataclass's), each field's value spelled by `field_repr` (which must give repr's text)."""
+        return _repr_without_defaults(self, (), field_repr)
+
 
 @dataclass(frozen=True)
 class BackwardStep:
@@ -170,7 +178,11 @@ class BackwardStep:
 
     def __repr__(self) -> str:
         """Without the fields of further inputs where there are none (kernel names are digests of it)."""
-        return _repr_without_defaults(self, ("grad_more_inputs", "needs_more_inputs"))
+        return self.text(repr)
+
+    def text(self, field_repr: Callable[[Any], str]) -> str:
+        """repr(self), each field's value spelled by `field_repr` (which must give repr's text)."""
+        return _repr_without_defaults(self, ("grad_more_inputs", "needs_more_inputs"), field_repr)
 
 
 @dataclass(frozen=True)
