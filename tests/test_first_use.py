@@ -54,7 +54,7 @@ def _clamp_where_step(x, v, a):  # min, max and where: a derivation of Piecewise
     return s, torch.where(h > 0.0, h, 0.1 * h), h * (1.0 - s), torch.clamp(0.9 * a + 0.1 * s, 0.0, 1.0)
 
 
-@pytest.mark.parametrize("name", ["alif", "izhikevich", "two_compartment", "liaf", "clamp_where"])
+@pytest.mark.parametrize("name", ["alif", "izhikevich", "liaf", "clamp_where"])
 def test_a_derivation_prints_as_its_repr(name: str) -> None:
     """Kernel names are digests of a derivation's repr: its text printed with shared subexpressions is that repr
     (Floats at the top and inside included)."""
