@@ -1,6 +1,6 @@
-"""DistributedDataParallel on CPU processes: two processes under torchrun, gloo averaging the gradients, the
-neurons on the host runner (the generated kernels compiled for the CPU), give the gradients and outputs of one
-process over the whole batch. The same script over two GPUs with NCCL is a GPU test (tests/gpu)."""
+"""DistributedDataParallel on CPU processes: two processes, gloo averaging the gradients, the neurons on the host
+runner (the generated kernels compiled for the CPU), give the gradients and outputs of one process over the whole
+batch. The same script over two GPUs with NCCL under torchrun is a GPU test (tests/gpu)."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,6 +19,29 @@ DDP_SCRIPT = REPO / "tests" / "gpu" / "ddp_step.py"
 
 
 HOST_MISSING = toolchain.missing()
+
+
+def run_ranks(command: list[str], world_size: int, env: dict[str, str]) -> list[subprocess.CompletedProcess]:
+    """`command` run as each rank of a process group, as torchrun's workers are (RANK, WORLD_SIZE, LOCAL_RANK...),
+    without torchrun's own process (another interpreter importing torch). The group's rendezvous store is served
+    here, on a port the system picks (TORCHELASTIC_USE_AGENT_STORE: the ranks connect to it, as to torchrun's)."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    shared = env | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(world_size),
+                    "LOCAL_WORLD_SIZE": str(world_size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    ranks = [subprocess.Popen(command, env=shared | {"RANK": str(rank), "LOCAL_RANK": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+             for rank in range(world_size)]
+    try:
+        outputs = [rank.communicate(timeout=600) for rank in ranks]
+        return [subprocess.CompletedProcess(rank.args, rank.returncode, *out) for rank, out in zip(ranks, outputs)]
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait()
+        del store
 
 
 def _load_ddp_script():
@@ -42,10 +65,8 @@ def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path)
     # AUTOCUDA_NATIVE=0: see test_store's warm-cache test (a fresh cache would start a native build per process)
     env = os.environ | {"AUTOCUDA_CACHE_DIR": str(store.root()), "OMP_NUM_THREADS": "1", "AUTOCUDA_NATIVE": "0",
                         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(DDP_SCRIPT), str(outfile), "--cpu"], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    for rank, done in enumerate(run_ranks([sys.executable, str(DDP_SCRIPT), str(outfile), "--cpu"], 2, env)):
+        assert done.returncode == 0, f"rank {rank} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     ddp = torch.load(outfile)
     assert ddp["world_size"] == 2
     script.check_against_single_process(ddp, single)

@@ -3,13 +3,16 @@ object gives equal spikes and states and gradients within rounding, on the refer
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 
 import pytest
 import torch
 from backends import CPU_BACKENDS
+from conftest import compile_launched
 
 from autocuda.errors import SpecError
+from autocuda.host import toolchain
 from autocuda.nn import FlexSN
 
 sj_flexsn = pytest.importorskip("spikingjelly.activation_based.neuron.flexsn")
@@ -101,8 +104,39 @@ def _compare(ours, theirs, xs) -> None:
         torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the tests below, compiled up front many to a compiler run (`conftest.compile_launched`):
+    each test would compile its own in a compiler run of their own. The calls are the tests' own on the host."""
+    if toolchain.missing() is not None:
+        return 0
+
+    def calls(make, inputs: list[tuple[torch.Tensor, ...]], grad: bool = True) -> None:
+        layer, outputs = make(), []
+        for xs in inputs:
+            outputs += _call(layer, *(x.clone().requires_grad_(grad) for x in xs))
+        if grad:
+            _loss(outputs, layer.states).backward()
+
+    def flexsn(core, num_states: int, statics, step_mode: str):
+        return functools.partial(FlexSN, core, num_states, statics(), step_mode=step_mode, store_state_seqs=True,
+                                 backend="host")
+
+    x = torch.rand(12, N, dtype=torch.float64)
+    made = [(flexsn(*_cases()[name], "m"), [(x[:7],), (x[7:],)]) for name in MULTI_STEP]
+    made += [(flexsn(*_cases()[name], "s"), [(step,) for step in x[:5]]) for name in SINGLE_STEP]
+    made += [(flexsn(*case, step_mode), [(x[:7], x[:7]) if step_mode == "m" else (x[0], x[0])])
+             for case in SEVERAL_INPUTS for step_mode in ("m", "s")]
+    leaky = functools.partial(FlexSN, leaky_core, 1, store_state_seqs=True, backend="host")
+    return compile_launched(functools.partial(calls, leaky, [(x[:6],)], grad=False),
+                            *(functools.partial(calls, make, inputs) for make, inputs in made))
+
+
+MULTI_STEP, SINGLE_STEP = ["lif", "alif", "eif", "multi"], ["lif", "alif", "multi"]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["lif", "alif", "eif", "multi"])
+@pytest.mark.parametrize("name", MULTI_STEP)
 def test_multi_step_matches_spikingjelly(name: str, backend: str) -> None:
     ours, theirs = _both(name, "m", backend)
     torch.manual_seed(0)
@@ -111,7 +145,7 @@ def test_multi_step_matches_spikingjelly(name: str, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["lif", "alif", "multi"])
+@pytest.mark.parametrize("name", SINGLE_STEP)
 def test_single_step_matches_spikingjelly(name: str, backend: str) -> None:
     ours, theirs = _both(name, "s", backend)
     torch.manual_seed(1)
@@ -179,15 +213,18 @@ def compared_inputs_core(x, y, v):  # the inputs meet in a condition and beside 
     return s, h * (1.0 - s)
 
 
-@pytest.mark.parametrize("backend", [*BACKENDS, "eager"])
-@pytest.mark.parametrize("step_mode", ["m", "s"])
-@pytest.mark.parametrize("core, num_states, statics", [
+SEVERAL_INPUTS = [
     (two_input_core, 1, lambda: (torch.nn.Parameter(torch.linspace(1.5, 3.0, N, dtype=torch.float64)),)),
     (gated_input_core, 1, lambda: ()),
     (conductance_core, 1, lambda: (torch.nn.Parameter(torch.linspace(1.5, 3.0, N, dtype=torch.float64)),
                                    torch.nn.Parameter(torch.tensor(3.0, dtype=torch.float64)),
                                    torch.tensor(-1.0, dtype=torch.float64))),
-    (compared_inputs_core, 1, lambda: ())], ids=["two", "gated", "conductance", "compared"])
+    (compared_inputs_core, 1, lambda: ())]
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "eager"])
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+@pytest.mark.parametrize("core, num_states, statics", SEVERAL_INPUTS, ids=["two", "gated", "conductance", "compared"])
 def test_several_step_inputs_match_spikingjelly(core, num_states, statics, step_mode: str, backend: str) -> None:
     ours = FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True, backend=backend)
     theirs = sj_flexsn.FlexSN(core, num_states, statics(), step_mode=step_mode, store_state_seqs=True)

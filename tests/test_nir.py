@@ -7,6 +7,7 @@ Everything runs on CPU in float64, with backend "reference" and "host" (the gene
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import runpy
 import sys
@@ -20,6 +21,7 @@ from torch import nn
 nir = pytest.importorskip("nir")  # SpikingJelly's NIR exchange also needs nirtorch: those tests skip without it
 
 from backends import CPU_BACKENDS, NEEDS_HOST  # noqa: E402
+from conftest import compile_launched  # noqa: E402
 
 from autocuda.nir import NIRModule, from_nir, to_nir  # noqa: E402
 from autocuda.nn import IFNode, LIFNode, Neuron, ParametricLIFNode  # noqa: E402
@@ -351,26 +353,47 @@ def test_round_trip_of_an_imported_recurrent_graph(tmp_path: Path) -> None:
     np.testing.assert_array_equal(_run(model, x), expected)  # exporting left the model's states alone
 
 
-@NEEDS_HOST
-@pytest.mark.parametrize("method", ["euler", "semi_implicit", "exact"])
-@pytest.mark.parametrize("recurrent", [False, True])
-def test_gradients_of_host_kernels_match_reference(method: str, recurrent: bool) -> None:
-    """Backward through the generated kernels (fused over T, or single steps in a recurrent graph)."""
+METHODS = ["euler", "semi_implicit", "exact"]
+
+
+def _gradient_case(recurrent: bool) -> tuple[nir.NIRGraph, torch.Tensor]:
+    """A graph of two neuron layers (with a recurrent edge or not) and its input."""
     rng = _rng(10)
     graph = _graph(nir.Affine(weight=rng.normal(size=(5, 3)), bias=np.zeros(5)), _snntorch_lif(5, rng),
                    nir.Affine(weight=rng.normal(size=(4, 5)), bias=np.full(4, 0.5)), _norse_cuba(4, rng),
                    edges=[("n3", "rec"), ("rec", "n3")] if recurrent else [])
     if recurrent:
         graph.nodes["rec"] = nir.Linear(weight=rng.normal(size=(4, 4)))
-    x = torch.as_tensor(rng.uniform(0, 2, size=(8, 2, 3)))
+    return graph, torch.as_tensor(rng.uniform(0, 2, size=(8, 2, 3)))
+
+
+def _gradient_run(graph: nir.NIRGraph, x: torch.Tensor, method: str, backend: str) -> tuple[NIRModule, list]:
+    model = from_nir(graph, dtype=F64, method=method, backend=backend)
+    x_b = x.clone().requires_grad_()
+    out = model(x_b)
+    (out * torch.linspace(0.5, 1.5, out.numel(), dtype=F64).view(out.shape)).sum().backward()
+    return model, [x_b.grad, *(p.grad for p in model.parameters())]
+
+
+@pytest.fixture(scope="module")
+def gradient_kernels() -> int:
+    """The host kernels of the gradient test's graphs, compiled up front many to a compiler run
+    (`conftest.compile_launched`): each case would compile its own in a compiler run of their own."""
+    cases = [(*_gradient_case(recurrent), method) for recurrent in (False, True) for method in METHODS]
+    return compile_launched(*(functools.partial(_gradient_run, graph, x, method, "host") for graph, x, method in cases))
+
+
+@NEEDS_HOST
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_gradients_of_host_kernels_match_reference(method: str, recurrent: bool, gradient_kernels: int) -> None:
+    """Backward through the generated kernels (fused over T, or single steps in a recurrent graph)."""
+    graph, x = _gradient_case(recurrent)
     grads = []
     for backend in ("reference", "host"):
-        model = from_nir(graph, dtype=F64, method=method, backend=backend)
+        model, model_grads = _gradient_run(graph, x, method, backend)
         assert model.recurrent is recurrent
-        x_b = x.clone().requires_grad_()
-        out = model(x_b)
-        (out * torch.linspace(0.5, 1.5, out.numel(), dtype=F64).view(out.shape)).sum().backward()
-        grads.append([x_b.grad, *(p.grad for p in model.parameters())])
+        grads.append(model_grads)
     assert grads[0][0].abs().sum() > 0
     for ours, reference in zip(grads[1], grads[0]):
         torch.testing.assert_close(ours, reference, rtol=1e-10, atol=1e-12)

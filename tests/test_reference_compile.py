@@ -28,11 +28,7 @@ def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_m
     net.zero_grad()
     net[1].reset()
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(net)(x)
-    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
-    net[1].reset()
-    torch._dynamo.reset()
-    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")  # a graph break raises, naming its reason
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = compiled(x)

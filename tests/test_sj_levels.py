@@ -3,14 +3,17 @@ SpikingJelly's own classes, on the reference and on the generated kernels (host 
 gradients within rounding; their signatures and argument checks (skipped where SpikingJelly does not import)."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
 import torch
 from backends import CPU_BACKENDS
+from conftest import compile_launched
 
 import autocuda.nn as our
 import autocuda.surrogate as ours
+from autocuda.host import toolchain
 from autocuda.nn.spikingjelly_levels import MultiLevelSpikeCount, ilif_spec
 from autocuda.spec.load import load_spec
 
@@ -51,6 +54,22 @@ def _both(kwargs: dict) -> tuple[dict, dict]:
 
 def run(layer: torch.nn.Module, x_seq: torch.Tensor, step_mode: str) -> torch.Tensor:
     return layer(x_seq) if step_mode == "m" else torch.stack([layer(x) for x in x_seq])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the cases below, compiled up front many to a compiler run (`conftest.compile_launched`):
+    each test would compile its own in a compiler run of their own."""
+    if toolchain.missing() is not None:
+        return 0
+
+    def calls(name: str, kwargs: dict, step_mode: str) -> None:
+        mine = getattr(our, name)(step_mode=step_mode, backend="host", **_both(kwargs)[1])
+        x = torch.randn(8, 3, 5, dtype=F64).requires_grad_(True)
+        (run(mine, x, step_mode).sum() + (mine.v ** 2).sum()).backward()
+
+    return compile_launched(*(functools.partial(calls, name, kwargs, step_mode) for name, kwargs in CASES
+                              for step_mode in ("s", "m")))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

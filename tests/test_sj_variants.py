@@ -4,14 +4,17 @@ runner): equal outputs and spikes, states and gradients within rounding (skipped
 import)."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
 import torch
 from backends import CPU_BACKENDS
+from conftest import compile_launched
 
 import autocuda.nn as our
 import autocuda.surrogate as ours
+from autocuda.host import toolchain
 from autocuda.nn import Neuron
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
@@ -21,6 +24,10 @@ except Exception as error:
 
 F64 = torch.float64
 BACKENDS = CPU_BACKENDS
+NON_SPIKING = [("NonSpikingIFNode", {}), ("NonSpikingLIFNode", {"tau": 3.0})]
+DECODES = [None, "max-mem", "max-abs-mem", "mean-mem", "last_mem"]
+LIAF = [{}, {"v_reset": None, "decay_input": False, "tau": 3.0}, {"detach_reset": True, "v_threshold": 0.5}]
+COMPLEMENTARY = [{}, {"tau": 3.0, "v_threshold": 0.6, "surrogate_function": ours.ATan()}]
 
 
 def inputs(seed: int, shape: tuple[int, ...] = (6, 3, 4)) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,9 +44,33 @@ def run(layer: torch.nn.Module, x_seq: torch.Tensor, step_mode: str) -> torch.Te
     return layer(x_seq) if step_mode == "m" else torch.stack([layer(x) for x in x_seq])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the tests below, compiled up front many to a compiler run (`conftest.compile_launched`):
+    each test would compile its own in a compiler run of their own. Each layer is called twice (the second call
+    starts from the states the first kept), then backward, as in the tests."""
+    if toolchain.missing() is not None:
+        return 0
+
+    def calls(make, step_mode: str) -> None:
+        layer, (_, y) = make(), inputs(0)
+        for _ in range(2):
+            out = layer(y) if step_mode == "" else run(layer, y, step_mode)
+        weighted_sum(torch.stack(out) if isinstance(out, list) else out).backward()
+
+    makers = [(functools.partial(getattr(our, name), decode=decode, backend="host", **kwargs), "")
+              for name, kwargs in NON_SPIKING for decode in DECODES]
+    for step_mode in ("s", "m"):
+        makers += [(functools.partial(our.LIAFNode, torch.nn.ReLU(), related, step_mode=step_mode, backend="host",
+                                      **kwargs), step_mode) for kwargs in LIAF for related in (True, False)]
+        makers += [(functools.partial(our.ComplementaryLIFNode, step_mode=step_mode, store_state_seqs=True,
+                                      backend="host", **kwargs), step_mode) for kwargs in COMPLEMENTARY]
+    return compile_launched(*(functools.partial(calls, make, step_mode) for make, step_mode in makers))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("decode", [None, "max-mem", "max-abs-mem", "mean-mem", "last_mem"])
-@pytest.mark.parametrize(("name", "kwargs"), [("NonSpikingIFNode", {}), ("NonSpikingLIFNode", {"tau": 3.0})])
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize(("name", "kwargs"), NON_SPIKING)
 def test_non_spiking_nodes_as_theirs(name: str, kwargs: dict, decode: str | None, backend: str) -> None:
     theirs, mine = getattr(sj_neuron, name)(decode=decode, **kwargs), getattr(our, name)(decode=decode,
                                                                                          backend=backend, **kwargs)
@@ -65,8 +96,7 @@ def test_a_non_spiking_spec_steps_as_it_runs_a_sequence() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("step_mode", ["s", "m"])
 @pytest.mark.parametrize("threshold_related", [True, False])
-@pytest.mark.parametrize("kwargs", [{}, {"v_reset": None, "decay_input": False, "tau": 3.0},
-                                    {"detach_reset": True, "v_threshold": 0.5}])
+@pytest.mark.parametrize("kwargs", LIAF)
 def test_liaf_as_theirs(kwargs: dict, threshold_related: bool, step_mode: str, backend: str) -> None:
     # SpikingJelly 2.0's LIAFNode in step mode 'm' returns LIFNode's spikes (its multi-step path is LIFNode's,
     # which never calls `act`): ours gives the analog output in both modes, checked against theirs in 's'
@@ -83,7 +113,7 @@ def test_liaf_as_theirs(kwargs: dict, threshold_related: bool, step_mode: str, b
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("step_mode", ["s", "m"])
-@pytest.mark.parametrize("kwargs", [{}, {"tau": 3.0, "v_threshold": 0.6, "surrogate_function": ours.ATan()}])
+@pytest.mark.parametrize("kwargs", COMPLEMENTARY)
 def test_complementary_lif_as_theirs(kwargs: dict, step_mode: str, backend: str) -> None:
     theirs = sj_neuron.ComplementaryLIFNode(step_mode=step_mode, store_state_seqs=True, **kwargs).to(F64)
     mine = our.ComplementaryLIFNode(step_mode=step_mode, store_state_seqs=True, backend=backend, **kwargs)
