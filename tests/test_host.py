@@ -248,6 +248,23 @@ def test_intrinsics_have_host_meanings() -> None:
         torch.testing.assert_close(got, want, atol=0, rtol=0)  # float math, rounded once: as torch rounds
 
 
+OVERLOADED = """
+__global__ void host_overloaded(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x] + 1.0f; }
+__global__ void host_overloaded(const double* x, double* y) { y[threadIdx.x] = x[threadIdx.x] + 2.0; }
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_wrapper_calls_the_kernel_its_parameters_declare(dtype: torch.dtype) -> None:
+    """The wrapper calls the kernel through a pointer typed by the declared parameters (so that the compiler keeps
+    one copy of the kernel): of an overloaded name it takes the one a call with those arguments takes."""
+    ctype, added = ("float", 1.0) if dtype == torch.float32 else ("double", 2.0)
+    params = (CParam("x", ctype, True, True), CParam("y", ctype, True, False))
+    x, y = torch.arange(4, dtype=dtype), torch.zeros(4, dtype=dtype)
+    host.launch(OVERLOADED, "host_overloaded", params, (1,), (4,), [np.uint64(x.data_ptr()), np.uint64(y.data_ptr())])
+    assert torch.equal(y, x + added)
+
+
 def test_three_dimensional_grid_and_block() -> None:
     kernel = CKernel("host_grid_ids")
     kernel.add_param("int *", "out")

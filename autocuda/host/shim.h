@@ -14,6 +14,16 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// The conversions between float and the half types are large bit-twiddling functions on the host: made calls, not
+// inlined into every load and store of a kernel (a kernel's compile would spend most of its time on their copies).
+// Redeclared without `static`, so whatever linkage the CUDA headers gave them is kept.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((noinline)) __half __float2half_rn(const float a);
+__attribute__((noinline)) float __half2float(const __half a);
+__attribute__((noinline)) __nv_bfloat16 __float2bfloat16_rn(const float a);
+__attribute__((noinline)) float __bfloat162float(const __nv_bfloat16 a);
+#endif
+
 #ifndef __global__
 #define __global__
 #endif
