@@ -25,7 +25,7 @@ from .dtypes import DType, get_dtype
 from .errors import LiteralError, SpecError
 from .layout import Layout
 from .spec.budget import bounded, reuse
-from .spec.derive import Derivation, Reset, derive, replaying_charge
+from .spec.derive import Derivation, Reset, StepSystem, derive, replaying_charge
 from .spec.model import NeuronSpec, tensor_param_names
 from .spec.system import step_system
 from .surrogate import Surrogate, get_surrogate
@@ -37,7 +37,19 @@ def _frozen(mapping: Mapping[str, Any] | None) -> tuple:
 
 @functools.lru_cache(maxsize=512)
 def _derivation(spec: NeuronSpec, reset: Reset | None, detach_reset: bool, constants: tuple) -> Derivation:
-    return bounded(spec.origin, "charge", lambda: derive(step_system(spec, reset, dict(constants)), detach_reset))
+    return bounded(spec.origin, "charge", lambda: derive(_built_on(_system(spec, reset, constants)), detach_reset))
+
+
+@functools.lru_cache(maxsize=256)
+def _system(spec: NeuronSpec, reset: Reset | None, constants: tuple) -> StepSystem:
+    """The step system, cached: the derivations with and without detach_reset share it."""
+    return step_system(spec, reset, dict(constants))
+
+
+def _built_on(result: Any) -> Any:
+    """`result`, an earlier stage's, counted against the current stage's budget (`budget.reuse`)."""
+    reuse(result)
+    return result
 
 
 def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool = False,

@@ -14,7 +14,7 @@ oracle), for setups of shipped spec x {float32, float64, float16, bfloat16} x {h
   run every explicit example in every setup.
 
 Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
-disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 16 to a compiler run, as
+disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 32 to a compiler run, as
 many runs at once as this process has cores (`conftest.cores`). The explicit examples share their kernels where
 they can: a T below a replay segment compiles a kernel replaying T steps, so they take two values of T, not three.
 """

@@ -104,7 +104,7 @@ _loading_guard = threading.Lock()
 Job = tuple[str, str, "Sequence[KernelParam]"]  # (source, kernel name, parameters), as load_kernel takes them
 # Kernels per compiler run in `load_kernels`: each run pays the compiler's start-up, the precompiled shim's load and
 # the link once, for the whole group.
-GROUP = 16
+GROUP = 32
 
 
 def load_kernel(source: str, name: str, params: Sequence[KernelParam]) -> HostKernel:
