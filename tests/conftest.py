@@ -135,6 +135,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+# -- child processes that import autocuda.host alone ---------------------------------------------------------
+# What the host runner reads of autocuda.ckernel.CParam, as a script's text: a child process that runs kernels
+# through autocuda.host without importing autocuda.ckernel (whose module imports torch: seconds a process) defines
+# it with this (the scripts of tests/test_host.py and tests/test_reliability.py).
+HOST_PARAM_CLASS = """
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str
+    pointer: bool
+    const: bool
+
+    def declaration(self, restrict=False, cname=""):
+        const, star = "const " if self.const else "", "* " if self.pointer else " "
+        return const + self.ctype + star + (cname or self.name)
+"""
+
+
 # -- nvcc -----------------------------------------------------------------------------------------------
 # A source nvcc accepted is recorded (by a digest of nvcc's identity, the architectures and the source) in
 # pytest's cache folder, and not compiled again in the default profile: the same compiler given the same text

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import HOST_PARAM_CLASS
 
 import autocuda.host as host
 import autocuda.host.cache as host_cache
@@ -330,16 +331,7 @@ PROBE = textwrap.dedent("""
     import autocuda.host as host
     from autocuda.host import runner
 
-    @dataclasses.dataclass(frozen=True)
-    class Param:  # what the runner reads of autocuda.ckernel.CParam (whose module imports torch: seconds a process)
-        name: str
-        ctype: str
-        pointer: bool
-        const: bool
-
-        def declaration(self, restrict=False, cname=""):
-            const, star = "const " if self.const else "", "* " if self.pointer else " "
-            return const + self.ctype + star + (cname or self.name)
+    # HOST_PARAM_CLASS
 
     SOURCE = ('extern "C" __global__ void host_disk_probe(const double* x, double* y, const long long n) {\\n'
               '    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\\n'
@@ -354,7 +346,7 @@ PROBE = textwrap.dedent("""
                     [np.uint64(x.ctypes.data), np.uint64(y.ctypes.data), np.int64(x.size)])
         assert np.array_equal(y, 2 * x)
         print("disk" if host.stats["disk"] else "compiled")
-""")
+""").replace("# HOST_PARAM_CLASS\n", HOST_PARAM_CLASS)
 
 
 def test_disk_cache_is_shared_between_processes_and_rebuilt_when_corrupt(tmp_path: Path) -> None:

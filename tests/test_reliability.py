@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import examples
+from conftest import HOST_PARAM_CLASS, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
@@ -816,16 +816,7 @@ WORKER = textwrap.dedent("""
         sys.modules["autocuda"] = package
     import autocuda.host as host
 
-    @dataclasses.dataclass(frozen=True)
-    class Param:  # what autocuda.host reads of autocuda.ckernel.CParam
-        name: str
-        ctype: str
-        pointer: bool
-        const: bool
-
-        def declaration(self, restrict=False, cname=""):
-            const, star = "const " if self.const else "", "* " if self.pointer else " "
-            return const + self.ctype + star + (cname or self.name)
+    # HOST_PARAM_CLASS
 
     PARAMS = (Param("x", "float", True, True), Param("y", "float", True, False),
               Param("n", "unsigned int", False, True))
@@ -853,7 +844,7 @@ WORKER = textwrap.dedent("""
             for name, factor in kernels:
                 run(name, factor)
         print(json.dumps({"stats": dict(host.stats), "warnings": [str(w.message) for w in caught]}))
-""")
+""").replace("# HOST_PARAM_CLASS\n", HOST_PARAM_CLASS)
 
 
 def _worker_module(tmp_path: Path):

@@ -89,12 +89,12 @@ _LOGIC: Mapping[str, tuple[Callable[..., torch.Tensor], Callable[[list[Any]], bo
     "and": (torch.logical_and, all), "or": (torch.logical_or, any)}
 
 
-class _Machine:
-    """One evaluation: the values' dtype and device (as `torch_eval.evaluate` finds them) and the results so far."""
+class Evaluation:
+    """One evaluation of an expression with torch ops (a flat program here, a sympy tree in `torch_eval`): the
+    values by name, their dtype and device (as `torch_eval.evaluate` finds them), and how numbers meet tensors."""
 
     def __init__(self, values: Mapping[str, Any], dtype: torch.dtype, device: torch.device):
         self.values, self.dtype, self.device = values, dtype, device
-        self.results: list[Value] = []
 
     def tensor(self, value: Value) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
@@ -104,6 +104,14 @@ class _Machine:
     def unary(self, fn: Callable[[torch.Tensor], torch.Tensor], scalar: Callable[[float], float], value: Value
               ) -> Value:
         return fn(value) if isinstance(value, torch.Tensor) else scalar_of(fn, scalar, float(value))
+
+
+class _Machine(Evaluation):
+    """A flat program's evaluation: the results of its instructions so far."""
+
+    def __init__(self, values: Mapping[str, Any], dtype: torch.dtype, device: torch.device):
+        super().__init__(values, dtype, device)
+        self.results: list[Value] = []
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
         if isinstance(cond, bool):

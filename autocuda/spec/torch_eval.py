@@ -16,7 +16,7 @@ import torch
 from mpmath.libmp import to_float  # type: ignore[import-untyped]
 from sympy.codegen.cfunctions import expm1
 
-from .flat import Program
+from .flat import Evaluation, Program
 from .flat import maximum as _maximum
 from .flat import minimum as _minimum
 from .flat import reciprocal as _reciprocal
@@ -54,9 +54,9 @@ def prepare_expression(expr: sympy.Basic) -> sympy.Basic:
     return expr
 
 
-class _Walker:
+class _Walker(Evaluation):
     def __init__(self, values: Mapping[str, Any], dtype: torch.dtype, device: torch.device):
-        self.values, self.dtype, self.device = values, dtype, device
+        super().__init__(values, dtype, device)
         self.memo: dict[sympy.Basic, Value] = {}
 
     def eval(self, expr: sympy.Basic) -> Value:
@@ -73,14 +73,6 @@ class _Walker:
             raise TypeError(f"cannot evaluate sympy node {type(expr).__name__}: {expr}")
         return rule(self, expr)
 
-    def tensor(self, value: Value) -> torch.Tensor:
-        if isinstance(value, torch.Tensor):
-            return value
-        return torch.tensor(value, dtype=torch.bool if isinstance(value, bool) else self.dtype, device=self.device)
-
-    def unary(self, fn: Callable[[torch.Tensor], torch.Tensor], scalar: Callable[[float], float], value: Value
-              ) -> Value:
-        return fn(value) if isinstance(value, torch.Tensor) else _scalar(fn, scalar, float(value))
 
 
 
