@@ -105,6 +105,16 @@ class Evaluation:
               ) -> Value:
         return fn(value) if isinstance(value, torch.Tensor) else scalar_of(fn, scalar, float(value))
 
+    def logic(self, tensor_op: Callable[..., torch.Tensor], scalar_op: Callable[[list[Any]], bool],
+              values: list[Value]) -> Value:
+        """An and/or of `values`: Python's on numbers alone, else torch's, one pair at a time."""
+        if not any(isinstance(v, torch.Tensor) for v in values):
+            return scalar_op(values)
+        combined = self.tensor(values[0])
+        for v in values[1:]:
+            combined = tensor_op(combined, self.tensor(v))
+        return combined
+
 
 class _Machine(Evaluation):
     """A flat program's evaluation: the results of its instructions so far."""
@@ -152,14 +162,7 @@ class _Machine(Evaluation):
         if op in _RELATIONS:
             return _RELATIONS[op](r[args[0]], r[args[1]])
         if op in _LOGIC:
-            tensor_op, scalar_op = _LOGIC[op]
-            values = [r[i] for i in args]
-            if not any(isinstance(v, torch.Tensor) for v in values):
-                return scalar_op(values)
-            combined = self.tensor(values[0])
-            for v in values[1:]:
-                combined = tensor_op(combined, self.tensor(v))
-            return combined
+            return self.logic(*_LOGIC[op], [r[i] for i in args])
         if op == "not":
             value = r[args[0]]
             return torch.logical_not(value) if isinstance(value, torch.Tensor) else not value

@@ -185,13 +185,7 @@ def _relation(op: Callable[[Any, Any], Any]) -> Callable[[_Walker, sympy.Expr], 
 
 def _logic(tensor_op: Callable, scalar_op: Callable) -> Callable[[_Walker, sympy.Expr], Value]:
     def rule(w: _Walker, e: sympy.Expr) -> Value:
-        values = [w.eval(a) for a in e.args]
-        if not any(isinstance(v, torch.Tensor) for v in values):
-            return scalar_op(values)
-        result = w.tensor(values[0])
-        for v in values[1:]:
-            result = tensor_op(result, w.tensor(v))
-        return result
+        return w.logic(tensor_op, scalar_op, [w.eval(a) for a in e.args])
     return rule
 
 
