@@ -30,6 +30,7 @@ _HOMES = {
                     ".spikingjelly_variants"),
     **dict.fromkeys(("TernaryIFNode", "TernaryLIFNode", "ILIFNode"), ".spikingjelly_levels"),
     "FlexSN": ".flexsn",
+    **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
 }
 

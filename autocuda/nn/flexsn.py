@@ -17,11 +17,10 @@ on CPU), 'cuda', 'host' (the generated CUDA on the CPU), 'reference' (the traced
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,7 +34,7 @@ from ..spec.model import Param
 from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
-from .memory import MemoryBase, MemoryViews, detach_memories
+from .memory import Memories, MemoryBase
 
 __all__ = ["FlexSN", "flexsn_spec"]
 
@@ -131,7 +130,7 @@ def _output_program(step: StepSpec, text: str) -> flat.Program:
     return program
 
 
-class FlexSN(MemoryViews, MemoryBase):
+class FlexSN(Memories, MemoryBase):
     """A neuron from a step function: `FlexSN(core, num_states, static_inputs=(), step_mode='m',
     store_state_seqs=False, backend=None)` (see the module doc).
 
@@ -139,14 +138,6 @@ class FlexSN(MemoryViews, MemoryBase):
     (None until the first call), `reset()` restores them, `detach()` cuts their graphs in place
     (`functional.detach_net`), `Module.to` converts them; where SpikingJelly is installed this is a subclass of
     its `base.MemoryModule` (`extract_memories`, ... see the layer)."""
-
-    # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base (as `Neuron`'s)
-    if not TYPE_CHECKING:
-        __getattr__ = nn.Module.__getattr__
-    __setattr__ = nn.Module.__setattr__
-    __delattr__ = nn.Module.__delattr__
-    __dir__ = nn.Module.__dir__
-    _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
 
     def __init__(self, core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = (),
                  step_mode: str = "m", store_state_seqs: bool = False, *, backend: str | None = None):
@@ -161,8 +152,7 @@ class FlexSN(MemoryViews, MemoryBase):
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
         self.core, self.num_states, self.backend = core, num_states, backend
         self.step = flexsn_spec(core, num_states, static_inputs)
-        self._state_names = self._memory_names = tuple(f"_state_{i}" for i in range(num_states))
-        self._reset_values: dict[str, Any] = dict.fromkeys(self._state_names)
+        self._state_names = tuple(f"_state_{i}" for i in range(num_states))
         self._static_input_names = tuple(f"_static_input_{i}" for i in range(len(static_inputs)))
         for name, tensor in zip(self._static_input_names, static_inputs):
             if isinstance(tensor, nn.Parameter):
@@ -172,7 +162,7 @@ class FlexSN(MemoryViews, MemoryBase):
         self._refs()
         self.step_mode = step_mode
         self._store_state_seqs = bool(store_state_seqs)
-        self.reset()
+        self._start_memories(dict.fromkeys(self._state_names))
 
     def _refs(self) -> None:
         self._spec_ref = spec_ref(self.step.spec)
@@ -242,49 +232,8 @@ class FlexSN(MemoryViews, MemoryBase):
 
     def reset(self) -> None:
         """Forget the states (the next call starts from zeros) and the stored state sequences."""
-        d = self.__dict__
-        for name in d["_memory_names"]:
-            value = d["_reset_values"][name]
-            d[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+        Memories.reset(self)
         self.state_seqs = None
-
-    # -- SpikingJelly's memory protocol ----------------------------------------------------------------
-    def detach(self) -> None:
-        """Cut the states' autograd graphs in place, keeping their values (`functional.detach_net`)."""
-        detach_memories(self.__dict__, self.__dict__["_memory_names"])
-
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Module.to() and friends convert tensor states with the static inputs (as SpikingJelly's memories)."""
-        d = self.__dict__
-        for name in d["_memory_names"]:
-            if isinstance(d.get(name), torch.Tensor):
-                d[name] = fn(d[name])
-        return nn.Module._apply(self, fn, *args, **kwargs)
-
-    def register_memory(self, name: str, value: Any) -> None:
-        """Add a memory that `reset()` restores to `value` (SpikingJelly's `MemoryModule.register_memory`)."""
-        if not isinstance(name, str) or not name.isidentifier() or hasattr(self, name):
-            raise ValueError(f"register_memory: {name!r} is not a free attribute name of {type(self).__name__}")
-        self._memory_names = (*self._memory_names, name)
-        self.set_reset_value(name, value)
-        self.__dict__[name] = copy.deepcopy(value)
-
-    def set_reset_value(self, name: str, value: Any) -> None:
-        if name not in self._memory_names:
-            raise KeyError(f"set_reset_value: {name!r} is not a memory of this FlexSN "
-                           f"(memories: {', '.join(self._memory_names)})")
-        self._reset_values[name] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
-
-    def get_reset_value(self, name: str) -> Any:
-        if name not in self._memory_names:
-            raise KeyError(f"get_reset_value: {name!r} is not a memory of this FlexSN "
-                           f"(memories: {', '.join(self._memory_names)})")
-        return self._reset_values[name]
-
-    def named_memories(self) -> Iterator[tuple[str, Any]]:
-        d = self.__dict__
-        for name in d["_memory_names"]:
-            yield name, d.get(name)
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, *inputs: torch.Tensor) -> Any:

@@ -6,13 +6,14 @@ nothing else of SpikingJelly's.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
-__all__ = ["MemoryBase", "MemoryViews", "detach_memories", "memory_module_base"]
+__all__ = ["MemoryBase", "MemoryViews", "Memories", "detach_memories", "memory_module_base"]
 
 
 def memory_module_base() -> type[nn.Module]:
@@ -60,3 +61,76 @@ def detach_memories(d: dict[str, Any], names: Iterable[str]) -> None:
                 value.detach_()
             except RuntimeError:
                 d[name] = value.detach()
+
+
+class Memories(MemoryViews):
+    """SpikingJelly's memory protocol kept in the layer's own dict, for layers whose memories restart at fixed
+    values: their names in order (`_memory_names`), the values `reset()` restores (`_reset_values`, copies),
+    `detach()` in place, `Module.to` converting tensor memories. A base before `MemoryBase`, with nn.Module's own
+    attribute handling (SpikingJelly's MemoryModule keeps memories in a dict of its own, which these layers do not
+    use). `nn.Neuron` keeps its own: its reset values can name a parameter."""
+
+    if not TYPE_CHECKING:  # mypy would read it as a class variable, not as the attribute hook it is
+        __getattr__ = nn.Module.__getattr__
+    __setattr__ = nn.Module.__setattr__
+    __delattr__ = nn.Module.__delattr__
+    __dir__ = nn.Module.__dir__
+    _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
+    _memory_names: tuple[str, ...]
+    _reset_values: dict[str, Any]
+
+    def _start_memories(self, reset_values: dict[str, Any]) -> None:
+        """Register the memories `reset_values` names (in order), each at its reset value."""
+        self._memory_names = tuple(reset_values)
+        self._reset_values = {}
+        for name, value in reset_values.items():
+            self.set_reset_value(name, value)
+        self.reset()
+
+    def reset(self) -> None:
+        """Restore every memory to its reset value."""
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            d[name] = _copy(d["_reset_values"][name])
+
+    def detach(self) -> None:
+        """Cut the memories' autograd graphs in place, keeping their values (`functional.detach_net`)."""
+        detach_memories(self.__dict__, self.__dict__["_memory_names"])
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Module.to() and friends convert tensor memories with the parameters (as SpikingJelly's memories)."""
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            if isinstance(d.get(name), torch.Tensor):
+                d[name] = fn(d[name])
+        return nn.Module._apply(cast(nn.Module, self), fn, *args, **kwargs)  # not MemoryModule's (a base)
+
+    def register_memory(self, name: str, value: Any) -> None:
+        """Add a memory that `reset()` restores to `value` (SpikingJelly's `MemoryModule.register_memory`)."""
+        if not isinstance(name, str) or not name.isidentifier() or hasattr(self, name):
+            raise ValueError(f"register_memory: {name!r} is not a free attribute name of {type(self).__name__}")
+        self._memory_names = (*self._memory_names, name)
+        self.set_reset_value(name, value)
+        self.__dict__[name] = _copy(value)
+
+    def set_reset_value(self, name: str, value: Any) -> None:
+        self._memory_named(name, "set_reset_value")
+        self._reset_values[name] = _copy(value)
+
+    def get_reset_value(self, name: str) -> Any:
+        self._memory_named(name, "get_reset_value")
+        return self._reset_values[name]
+
+    def named_memories(self) -> Iterator[tuple[str, Any]]:
+        d = self.__dict__
+        for name in d["_memory_names"]:
+            yield name, d.get(name)
+
+    def _memory_named(self, name: str, asked_by: str) -> None:
+        if name not in self._memory_names:
+            raise KeyError(f"{asked_by}: {name!r} is not a memory of this {type(self).__name__} "
+                           f"(memories: {', '.join(self._memory_names)})")
+
+
+def _copy(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)

@@ -1,0 +1,233 @@
+"""SpikingJelly 2.0's parallel spiking neurons (Fang et al. 2023, arXiv:2304.12760): a learnable mixing of the
+inputs over time, then a threshold. Over a sequence X of [T, N] inputs, H = W X + B and S = Θ(H), with W [T, T]
+and B [T, 1] learned:
+
+- `PSN(T)`: W any matrix (multi-step only);
+- `MaskedPSN(k, T, lambda_init)`: W masked to the band of the last k steps, the mask eased in by `lambda_`
+  (M(λ) = λ M_k + (1 − λ) J); single steps once λ >= 1;
+- `SlidingPSN(k, exp_init)`: one k-vector of weights slid over time (a banded Toeplitz W for any T).
+
+Matrix work, not a recurrence: a multi-step call is one matrix product (torch's `addmm`) and the surrogate's
+spike function; a single step (MaskedPSN, SlidingPSN) mixes the queue of recent inputs it keeps, as SpikingJelly's
+does. The constructors, parameters (their names, shapes and initialisation), memories and results are
+SpikingJelly's; `surrogate_function` is read at every call and takes ours or SpikingJelly's objects.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..surrogate import ATan
+from .memory import Memories, MemoryBase
+
+__all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
+
+
+def _check_order(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a whole number >= 1, got {value!r}")
+    return value
+
+
+def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
+    """x_seq [T, *] as [T, N], T checked against the layer's."""
+    if not isinstance(x_seq, torch.Tensor):
+        raise TypeError(f"{layer}: x_seq: expected a tensor of shape [T, *], got {type(x_seq).__name__}")
+    if x_seq.dim() < 1 or (steps is not None and x_seq.shape[0] != steps):
+        raise ValueError(f"{layer}: x_seq: expected shape [T, *] with T = {steps}, got {tuple(x_seq.shape)}")
+    return x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
+
+
+class PSN(nn.Module):
+    """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
+
+    def __init__(self, T: int, surrogate_function: Any = None):
+        super().__init__()
+        self.T = _check_order("T", T)
+        self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
+        self.weight = nn.Parameter(torch.zeros(T, T))
+        self.bias = nn.Parameter(torch.full((T, 1), -1.0))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    @property
+    def step_mode(self) -> str:
+        return "m"
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value != "m":
+            raise ValueError(f"step_mode: PSN runs in multi-step mode only ('m'), got {value!r}")
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        h_seq = torch.addmm(self.bias, self.weight, _rows(x_seq, self.T, "PSN"))
+        return self.surrogate_function(h_seq).view(x_seq.shape)
+
+    def extra_repr(self) -> str:
+        return f"T={self.T}"
+
+
+class _QueuedPSN(Memories, MemoryBase):
+    """The step modes and memories of MaskedPSN and SlidingPSN (SpikingJelly's `MemoryModule`s)."""
+
+    def __init__(self, step_mode: str, memories: dict[str, Any]):
+        nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
+        self.step_mode = step_mode
+        self._start_memories(memories)
+
+    @property
+    def step_mode(self) -> str:
+        return self._step_mode
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
+        self._step_mode = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.multi_step_forward(x) if self._step_mode == "m" else self.single_step_forward(x)
+
+    def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._run(self.single_step_functional_forward, x)
+
+    def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        return self._run(self.multi_step_functional_forward, x_seq)
+
+    def _run(self, functional: Any, x: torch.Tensor) -> torch.Tensor:
+        names = self._memory_names
+        (spike,), states = functional((x,), tuple(getattr(self, n) for n in names))
+        for name, value in zip(names, states):
+            self.__dict__[name] = value
+        return spike
+
+    def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                      **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+def _pushed(queue: Any, x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
+    """The queue of recent inputs (flattened, oldest first) with x appended, the oldest dropped beyond `keep`."""
+    pushed = (*queue, x.flatten())
+    return pushed[1:] if len(pushed) > keep else pushed
+
+
+class MaskedPSN(_QueuedPSN):
+    """`MaskedPSN(k, T, lambda_init=0.0, surrogate_function=ATan(), step_mode='s')`: W masked to the last k
+    steps, the mask eased in by `lambda_` (set it during training: `layer.lambda_ = ...`). Single steps need
+    `lambda_ >= 1` and at most T of them between resets; a multi-step call takes exactly T steps."""
+
+    _lambda_: torch.Tensor
+    mask0: torch.Tensor
+    mask1: torch.Tensor
+    time_step: int
+    queue: list[torch.Tensor]
+
+    def __init__(self, k: int, T: int, lambda_init: float = 0.0, surrogate_function: Any = None,
+                 step_mode: str = "s"):
+        super().__init__(step_mode, {"time_step": 0, "queue": []})
+        self.k, self.T = _check_order("k", k), _check_order("T", T)
+        self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
+        self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
+        self.weight = nn.Parameter(torch.zeros(T, T))
+        self.bias = nn.Parameter(torch.full((T, 1), -1.0))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        ones = torch.ones(T, T)
+        self.register_buffer("mask0", torch.tril(ones) * torch.triu(ones, -(k - 1)))
+        self.register_buffer("mask1", ones)
+
+    @property
+    def lambda_(self) -> torch.Tensor:
+        return self._lambda_
+
+    @lambda_.setter
+    def lambda_(self, value: float) -> None:
+        torch.fill_(self._lambda_, value)
+
+    def masked_weight(self) -> torch.Tensor:
+        if self._lambda_ >= 1.0:
+            return self.weight * self.mask0
+        return (self._lambda_ * self.mask0 + (1.0 - self._lambda_) * self.mask1) * self.weight
+
+    def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
+        # SpikingJelly's: a step beyond T still enters the queue before the call is refused
+        if self._lambda_ >= 1.0 and self.time_step + 1 > self.T:
+            self.queue = list(_pushed(self.queue, x, self.k))
+        return super().single_step_forward(x)
+
+    def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        x, (time_step, queue) = inputs[0], states
+        if self._lambda_ < 1.0:
+            raise ValueError("MaskedPSN: single steps need lambda_ >= 1 (the mask fully eased in), got "
+                             f"{float(self._lambda_)}")
+        if time_step + 1 > self.T:
+            raise OverflowError(f"MaskedPSN(T={self.T}) has run {time_step + 1} time-steps: reset it first")
+        pushed = _pushed(queue, x, self.k)
+        weight = self.masked_weight()[time_step, time_step + 1 - len(pushed): time_step + 1]
+        h = torch.sum(weight.unsqueeze(-1) * torch.stack(pushed), 0)
+        spike = self.surrogate_function(h + self.bias[time_step])
+        return (spike.view(x.shape),), (time_step + 1, list(pushed))
+
+    def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                      **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        x_seq = inputs[0]
+        h_seq = torch.addmm(self.bias, self.masked_weight(), _rows(x_seq, self.T, "MaskedPSN"))
+        return (self.surrogate_function(h_seq).view(x_seq.shape),), tuple(states)
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}, T={self.T}, lambda_={float(self._lambda_)}, step_mode={self._step_mode!r}"
+
+
+class SlidingPSN(_QueuedPSN):
+    """`SlidingPSN(k, exp_init=True, surrogate_function=ATan(), step_mode='s')`: H[t] = Σ_i W_i X[t − k + 1 + i]
+    + B with one k-vector W (…, 1/4, 1/2, 1 where `exp_init`, else Kaiming-uniform) and one B, for any T."""
+
+    queue: list[torch.Tensor]
+
+    def __init__(self, k: int, exp_init: bool = True, surrogate_function: Any = None, step_mode: str = "s"):
+        super().__init__(step_mode, {"queue": []})
+        self.k = _check_order("k", k)
+        self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
+        if exp_init:
+            weight = torch.ones(k)
+            for i in range(k - 2, -1, -1):
+                weight[i] = weight[i + 1] / 2.0
+        else:
+            weight = torch.ones(1, k)
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            weight = weight[0]
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(torch.as_tensor(-1.0))
+
+    def gen_gemm_weight(self, T: int) -> torch.Tensor:
+        """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t."""
+        weight = self.weight.new_zeros(T, T)
+        for i in range(T):
+            start = max(0, i + 1 - self.k)
+            weight[i, start: i + 1] = self.weight[self.k - (i + 1 - start):]
+        return weight
+
+    def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        x, (queue,) = inputs[0], states
+        pushed = _pushed(queue, x, self.k)
+        weight = self.weight[self.k - len(pushed):].unsqueeze(-1)
+        h = torch.sum(weight * torch.stack(pushed), 0)
+        return (self.surrogate_function(h + self.bias).view(x.shape),), (list(pushed),)
+
+    def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                                      **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        x_seq = inputs[0]
+        rows = _rows(x_seq, None, "SlidingPSN")
+        h_seq = torch.addmm(self.bias, self.gen_gemm_weight(x_seq.shape[0]), rows).view(x_seq.shape)
+        return (self.surrogate_function(h_seq),), tuple(states)
+
+    def extra_repr(self) -> str:
+        return f"order={self.k}, step_mode={self._step_mode!r}"
