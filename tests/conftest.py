@@ -42,12 +42,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"(as {SLOW_VARIABLE}=1)")
 
 
+# Test files that compile with Inductor (torch.compile's default backend) in some profile. Each process's first
+# Inductor compile pays seconds of set-up (its C++ toolchain checks and headers) that later compiles reuse, so with
+# xdist one worker takes all these files, as one unit of work (`schedule_scope`); every other file is a unit of its
+# own. tests/test_schedule.py pins the list against the files' torch.compile calls.
+INDUCTOR_FILES = ("test_batchnorm.py", "test_gradient_passes.py", "test_memory_order.py", "test_recompute.py",
+                  "test_replay_charge.py")
+INDUCTOR_SCOPE = "torch.compile with Inductor"
+
+
+def schedule_scope(nodeid: str) -> str:
+    """The unit of work a test belongs to under xdist: its file, or INDUCTOR_SCOPE for the INDUCTOR_FILES."""
+    path = nodeid.split("::", 1)[0]
+    return INDUCTOR_SCOPE if path.rsplit("/", 1)[-1] in INDUCTOR_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's file scheduling (set in pytest_configure) with the units of `schedule_scope`."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndInductorScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule_scope(nodeid)
+
+    return FilesAndInductorScheduling(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     controller = getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ
     if controller and config.option.dist in ("no", "load"):
-        # Each file runs whole on one worker (its tests share module state and fixtures), and workers take the
-        # files in the order one process runs them. Set here, not in addopts: without xdist (the GPU machine)
-        # the options would not parse.
+        # Each file runs whole on one worker (its tests share module state and fixtures), the Inductor users all
+        # on one (pytest_xdist_make_scheduler), and workers take the files in the order one process runs them. Set
+        # here, not in addopts: without xdist (the GPU machine) the options would not parse.
         config.option.dist = "loadfile"
         config.option.loadscopereorder = False
     if config.getoption("--slow"):
