@@ -2,7 +2,8 @@
 SpikingJelly's LIFNode / ParametricLIFNode / IFNode and once with ours, from the same weights, give the same
 outputs and weight gradients in float64 (our layers on the torch reference and on the generated kernels through
 the host runner), over two training steps with `functional.reset_net` between them and truncated BPTT
-(`functional.detach_net`) inside each.
+(`functional.detach_net`) inside each. By default each model runs on one of our backends (both taken); with --slow
+each on both.
 
 The nets are built on the meta device and VGG's 4096-wide classifier is narrowed before any weight is made:
 the test is about the neurons inside the nets, and stays fast on a CPU."""
@@ -14,6 +15,7 @@ import types
 
 import pytest
 import torch
+from conftest import profile
 from torch import nn
 
 import autocuda.nn as our
@@ -126,9 +128,24 @@ def trained_theirs(model: str, node: str) -> list[tuple[torch.Tensor, dict]]:
     return train(starting_net(model, getattr(sj_neuron, node)), _input(model), 2)
 
 
-@pytest.mark.parametrize("backend", ["reference", pytest.param("host", marks=pytest.mark.skipif(
-    toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}"))])
-@pytest.mark.parametrize(("model", "node"), CASES)
+BACKENDS = ("reference", "host")
+# The default profile trains each model (and its neuron) once, on one of our backends, both backends taken: the
+# learnable neuron and the plain ones on the generated kernels, a net with BatchNorm on the reference; with --slow
+# every model on every backend. (Each training is seconds of float64 convolutions that the neurons do not change.)
+DEFAULT_BACKEND = {"spiking_vgg11_bn": "reference", "sew_resnet18": "host", "spiking_resnet18": "host"}
+RUNS = [(model, node, backend) for model, node in CASES for backend in BACKENDS
+        if profile() == "slow" or DEFAULT_BACKEND[model] == backend]
+
+
+def test_the_default_runs_cover_every_model_and_backend() -> None:
+    assert {model for model, _, _ in RUNS} == set(MODELS) and {node for _, node, _ in RUNS} == {n for _, n in CASES}
+    assert {backend for _, _, backend in RUNS} == set(BACKENDS)
+    assert len(RUNS) == (len(CASES) * len(BACKENDS) if profile() == "slow" else len(CASES))
+
+
+@pytest.mark.parametrize(("model", "node", "backend"), [
+    pytest.param(*run, marks=pytest.mark.skipif(run[2] == "host" and toolchain.missing() is not None,
+                                                reason=f"host runner: {toolchain.missing()}")) for run in RUNS])
 def test_zoo_model_with_our_neurons_trains_as_theirs(model: str, node: str, backend: str) -> None:
     mine = starting_net(model, getattr(our, node))
     for module in mine.modules():
