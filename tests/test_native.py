@@ -3,9 +3,11 @@ the Python path's results bitwise (the same kernels with the same values), on th
 tests/gpu/test_native_gpu.py; its plans refuse malformed words; its switch and its cache."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from conftest import profile
+from conftest import compile_launched, profile
 
 from autocuda import functional as F
 from autocuda import native, program
@@ -27,6 +29,23 @@ def run(spec: str, x: torch.Tensor, train: bool, finals_in_loss: bool, **params)
     loss = (spikes * weights).sum() + (sum(f.sum() for f in finals) if finals_in_loss else 0)
     loss.backward()
     return [spikes, *finals, x.grad]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the tests below (the Python path's launches, which the native plans launch too),
+    compiled up front many to a compiler run (`conftest.compile_launched`): the tests would compile them one
+    kernel a run."""
+    calls = [functools.partial(run, spec, torch.rand(5, 96, dtype=dtype) * 2, train, finals_in_loss, **params)
+             for spec, params in CASES for dtype in (torch.float32, torch.float64)
+             for train, finals_in_loss in ((False, False), (True, False), (True, True))]
+    calls += [functools.partial(run, "lif", torch.rand(4, 64, dtype=dtype) * 2, True, False)
+              for dtype in (torch.float32, torch.float64)]
+    program.ENABLED = False  # the Python path: each call launches its kernels through autocuda.host
+    try:
+        return compile_launched(*calls)
+    finally:
+        program.ENABLED = True
 
 
 def native_plans() -> list:
