@@ -2,14 +2,15 @@
 per dtype), and its kernels match the reference on the host runner. A new ODE neuron takes <= 10 lines of TOML.
 
 The oracle of tests/test_derive.py and the property tests of tests/test_host_neurons.py parametrize over every
-shipped spec, so they cover the zoo too; here the host check is a short one (two dtypes, one reset), the rest of
-the budget goes to compiling every kernel.
+shipped spec, so they cover the zoo too; here the host check is a short one (two dtypes, one reset).
+tests/test_neuron_compile.py nvcc-checks the zoo's kernels by default; here every dtype's, with --slow.
 """
 from __future__ import annotations
 
 import textwrap
 
-from conftest import compile_together, cores
+import pytest
+from conftest import compile_together, cores, profile
 
 from autocuda.codegen.neuron_kernel import KERNELS
 from autocuda.dtypes import DTYPES
@@ -17,6 +18,7 @@ from autocuda.host import load_kernels
 from autocuda.kernels import neuron_kernel
 from autocuda.runtime.tuning import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
+from autocuda.spec.model import reset_rules
 from autocuda.testing import Setup, check_spec
 
 ZOO = {  # name: (integration method, states)
@@ -59,10 +61,29 @@ def _sources(specs: list[NeuronSpec], dtype: str) -> str:
     return "\n".join(kernels.values())
 
 
+@pytest.mark.skipif(profile() != "slow", reason="by default tests/test_neuron_compile.py nvcc-checks these kernels "
+                    "(test_the_zoo_kernels_are_in_the_default_nvcc_check): runs with --slow")
 def test_zoo_kernels_compile(nvcc):
     specs = [load_spec(name) for name in ZOO]
     failures = compile_together(nvcc, {dtype: _sources(specs, dtype) for dtype in DTYPES}, archs=("sm_80",))
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
+
+
+def test_the_zoo_kernels_are_in_the_default_nvcc_check():
+    """By default tests/test_neuron_compile.py checks every kernel kind of every zoo spec (own reset, default options)
+    in float32 and float64: its equations printed in each arithmetic type (float16 and bfloat16 print them as float32
+    does, and what they add does not depend on the spec: see there). So test_zoo_kernels_compile runs with --slow."""
+    import test_neuron_compile as compiled
+
+    for dtype in ("float32", "float64"):
+        checked = set(compiled.default_set(dtype))
+        for name in ZOO:
+            spec = load_spec(name)
+            for kind in KERNELS:
+                options = compiled._options(reset=reset_rules(spec)[0], detach_reset=False)
+                assert (name, kind, options) in checked, (name, kind, dtype)
+                assert neuron_kernel(spec, kind, dtype, **dict(options)).full_codes \
+                    == neuron_kernel(spec, kind, dtype).full_codes
 
 
 def _precompile(specs: list[NeuronSpec]) -> None:
