@@ -2,7 +2,8 @@
 
 Timings here mean nothing (the CPU runs the torch reference); what is checked is that every part runs, the
 eager step functions are the shipped specs, the floor arithmetic, and that failures become notes. The quick run
-takes every workload: the default ones and the zoo (whose eager step is the spec through the reference)."""
+takes every workload: the default ones and the zoo (whose eager step is the spec through the reference), by default
+in one dtype (the other runs take the other), with --slow in both."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import profile
 
 from autocuda import cli
 from autocuda.functional import multi_step
@@ -27,7 +29,10 @@ from bench import measure, report, suite, systems, workloads  # the repository's
 ROOT = Path(__file__).resolve().parents[1]
 
 SHAPE = (4, 32)
-DTYPES = ("float32", "bfloat16")
+# The quick run of every workload: by default in bfloat16 alone, the dtype of no other run here (the suite's other
+# runs below are float32: together both dtypes), with --slow in both.
+DTYPES = ("float32", "bfloat16") if profile() == "slow" else ("bfloat16",)
+OTHER_RUNS_DTYPE = "float32"
 RUN = (*workloads.CORE, *workloads.ZOO)  # --workloads all
 
 
@@ -37,6 +42,10 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     code = suite.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
                        "--workloads", "all", "--parts", "speed,memory,host", "--out", str(out)])
     return code, out
+
+
+def test_the_default_suite_runs_take_float32_and_bfloat16() -> None:
+    assert {*DTYPES, OTHER_RUNS_DTYPE} == {"float32", "bfloat16"}
 
 
 def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
@@ -240,7 +249,7 @@ def test_the_package_never_imports_the_benchmark(capsys: pytest.CaptureFixture[s
 
 
 def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["--device", "cpu", "--quick", "--shapes", "4x32,3x16", "--dtypes", "float32", "--workloads", "lif",
+    args = ["--device", "cpu", "--quick", "--shapes", "4x32,3x16", "--dtypes", OTHER_RUNS_DTYPE, "--workloads", "lif",
             "--parts", "speed", "--out", str(tmp_path)]
     assert suite.main(args) == 0
     first = json.loads((tmp_path / "results.json").read_text())["speed"]
@@ -280,8 +289,9 @@ def test_compiled_loop_and_step_match_the_eager_loop(whole_loop: bool) -> None:
 
 
 def test_modes_option_measures_only_the_modes_named(tmp_path: Path) -> None:
-    assert suite.main(["--device", "cpu", "--quick", "--workloads", "lif", "--parts", "speed", "--dtypes", "float32",
-                       "--shapes", "4x16", "--modes", "inference", "--no-peers", "--out", str(tmp_path)]) == 0
+    assert suite.main(["--device", "cpu", "--quick", "--workloads", "lif", "--parts", "speed",
+                       "--dtypes", OTHER_RUNS_DTYPE, "--shapes", "4x16", "--modes", "inference", "--no-peers",
+                       "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["speed"]
     assert [(r["mode"], r["check"]) for r in rows] == [("inference", "ok")]
     with pytest.raises(SystemExit):
@@ -354,7 +364,7 @@ def test_quick_run_of_a_spec_file(my_neuron: Path, tmp_path: Path) -> None:
     """`--workloads FILE`: the same rows as a shipped workload, checked against the spec's reference."""
     out = tmp_path / "out"
     assert suite.main(["--device", "cpu", "--quick", "--workloads", f"lif,{my_neuron}", "--parts", "speed",
-                       "--dtypes", "float32", "--shapes", "4x32", "--out", str(out)]) == 0
+                       "--dtypes", OTHER_RUNS_DTYPE, "--shapes", "4x32", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     rows = [r for r in results["speed"] if r["spec"] == str(my_neuron)]
     assert [(r["workload"], r["mode"], r["check"]) for r in rows] == [("my_neuron", "inference", "ok"),
