@@ -6,6 +6,7 @@ bad input."""
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import sys
 import types
@@ -14,6 +15,7 @@ from unittest import mock
 import pytest
 import torch
 from backends import CPU_BACKENDS
+from conftest import compile_launched
 from torch import nn
 
 import autocuda.nn as ann
@@ -108,9 +110,32 @@ def _run(layer, x: torch.Tensor, mode: str) -> torch.Tensor:
     return layer(x) if mode == "m" else torch.stack([layer(step) for step in x])
 
 
+def _train_once(mode: str, neuron: nn.Module) -> None:
+    """One training call of the fused layer around `neuron` (on the host runner), its backward, and an eval call."""
+    fused = ann.BatchNormNeuron.from_batchnorm(_bn(4), neuron)
+    x = _input(3, 2, 4, 3, 3, seed=0)
+    (_run(fused, x, mode) * torch.randn(3, 2, 4, 3, 3, dtype=DT)).sum().backward()
+    fused.eval()
+    _run(fused, x, mode)
+
+
+@pytest.fixture(scope="module")
+def host_kernels() -> int:
+    """The host kernels of the tests on the host runner, compiled up front many to a compiler run
+    (`conftest.compile_launched`): the tests would compile them one kernel a run."""
+    calls = [functools.partial(_train_once, mode, ann.ParametricLIFNode(step_mode=mode, backend="host"))
+             for mode in ("m", "s")]
+    calls.append(functools.partial(_train_once, "m", ann.LIFNode(step_mode="m", backend="host")))
+    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
+        return compile_launched(*calls)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["m", "s"])
-def test_fused_equals_unfused_over_training_steps_and_in_eval(backend: str, mode: str) -> None:
+def test_fused_equals_unfused_over_training_steps_and_in_eval(backend: str, mode: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    if backend == "host":
+        request.getfixturevalue("host_kernels")
     bn = _bn(4)
     neuron = ann.ParametricLIFNode(step_mode=mode, backend=backend)  # a learnable neuron parameter too
     unfused, fused = _pair(mode, backend, bn, neuron)
@@ -351,7 +376,7 @@ def test_fuse_batchnorm_patterns_found_and_left() -> None:
 
 # ---- torch.compile and bad input -------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS[1:])
-def test_compiled_fullgraph_equals_eager(backend: str) -> None:
+def test_compiled_fullgraph_equals_eager(backend: str, host_kernels: int) -> None:
     eager = ann.BatchNormNeuron(4, ann.LIFNode(step_mode="m", backend=backend)).to(DT)
     compiled_layer = copy.deepcopy(eager)
     compiled = torch.compile(compiled_layer, fullgraph=True)
