@@ -9,6 +9,7 @@ import pickle
 
 import pytest
 import torch
+from conftest import compile_launched
 from torch import nn
 
 from autocuda import functional as F
@@ -169,7 +170,26 @@ class TwoLayer(nn.Module):
         return self.izh(self.fc2(self.lif(self.fc1(x))))
 
 
-def test_torch_compile_fullgraph_matches_eager():
+def _eager_two_layer() -> None:
+    net = TwoLayer("host")
+    net(x_seq(6, 2, 6)).sum().backward()
+
+
+def _eager_single_step_and_sequence() -> None:
+    x = x_seq(3, 2, 5, seed=6) * 2
+    [ann.IzhikevichNode(step_mode="s", a=0.1, b=0.2, backend="host")(xt) for xt in x]
+    ann.LIFNode(step_mode="m", store_v_seq=True, backend="host")(x)
+
+
+@pytest.fixture(scope="module")
+def host_kernels() -> int:
+    """The host kernels of the torch.compile tests below, compiled up front many to a compiler run
+    (`conftest.compile_launched`): the tests would compile them one kernel a run."""
+    with torch.random.fork_rng():  # the layers' initialisation draws from the global generator
+        return compile_launched(_eager_two_layer, _eager_single_step_and_sequence)
+
+
+def test_torch_compile_fullgraph_matches_eager(host_kernels):
     torch.manual_seed(0)
     net = TwoLayer("host")
     x = torch.rand(6, 2, 6) * 1.5
@@ -262,7 +282,7 @@ def test_states_after_reset_and_states_set_by_hand():
     assert torch.equal(node(x), spikes) and torch.equal(node.v, v1) and torch.equal(node.w, w1)
 
 
-def test_torch_compile_single_step_and_stored_sequences_match_eager():
+def test_torch_compile_single_step_and_stored_sequences_match_eager(host_kernels):
     x = x_seq(3, 2, 5, seed=6) * 2
     eager = ann.IzhikevichNode(step_mode="s", a=0.1, b=0.2, backend="host")
     seq = ann.LIFNode(step_mode="m", store_v_seq=True, backend="host")
