@@ -1,0 +1,112 @@
+"""The generator of draws (`autocuda.noise`): Philox4x32-10's known answers, the C on the host runner bitwise equal to
+the torch reference, the accuracy of the transforms' own log and cos, and the moments of the draws (2^24 samples
+under --slow, 2^16 by default)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import profile
+
+from autocuda import noise
+
+# Random123's known-answer vectors for philox4x32-10 (kat_vectors): counter, key -> output
+KNOWN = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+         ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+         ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+          (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+PRECISIONS = {"float": (torch.float32, torch.int32), "double": (torch.float64, torch.int64)}
+
+
+@pytest.mark.parametrize("counter, key, expected", KNOWN)
+def test_philox_known_answers(counter, key, expected):
+    words = noise.philox4x32_10(tuple(torch.tensor([c]) for c in counter), key)
+    assert tuple(int(w) for w in words) == expected
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int32 if x.dtype == torch.float32 else torch.int64)
+
+
+@pytest.fixture(scope="module")
+def draw_kernels():
+    return {(kind, p): noise.DrawKernel(kind, p) for kind in noise.KINDS for p in PRECISIONS}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("kind", noise.KINDS)
+def test_host_runner_equals_torch_bitwise(draw_kernels, kind, precision):
+    """Neuron indices past 2^32 (the counter's second word), a step past 2^32 (taken modulo 2^32) and the largest
+    seed: the C and the torch reference give the same bits."""
+    dtype, _ = PRECISIONS[precision]
+    count, first, step, seed = 20000, 2**32 - 7000, 2**32 + 5, 2**64 - 1
+    got = draw_kernels[kind, precision].draws(seed, count, step=step, site=3, neuron0=first, backend="host")
+    expected = noise.draws(kind, seed, torch.arange(count) + first, step, 3, dtype)
+    assert torch.equal(bits(got), bits(expected))
+
+
+def test_streams_are_independent_of_each_other():
+    """A draw depends on seed, neuron, step and site: changing any one changes (almost) every draw."""
+    n = torch.arange(4096)
+    base = noise.draws("normal", 7, n, 11, 0)
+    assert torch.equal(base, noise.draws("normal", 7, n, 11, 0))
+    for other in (noise.draws("normal", 8, n, 11, 0), noise.draws("normal", 7, n + 1, 11, 0),
+                  noise.draws("normal", 7, n, 12, 0), noise.draws("normal", 7, n, 11, 1),
+                  noise.draws("normal", 7 + 2**32, n, 11, 0)):
+        assert (other == base).float().mean() < 0.01
+
+
+def test_seed_is_checked():
+    for bad in (-1, 2**64, 1.5, True):
+        with pytest.raises(ValueError, match="seed"):
+            noise.draws("normal", bad, 0, 0, 0)
+    with pytest.raises(ValueError, match="kind of draw"):
+        noise.draws("poisson", 1, 0, 0, 0)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_log_and_cos_accuracy(precision):
+    """The transforms' own log (over (0, 1]) and cos (over a full turn) against float64 math:
+    both within 8 units of 2^-24 (float) or 2^-53 (double), relative to |log u| and to 1 (measured: 3.3 and 4.2 for
+    log, 1.5 and 6 for cos)."""
+    p = noise.PRECISIONS[precision]
+    dtype, _ = PRECISIONS[precision]
+    ulp = 2.0 ** -(24 if precision == "float" else 53)
+    generator = torch.Generator().manual_seed(0)
+    j = torch.randint(0, 2**62, (50000,), generator=generator) >> (62 - p.bits)
+    j = torch.cat([j, torch.tensor([0, 1, 2**p.bits - 1, 2**(p.bits - 1), 2**(p.bits - 2), 2**(p.bits - 3)])])
+    u = ((j + 1).to(torch.float64) * 2.0 ** -p.bits).to(dtype)
+    exact = torch.log(u.double())  # float64 math: within an ulp of 2^-53
+    assert ((noise._log(u, p).double() - exact).abs() <= 8 * ulp * exact.abs().clamp_min(2**-10)).all()
+    turns = j.to(torch.float64) * 2.0 ** -p.bits
+    assert ((noise._cos_turns(j, p).double() - torch.cos(2 * math.pi * turns)).abs() <= 8 * ulp).all()
+
+
+def moments(x: torch.Tensor) -> tuple[float, float, float, float]:
+    """Mean, variance, and the lag-1 correlations of a [steps, neurons] sample along steps and along neurons."""
+    x = x.double()
+    centred = x - x.mean()
+    var = float(centred.pow(2).mean())
+    along_steps = float((centred[1:] * centred[:-1]).mean()) / var
+    along_neurons = float((centred[:, 1:] * centred[:, :-1]).mean()) / var
+    return float(x.mean()), var, along_steps, along_neurons
+
+
+@pytest.mark.parametrize("kind, mean, var", [("normal", 0.0, 1.0), ("uniform", 0.5, 1 / 12)])
+def test_moments(kind, mean, var):
+    """Moments of 2^24 draws (--slow; 2^16 by default) of one site over steps x neurons, and the correlation
+    between two sites: each within 5 standard errors of its expected value."""
+    steps, neurons = (256, 65536) if profile() == "slow" else (32, 2048)
+    samples = steps * neurons
+    n, t = torch.arange(neurons)[None, :], torch.arange(steps)[:, None]
+    x = noise.draws(kind, 2024, n, t, 0)
+    got_mean, got_var, along_steps, along_neurons = moments(x)
+    error = 5 / math.sqrt(samples)
+    assert abs(got_mean - mean) <= error * math.sqrt(var)
+    fourth = 3.0 if kind == "normal" else 9 / 5  # E[(x - mean)^4] / var^2
+    assert abs(got_var - var) <= 5 * var * math.sqrt((fourth - 1) / samples)
+    assert abs(along_steps) <= error and abs(along_neurons) <= error
+    other = noise.draws(kind, 2024, n, t, 1).double()
+    between_sites = float(((x.double() - mean) * (other - mean)).mean()) / var
+    assert abs(between_sites) <= error
