@@ -74,10 +74,12 @@ def comment_text(text: str, limit: int = 200) -> str:
     return _COMMENT_UNSAFE.sub(" ", str(text))[:limit]
 
 
+# The arguments of a kernel that draws (`spec.draws`): the seed's two words and the step of the call's first step.
+DRAW_KEYS = ("ac_seed_lo", "ac_seed_hi", "ac_step0")
 # Kernel argument keys (`codegen.neuron_kernel`) that hold no user's name; every other key is made from one, in a shape
 # below: `<state>_init`, `<state>_seq`, `<state>_final`, `<state>_checkpoints`, `grad_<state or param>...`.
 FIXED_KEYS = frozenset({"x_seq", "spike_seq", "h_seq", "grad_spike_seq", "grad_x_seq", "N", "T",
-                        "ac_channels", "ac_inner", "ac_grad_x_scale", "ac_grad_x_shift"})
+                        "ac_channels", "ac_inner", "ac_grad_x_scale", "ac_grad_x_shift", *DRAW_KEYS})
 KEY_SUFFIXES = ("_init", "_seq", "_final", "_checkpoints")
 KEY_PREFIXES = ("grad_",)
 

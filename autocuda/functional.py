@@ -21,6 +21,7 @@ import torch.utils.checkpoint
 
 from . import program as programs_module
 from .memory_order import memory_order
+from .noise import Seed, step_values
 from .program import (
     PROGRAMS,
     SUPPORTED_DTYPES,
@@ -34,6 +35,7 @@ from .program import (
     sequence_results,
     transforms_active,
 )
+from .spec.draws import system_draws
 from .spec.model import NeuronSpec
 
 __all__ = ["multi_step", "single_step"]
@@ -162,7 +164,11 @@ def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Te
     if call.backend == "reference":
         from . import reference as ref  # derives the step with sympy: imported only for this path
 
-        spike, new_states, _ = ref.step(reference(call.key)[0], *call.reference_args(inputs))
+        system = reference(call.key)[0]
+        x_in, states_in, params, surrogate_in, detach = call.reference_args(inputs)
+        seed, draws = Seed.from_arguments(call.values), system_draws(system)
+        drawn = step_values(draws, seed, 0, inputs[0]) if seed is not None and draws else None
+        spike, new_states, _ = ref.step(system, x_in, states_in, params, surrogate_in, detach, drawn)
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
     flat = as_rows(x, (call.numel,))
     more = [as_rows(u, (call.numel,)) for u in inputs[1:]]
@@ -213,7 +219,8 @@ def _reference_multi(call: Call, inputs: Sequence[Tensor], store_state_seq: bool
 
     x_seq = inputs[0]
     x, states, params, surrogate, detach = call.reference_args(inputs)
-    spikes, finals, seqs = ref.multi_step(reference(call.key)[0], x, states, params, surrogate, detach)
+    spikes, finals, seqs = ref.multi_step(reference(call.key)[0], x, states, params, surrogate, detach,
+                                          Seed.from_arguments(call.values))
     dtype = x_seq.dtype
     kept = tuple(s.to(dtype) for s in finals) if final_states else None
     return spikes.to(dtype), kept, (tuple(s.to(dtype) for s in seqs) if store_state_seq else None)

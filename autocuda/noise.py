@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -37,8 +38,10 @@ import torch
 from .ckernel import CKernel1D
 from .codegen.render import render
 from .dtypes import get_dtype
+from .spec.draws import Draw
 
-__all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words", "DrawKernel"]
+__all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
+           "DrawKernel", "Seed", "step_values"]
 
 KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
 _MASK = 0xFFFFFFFF
@@ -271,3 +274,47 @@ class DrawKernel(CKernel1D):
         lo, hi = seed_words(seed)
         self.simple_call(backend=backend, out=out, seed_lo=lo, seed_hi=hi, site=site, neuron0=neuron0, step=step)
         return out
+
+
+@dataclass(frozen=True)
+class Seed:
+    """What a call that draws is given: the 64-bit seed and the step its first step counts as (`offset`); step t of
+    the call draws at step offset + t."""
+
+    seed: int
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        seed_words(self.seed)
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or not 0 <= self.offset < 2**63:
+            raise ValueError(f"offset: an int in [0, 2**63), got {self.offset!r}")
+
+    def arguments(self) -> dict[str, int]:
+        """The kernel arguments of a call that draws, by key (`cnames.DRAW_KEYS`)."""
+        lo, hi = seed_words(self.seed)
+        return {"ac_seed_lo": lo, "ac_seed_hi": hi, "ac_step0": self.offset}
+
+    @classmethod
+    def from_arguments(cls, values: Mapping[str, Any]) -> Seed | None:
+        """The seed of a call's values holding its kernel arguments (`arguments`); None where they hold none."""
+        if "ac_seed_lo" not in values:
+            return None
+        return cls(int(values["ac_seed_lo"]) | int(values["ac_seed_hi"]) << 32, int(values["ac_step0"]))
+
+    @classmethod
+    def from_torch(cls, generator: torch.Generator | None = None, offset: int = 0) -> Seed:
+        """A seed taken from `generator` (torch's default CPU generator where None): `torch.manual_seed` makes the
+        draws repeatable."""
+        words = torch.randint(0, 2**32, (2,), dtype=torch.int64, generator=generator).tolist()
+        return cls(words[0] | words[1] << 32, offset)
+
+
+def step_values(draws: Sequence[Draw], seed: Seed, t: int, like: torch.Tensor) -> dict[Any, torch.Tensor]:
+    """The values of `draws` at step t of a call seeded by `seed`, for the neurons of `like` (one step's tensor; its
+    flat index is the neuron's), in the arithmetic of like's dtype, on its device."""
+    neurons = torch.arange(like.numel(), dtype=torch.int64).reshape(like.shape)
+    return {d.symbol: draws_values(d, seed, neurons, t, like) for d in draws}
+
+
+def draws_values(draw: Draw, seed: Seed, neurons: torch.Tensor, t: int, like: torch.Tensor) -> torch.Tensor:
+    return draws(draw.kind, seed.seed, neurons, seed.offset + t, draw.site, like.dtype).to(like.device)

@@ -22,9 +22,11 @@ from typing import Any
 import torch
 
 from . import native, ops
+from .cnames import DRAW_KEYS
 from .codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
 from .memory_order import broadcasts
 from .native.plan import Unplannable, plan_words
+from .noise import Seed
 from .runtime.configs import (
     compute_dtype,
     config,
@@ -168,6 +170,7 @@ class Program:
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
         # a call's scalars in kernel order; this program's parameter types are fixed (part of its key)
         self.scalar_values = _reader(self.scalars, eager and all(type(values.get(n)) is float for n in self.scalars))
+        self.draws = DRAW_KEYS[0] in self.scalars  # each call takes a seed (`spec.draws`, `noise.Seed`)
         # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
         # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
@@ -209,6 +212,9 @@ class Program:
             if not holds(params[name], limit):
                 bounds = dict(self.domains)[name]
                 raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, params[name])}")
+        if self.draws:  # a fresh seed from torch's generator each call; backward gets it with the other scalars
+            return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped},
+                    **Seed.from_torch().arguments()}
         if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
             return params
         if not self.skipped:

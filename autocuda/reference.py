@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import sympy as sp
 import torch
 
+from .noise import Seed, step_values
 from .spec.derive import (
     EVENT,
     EVENT_RESET,
@@ -33,6 +34,7 @@ from .spec.derive import (
     previous_membrane,
     spike_levels,
 )
+from .spec.draws import Draw, system_draws
 from .spec.torch_eval import evaluate, prepare_expression
 from .surrogate import Surrogate
 
@@ -45,13 +47,14 @@ def _inputs(x: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...
 
 
 def step(system: StepSystem, x: torch.Tensor | Sequence[torch.Tensor], states: Sequence[torch.Tensor],
-         params: Values, surrogate: Surrogate, detach_reset: bool = False
+         params: Values, surrogate: Surrogate, detach_reset: bool = False, draws: Values | None = None
          ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-    """One step: (spike, new states, h). `x`: the input, or one tensor per step input (`StepSystem.inputs`)."""
+    """One step: (spike, new states, h). `x`: the input, or one tensor per step input (`StepSystem.inputs`);
+    `draws`: the values of the step's random draws (`noise.step_values`), where it makes any."""
     updates = prepare(system)
     inputs = _inputs(x)
     x = inputs[0]
-    values = {**params, **dict(zip(system.inputs, inputs)), **dict(zip(system.states, states))}
+    values = {**params, **dict(zip(system.inputs, inputs)), **dict(zip(system.states, states)), **(draws or {})}
     h = evaluate(system.charge, values)
     threshold = evaluate(system.threshold, values)
     values |= {H: h, THRESHOLD: threshold}
@@ -99,23 +102,33 @@ def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
 
 
 def multi_step(system: StepSystem, x_seq: torch.Tensor | Sequence[torch.Tensor], initial: Sequence[torch.Tensor],
-               params: Values, surrogate: Surrogate, detach_reset: bool = False
+               params: Values, surrogate: Surrogate, detach_reset: bool = False, seed: Seed | None = None
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """Over x_seq [T, *] (or one such sequence per step input): (spike_seq, final states, state sequences [T, *]
-    per state)."""
+    per state). `seed`: the call's seed, for a step that draws (`spec.draws`)."""
+    draws = _draws_of(system, seed)
     sequences_in = _inputs(x_seq)
     x_seq = sequences_in[0]
     states = tuple(initial)
     spikes: list[torch.Tensor] = []
     sequences: list[list[torch.Tensor]] = [[] for _ in states]
-    for x in zip(*sequences_in):
-        spike, states, _ = step(system, x, states, params, surrogate, detach_reset)
+    for t, x in enumerate(zip(*sequences_in)):
+        drawn = step_values(draws, seed, t, x[0]) if seed is not None and draws else None
+        spike, states, _ = step(system, x, states, params, surrogate, detach_reset, drawn)
         spikes.append(spike)
         for seq, s in zip(sequences, states):
             seq.append(s)
     stacked = tuple(torch.stack(seq) if seq else torch.empty_like(x_seq) for seq in sequences)
     spike_seq = torch.stack(spikes) if spikes else torch.empty_like(x_seq)
     return spike_seq, states, stacked
+
+
+def _draws_of(system: StepSystem, seed: Seed | None) -> tuple[Draw, ...]:
+    """The step's draws; a step that draws needs a seed."""
+    draws = system_draws(system)
+    if draws and seed is None:
+        raise ValueError("this step makes random draws (randn(), rand()): give its seed (autocuda.noise.Seed)")
+    return draws
 
 
 def _like(value: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -125,14 +138,17 @@ def _like(value: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.Tensor | Sequence[torch.Tensor],
                      initial: Sequence[torch.Tensor], params: Values, h_seq: torch.Tensor,
                      saved: Mapping[int, torch.Tensor], grad_spike_seq: torch.Tensor,
-                     grad_finals: Sequence[torch.Tensor], grad_state_seqs: Sequence[torch.Tensor | None] = ()
+                     grad_finals: Sequence[torch.Tensor], grad_state_seqs: Sequence[torch.Tensor | None] = (),
+                     seed: Seed | None = None
                      ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], tuple[torch.Tensor, ...],
                                 tuple[torch.Tensor, ...]]:
     """The derived adjoint run backwards through time, reading only what forward saved (h, `saved` state
     sequences by index, x_seq where `needs_x`) as the BPTT kernel does: (grad_x_seq, grads of initial states,
     grads of learnable parameters summed over time, per neuron). With several step inputs (`x_seq` a sequence
-    of them), grad_x_seq is a tuple: one gradient sequence per input."""
+    of them), grad_x_seq is a tuple: one gradient sequence per input. `seed`: the forward call's, for a step
+    that draws (the same draws, made again)."""
     several = not isinstance(x_seq, torch.Tensor)
+    draws = _draws_of(derivation.system, seed)
     input_seqs = _inputs(x_seq)
     x_seq = input_seqs[0]
     system, back = derivation.system, derivation.backward
@@ -153,7 +169,8 @@ def derived_backward(derivation: Derivation, surrogate: Surrogate, x_seq: torch.
                   for u, seq, needed in zip(system.inputs, input_seqs, back.needs_inputs)}
         values = {**params, **inputs, H: h_seq[t], GRAD_SPIKE: grad_spike_seq[t],
                   **dict(zip(system.states, previous)),
-                  **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)}}
+                  **{adjoint_symbol(s): lam for s, lam in zip(system.states, lambdas)},
+                  **(step_values(draws, seed, t, x_seq[t]) if seed is not None and draws else {})}
         values[THRESHOLD] = evaluate(system.threshold, values)
         fired = [evaluate(fire_step(system, level.argument), values) for level in levels]
         values[SPIKE] = sum(float(level.weight) * f for level, f in zip(levels, fired))

@@ -172,9 +172,9 @@ def test_spellings_are_distinct_and_prefixed():
 
 
 def test_the_language_names_match_the_parser():
-    from autocuda.spec.parse import CONSTANTS, FUNCTIONS, RESERVED_NAMES
+    from autocuda.spec.parse import CONSTANTS, DRAW_FUNCTIONS, FUNCTIONS, RESERVED_NAMES
 
-    assert LANGUAGE_NAMES == set(FUNCTIONS) | set(CONSTANTS) == RESERVED_NAMES
+    assert LANGUAGE_NAMES == set(FUNCTIONS) | set(CONSTANTS) | set(DRAW_FUNCTIONS) == RESERVED_NAMES
 
 
 # -- 2. long spec names ---------------------------------------------------------------------------------------------

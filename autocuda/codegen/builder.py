@@ -8,7 +8,7 @@ import functools
 import sympy as sp
 
 from ..ckernel import CParam
-from ..cnames import FIXED_KEYS, c_name, input_register
+from ..cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
 from ..dtypes import fill
 from ..spec.derive import (
     EVENT,
@@ -21,6 +21,7 @@ from ..spec.derive import (
     level_gradient_symbol,
     spike_levels,
 )
+from ..spec.draws import system_draws
 from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
 from .options import KernelOptions, KernelPlan, Statement, Transfer
 from .printer import CudaPrinter
@@ -130,6 +131,26 @@ class Builder:
                 self.plan.params.append(kernel_param(p.name, self.param_dtype.ctype, False, True))
         if self.o.per_channel:
             self.plan.params += [kernel_param(key, "long long", False, True) for key in CHANNEL_KEYS]
+        if self.plan.draws:
+            self.plan.params += [kernel_param(key, ctype, False, True)
+                                 for key, ctype in zip(DRAW_KEYS, ("unsigned int", "unsigned int", "long long"))]
+
+    def draws(self) -> None:
+        """The step's random draws (`spec.draws`), made first in each step from the call's seed, for every neuron of
+        the thread (`autocuda.noise`: the counter is the neuron, ac_step0 + t, the call site). Forward and backward
+        make the same draws: nothing is stored."""
+        draws = system_draws(self.d.system)
+        if not draws:
+            return
+        if self.native:
+            raise ValueError("a step with random draws (randn(), rand()) runs in float arithmetic: native packed "
+                             "arithmetic (native=True) makes no draws")
+        self.plan.draws = "double" if self.compute.name == "float64" else "float"
+        step = "ac_step0 + t" if self.multi else "ac_step0"
+        for i, draw in enumerate(draws):
+            self.printer.names[draw.symbol] = draw.symbol.name
+            self.statement(draw.symbol.name, f"ac_draw_{draw.kind}(ac_n0 + lane, {step}, {draw.site}u, ac_seed_lo, "
+                                             "ac_seed_hi)", comment="random draws" if i == 0 else "")
 
     def param_gradient(self, param: sp.Symbol, register: str) -> Transfer:
         """The store of a learnable tensor parameter's gradient, summed over the thread's steps in `register`:

@@ -43,6 +43,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
     for s in system.states:
         b.plan.setup.append(b.initial(c_name(s.name), s.name))
     b.params_setup()
+    b.draws()
     b.pointer("spike_seq", const=False)
     if keeps_h:
         b.pointer("h_seq", const=False)
@@ -165,6 +166,7 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         _replay_charge(b, derivation, reads)
     elif segment:
         _replay(b, derivation)
+    b.draws()
     b.statement("ac_h", "ac_h_cur[lane]", comment="recompute threshold, spike and surrogate gradient")
     b.statement("ac_thr", system.threshold)
     b.statement("ac_s", spike_value(system))

@@ -28,6 +28,7 @@ from sympy.printing.str import StrPrinter
 from ..ckernel import CKernel
 from ..cnames import comment_text
 from ..dtypes import headers_for
+from ..noise import c_source
 from ..spec.derive import BackwardStep, Derivation, ForwardStep, StepSystem, spike_value
 from .builder import kernel_param
 from .kernel_plans import SURROGATE_INPUT, backward_plan, forward_plan
@@ -79,8 +80,9 @@ class NeuronKernel(CKernel):
 
     def _context(self) -> dict[str, Any]:
         storage = self.options.dtype
+        draws = c_source(self.plan.draws) if self.plan.draws else ""  # only kernels that draw carry the generator
         return {"name": self.kernel_name, "headers": headers_for([storage]),
-                "prelude": storage.prelude if self.options.native else "",
+                "prelude": (storage.prelude if self.options.native else "") + draws,
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()],
                 "description": self.description, "async_copies": self.plan.depth > 1,
                 "channel_sums": any(t.channel_sum for t in self.plan.finish),

@@ -181,6 +181,7 @@ class KernelPlan:
     replay_setup: list[Transfer] = field(default_factory=list)
     replay_loads: list[Transfer] = field(default_factory=list)
     replay_body: list[Statement] = field(default_factory=list)
+    draws: str = ""  # the arithmetic ("float", "double") of the step's random draws; "" where it makes none
 
 
 def replay_steps(derivation: Derivation, options: KernelOptions) -> int:

@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
-from ..cnames import input_key
+from ..cnames import DRAW_KEYS, input_key
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
 from ..dtypes import get_dtype
 from ..errors import KernelArgumentError
 from ..layout import FIELDS, Layout
+from ..spec.draws import makes_draws
 from ..spec.model import NeuronSpec, Reset, spec_text
 from ..surrogate import Surrogate
 from . import tuning
@@ -187,8 +188,10 @@ class NeuronConfig:
 
     @functools.cached_property
     def scalars(self) -> tuple[str, ...]:
-        """The parameters passed by value, in the op's order (the spec's)."""
-        return tuple(name for name, role in self.parameters if role == "scalar")
+        """The parameters passed by value, in the op's order (the spec's); then, for a step that draws, the seed's
+        words and the first step's number (`cnames.DRAW_KEYS`: each call's own, `autocuda.noise.Seed`)."""
+        draws = DRAW_KEYS if makes_draws(self.spec) else ()
+        return tuple(name for name, role in self.parameters if role == "scalar") + draws
 
     @functools.cached_property
     def op_scalars(self) -> tuple[str, ...]:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import sympy as sp
 
+from .draws import system_draws
+
 if TYPE_CHECKING:
     from ..surrogate import Surrogate
 
@@ -354,7 +356,7 @@ def replayable(system: StepSystem, step: ForwardStep, saved: tuple[bool, ...]) -
     and no state that is not saved itself: the replay has h and the saved states alone. Not for a multi-level
     spike: the h that forward stores is rounded to keep one threshold's decision (`h_stored_as_decided`).
     """
-    if system.levels:
+    if system.levels or system_draws(system):  # a replay would make the draws again: not done (`spec.draws`)
         return False
     kept = {s for s, keep in zip(system.states, saved) if keep}
     if not kept:
@@ -375,6 +377,9 @@ def replaying_charge(derivation: Derivation) -> Derivation:
     of its scale; reading h as well moves e more per neuron-step each way (forward's write and backward's read).
     The replay runs forward's expressions again, printed alike, on the same values: it rebuilds h and every
     state bit for bit."""
+    if system_draws(derivation.system):
+        raise ValueError("a step with random draws (randn(), rand()) cannot replay its charge in backward (a fused "
+                         "BatchNorm's two-pass backward): the replay does not make the draws again")
     states = derivation.system.states
     return dataclasses.replace(derivation, saved_states=(True,) * len(states), recompute_membrane=False,
                                replayable=True, charge_replayed=True)

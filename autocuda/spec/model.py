@@ -368,6 +368,7 @@ def parse_spec(spec: NeuronSpec) -> ParsedSpec:
 
 
 def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
+    from .draws import renumbered
     from .parse import parse_expression
 
     h, s = (sympy.Symbol(n, real=True) for n in ("h", "s"))
@@ -377,9 +378,15 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
     states = _symbols(st.name for st in spec.states)
     options = dict(spec.options)
 
-    def parse(text: str, symbols: Mapping[str, sympy.Symbol], field: str) -> sympy.Expr:
+    sites = 0  # draws parsed so far: each call of randn() or rand() is a site of its own (`spec.draws`)
+
+    def parse(text: str, symbols: Mapping[str, sympy.Symbol], field: str, draws: bool = False) -> sympy.Expr:
+        nonlocal sites
         try:
-            return parse_expression(text, symbols, source=spec.origin, field=field, options=options)
+            parsed = parse_expression(text, symbols, source=spec.origin, field=field, options=options, draws=draws)
+            parsed, count = renumbered(parsed, sites)
+            sites += count
+            return parsed
         except SpecError as err:
             if err.symbol in ("h", "s") and field in ("charge", "threshold"):
                 raise SpecError(f"{err.message}; 'h' and 's' exist only in updates", source=err.source,
@@ -396,9 +403,9 @@ def _parse_spec_expressions(spec: NeuronSpec) -> ParsedSpec:
         derived_symbols[name] = sympy.Symbol(name, real=True)
     known = {**states, **params, **derived_symbols}
     rhs = {n: parse(t, {**inputs, **known}, f"ode.{n}") for n, t in spec.ode}
-    charge = None if spec.membrane in rhs else parse(spec.charge, {**inputs, **known}, "charge")
+    charge = None if spec.membrane in rhs else parse(spec.charge, {**inputs, **known}, "charge", draws=True)
     threshold = parse(spec.threshold, known, "threshold")
-    updates = {n: parse(t, {**inputs, "h": h, "s": s, **known}, f"updates.{n}") for n, t in spec.updates}
+    updates = {n: parse(t, {**inputs, "h": h, "s": s, **known}, f"updates.{n}", draws=True) for n, t in spec.updates}
     output = parse(spec.output, {**inputs, "s": s, **known}, "output") if spec.output != SPIKE_OUTPUT else None
     levels = tuple(parse(lv.argument, {"h": h, **known}, f"levels[{i}].argument")
                    for i, lv in enumerate(spec.levels or ()))

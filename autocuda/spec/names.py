@@ -22,9 +22,10 @@ __all__ = ["LANGUAGE_NAMES", "MAX_IDENTIFIER", "RESERVED_PREFIX", "name_problem"
            "spec_name_problem"]
 
 MAX_IDENTIFIER = 32
-# The functions and constants of the expression language (`spec.parse.FUNCTIONS` and `CONSTANTS`).
+# The functions and constants of the expression language (`spec.parse.FUNCTIONS`, `CONSTANTS` and the draws,
+# `spec.draws.DRAW_FUNCTIONS`).
 LANGUAGE_NAMES = frozenset({"exp", "log", "sqrt", "abs", "sin", "cos", "tan", "tanh", "atan", "sigmoid", "erf",
-                            "heaviside", "min", "max", "where", "pi", "e"})
+                            "heaviside", "min", "max", "where", "pi", "e", "randn", "rand"})
 RESERVED_PREFIX = "ac_"  # no declared name starts with it: the derivation's own symbols (and generated names) do
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")

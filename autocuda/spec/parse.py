@@ -6,8 +6,9 @@ node from a whitelist; everything else is a SpecError naming the source, the fie
 
 Grammar accepted: numbers (finite, |v| <= 1e30), names from the caller's symbol table plus `pi` and `e`,
 `+ - * / **`, unary `+ -`, calls of the functions in FUNCTIONS (fixed arity, positional only),
-`where(a < b, then, else)` (the only place a comparison may appear), and `A if opt else B` where `opt`
-is a compile-time option, resolved here.
+`where(a < b, then, else)` (the only place a comparison may appear), `A if opt else B` where `opt`
+is a compile-time option, resolved here, and where the caller allows them (`draws`), the random draws `randn()` and
+`rand()` (`spec.draws`: each call a symbol of its own, numbered left to right from 0).
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ import sympy
 
 from ..errors import SpecError
 from . import budget
+from .draws import DRAW_FUNCTIONS, draw_refusal, draw_symbol
 from .names import LANGUAGE_NAMES, check_identifier
 
-__all__ = ["parse_expression", "check_identifier", "FUNCTIONS", "CONSTANTS", "RESERVED_NAMES"]
+__all__ = ["parse_expression", "check_identifier", "FUNCTIONS", "CONSTANTS", "RESERVED_NAMES", "DRAW_FUNCTIONS"]
 
 MAX_TEXT = 2000
 MAX_DEPTH = 64  # expression nodes from root to leaf; a neuron equation needs a handful
@@ -77,16 +79,17 @@ RESERVED_NAMES = LANGUAGE_NAMES
 
 
 def parse_expression(text: str, symbols: Mapping[str, sympy.Basic], *, source: str = "<python>",
-                     field: str = "", options: Mapping[str, bool] = _NO_OPTIONS) -> sympy.Expr:
-    """Parse one expression of the spec language into sympy, refusing anything outside the whitelist. A text
+                     field: str = "", options: Mapping[str, bool] = _NO_OPTIONS, draws: bool = False) -> sympy.Expr:
+    """Parse one expression of the spec language into sympy, refusing anything outside the whitelist (the random
+    draws `randn()` and `rand()` too, unless `draws`). A text
     parsed before in this process, with the same symbols and options for the names it uses, gives the same
     expression without building it again (a traced step's expressions are parsed back to check their text, then
     again as its spec's; sympy's min and max take milliseconds each to build)."""
     tree = _parse_tree(text, source=source, field=field)
-    key = _parse_key(text, tree, symbols, options)
+    key = (_parse_key(text, tree, symbols, options), draws)
     found = _parsed.get(key)
     if found is None:
-        found = budget.bounded(source, field, _Builder(text, symbols, options, source, field).build, tree.body)
+        found = budget.bounded(source, field, _Builder(text, symbols, options, source, field, draws).build, tree.body)
         if len(_parsed) >= MAX_PARSED:
             _parsed.clear()
         _parsed[key] = found
@@ -160,9 +163,10 @@ class _Builder:
     """One walk over one tree: node -> sympy, dispatching on the node type through a table."""
 
     def __init__(self, text: str, symbols: Mapping[str, sympy.Basic], options: Mapping[str, bool],
-                 source: str, field: str):
+                 source: str, field: str, draws: bool = False):
         self.text, self.symbols, self.options = text, symbols, options
         self.source, self.field = source, field
+        self.draws, self.sites = draws, 0  # whether draws are allowed; the draws made so far
 
     def refuse(self, message: str, node: ast.AST | None = None, symbol: str | None = None) -> SpecError:
         if symbol is None and node is not None:
@@ -210,7 +214,7 @@ class _Builder:
             return CONSTANTS[node.id]
         if node.id in self.symbols:
             return self.symbols[node.id]
-        if node.id in FUNCTIONS:
+        if node.id in FUNCTIONS or node.id in DRAW_FUNCTIONS:
             raise self.refuse(f"function '{node.id}' used without calling it", node, node.id)
         if node.id in self.options:
             raise self.refuse(f"option '{node.id}' may only be used as `A if {node.id} else B`", node, node.id)
@@ -234,6 +238,8 @@ class _Builder:
         if not isinstance(node.func, ast.Name):
             raise self.refuse("only calls of whitelisted functions by name are allowed", node.func)
         name = node.func.id
+        if name in DRAW_FUNCTIONS:
+            return self._draw(node, name)
         if name not in FUNCTIONS:
             raise self.refuse(f"unknown function '{name}' (allowed: {', '.join(FUNCTIONS)})", node, name)
         low, high, builder = FUNCTIONS[name]
@@ -247,6 +253,15 @@ class _Builder:
         first = self._condition(args.pop(0)) if name in CONDITION_FUNCTIONS else None
         values = [self.build(arg) for arg in args]
         return builder(first, *values) if first is not None else builder(*values)
+
+    def _draw(self, node: ast.Call, name: str) -> sympy.Expr:
+        """A random draw: a symbol of its own per call (`spec.draws`)."""
+        if not self.draws:
+            raise self.refuse(draw_refusal(self.field), node, name)
+        if node.args or node.keywords:
+            raise self.refuse(f"'{name}()' takes no arguments (one draw per neuron and step)", node, name)
+        self.sites += 1
+        return draw_symbol(DRAW_FUNCTIONS[name], self.sites - 1)
 
     def _condition(self, node: ast.AST) -> sympy.Basic:
         if not isinstance(node, ast.Compare):

@@ -1,0 +1,183 @@
+"""Random draws in specs (`randn()`, `rand()`; docs/spec-format.md): the syntax and its refusals, and a noisy LIF's
+kernels on the host runner against the torch reference fed the same draws (forward, backward with the gradient of
+the learnable noise scale, the single step), for any layout."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda import noise, reference
+from autocuda.errors import SpecError
+from autocuda.runtime.neuron_launch import NeuronConfig
+from autocuda.spec.derive import derive, replaying_charge
+from autocuda.spec.draws import system_draws
+from autocuda.spec.load import spec_from_toml
+from autocuda.spec.system import step_system
+from autocuda.testing.named_launch import backward, forward
+
+NOISY_LIF = """
+name = "noisy_lif"
+charge = "v + (x - (v - v_reset)) / tau + sigma * randn()"
+[params]
+tau = 2.0
+v_threshold = 1.0
+v_reset = 0.0
+sigma = { default = 0.5, learnable = true }
+[states]
+v = "v_reset"
+"""
+# two draws in the charge, one in an update: three sites
+JITTERY_ALIF = """
+name = "jittery_alif"
+charge = "v + (x - v) / tau + sigma * (randn() - randn()) / 2"
+threshold = "v_threshold + a"
+[params]
+tau = 2.0
+v_threshold = 1.0
+v_reset = 0.0
+sigma = 0.3
+[states]
+v = "v_reset"
+a = 0.0
+[updates]
+a = "0.9 * a + s * (0.1 + 0.05 * rand())"
+"""
+SCALARS = {"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0, "sigma": 0.5}
+F64 = torch.float64
+
+
+def test_each_call_is_a_site_of_its_own():
+    system = step_system(spec_from_toml(JITTERY_ALIF))
+    draws = system_draws(system)
+    assert [(d.kind, d.site) for d in draws] == [("normal", 0), ("normal", 1), ("uniform", 2)]
+    assert not system.charge.has(draws[2].symbol) and system.updates[0].has(draws[2].symbol)
+
+
+@pytest.mark.parametrize("change, field, words", [
+    (("[params]", 'threshold = "1 + randn()"\n[params]'), "threshold", "spike's argument"),
+    (("sigma * randn()", "sigma * randn(1)"), "charge", "takes no arguments"),
+    (("sigma * randn()", "sigma * randn"), "charge", "without calling it"),
+    (("v_reset = 0.0\n", "v_reset = 0.0\nrandn = 1.0\n"), "params", "function or constant"),
+])
+def test_refusals_name_the_field(change, field, words):
+    with pytest.raises(SpecError, match=words) as caught:
+        step_system(spec_from_toml(NOISY_LIF.replace(*change)))
+    assert field in str(caught.value)
+
+
+def test_draws_are_refused_outside_the_step_and_in_what_backward_replays():
+    from autocuda.surrogate import Custom
+    with pytest.raises(SpecError, match="charge and in the updates"):
+        Custom("randn() * x")
+    ode = NOISY_LIF.replace('charge = "v + (x - (v - v_reset)) / tau + sigma * randn()"\n', "") + \
+        '[ode]\nv = "(x - v + sigma * randn()) / tau"\n'
+    with pytest.raises(SpecError, match="stochastic integrator"):
+        step_system(spec_from_toml(ode))
+    with pytest.raises(ValueError, match="replay its charge"):
+        replaying_charge(derive(step_system(spec_from_toml(NOISY_LIF))))
+    config = NeuronConfig(spec_from_toml(NOISY_LIF), spec_from_toml(NOISY_LIF).surrogate, "hard")
+    x = torch.zeros(2, 4, dtype=torch.float16)
+    with pytest.raises(ValueError, match="native"):
+        forward(config, x, {"v": torch.zeros(4, dtype=x.dtype)}, {**SCALARS, **noise.Seed(1).arguments()},
+                backend="host", layout={"native": True, "lanes": 2})
+
+
+def run_reference(spec, x, v0, seed, sigma):
+    system = step_system(spec)
+    params = {p: (sigma if p.name == "sigma" else SCALARS[p.name]) for p in system.params}
+    return reference.multi_step(system, x, [v0], params, spec.surrogate, seed=seed)
+
+
+def inputs(dtype, steps=7, neurons=37):
+    generator = torch.Generator().manual_seed(0)
+    return torch.rand(steps, neurons, generator=generator, dtype=dtype), torch.zeros(neurons, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64], ids=str)
+def test_host_forward_equals_reference(dtype):
+    spec = spec_from_toml(NOISY_LIF)
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    x, v0 = inputs(dtype)
+    seed = noise.Seed(2**64 - 3, offset=5)
+    out = forward(config, x, {"v": v0}, {**SCALARS, **seed.arguments()}, backend="host")
+    spikes, (v_final,), _ = run_reference(spec, x, v0, seed, 0.5)
+    assert torch.equal(out["spike_seq"], spikes)
+    torch.testing.assert_close(out["v_final"], v_final, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-13)
+    # the noise is there: without it the membranes differ
+    quiet = forward(config, x, {"v": v0}, {**SCALARS, "sigma": 0.0, **seed.arguments()}, backend="host")
+    assert (quiet["h_seq"] - out["h_seq"]).abs().max() > 0.1
+
+
+def test_backward_gives_the_noise_scale_its_gradient():
+    """BPTT makes the forward's draws again: d loss / d x and d loss / d sigma equal autograd's through the
+    reference fed the same draws (float64)."""
+    spec = spec_from_toml(NOISY_LIF)
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    x, v0 = inputs(F64)
+    seed = noise.Seed(99, offset=0)
+    out = forward(config, x, {"v": v0}, {**SCALARS, **seed.arguments()}, backend="host")
+    generator = torch.Generator().manual_seed(1)
+    grad_spike, grad_v = torch.randn(x.shape, generator=generator, dtype=F64), torch.randn(x.shape[1], dtype=F64)
+    grads = backward(config, {"grad_spike_seq": grad_spike, "grad_v_final": grad_v},
+                     {"h_seq": out["h_seq"], "x_seq": x, "v_init": v0}, {**SCALARS, **seed.arguments()},
+                     backend="host")
+    x_ref, sigma = x.clone().requires_grad_(), torch.tensor(0.5, dtype=F64, requires_grad=True)
+    spikes, (v_final,), _ = run_reference(spec, x_ref, v0, seed, sigma)
+    ((spikes * grad_spike).sum() + (v_final * grad_v).sum()).backward()
+    torch.testing.assert_close(grads["grad_x_seq"], x_ref.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads["grad_sigma"].sum(), sigma.grad, rtol=1e-10, atol=1e-12)
+    assert sigma.grad.abs() > 0.1
+
+
+def test_same_seed_same_draws_for_any_layout_and_the_single_step():
+    """A draw is a function of (seed, neuron, offset + t, site) alone: two layouts give the same bits, a different
+    seed other draws, and single steps at offsets 5, 6, ... the multi-step call's steps."""
+    spec = spec_from_toml(JITTERY_ALIF)
+    config = NeuronConfig(spec, spec.surrogate, "hard")
+    x, v0 = inputs(torch.float32, steps=4, neurons=41)
+    init = {"v": v0, "a": torch.zeros_like(v0)}
+    seed = noise.Seed(7, offset=5)
+    scalars = {k: v for k, v in SCALARS.items() if k != "sigma"} | {"sigma": 0.3}
+    plain = forward(config, x, init, {**scalars, **seed.arguments()}, backend="host", store_state_seq=True)
+    wide = forward(config, x, init, {**scalars, **seed.arguments()}, backend="host", store_state_seq=True,
+                   layout={"lanes": 4, "block": 64})
+    assert all(torch.equal(plain[k], wide[k]) for k in plain)
+    other = forward(config, x, init, {**scalars, **noise.Seed(8, offset=5).arguments()}, backend="host",
+                    store_state_seq=True)
+    assert not torch.equal(other["h_seq"], plain["h_seq"])
+    states = init
+    for t in range(x.shape[0]):
+        step = forward(config, x[t], states, {**scalars, **noise.Seed(7, offset=5 + t).arguments()},
+                       single_step=True, backend="host")
+        assert torch.equal(step["h_seq"], plain["h_seq"][t])
+        states = {"v": step["v_final"], "a": step["a_final"]}
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_layers_take_their_seed_from_torch(step_mode):
+    """nn.Neuron seeds each call from torch's generator: torch.manual_seed repeats a call, the next call draws
+    anew; the host kernels and the torch reference draw alike, and backward (the kernels' making the forward's
+    draws again) gives x and the learnable noise scale the reference's gradients."""
+    from autocuda import nn as ann
+
+    spec = spec_from_toml(NOISY_LIF)
+    x = torch.rand(4, 3, 5, generator=torch.Generator().manual_seed(2), dtype=F64)
+    results = {}
+    for backend in ("host", "reference"):
+        layer = ann.Neuron(spec, step_mode=step_mode, backend=backend).double()
+        given = x.clone().requires_grad_()
+        torch.manual_seed(11)
+        out = layer(given) if step_mode == "m" else torch.stack([layer(step) for step in given])
+        out.sum().backward()
+        layer.reset()
+        torch.manual_seed(11)
+        again = layer(x) if step_mode == "m" else torch.stack([layer(step) for step in x])
+        layer.reset()
+        later = layer(x) if step_mode == "m" else torch.stack([layer(step) for step in x])
+        layer.reset()
+        assert torch.equal(out, again) and not torch.equal(out, later)
+        results[backend] = (out.detach(), given.grad, layer.sigma.grad)
+    (out, grad_x, grad_sigma), (out_ref, grad_x_ref, grad_sigma_ref) = results["host"], results["reference"]
+    assert torch.equal(out, out_ref)
+    torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grad_sigma, grad_sigma_ref, rtol=1e-10, atol=1e-12)
