@@ -41,7 +41,7 @@ from .dtypes import get_dtype
 from .spec.draws import Draw
 
 __all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
-           "DrawKernel", "Seed", "step_values"]
+           "DrawKernel", "Seed", "step_values", "draw_function"]
 
 KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
 _MASK = 0xFFFFFFFF
@@ -231,10 +231,15 @@ def draw(kind: str, seed: int, neuron: int, step: int, site: int, dtype: torch.d
     return float(draws(kind, seed, neuron, step, site, dtype))
 
 
+def draw_function(kind: str, precision: str) -> str:
+    """The C function (of `c_source(precision)`) making a draw of `kind`: (neuron, step, site, seed lo, seed hi)."""
+    return f"ac_draw_{kind}_{precision[0]}"
+
+
 @functools.lru_cache(maxsize=4)
 def c_source(precision: str) -> str:
-    """The C functions of the draws in one precision ("float" or "double"), for kernels that draw: ac_philox4x32_10,
-    ac_draw_uniform and ac_draw_normal (neuron, step, site, seed words -> a draw)."""
+    """The C functions of the draws in one precision ("float" or "double"), for kernels that draw: Philox4x32-10
+    and `draw_function`'s, behind include guards (a unit may hold several kernels' sources)."""
     p = PRECISIONS[precision]
     hi, lo = p.ln2_parts
     lit = p.literal
@@ -261,7 +266,7 @@ class DrawKernel(CKernel1D):
             self.add_param("unsigned int", name)
         for name in ("neuron0", "step"):
             self.add_param("long long", name)
-        self.core = f"out[index] = ac_draw_{kind}(neuron0 + index, step, site, seed_lo, seed_hi);"
+        self.core = f"out[index] = {draw_function(kind, precision)}(neuron0 + index, step, site, seed_lo, seed_hi);"
 
     def _context(self) -> dict[str, Any]:
         context = super()._context()

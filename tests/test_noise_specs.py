@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import compile_together
 
 from autocuda import noise, reference
 from autocuda.errors import SpecError
@@ -181,3 +182,14 @@ def test_layers_take_their_seed_from_torch(step_mode):
     assert torch.equal(out, out_ref)
     torch.testing.assert_close(grad_x, grad_x_ref, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(grad_sigma, grad_sigma_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_kernels_that_draw_compile_for_the_gpu(nvcc):
+    """nvcc accepts the generator's C in both precisions and a drawing spec's kernels (float32 and float64, forward
+    and backward), all in one unit: the generator's definitions sit behind include guards."""
+    spec = spec_from_toml(JITTERY_ALIF)
+    sources = {f"draws {kind} {p}": noise.DrawKernel(kind, p).full_codes for kind in noise.KINDS
+               for p in ("float", "double")}
+    sources |= {f"{kind} {dtype}": spec.source(kind, dtype) for kind in ("fptt", "bptt")
+                for dtype in ("float32", "float64")}
+    assert compile_together(nvcc, sources) == {}

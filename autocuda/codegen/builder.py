@@ -10,6 +10,7 @@ import sympy as sp
 from ..ckernel import CParam
 from ..cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
 from ..dtypes import fill
+from ..noise import draw_function
 from ..spec.derive import (
     EVENT,
     GRAD_SPIKE,
@@ -149,8 +150,9 @@ class Builder:
         step = "ac_step0 + t" if self.multi else "ac_step0"
         for i, draw in enumerate(draws):
             self.printer.names[draw.symbol] = draw.symbol.name
-            self.statement(draw.symbol.name, f"ac_draw_{draw.kind}(ac_n0 + lane, {step}, {draw.site}u, ac_seed_lo, "
-                                             "ac_seed_hi)", comment="random draws" if i == 0 else "")
+            self.statement(draw.symbol.name, f"{draw_function(draw.kind, self.plan.draws)}(ac_n0 + lane, {step}, "
+                                             f"{draw.site}u, ac_seed_lo, ac_seed_hi)",
+                           comment="random draws" if i == 0 else "")
 
     def param_gradient(self, param: sp.Symbol, register: str) -> Transfer:
         """The store of a learnable tensor parameter's gradient, summed over the thread's steps in `register`:
