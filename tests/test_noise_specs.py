@@ -193,3 +193,45 @@ def test_kernels_that_draw_compile_for_the_gpu(nvcc):
     sources |= {f"{kind} {dtype}": spec.source(kind, dtype) for kind in ("fptt", "bptt")
                 for dtype in ("float32", "float64")}
     assert compile_together(nvcc, sources) == {}
+
+
+def test_python_steps_trace_randn_like_into_a_draw():
+    """torch.randn_like of a step value is the spec's randn(): a traced noisy LIF runs on the host kernels as the
+    reference does, seeded alike; a draw's value used in two equations, and randn_like of a real tensor, are
+    refused at their line."""
+    from autocuda import nn as ann
+    from autocuda.spec.model import Param
+    from autocuda.spec.python import step_spec
+    from autocuda.surrogate import Sigmoid
+
+    def noisy(x, v, tau, sigma):
+        h = v + (x - v) / tau + sigma * torch.randn_like(v)
+        s = Sigmoid()(h - 1.0)
+        return s, h * (1 - s)
+
+    params = [Param("tau", 2.0), Param("sigma", 0.5, learnable=True)]
+    spec = step_spec(noisy, ["v"], params).spec
+    assert "randn()" in spec.charge and [d.kind for d in system_draws(step_system(spec))] == ["normal"]
+    x = torch.rand(5, 6, generator=torch.Generator().manual_seed(3), dtype=F64)
+    outputs = []
+    for backend in ("host", "reference"):
+        torch.manual_seed(4)
+        outputs.append(ann.Neuron(spec, step_mode="m", backend=backend).double()(x))
+    assert torch.equal(*outputs)
+
+    def reused(x, v, w, tau, sigma):
+        n = torch.rand_like(v)
+        h = v + (x - v) / tau + sigma * n
+        s = Sigmoid()(h - 1.0)
+        return s, h * (1 - s), 0.5 * w + n
+
+    with pytest.raises(SpecError, match=r"torch.rand_like\(...\) call is used in 2 places"):
+        step_spec(reused, ["v", "w"], params)
+
+    def outside(x, v, tau, sigma):
+        h = v + (x - v) / tau + sigma * float(torch.randn_like(torch.zeros(())))
+        s = Sigmoid()(h - 1.0)
+        return s, h * (1 - s)
+
+    with pytest.raises(SpecError, match="torch.randn_like of a tensor that is not a step value"):
+        step_spec(outside, ["v"], params)

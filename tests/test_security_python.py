@@ -218,8 +218,8 @@ def torch_rand(x, v):
     return sg(h - 1.0), h
 
 
-def torch_randn_like(x, v):
-    h = v + torch.randn_like(v)
+def torch_randn_like(x, v):  # of a step value it is a draw of the spec (tests/test_noise_specs.py)
+    h = v + x * float(torch.randn_like(torch.zeros(())))
     return sg(h - 1.0), h
 
 
@@ -278,7 +278,7 @@ IMPURE = {
     "numpy.random.rand": (numpy_random, "np.random.rand()", "random numbers"),
     "numpy Generator": (numpy_generator, "RNG.normal()", "random numbers"),
     "torch.rand": (torch_rand, "torch.rand(1)", "random numbers"),
-    "torch.randn_like": (torch_randn_like, "torch.randn_like(v)", "random numbers"),
+    "torch.randn_like": (torch_randn_like, "torch.randn_like(torch.zeros(()))", "random numbers"),
     "torch.bernoulli": (torch_bernoulli, "torch.bernoulli", "random numbers"),
     "torch.distributions": (torch_distribution, "sample()", "random numbers"),
     "time.time": (clock, "time.time()", "clock"),

@@ -503,8 +503,8 @@ def _global_tensor(x, v):
     return sg(h - 1), h
 
 
-def _random(x, v):
-    h = v + x + torch.rand_like(v)
+def _random(x, v):  # (torch.rand_like of a step value is the spec's draw rand(): tests/test_noise_specs.py)
+    h = v + x + torch.normal(0.0, torch.ones_like(v))
     return sg(h - 1), h
 
 

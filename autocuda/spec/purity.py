@@ -51,6 +51,8 @@ _RANDOM_TORCH = frozenset({"bernoulli", "normal", "poisson", "multinomial", "dro
                            "feature_dropout", "feature_alpha_dropout", "native_dropout", "rrelu", "uniform",
                            "exponential", "geometric", "cauchy", "log_normal", "random", "seed", "manual_seed",
                            "initial_seed", "empty", "empty_like", "empty_strided", "new_empty", "Generator"})
+# torch's random functions a traced step may call: they become the spec's draws randn() and rand() (`spec.trace`)
+TRACED_DRAWS = frozenset({"randn_like", "rand_like"})
 _CLOCK_METHODS = frozenset({"now", "today", "utcnow"})
 _ENVIRONMENT = frozenset({"getenv", "getenvb", "urandom", "getrandom", "_Environ"})
 _OWN = ("sympy", "autocuda", "importlib", "_frozen_importlib", "zipimport")  # their numbers are their own
@@ -69,6 +71,8 @@ def _kind(module: str, owner: str, name: str) -> str | None:
     the module doc's sources, else None."""
     if _within(module, _RANDOM_MODULES) or _within(owner, _RANDOM_MODULES):
         return RANDOM
+    if (module.startswith("torch") or owner.startswith("torch")) and name in TRACED_DRAWS:
+        return None  # the tracer makes these a spec's draws (`spec.draws`): no random number is taken
     if (module.startswith("torch") or owner.startswith("torch")) and (
             name.rstrip("_") in _RANDOM_TORCH or name.lstrip("_").startswith("rand")):
         return RANDOM
@@ -184,8 +188,18 @@ def watching(refuse: Callable[[str, str, Any, int | None], SpecError], is_user: 
     frame's current line). `is_user(frame)`: whether a frame runs the user's code."""
     previous = sys.getprofile()
     importing = [0]  # imports in progress
+    drawing: list[list[Any]] = []  # per call of a TRACED_DRAWS function in progress: [function, dispatched]
 
     def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and getattr(arg, "__name__", None) in TRACED_DRAWS and is_user(frame):
+            drawing.append([arg, False])
+        elif event in ("c_return", "c_exception") and drawing and drawing[-1][0] is arg:
+            _, dispatched = drawing.pop()
+            if event == "c_return" and not dispatched:  # it drew numbers: it was given a real tensor
+                raise refuse(*_refusal(f"torch.{arg.__name__} of a tensor that is not a step value", RANDOM),
+                             frame, None)
+        if event == "call" and drawing and frame.f_code.co_name == "__torch_function__":
+            drawing[-1][1] = True  # the stand-in's: the tracer makes it a draw of the spec
         if event == "c_call":
             source = None if importing[0] else _c_function_source(arg)
             if source is not None and (is_user(frame) or (source[1] == RANDOM and not _for_own_use(frame))) \

@@ -37,6 +37,7 @@ from sympy.printing.str import StrPrinter
 from ..errors import SpecError
 from ..surrogate import Sigmoid
 from . import budget
+from .draws import DRAW_FUNCTIONS, draw_symbol, draws_of
 from .model import Kind, NeuronSpec, Param, State
 from .parse import FUNCTIONS, parse_expression
 from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, prepare
@@ -62,7 +63,7 @@ _NODES: Mapping[str, Callable[..., sympy.Basic]] = {
     "div": lambda v, a, b: v[a] / v[b], "pow": lambda v, a, b: sympy.Pow(v[a], v[b]), "neg": lambda v, a: -v[a],
     "min": lambda v, a, b: sympy.Min(v[a], v[b]), "max": lambda v, a, b: sympy.Max(v[a], v[b]),
     "fn": lambda v, name, a: _FUNCTIONS[name](v[a]), "heaviside": lambda v, a: FUNCTIONS["heaviside"][2](v[a]),
-    "rel": lambda v, op, a, b: _RELATIONS[op](v[a], v[b]),
+    "rel": lambda v, op, a, b: _RELATIONS[op](v[a], v[b]), "draw": lambda v, kind, k: draw_symbol(kind, k),
     "where": lambda v, rel, a, b: sympy.Piecewise((v[a], v[rel]), (v[b], True)),
     "ind": lambda v, rel: sympy.Piecewise((sympy.Integer(1), v[rel]), (sympy.Integer(0), True)),
 }
@@ -160,7 +161,23 @@ class _Printer(StrPrinter):
 
 def expression_text(e: sympy.Basic) -> str:
     """`e` written in the spec's expression language: sympy's readable text where it parses back to `e`, else
-    fully parenthesised."""
+    fully parenthesised. A random draw is written as its call (randn(), rand()): the text is checked with each
+    draw as a name of its own, then the names are replaced by the calls."""
+    draws = draws_of([e])
+    if not draws:
+        return _text_of(e)
+    names = {d.symbol: sympy.Symbol(f"{_DRAW_NAME}{d.site}", real=True) for d in draws}
+    text = _text_of(e.xreplace(names))
+    for d in sorted(draws, key=lambda d: -d.site):  # ac_draw_text_12 before ac_draw_text_1
+        text = text.replace(f"{_DRAW_NAME}{d.site}", f"{_DRAW_CALLS[d.kind]}()")
+    return text
+
+
+_DRAW_NAME = "ac_draw_text_"  # no name of a spec starts with ac_, and no sympy text holds one but ours
+_DRAW_CALLS = {kind: name for name, kind in DRAW_FUNCTIONS.items()}
+
+
+def _text_of(e: sympy.Basic) -> str:
     text = _Printer().doprint(e)
     symbols = {str(s): s for s in e.free_symbols}
     try:
@@ -327,9 +344,28 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
 def _fields(m: _Membrane, news: Mapping[str, sympy.Expr], states: list[str]) -> dict[str, Any]:
     h = sympy.Symbol("h", real=True)
     charge = m.charge
-    updates = tuple((n, expression_text(_with_h(news[n], charge, h))) for n in states if n != m.state)
+    exprs = {n: _with_h(news[n], charge, h) for n in states if n != m.state}
+    _draws_once([charge, m.threshold, *exprs.values()])
+    updates = tuple((n, expression_text(e)) for n, e in exprs.items())
     return {"state_order": [m.state, *(n for n in states if n != m.state)], "charge": expression_text(charge),
             "threshold": expression_text(m.threshold), "reset": m.reset, "updates": updates}
+
+
+def _draws_once(exprs: Sequence[sympy.Expr]) -> None:
+    """Refuse a random draw that the spec's text would write more than once: each call written in a spec is a
+    draw of its own (`spec.draws`), so the text would draw it anew at each place."""
+    for draw in draws_of(exprs):
+        uses = sum(_occurrences(e, draw.symbol) for e in exprs)
+        if uses > 1:
+            call = f"torch.{_DRAW_CALLS[draw.kind]}_like"
+            raise SpecError(f"the value of one {call}(...) call is used in {uses} places of the step's equations "
+                            "(charge, threshold, updates), which a spec writes as that many independent draws; "
+                            "use it in one equation (add it to the charge, say), or call it once per use",
+                            symbol=call)
+
+
+def _occurrences(e: sympy.Basic, symbol: sympy.Symbol) -> int:
+    return sum(1 for node in sympy.preorder_traversal(e) if node == symbol)
 
 
 def _with_h(e: sympy.Expr, charge: sympy.Expr, h: sympy.Symbol) -> sympy.Expr:
@@ -339,6 +375,7 @@ def _with_h(e: sympy.Expr, charge: sympy.Expr, h: sympy.Symbol) -> sympy.Expr:
 
 def _own_fields(news: Mapping[str, sympy.Expr], states: list[str], z: sympy.Expr | None) -> dict[str, Any]:
     u = _free_state(set(states))
+    _draws_once([*(news[n] for n in states), *([z] if z is not None else [])])
     updates = tuple((n, expression_text(news[n])) for n in states)
     return {"state_order": [u, *states], "charge": expression_text(z) if z is not None else "0",
             "threshold": "0" if z is not None else "1", "reset": "none", "updates": updates}

@@ -126,6 +126,7 @@ def refuse(operation: str, instead: str, frame: Any = None, line_number: int | N
 #   ("sym", name)  ("int", n)  ("float", f)  ("spike",)  ("detached",)
 #   ("add"|"sub"|"mul"|"div"|"pow"|"min"|"max", a, b)  ("neg", a)  ("fn", name, a)  ("heaviside", a)
 #   ("rel", "lt"|"le"|"gt"|"ge", a, b)  ("where", rel, a, b)  ("ind", rel): 1 where rel holds, else 0
+#   ("draw", "normal"|"uniform", k): the k-th random draw of the step (torch.randn_like, torch.rand_like)
 # Equal nodes are stored once, so the table grows with the step's operations, not with the size of its
 # expressions, and its text names the whole computation (the key of a disk cache of traced specs).
 
@@ -248,6 +249,8 @@ class Value:
             raise refuse(f"the in-place torch.{name}", f"use torch.{name[:-1]} (a new value)")
         if (kwargs or {}).get("out") is not None:
             raise refuse(f"torch.{name}(..., out=...)", "return a new value instead of writing into a tensor")
+        if name in _DRAWS:
+            return _call(name, *args, **(kwargs or {}))
         if name in _RANDOM or "rand" in name:
             raise refuse(f"torch.{name} (random numbers)", "a neuron step is deterministic; add noise to the "
                                                            "input outside the neuron")
@@ -314,6 +317,9 @@ _TORCH: Mapping[str, Callable[..., int]] = {
     "zeros_like": lambda t, x, **_: t.of(0), "ones_like": lambda t, x, **_: t.of(1),
     "full_like": lambda t, x, value, **_: t.of(value),
 }
+# torch.randn_like and torch.rand_like: the spec's draws randn() and rand(), a node of its own per call
+_DRAWS: Mapping[str, Callable[..., int]] = {"randn_like": lambda t, x, **_: t.draw("normal"),
+                                            "rand_like": lambda t, x, **_: t.draw("uniform")}
 _RANDOM = frozenset({"bernoulli", "normal", "poisson", "dropout", "multinomial", "random", "uniform",
                      "exponential", "geometric", "cauchy", "log_normal", "alpha_dropout", "feature_dropout"})
 
@@ -332,7 +338,7 @@ def _call(name: str, *args: Any, **kwargs: Any) -> Any:
         if isinstance(a, Value) and a.tracer is not anchor.tracer:
             raise refuse(f"torch.{name} on values of another trace", "call the step on its own arguments")
     try:
-        result = _TORCH[name](anchor.tracer, *args, **kwargs)
+        result = (_DRAWS.get(name) or _TORCH[name])(anchor.tracer, *args, **kwargs)
     except TypeError as err:
         raise refuse(f"torch.{name} with these arguments ({err})", _supported()) from None
     return anchor._new(result)
@@ -416,7 +422,8 @@ def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) 
     return cls(**params)  # type: ignore[arg-type]
 
 
-_LEAVES = frozenset({"sym", "int", "float", "spike", "detached"})  # nodes without operands (other nodes' ints are ids)
+# nodes without operands (other nodes' ints are ids; a draw's is its number)
+_LEAVES = frozenset({"sym", "int", "float", "spike", "detached", "draw"})
 
 
 class _Tracer:
@@ -426,6 +433,7 @@ class _Tracer:
         self.nodes: list[Node] = []
         self.ids: dict[Node, int] = {}
         self.operations = 0
+        self.draws = 0  # the random draws made so far (`draw`)
         self.depths: list[int] = []  # per node: operations down to an argument
         self.sizes: list[int] = []   # per node: terms of its expression written out (capped past the limit)
         self.lines: list[str] = []
@@ -513,6 +521,11 @@ class _Tracer:
         line = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
         self.spike = Spike(argument.node, surrogate, line, strict)
         return Value(self.node("spike"), self)
+
+    def draw(self, kind: str) -> int:
+        """A new random draw of `kind` (`spec.draws`): each call its own node, never merged with an equal one."""
+        self.draws += 1
+        return self.node("draw", kind, self.draws - 1)
 
     def detach(self, value: Value) -> Value:
         if self.nodes[value.node] == ("spike",):
