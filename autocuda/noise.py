@@ -25,9 +25,11 @@ within a few units in the last place of exact Box-Muller of the same uniforms.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -41,7 +43,7 @@ from .dtypes import get_dtype
 from .spec.draws import Draw
 
 __all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
-           "DrawKernel", "Seed", "step_values", "draw_function"]
+           "DrawKernel", "Seed", "step_values", "draw_function", "using_generator"]
 
 KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
 _MASK = 0xFFFFFFFF
@@ -308,10 +310,31 @@ class Seed:
 
     @classmethod
     def from_torch(cls, generator: torch.Generator | None = None, offset: int = 0) -> Seed:
-        """A seed taken from `generator` (torch's default CPU generator where None): `torch.manual_seed` makes the
-        draws repeatable."""
+        """A seed taken from `generator`; where None, from the one `using_generator` set, else torch's default CPU
+        generator (`torch.manual_seed` makes the draws repeatable)."""
+        generator = generator if generator is not None else _GENERATOR.get()
         words = torch.randint(0, 2**32, (2,), dtype=torch.int64, generator=generator).tolist()
         return cls(words[0] | words[1] << 32, offset)
+
+
+_GENERATOR: contextvars.ContextVar[torch.Generator | None] = contextvars.ContextVar("autocuda_draws", default=None)
+
+
+@contextlib.contextmanager
+def using_generator(generator: torch.Generator) -> Iterator[None]:
+    """Within the block, calls that draw (layers, `autocuda.functional`) take their seeds from `generator` (a CPU
+    torch.Generator) instead of torch's default one:
+
+        with autocuda.noise.using_generator(torch.Generator().manual_seed(0)):
+            spikes = layer(x)
+    """
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise TypeError(f"using_generator: expected a CPU torch.Generator, got {generator!r}")
+    token = _GENERATOR.set(generator)
+    try:
+        yield
+    finally:
+        _GENERATOR.reset(token)
 
 
 def step_values(draws: Sequence[Draw], seed: Seed, t: int, like: torch.Tensor) -> dict[Any, torch.Tensor]:

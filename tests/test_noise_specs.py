@@ -235,3 +235,21 @@ def test_python_steps_trace_randn_like_into_a_draw():
 
     with pytest.raises(SpecError, match="torch.randn_like of a tensor that is not a step value"):
         step_spec(outside, ["v"], params)
+
+
+def test_an_explicit_generator_seeds_the_calls():
+    """Within `noise.using_generator(g)`, calls take their seeds from g and leave torch's default generator as it
+    was; g seeded alike repeats the call."""
+    from autocuda import functional as F
+
+    spec = spec_from_toml(NOISY_LIF)
+    x = torch.rand(3, 8, generator=torch.Generator().manual_seed(0), dtype=F64)
+    state = torch.random.get_rng_state()
+    runs = []
+    for _ in range(2):
+        with noise.using_generator(torch.Generator().manual_seed(123)):
+            runs.append(F.multi_step(spec, x, backend="host", store_state_seq=True)[2][0])
+    assert torch.equal(torch.random.get_rng_state(), state) and torch.equal(*runs)
+    with pytest.raises(TypeError, match="CPU torch.Generator"):
+        with noise.using_generator(123):  # type: ignore[arg-type]
+            pass
