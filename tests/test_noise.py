@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import profile
+from conftest import compile_launched, profile
 
 from autocuda import noise
 
@@ -31,7 +31,10 @@ def bits(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def draw_kernels():
-    return {(kind, p): noise.DrawKernel(kind, p) for kind in noise.KINDS for p in PRECISIONS}
+    """The four kernels, compiled for the host in one compiler run."""
+    kernels = {(kind, p): noise.DrawKernel(kind, p) for kind in noise.KINDS for p in PRECISIONS}
+    compile_launched(*(lambda k=k: k.draws(1, 1, backend="host") for k in kernels.values()))
+    return kernels
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
