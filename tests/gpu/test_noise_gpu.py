@@ -1,7 +1,9 @@
 """Random draws on a GPU (`autocuda.noise`, `randn()` and `rand()` in specs): the generator's C on the GPU equals the
-host runner and the torch reference bit for bit in float and double; a noisy LIF's kernels on the GPU equal the host
-runner's bit for bit in float32 and float64 (the same source, every operation rounded alike) for two layouts, and
-run in every dtype against the reference fed the same draws."""
+host runner and the torch reference bit for bit in float and double; a noisy LIF's forward kernel on the GPU equals
+the host runner's bit for bit in float32 and float64 for two layouts (its step has no division but by tau = 2 and
+no transcendental function, so the GPU's approximate division and libm do not enter; the draws are made alike), its
+backward (the surrogate's exp: the GPU's libm) to a tight tolerance; and every dtype runs against the reference fed
+the same draws."""
 from __future__ import annotations
 
 import pytest
@@ -50,7 +52,7 @@ def test_gpu_draws_equal_host_and_torch_bitwise(kind, precision):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("layout", [None, {"lanes": 4, "block": 128}], ids=["fixed", "lanes4"])
-def test_gpu_kernels_equal_host_bitwise(dtype, layout):
+def test_gpu_forward_equals_host_bitwise(dtype, layout):
     spec = spec_from_toml(NOISY_LIF)
     config = NeuronConfig(spec, spec.surrogate, "hard")
     generator = torch.Generator().manual_seed(0)
@@ -65,8 +67,12 @@ def test_gpu_kernels_equal_host_bitwise(dtype, layout):
             v0, device=device)}, {"h_seq": out["h_seq"], "x_seq": x.to(device), "v_init": v0.to(device)}, given,
             backend=backend, layout=layout)
         outs[backend] = {k: v.cpu() for k, v in {**out, **grads}.items()}
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
     for name, value in outs["host"].items():
-        assert torch.equal(outs["cuda"][name], value), name
+        if name.startswith("grad_"):
+            torch.testing.assert_close(outs["cuda"][name], value, rtol=tolerance, atol=tolerance)
+        else:
+            assert torch.equal(outs["cuda"][name], value), name
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
