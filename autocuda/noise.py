@@ -222,7 +222,7 @@ def draws(kind: str, seed: int, neurons: torch.Tensor | int, step: torch.Tensor 
     arithmetic type of `dtype` (float64 for float64, else float32): what a kernel of that dtype draws."""
     p = precision_of(dtype)
     n = torch.as_tensor(neurons, dtype=torch.int64)
-    t = torch.as_tensor(step, dtype=torch.int64)
+    t = torch.as_tensor(step, dtype=torch.int64, device=n.device)
     n, t = torch.broadcast_tensors(n, t)
     counter = (n & _MASK, n >> 32, t & _MASK, torch.full_like(n, site & _MASK))
     return transform(kind, philox4x32_10(counter, seed_words(seed)), p)
