@@ -252,3 +252,13 @@ def test_an_explicit_generator_seeds_the_calls():
     with pytest.raises(TypeError, match="CPU torch.Generator"):
         with noise.using_generator(123):  # type: ignore[arg-type]
             pass
+
+
+def test_check_spec_runs_a_spec_that_draws():
+    """`autocuda check` (check_spec) seeds the kernels and the reference alike (testing.cases.CHECK_SEED): a
+    drawing spec's FPTT, BPTT and single-step kernels pass against the reference fed the same draws."""
+    from autocuda.testing import check_spec
+
+    report = check_spec(spec_from_toml(NOISY_LIF), dtypes=("float32",), resets=("hard",), detach=(False,),
+                        examples=1)
+    assert report.passed and report.cases, report.summary()

@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import reference
+from ..noise import Seed
 from ..runtime.neuron_launch import NeuronConfig
 from ..spec.model import NeuronSpec, Param, check_reset
 from ..spec.system import initial_value
 from ..spec.torch_eval import evaluate
 from ..surrogate import Surrogate
+
+# The seed of every check's runs of a step that draws (`spec.draws`): the kernels and the reference draw alike.
+CHECK_SEED = Seed(0x5EED_2026, 0)
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -191,7 +195,7 @@ def _trajectories(setup: Setup, xs: Sequence[torch.Tensor], initial: Sequence[to
     system = config.derivation().system
     with torch.no_grad():
         spikes, _, seqs = reference.multi_step(system, tuple(xs), list(initial), _symbols(setup, params),
-                                               config.surrogate, setup.detach_reset)
+                                               config.surrogate, setup.detach_reset, CHECK_SEED)
     return spikes, [torch.cat([i.expand(1, xs[0].shape[1]), s]) for i, s in zip(initial, seqs)]
 
 

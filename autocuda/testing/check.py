@@ -14,18 +14,19 @@ from typing import Any
 import sympy
 import torch
 
-from .. import reference
+from .. import noise, reference
 from ..codegen.neuron_kernel import REPLAY_STEPS, KernelOptions, replay_steps
 from ..dtypes import get_dtype
 from ..layout import Layout
 from ..runtime.neuron_launch import NeuronConfig
 from ..runtime.tuning import fixed_layout, replay_option
 from ..spec.derive import THRESHOLD, H, StepSystem
+from ..spec.draws import system_draws
 from ..spec.load import load_spec
 from ..spec.model import NeuronSpec
 from ..spec.torch_eval import evaluate
 from ..surrogate import get_surrogate
-from .cases import DTYPES, F64, TOLERANCES, Case, Inputs, Setup, Tolerance, make_case
+from .cases import CHECK_SEED, DTYPES, F64, TOLERANCES, Case, Inputs, Setup, Tolerance, make_case
 from .named_launch import backward, forward
 
 
@@ -103,11 +104,13 @@ def _compare(name: str, got: torch.Tensor, want: torch.Tensor, rtol: float, atol
                       want.numel(), int((~(diff <= allowed)).sum()))
 
 
-def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, Any], learnable: Mapping[str, Any]
-                   ) -> dict[str, torch.Tensor]:
-    """Reference outputs and gradients (autograd, float64), named like the kernels' outputs, plus `threshold`."""
+def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, Any], learnable: Mapping[str, Any],
+                   storage: torch.dtype = F64) -> dict[str, torch.Tensor]:
+    """Reference outputs and gradients (autograd, float64), named like the kernels' outputs, plus `threshold`. A
+    step that draws gets the draws the kernels of `storage` make (in their arithmetic), seeded by CHECK_SEED."""
     d = config.derivation()
     system = d.system
+    draws, neurons = system_draws(system), torch.arange(inputs.x.shape[1])
     xs = [u.clone().requires_grad_(True) for u in inputs.all_x]
     initial = [inputs.initial[s.name].clone().requires_grad_(True) for s in system.states]
     states = tuple(initial)
@@ -117,7 +120,10 @@ def _reference_run(config: NeuronConfig, inputs: Inputs, params: Mapping[Any, An
         values = {**params, **dict(zip(system.inputs, step_inputs)), **dict(zip(system.states, states))}
         threshold = evaluate(system.threshold, values).detach()
         rows["threshold"].append(torch.broadcast_to(threshold, step_inputs[0].shape))
-        spike, states, h = reference.step(system, step_inputs, states, params, config.surrogate, d.detach_reset)
+        drawn = {draw.symbol: noise.draws(draw.kind, CHECK_SEED.seed, neurons, CHECK_SEED.offset + t, draw.site,
+                                          storage).to(F64) for draw in draws}
+        spike, states, h = reference.step(system, step_inputs, states, params, config.surrogate, d.detach_reset,
+                                          drawn)
         rows["spike_distance"].append(_spike_distance(system, {**values, H: h.detach(), THRESHOLD: threshold}))
         rows["spike_seq"].append(spike)
         rows["h_seq"].append(h)
@@ -155,6 +161,7 @@ def _kernel_run(config: NeuronConfig, inputs: Inputs, params: Mapping[str, Any],
         return (value[0] if single and value.dim() == 2 else value).to(device, storage).contiguous()
 
     xs, initial = [put(u) for u in inputs.all_x], {s: put(v) for s, v in inputs.initial.items()}
+    params = {**params, **CHECK_SEED.arguments()}  # (a kernel that makes no draws takes none of them)
     fwd = forward(config, xs[0] if len(xs) == 1 else xs, initial, params, single_step=single,
                   store_state_seq=bool(inputs.grad_seq), save_for_backward=True, backend=backend, layout=layout)
     grads = {"grad_spike_seq": put(inputs.grad_spike),
@@ -237,7 +244,7 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
         learnable = {p.name: _rounded_param(case.params[p.name], compute).expand(neurons).clone().requires_grad_(True)
                      for p in system.learnable}
         params_ref = {p: learnable.get(p.name, _rounded_param(case.params[p.name], compute)) for p in system.params}
-        expected = _reference_run(config, inputs, params_ref, learnable)
+        expected = _reference_run(config, inputs, params_ref, learnable, storage)
         actual = _kernel_run(config, inputs, params_k, single, backend, storage, dict(setup.layout) or None)
         segment = 0 if single else _replay_steps(config, setup, *inputs.x.shape)
         found, masked = _compare_run(config, inputs, expected, actual, tol, single, segment)
