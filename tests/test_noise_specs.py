@@ -262,3 +262,16 @@ def test_check_spec_runs_a_spec_that_draws():
     report = check_spec(spec_from_toml(NOISY_LIF), dtypes=("float32",), resets=("hard",), detach=(False,),
                         examples=1)
     assert report.passed and report.cases, report.summary()
+
+
+def test_makes_draws_reads_the_calls_from_the_text():
+    """The configuration's seed arguments are decided from the text (no sympy; string methods alone): a call of
+    randn or rand, not a name that holds the word."""
+    from autocuda.spec.draws import makes_draws
+    from autocuda.spec.load import load_spec
+
+    assert makes_draws(spec_from_toml(NOISY_LIF)) and makes_draws(spec_from_toml(JITTERY_ALIF))
+    assert not makes_draws(load_spec("lif"))
+    lookalike = NOISY_LIF.replace("sigma * randn()", "grandn * (x - my_rand)").replace(
+        "sigma = { default = 0.5, learnable = true }", "grandn = 0.5\nmy_rand = 0.1")
+    assert not makes_draws(spec_from_toml(lookalike))

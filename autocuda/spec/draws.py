@@ -8,7 +8,6 @@ alike, from the call's seed: nothing is stored.
 """
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,17 +83,22 @@ def system_draws(system: object) -> tuple[Draw, ...]:
 
 
 def makes_draws(spec: object) -> bool:
-    """Whether a spec's step draws (a call of randn or rand in its charge or updates), from the text alone (no
-    sympy: a process running cached kernels asks it of every layer's configuration). The parse refuses draws
-    anywhere else, so this is the parsed step's answer too."""
+    """Whether a spec's step draws (a call of randn or rand in its charge or updates), from the text alone: no
+    sympy (a process running cached kernels asks it of every layer's configuration) and only string methods (a
+    layer's first call may be traced by torch.compile). The parse refuses draws anywhere else, and strings in
+    expressions, so this is the parsed step's answer too."""
     texts = [spec.charge, *(text for _, text in spec.updates)]  # type: ignore[attr-defined]
     return any(_calls_draw(text) for text in texts if isinstance(text, str))
 
 
 def _calls_draw(text: str) -> bool:
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False  # the parse reports it
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DRAW_FUNCTIONS
-               for node in ast.walk(tree))
+    """Whether `text` calls randn or rand: the name, not preceded by a name's character, then "(" after blanks."""
+    for name in DRAW_FUNCTIONS:
+        at = text.find(name)
+        while at >= 0:
+            before = text[at - 1] if at else " "
+            after = text[at + len(name):].lstrip()
+            if not (before.isalnum() or before == "_") and after.startswith("("):
+                return True
+            at = text.find(name, at + 1)
+    return False
