@@ -13,7 +13,7 @@ the dispatcher and, for calls of numbers only, runs its bound launch or its nati
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ from .program import (
     sequence_results,
     transforms_active,
 )
+from .runtime.configs import spec_facts, spec_ref
 from .spec.draws import system_draws
 from .spec.model import NeuronSpec
 
@@ -75,6 +76,10 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
     where it read h: fewer bytes where nothing else keeps what the layer is given (its input is kept anyway,
     as a fused BatchNorm's is), the same memory otherwise.
     """
+    if _draws_under_compile(spec):
+        return _eagerly(multi_step)(spec, x_seq, *initial_states, surrogate=surrogate, detach_reset=detach_reset,
+                                    reset=reset, store_state_seq=store_state_seq, final_states=final_states,
+                                    backend=backend, recompute=recompute, save_h=save_h, **params)
     if save_h is not True and save_h is not False:
         raise TypeError(f"save_h: expected True or False, got {save_h!r}")
     if recompute is not False:
@@ -87,6 +92,24 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
                 final_states=final_states, backend=backend, save_h=save_h, **params)
     return run_sequence(PROGRAMS, spec, x_seq, initial_states, surrogate, detach_reset, reset, store_state_seq,
                         final_states, backend, save_h, params)[0]
+
+
+def _draws_under_compile(spec: NeuronSpec | str) -> bool:
+    """Whether torch.compile traces a call whose step draws: each call takes a fresh seed from torch's generator
+    (`noise.Seed`), which a trace would hold as one constant, so such calls run eagerly, outside the graph (a graph
+    break; Dynamo compiles nothing inside them)."""
+    return torch.compiler.is_compiling() and spec_facts(spec_ref(spec)).draws
+
+
+_EAGER: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def _eagerly(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` run outside torch.compile's graph (made on first use: torch._dynamo is loaded by then)."""
+    eager = _EAGER.get(function)
+    if eager is None:
+        eager = _EAGER[function] = torch.compiler.disable(function)
+    return eager
 
 
 def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor],
@@ -143,6 +166,9 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """One step of `spec` on x [*] from `states` (each [*]; missing ones start at the spec's initial values):
     (spike, new states). Arguments as in `multi_step` (several step inputs: a tuple of one tensor each)."""
+    if _draws_under_compile(spec):
+        return _eagerly(single_step)(spec, x, *states, surrogate=surrogate, detach_reset=detach_reset, reset=reset,
+                                     backend=backend, **params)
     return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)
 
 

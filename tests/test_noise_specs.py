@@ -275,3 +275,35 @@ def test_makes_draws_reads_the_calls_from_the_text():
     lookalike = NOISY_LIF.replace("sigma * randn()", "grandn * (x - my_rand)").replace(
         "sigma = { default = 0.5, learnable = true }", "grandn = 0.5\nmy_rand = 0.1")
     assert not makes_draws(spec_from_toml(lookalike))
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_a_layer_that_draws_runs_eagerly_under_torch_compile(step_mode: str) -> None:
+    """torch.compile of a drawing layer (aot_eager: Dynamo and AOT, no Inductor) gives the eager layer's results
+    call by call from one torch.manual_seed (a fresh seed per call, not one traced constant), and so does a
+    compiled functional call; before the graph break it crashed the process in the host launch."""
+    from autocuda import functional as F
+    from autocuda.nn import Neuron
+
+    spec = spec_from_toml(NOISY_LIF)
+    x = torch.rand(4, 32) * 0.9 if step_mode == "m" else torch.rand(32) * 0.9
+
+    def calls(layer: torch.nn.Module) -> list[torch.Tensor]:
+        torch.manual_seed(3)
+        outputs = []
+        for _ in range(3):
+            layer.reset()
+            outputs.append(layer(x))
+        return outputs
+
+    eager = calls(Neuron(spec, backend="host", step_mode=step_mode))
+    compiled = calls(torch.compile(Neuron(spec, backend="host", step_mode=step_mode), backend="aot_eager"))
+    assert not torch.equal(eager[0], eager[1])
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+    if step_mode == "m":
+        run = torch.compile(lambda x_seq: F.multi_step(spec, x_seq, backend="host")[0], backend="aot_eager")
+        torch.manual_seed(5)
+        first = run(x)
+        torch.manual_seed(5)
+        assert torch.equal(first, F.multi_step(spec, x, backend="host")[0])

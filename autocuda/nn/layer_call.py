@@ -20,7 +20,6 @@ from .. import functional as F
 from .. import native
 from .. import program as programs
 from ..program import Program, Programs, transforms_active
-from ..spec.draws import makes_draws
 from ..spec.step import SPIKE
 from ..surrogate import SURROGATES
 from .output import layer_output
@@ -66,8 +65,6 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     a call from a reset whose switches and parameters are plain objects is kept for `rerun` (`settle`)."""
     d = layer.__dict__
     keep = d["_store_v_seq"] or d["_output"].kind != SPIKE
-    if compiling:
-        refuse_compiled_draws(layer.spec)
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
                             store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
@@ -84,20 +81,10 @@ def run_step(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: 
     """A single-step call's (spike, new states), run by the layer's own programs."""
     d = layer.__dict__
     if compiling:
-        refuse_compiled_draws(layer.spec)
         return F.single_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"],
                              detach_reset=d["detach_reset"], backend=BACKENDS[d["backend"]], **params)
     return F.run_step(_programs(d), d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
                       BACKENDS[d["backend"]], params)
-
-
-def refuse_compiled_draws(spec: Any) -> None:
-    """Refuse torch.compile of a layer whose step draws (`spec.draws`): each call takes a new seed from torch's
-    generator, which a traced call would hold as one constant (the same draws every call)."""
-    if makes_draws(spec):
-        raise NotImplementedError(f"{spec.name!r} makes random draws (randn(), rand()): torch.compile of its layer "
-                                  "is not supported (each call's seed would be traced as one constant); run the "
-                                  "layer eagerly")
 
 
 def _programs(d: dict[str, Any]) -> Programs:

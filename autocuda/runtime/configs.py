@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..spec.draws import makes_draws
 from ..spec.load import is_spec_path, load_spec
 from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, tensor_param_names
 from ..surrogate import Surrogate, get_surrogate
@@ -118,6 +119,7 @@ class SpecFacts(NamedTuple):
     initial: tuple[tuple[str, Any], ...]             # (state, initial value or rule)
     domains: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]  # (parameter, its (operator, limit) bounds)
     inputs: tuple[str, ...] = ("x",)                 # the step inputs' names
+    draws: bool = False                              # whether its step draws (`spec.draws.makes_draws`)
 
 
 @constant_result
@@ -133,7 +135,7 @@ def _facts(ref: str) -> SpecFacts:
                      tuple(p.name for p in spec.params if p.kind == "constant"),
                      tuple((s.name, s.init) for s in spec.states),
                      tuple((p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain),
-                     spec.inputs)
+                     spec.inputs, makes_draws(spec))
 
 
 @constant_result
