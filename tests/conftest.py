@@ -195,21 +195,21 @@ def nvcc_identity() -> str:
 
 
 def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None,
-                  passed: Path | None = None) -> dict[str, str]:
-    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`) for `archs` (default
-    CHECK_ARCHS); the failures as label -> nvcc's message. Sources recorded in the folder `passed` are taken as
-    accepted; those accepted now are recorded there."""
+                  passed: Path | None = None, assemble: bool = True) -> dict[str, str]:
+    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`; to PTX only where not
+    `assemble`) for `archs` (default CHECK_ARCHS); the failures as label -> nvcc's message. Sources recorded in the
+    folder `passed` are taken as accepted; those accepted now are recorded there."""
     from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check
 
     archs = CHECK_ARCHS if archs is None else archs
 
     def check(item: tuple[str, str]) -> tuple[str, str | None]:
-        key = f"{nvcc_identity()}\n{archs}\nunoptimised\n{item[1]}"
+        key = f"{nvcc_identity()}\n{archs}\nunoptimised{'' if assemble else ' ptx'}\n{item[1]}"
         record = passed and passed / hashlib.sha256(key.encode()).hexdigest()
         if record and record.is_file():
             return item[0], None
         try:
-            nvcc_check(item[1], archs, optimise=False)
+            nvcc_check(item[1], archs, optimise=False, assemble=assemble)
         except CompileError as error:
             return item[0], str(error)
         if record:

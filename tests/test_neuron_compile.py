@@ -120,14 +120,14 @@ def _sources(dtype: str, representative: bool = False) -> tuple[str, ...]:
                                if not representative or name in REPRESENTATIVE_SPECS))
 
 
-CHUNK = 256  # kernels per translation unit: each nvcc run pays its start-up and the CUDA headers once (the default set
-# is one unit per dtype; the slow set a few, since units check in parallel)
+CHUNK = 512  # kernels per translation unit, of every dtype: each nvcc run pays its start-up and the CUDA headers once
+# (the default set is one unit per architecture; the slow set a few, since units check in parallel)
 
 
 def _units(representative: bool = False) -> dict[str, str]:
-    """The translation units of `CHUNK` sources each, of every dtype (`_sources`)."""
-    return {f"{dtype} #{i // CHUNK}": "\n".join(_sources(dtype, representative)[i:i + CHUNK])
-            for dtype in DTYPES for i in range(0, len(_sources(dtype, representative)), CHUNK)}
+    """The translation units of `CHUNK` sources each (`_sources` of every dtype, in turn)."""
+    sources = [source for dtype in DTYPES for source in _sources(dtype, representative)]
+    return {f"unit #{i // CHUNK}": "\n".join(sources[i:i + CHUNK]) for i in range(0, len(sources), CHUNK)}
 
 
 def test_every_variant_of_every_shipped_spec_compiles(nvcc):

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import HOST_PARAM_CLASS, examples
+from conftest import HOST_PARAM_CLASS, examples, profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
@@ -718,7 +719,10 @@ NASTY_BUT_VALID = [  # accepted specs with the most hostile text that may reach 
 
 def test_accepted_specs_compile_with_nvcc(nvcc):
     """The hostile-but-valid specs above and the accepted fuzzed specs the tests above rendered compile with nvcc
-    (a few nvcc calls in parallel, many kernels each: nvcc takes a second or more per call)."""
+    (a few nvcc calls in parallel, many kernels each: nvcc takes a second or more per call). By default to PTX: what
+    a spec's text can break, the front end decides (no name or text of the spec's reaches ptxas: see nvcc_check and
+    test_security_names), and ptxas's verdict on the kernels' shapes is test_neuron_compile's; assembled with
+    --slow."""
     hostile = []
     for data in NASTY_BUT_VALID:
         for source in render(spec_from_toml(to_toml(data), source="nasty.toml"), every=True):
@@ -730,10 +734,11 @@ def test_accepted_specs_compile_with_nvcc(nvcc):
     names = list(kernels)
     jobs = min(8, max(2, os.cpu_count() or 2))  # a few nvcc calls, in parallel
     batches = {f"batch {i}": "\n".join(kernels[n] for n in names[i::jobs]) for i in range(min(jobs, len(names)))}
-    failed = nvcc(batches, archs=("sm_80",))
+    assemble = profile() == "slow"
+    failed = nvcc(batches, archs=("sm_80",), assemble=assemble)
     if failed:  # compile the failed batches' kernels one by one to name the one at fault
         culprits = nvcc({n: kernels[n] for label in failed for n in names[int(label.split()[1])::jobs]},
-                        archs=("sm_80",))
+                        archs=("sm_80",), assemble=assemble)
         pytest.fail("\n\n".join(culprits.values()) or "\n\n".join(failed.values()))
 
 
@@ -876,10 +881,29 @@ def _flip_bit(path: Path, offset: int | None = None, bit: int = 0) -> None:
     os.replace(temporary, path)
 
 
+@pytest.fixture(scope="module")
+def shim_folder(tmp_path_factory) -> Path:
+    """The host runner's precompiled shim (a folder of the cache), built once for the file and copied by
+    `with_shim` into the fresh cache folders of the tests below: what they test is the kernels' entries, and
+    building the shim again in each folder costs a second of CPU."""
+    root = tmp_path_factory.mktemp("shim-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOCUDA_CACHE_DIR", str(root))
+        host_runner._shim_header()
+    (folder,) = (root / "host").glob("shim-*")
+    return folder
+
+
+def with_shim(cache_root: Path, shim: Path) -> None:
+    """`cache_root` holding the precompiled shim (as a cache a process has compiled into before)."""
+    shutil.copytree(shim, cache_root / "host" / shim.name, dirs_exist_ok=True)
+
+
 @needs_host
-def test_eight_processes_compiling_at_once_leave_a_valid_cache(tmp_path, monkeypatch):
+def test_eight_processes_compiling_at_once_leave_a_valid_cache(tmp_path, monkeypatch, shim_folder):
     cache_root = tmp_path / "cache"
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(cache_root))
+    with_shim(cache_root, shim_folder)
     worker, here = _worker_module(tmp_path)
     shared = [["rel_shared", 2.0]]
     # Faults already in the folder: a bit-flipped entry of a kernel every worker needs, a writer's stale temp file.
@@ -974,8 +998,9 @@ def test_damaged_entry_is_detected_and_rebuilt(fault, tmp_path, monkeypatch):
 
 
 @needs_host
-def test_bit_flipped_kernel_library_is_rebuilt_in_process(tmp_path, monkeypatch):
+def test_bit_flipped_kernel_library_is_rebuilt_in_process(tmp_path, monkeypatch, shim_folder):
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    with_shim(tmp_path, shim_folder)
     _, here = _worker_module(tmp_path)
     here.run("rel_flip", 5.0)
     (library,) = _entries(tmp_path / "host")
@@ -1001,12 +1026,13 @@ READ_ONLY_PROBE = "import tempfile, sys; tempfile.NamedTemporaryFile(dir=sys.arg
 
 @needs_host
 @pytest.mark.parametrize("state", ["cold", "warm", "no host folder"])
-def test_read_only_cache_folder_still_works_with_one_warning(state, tmp_path, monkeypatch):
+def test_read_only_cache_folder_still_works_with_one_warning(state, tmp_path, monkeypatch, shim_folder):
     root = tmp_path / "cache"
     (root / "host").mkdir(parents=True)
     worker, here = _worker_module(tmp_path)
     kernels = [["rel_ro_a", 6.0], ["rel_ro_b", 7.0]]  # two compiles, one warning
     if state == "warm":
+        with_shim(root, shim_folder)
         monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(root))
         for kernel in kernels:
             here.run(*kernel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -140,13 +141,29 @@ def test_names_reach_the_source_only_as_spelled():
 
 
 # The names are spelled behind the prefix whatever the architecture: by default one (as the zoo's and the fuzzers'
-# nvcc checks), with --slow every architecture nvcc checks (CHECK_ARCHS).
+# nvcc checks), to PTX (what a name can break, the front end decides: no user name reaches ptxas, see `nvcc_check`;
+# ptxas's verdict on these kernels' shapes is test_neuron_compile's); with --slow every architecture nvcc checks
+# (CHECK_ARCHS), assembled.
 NAME_ARCHS = None if profile() == "slow" else ("sm_80",)
 
 
 def test_kernels_with_these_names_compile_with_nvcc(nvcc):
     units = {which: "\n".join(sources(role_spec(which))) for which in SPECS}
-    assert compile_together(nvcc, units, archs=NAME_ARCHS) == {}
+    assert compile_together(nvcc, units, archs=NAME_ARCHS, assemble=profile() == "slow") == {}
+
+
+def test_no_user_name_reaches_ptx(nvcc, tmp_path):
+    """What the default check above leaves out, ptxas, reads PTX: the user's names are not in it (a kernel holding
+    a third of them as its states)."""
+    from autocuda.runtime.compile import nvcc_path, unoptimised_flags
+
+    unit = tmp_path / "names.cu"
+    unit.write_text(sources(role_spec("states0"))[0])
+    subprocess.run([nvcc_path(), "-std=c++17", *unoptimised_flags(nvcc_path()), "--ptx", "-arch=compute_80", "-o",
+                    str(tmp_path / "names.ptx"), str(unit)], check=True, capture_output=True)
+    ptx = (tmp_path / "names.ptx").read_text()
+    assert ".entry named_states0_" in ptx
+    assert not re.findall(rf"\b{USER_PREFIX}\w+", ptx)
 
 
 @needs_host
