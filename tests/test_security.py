@@ -643,10 +643,10 @@ def test_a_where_compared_inside_a_condition_prints_and_matches():
     _assert_kernels_match_reference(spec)
 
 
-@pytest.mark.xfail(strict=True, reason="open bug, found by the fuzzer: the BPTT kernel recomputes a threshold that "
-                                       "reads a state whose value it does not load (usr_w is undefined)")
 def test_a_threshold_of_a_state_without_gradient_compiles_in_the_backward_kernel():
-    # the threshold is piecewise constant in w (no gradient through it), and w' = x
+    """Found by the fuzzer: the backward recomputes the threshold at every step, so it loads the states the
+    threshold reads even where no gradient flows through them (here it read w without loading it: usr_w undefined).
+    The threshold is piecewise constant in w, and w' = x."""
     spec = NeuronSpec(name="fuzzed", params={"tau": {"default": 2.0, "kind": "tensor"}, "v_threshold": 1.0,
                                              "v_reset": 0.0}, states={"v": 0.0, "w": 0.0}, charge="-1",
                       threshold="-where(w > 1e29, 1e-300, 1e29)", updates={"w": "x"}, reset="hard")

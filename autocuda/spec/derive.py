@@ -300,9 +300,9 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
 
     grads = (tuple(total(u) for u in system.inputs), tuple(total(s) for s in system.states),
              tuple(total(p) for p in system.learnable))
-    used = set().union(*(e.free_symbols for e in (*grads[0], *grads[1], *grads[2])))
-    if used & spike_symbols(system):
-        used |= spike_inputs(system)
+    # the backward recomputes the threshold, the spike and the surrogate gradient from h at every step, used or not:
+    # what they read is read
+    used = set().union(*(e.free_symbols for e in (*grads[0], *grads[1], *grads[2])), spike_inputs(system))
     return BackwardStep(grads[0][0], grads[1], grads[2], system.x in used, tuple(s in used for s in system.states),
                         grads[0][1:], tuple(u in used for u in system.more_inputs))
 
