@@ -3,9 +3,11 @@ the per-channel sums alone, the second every other gradient, the input's with c1
 they give what one kernel gives, that term added."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from conftest import profile
+from conftest import compile_launched, profile
 
 from autocuda.codegen.broadcast import PER_CHANNEL
 from autocuda.kernels import neuron_kernel
@@ -18,9 +20,31 @@ T, B, C, INNER = 11, 3, 4, 5
 N = B * C * INNER
 
 
-@pytest.mark.parametrize("replay_charge", [False, True], ids=["h-saved", "h-replayed"])
-@pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich"])
-def test_two_passes_give_one_kernels_gradients_and_the_term(name, replay_charge):
+NAMES = ["lif", "parametric_lif", "izhikevich"]
+OTHER_CALLS = ["bfloat16", "recompute", "store_v_seq", "eval", "no_grad", "channels_last", "reference",
+               "frozen_affine", "deterministic"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels the eager tests below launch, compiled up front many to a compiler run
+    (`conftest.compile_launched`); the tests would compile them one kernel a run."""
+    def fused(name: str, one_pass: bool) -> None:
+        from autocuda.nn.batchnorm import BatchNormNeuron
+
+        with pytest.MonkeyPatch.context() as patch:
+            if one_pass:
+                patch.setattr(BatchNormNeuron, "_two_passes_fit", lambda self, x: False)
+            _train(_layer(name), torch.randn(*FUSED_SHAPE, dtype=torch.float64) + 0.8)
+
+    calls = [functools.partial(_two_passes, name, replay) for name in NAMES for replay in (False, True)]
+    calls += [functools.partial(fused, name, one_pass) for name in NAMES for one_pass in (False, True)]
+    calls += [functools.partial(_other_call, case) for case in OTHER_CALLS]
+    return compile_launched(*calls, _keeps_nothing_of_xs_size_but_x)
+
+
+def _two_passes(name: str, replay_charge: bool) -> tuple:
+    """One BPTT kernel's gradients, the two passes' (sums, then the rest with the term) and what they read."""
     spec = with_input_affine(load_spec(name))
     shared = tuple((p.name, False) for p in spec.params
                    if p.kind == "tensor" and p.name not in (INPUT_SCALE, INPUT_SHIFT))
@@ -34,7 +58,6 @@ def test_two_passes_give_one_kernels_gradients_and_the_term(name, replay_charge)
                INPUT_SHIFT: torch.rand(C, dtype=torch.float64) * 0.3, "ac_channels": C, "ac_inner": INNER}
     init = {s.name: torch.rand(N, generator=gen, dtype=torch.float64) * 0.5 for s in spec.states}
     out = forward(config, x, init, params, backend="host")
-    assert out["spike_seq"].sum() > 0
     grads = {"grad_spike_seq": torch.randn(T, N, generator=gen, dtype=torch.float64),
              **{f"grad_{s.name}_final": torch.randn(N, generator=gen, dtype=torch.float64) for s in spec.states}}
     saved = {**out, **{f"{k}_init": v for k, v in init.items()}, "x_seq": x}
@@ -43,6 +66,14 @@ def test_two_passes_give_one_kernels_gradients_and_the_term(name, replay_charge)
     c1, c0 = torch.randn(C, dtype=torch.float64), torch.randn(C, dtype=torch.float64)
     terms = {"ac_grad_x_scale": c1, "ac_grad_x_shift": c0}
     rest = backward(config, grads, saved, params | terms, backend="host", gradients="corrected")
+    return out, one, sums, rest, x, c1, c0
+
+
+@pytest.mark.parametrize("replay_charge", [False, True], ids=["h-saved", "h-replayed"])
+@pytest.mark.parametrize("name", NAMES)
+def test_two_passes_give_one_kernels_gradients_and_the_term(name, replay_charge):
+    out, one, sums, rest, x, c1, c0 = _two_passes(name, replay_charge)
+    assert out["spike_seq"].sum() > 0
     channel_grads = {f"grad_{INPUT_SCALE}", f"grad_{INPUT_SHIFT}"}
     assert set(sums) == channel_grads and not set(rest) & channel_grads
     assert set(sums) | set(rest) == set(one)
@@ -100,7 +131,10 @@ def _train(layer, x: torch.Tensor, calls: int = 2) -> tuple:
     return spikes.detach(), inp.grad, grads, layer.running_mean.clone(), layer.running_var.clone()
 
 
-@pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich"])
+FUSED_SHAPE = (5, 3, 4, 6, 7)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_fused_layer_in_two_passes_equals_one_pass(name, monkeypatch):
     import copy
 
@@ -108,7 +142,7 @@ def test_fused_layer_in_two_passes_equals_one_pass(name, monkeypatch):
 
     layer = _layer(name)
     one_pass = copy.deepcopy(layer)
-    x = torch.randn(5, 3, 4, 6, 7, dtype=torch.float64) + 0.8
+    x = torch.randn(*FUSED_SHAPE, dtype=torch.float64) + 0.8
     calls = _spy(monkeypatch)
     got = _train(layer, x)
     assert len(calls) == 2
@@ -123,12 +157,17 @@ def test_fused_layer_in_two_passes_equals_one_pass(name, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_fused_layer_in_two_passes_keeps_nothing_of_xs_size_but_x():
+def _keeps_nothing_of_xs_size_but_x() -> tuple:
     layer = _layer("lif")
     x = (torch.randn(4, 2, 4, 5, 5, dtype=torch.float64) + 1).requires_grad_(True)
     kept = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
         layer(x)
+    return x, kept
+
+
+def test_fused_layer_in_two_passes_keeps_nothing_of_xs_size_but_x():
+    x, kept = _keeps_nothing_of_xs_size_but_x()
     large = {t.data_ptr() for t in kept if t.numel() >= x.numel()}
     assert large == {x.data_ptr()}
 
@@ -172,9 +211,15 @@ def test_fused_layer_in_two_passes_compiles(dynamic, monkeypatch):
     assert calls, "the eager layer took the two passes"
 
 
-@pytest.mark.parametrize("case", ["bfloat16", "recompute", "store_v_seq", "eval", "no_grad", "channels_last",
-                                  "reference", "frozen_affine", "deterministic"])
+@pytest.mark.parametrize("case", OTHER_CALLS)
 def test_other_calls_take_one_pass(case, monkeypatch):
+    calls = _spy(monkeypatch)
+    _other_call(case)
+    assert not calls
+
+
+def _other_call(case: str) -> None:
+    """The fused layer's call of `case` (test_other_calls_take_one_pass)."""
     dtype = torch.bfloat16 if case == "bfloat16" else torch.float64
     neuron = {"recompute": True} if case == "recompute" else {"store_v_seq": True} if case == "store_v_seq" \
         else {"backend": "torch"} if case == "reference" else {}
@@ -191,7 +236,6 @@ def test_other_calls_take_one_pass(case, monkeypatch):
     x = (torch.randn(4, 2, 4, 5, 5) + 1).to(dtype)
     if case == "channels_last":
         x = x.reshape(8, 4, 5, 5).contiguous(memory_format=torch.channels_last).reshape(4, 2, 4, 5, 5)
-    calls = _spy(monkeypatch)
     x.requires_grad_(case != "no_grad")
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(case == "deterministic")
@@ -200,7 +244,6 @@ def test_other_calls_take_one_pass(case, monkeypatch):
             layer(x)
     finally:
         torch.use_deterministic_algorithms(deterministic)
-    assert not calls
 
 
 def test_two_passes_refuse_one_value_per_channel():
