@@ -8,9 +8,11 @@ cases must pass with the unmutated kernels.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import pytest
+from conftest import compile_launched
 
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.records import KernelRecord
@@ -138,6 +140,18 @@ def _mutated(m: Mutation) -> MutatedConfig:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(NeuronConfig)
               if f.init and not f.name.startswith("_")}   # not the kernel cache: the mutant must not leak into it
     return MutatedConfig(**fields, target=m.kernel, old=old, new=new, times=m.times)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels the mutations' cases launch, the unmutated then the mutated ones (a mutant has its original's
+    name: two sets of kernels), compiled up front many to a compiler run (`conftest.compile_launched`)."""
+    def run(m: Mutation, mutated: bool) -> None:
+        for i, shape in enumerate(SHAPES):
+            check_case(make_case(_setup(m), shape, seed=100 + i), config=_mutated(m) if mutated else None)
+
+    return sum(compile_launched(*(functools.partial(run, m, mutated) for m in MUTATIONS.values()))
+               for mutated in (False, True))
 
 
 @pytest.mark.parametrize("label", MUTATIONS)
