@@ -3,9 +3,12 @@ rebuilds the steps in between from h. The gradients must be bitwise those of the
 for every sequence length around the segment size, without backward reading a step forward did not write."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import sympy as sp
 import torch
+from conftest import compile_launched
 
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
 from autocuda.kernels import derivation, source
@@ -79,19 +82,35 @@ def _gradients(spec: NeuronSpec, x: torch.Tensor, replay: int) -> dict[str, torc
     return out | backward(config, grads, saved, params, backend="host", layout=layout)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize(("segment", "steps"), [(k, t) for k in (K, tuning.REPLAY)
-                                                for t in (1, k - 1, k, k + 1, 3 * k + 5)])
-def test_replayed_gradients_equal_saved_ones(segment, steps, dtype):
-    """Checkpoints every `segment` steps (8 by default, 32 in long loops) against every step (`replay=0`): the
-    replay rebuilds a bit for bit."""
+DTYPES = [torch.float32, torch.float64]
+SEGMENT_STEPS = [(k, t) for k in (K, tuning.REPLAY) for t in (1, k - 1, k, k + 1, 3 * k + 5)]
+
+
+def _replayed_and_saved(segment: int, steps: int, dtype: torch.dtype) -> tuple[dict, dict]:
     x = (torch.randn(steps, 16, generator=torch.Generator().manual_seed(steps)) * 3 + 2).to(dtype)
     spec = load_spec("alif")
-    saved, replayed = _gradients(spec, x, replay=0), _gradients(spec, x, replay=segment)
+    return _gradients(spec, x, replay=0), _gradients(spec, x, replay=segment)
+
+
+@pytest.fixture(scope="module")
+def compiled_kernels() -> int:
+    """The kernels test_replayed_gradients_equal_saved_ones launches, compiled up front many to a compiler run
+    (`conftest.compile_launched`); the cases would compile them one kernel a run."""
+    return compile_launched(*(functools.partial(_replayed_and_saved, segment, steps, dtype)
+                              for segment, steps in SEGMENT_STEPS for dtype in DTYPES))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("segment", "steps"), SEGMENT_STEPS)
+def test_replayed_gradients_equal_saved_ones(segment, steps, dtype, compiled_kernels):
+    """Checkpoints every `segment` steps (8 by default, 32 in long loops) against every step (`replay=0`): the
+    replay rebuilds a bit for bit."""
+    x_shape = (steps, 16)
+    saved, replayed = _replayed_and_saved(segment, steps, dtype)
     assert replayed["spike_seq"].sum() > 0, "spikes move a, so the replay is exercised"
     for key in ("spike_seq", "grad_x_seq", "grad_v_init", "grad_a_init"):
         assert torch.equal(replayed[key], saved[key]), key
-    assert saved["a_checkpoints"].shape == x.shape
+    assert saved["a_checkpoints"].shape == x_shape
     assert replayed["a_checkpoints"].shape == (steps // segment, 16)
     assert torch.equal(replayed["a_checkpoints"], saved["a_checkpoints"][segment - 1::segment])
 
