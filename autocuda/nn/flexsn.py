@@ -210,15 +210,7 @@ class FlexSN(Memories, MemoryBase):
             raise TypeError("states: expected tensors")
         self._states = list(values)
 
-    @property
-    def step_mode(self) -> str:
-        return self._step_mode
-
-    @step_mode.setter
-    def step_mode(self, value: str) -> None:
-        if value not in ("s", "m"):
-            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
-        self._step_mode = value
+    def _step_mode_set(self) -> None:
         self.state_seqs: tuple[torch.Tensor, ...] | None = None
 
     @property

@@ -78,6 +78,21 @@ class Memories(MemoryViews):
     _replicate_for_data_parallel = nn.Module._replicate_for_data_parallel
     _memory_names: tuple[str, ...]
     _reset_values: dict[str, Any]
+    _step_mode: str
+
+    @property
+    def step_mode(self) -> str:
+        return self._step_mode
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
+        self._step_mode = value
+        self._step_mode_set()
+
+    def _step_mode_set(self) -> None:
+        """What a layer forgets when its step mode is set (nothing here)."""
 
     def _start_memories(self, reset_values: dict[str, Any]) -> None:
         """Register the memories `reset_values` names (in order), each at its reset value."""

@@ -77,16 +77,6 @@ class _QueuedPSN(Memories, MemoryBase):
         self.step_mode = step_mode
         self._start_memories(memories)
 
-    @property
-    def step_mode(self) -> str:
-        return self._step_mode
-
-    @step_mode.setter
-    def step_mode(self, value: str) -> None:
-        if value not in ("s", "m"):
-            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
-        self._step_mode = value
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.multi_step_forward(x) if self._step_mode == "m" else self.single_step_forward(x)
 
