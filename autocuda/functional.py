@@ -192,7 +192,8 @@ def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Te
 
         system = reference(call.key)[0]
         x_in, states_in, params, surrogate_in, detach = call.reference_args(inputs)
-        seed, draws = Seed.from_arguments(call.values), system_draws(system)
+        seed = Seed.from_arguments(call.values)
+        draws = system_draws(system) if seed is not None else ()  # (no sympy where torch.compile traces a call)
         drawn = step_values(draws, seed, 0, inputs[0]) if seed is not None and draws else None
         spike, new_states, _ = ref.step(system, x_in, states_in, params, surrogate_in, detach, drawn)
         return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)

@@ -124,7 +124,10 @@ def multi_step(system: StepSystem, x_seq: torch.Tensor | Sequence[torch.Tensor],
 
 
 def _draws_of(system: StepSystem, seed: Seed | None) -> tuple[Draw, ...]:
-    """The step's draws; a step that draws needs a seed."""
+    """The step's draws; a step that draws needs a seed. A call that torch.compile traces makes none (calls that
+    draw run eagerly: `functional.multi_step`), and sympy is not traced: it is not asked."""
+    if seed is None and torch.compiler.is_compiling():
+        return ()
     draws = system_draws(system)
     if draws and seed is None:
         raise ValueError("this step makes random draws (randn(), rand()): give its seed (autocuda.noise.Seed)")

@@ -372,7 +372,7 @@ def save(kind: str, name: str, data: bytes) -> None:
 # The parts of the package that decide generated code and how kernels are compiled, tuned and launched: what
 # `code_fingerprint` hashes. A folder stands for every file under it (renames inside it need no edit here).
 GENERATOR = ("spec", "codegen", "runtime", "host", "cfunction.py", "ckernel.py", "cnames.py", "dtypes.py",
-             "kernels.py", "layout.py", "parse_marks.py", "surrogate.py", "store.py")
+             "kernels.py", "layout.py", "noise.py", "parse_marks.py", "surrogate.py", "store.py")
 # The rest of the package: it runs or reports kernels without changing what is generated, compiled or tuned, so
 # editing it keeps every cached entry. A new module goes in one of the two tables (tests/test_fingerprint.py).
 NOT_GENERATOR = ("__init__.py", "__main__.py", "cli.py", "errors.py", "functional.py", "lazy.py", "program.py",

@@ -29,7 +29,7 @@ LAYERS: Mapping[str, int] = {
     "autocuda.runtime.launch": 2, "autocuda.runtime.arrays": 2, "autocuda.host": 2,
     # 3 codegen: dtypes, printers, templates, the builder DSL, spec -> kernel source
     "autocuda.dtypes": 3, "autocuda.cfunction": 3, "autocuda.ckernel": 3, "autocuda.codegen": 3,
-    "autocuda.kernels": 3, "autocuda.layout": 3,
+    "autocuda.kernels": 3, "autocuda.layout": 3, "autocuda.noise": 3,
     "autocuda.codegen.code": 2,  # C text helpers (no generator), shared with the host runner
     # 4 runtime: neuron kernels on tensors (records, layouts, configurations) and the torch reference of a step
     "autocuda.runtime.records": 4, "autocuda.runtime.tuning": 4, "autocuda.runtime.neuron_launch": 4,
