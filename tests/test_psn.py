@@ -124,3 +124,6 @@ def test_the_memory_protocol() -> None:
         ours.step_mode = "x"
     with pytest.raises(ValueError, match="k: expected a whole number"):
         our.MaskedPSN(0, 4)
+    for layer, name in ((ours, "k"), (our.MaskedPSN(2, 4), "T"), (our.PSN(3), "T")):
+        with pytest.raises(AttributeError, match=f"{name} is fixed at construction"):
+            setattr(layer, name, 5)  # the weights' shapes follow it: a new value would be silently wrong

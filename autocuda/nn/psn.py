@@ -32,6 +32,17 @@ def _check_order(name: str, value: Any) -> int:
     return value
 
 
+def _fixed(name: str) -> property:
+    """A size fixed at construction (the weights' shapes follow it): read as an attribute, refused when set."""
+    def get(layer: nn.Module) -> int:
+        return layer.__dict__[f"_{name}"]
+
+    def refuse(layer: nn.Module, value: Any) -> None:
+        raise AttributeError(f"{type(layer).__name__}.{name} is fixed at construction ({get(layer)}): the weights' "
+                             f"shapes follow it; build a new layer for {name}={value!r}")
+    return property(get, refuse)
+
+
 def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
     """x_seq [T, *] as [T, N], T checked against the layer's."""
     if not isinstance(x_seq, torch.Tensor):
@@ -44,9 +55,11 @@ def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
 class PSN(nn.Module):
     """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
 
+    T = _fixed("T")
+
     def __init__(self, T: int, surrogate_function: Any = None):
         super().__init__()
-        self.T = _check_order("T", T)
+        self.__dict__["_T"] = _check_order("T", T)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
         self.weight = nn.Parameter(torch.zeros(T, T))
         self.bias = nn.Parameter(torch.full((T, 1), -1.0))
@@ -113,6 +126,7 @@ class MaskedPSN(_QueuedPSN):
     steps, the mask eased in by `lambda_` (set it during training: `layer.lambda_ = ...`). Single steps need
     `lambda_ >= 1` and at most T of them between resets; a multi-step call takes exactly T steps."""
 
+    k, T = _fixed("k"), _fixed("T")
     _lambda_: torch.Tensor
     mask0: torch.Tensor
     mask1: torch.Tensor
@@ -122,7 +136,7 @@ class MaskedPSN(_QueuedPSN):
     def __init__(self, k: int, T: int, lambda_init: float = 0.0, surrogate_function: Any = None,
                  step_mode: str = "s"):
         super().__init__(step_mode, {"time_step": 0, "queue": []})
-        self.k, self.T = _check_order("k", k), _check_order("T", T)
+        self.__dict__["_k"], self.__dict__["_T"] = _check_order("k", k), _check_order("T", T)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
         self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
         self.weight = nn.Parameter(torch.zeros(T, T))
@@ -179,11 +193,12 @@ class SlidingPSN(_QueuedPSN):
     """`SlidingPSN(k, exp_init=True, surrogate_function=ATan(), step_mode='s')`: H[t] = Σ_i W_i X[t − k + 1 + i]
     + B with one k-vector W (…, 1/4, 1/2, 1 where `exp_init`, else Kaiming-uniform) and one B, for any T."""
 
+    k = _fixed("k")
     queue: list[torch.Tensor]
 
     def __init__(self, k: int, exp_init: bool = True, surrogate_function: Any = None, step_mode: str = "s"):
         super().__init__(step_mode, {"queue": []})
-        self.k = _check_order("k", k)
+        self.__dict__["_k"] = _check_order("k", k)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
         if exp_init:
             weight = torch.ones(k)
