@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from autocuda.codegen.broadcast import CORRECTION_KEYS
-from autocuda.kernels import neuron_kernel
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.spec.load import load_spec
 from autocuda.spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 

@@ -110,7 +110,7 @@ def children_cpu():  # the compilers this process ran and waited for (the host r
 c0, k0 = time.process_time(), children_cpu()
 t0 = time.perf_counter()
 import autocuda.nn
-from autocuda.surrogate import Sigmoid
+from autocuda.spec.surrogate import Sigmoid
 t1 = time.perf_counter()
 from autocuda import ops
 from autocuda.runtime import compile as compiling, launch, neuron_launch
@@ -119,7 +119,7 @@ timed(compiling, "nvrtc_compile", "compile_s")
 timed(launch, "kernel_function", "load_s")
 timed(ops, "_backward", "op_backward_s")
 if device.type == "cpu":  # the host runner: imported only where it runs
-    from autocuda.host import runner
+    from autocuda.toolchain.host import runner
     timed(runner, "_compile", "compile_s")
     timed(runner, "load_kernel", "load_s")
 spike = Sigmoid(4.0)
@@ -215,7 +215,7 @@ def run(device: str, cores: list[str], repeat: int, warm: int = 1, warm_torch: b
         primer = Path(first) / "bytecode"
         measure(device, "primer", primer, "bytecode")
         if keep_toolchain and device.startswith("cuda"):  # the native library, built in the background there
-            subprocess.run([sys.executable, "-m", "autocuda.native", "--wait"], env=child_env(primer),
+            subprocess.run([sys.executable, "-m", "autocuda.call.native", "--wait"], env=child_env(primer),
                            capture_output=True, timeout=900)
         parts = toolchain_parts(primer) if keep_toolchain else []
         for core in cores:

@@ -58,8 +58,8 @@ def interleaved_us(calls_by_system: dict[str, Callable[[], object]], calls: int,
 
 
 def measure(steps: int, neurons: int, calls: int, repeats: int, device: torch.device) -> list[dict]:
-    from autocuda import native
-    from autocuda.functional import multi_step
+    from autocuda.call import native
+    from autocuda.call.functional import multi_step
     from autocuda.nn import LIFNode
 
     native.ensure()  # loaded (or built) before timing; AUTOCUDA_NATIVE=1 times the native path, else the Python path
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     shape = {"T": args.steps, "N": args.neurons}
-    from autocuda import native
+    from autocuda.call import native
 
     path = f"{'on' if native.USE else 'off'} (library {native.status()})"
     (args.out / "host_floor.json").write_text(json.dumps({"device": name, **shape, "native": path, "rows": rows},

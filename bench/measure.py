@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 import autocuda
-from autocuda.progress import progress
-from autocuda.runtime import nvrtc
+from autocuda.base.progress import progress
+from autocuda.toolchain import nvrtc
 
 from .report import count, fmt
 from .systems import Skip, SpikingJelly, compiled, eager, ours, version
@@ -428,7 +428,8 @@ BYTECODE = r"""
 import sys
 import torch, sympy, jinja2, numpy
 if sys.argv[1].startswith("ours"):
-    import autocuda.functional, autocuda.kernels, autocuda.reference, autocuda.nn, autocuda.spec.python
+    import autocuda.call.functional, autocuda.codegen.kernels, autocuda.runtime.reference
+    import autocuda.nn, autocuda.spec.python
 else:
     import spikingjelly.activation_based.functional, spikingjelly.activation_based.neuron.flexsn
 """
@@ -451,11 +452,11 @@ def lif_core(spike):
         return s, h * (1.0 - s)
     return lif
 if lib == "ours":
-    from autocuda.functional import multi_step
+    from autocuda.call.functional import multi_step
     spikes = multi_step(spec, x)[0]
 elif lib == "ours-flexsn":
     from autocuda.nn import FlexSN
-    from autocuda.surrogate import Sigmoid
+    from autocuda.spec.surrogate import Sigmoid
     spikes = FlexSN(lif_core(Sigmoid(4.0)), 1)(x)
 elif lib == "sj-flexsn":
     from spikingjelly.activation_based.neuron.flexsn import FlexSN

@@ -80,7 +80,7 @@ class _SJImported(nn.Module):
 
 def build(system: str, graph: Any, device: torch.device) -> nn.Module:
     if system == "ours":
-        from autocuda.nir import from_nir
+        from autocuda.tools.nir import from_nir
 
         return from_nir(graph, dt=DT).to(device)
     if system == "sj-nir":

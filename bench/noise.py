@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import autocuda.nn as ann
-from autocuda import noise
+from autocuda.codegen import noise
 from autocuda.spec.load import load_spec, spec_from_toml
 
 from .measure import Clock

@@ -215,7 +215,8 @@ def _method(cfg: Config, clock: Clock) -> dict[str, Any]:
         "training": "forward + autograd.grad(spike_seq, [x, learnable params], g) with g ~ randn: the gradients "
                     "of (spike_seq * g).sum()",
         "eager": "a Python loop over T of a torch step with SigmoidSpike: hand-written per model (core), the "
-                 "spec through autocuda.reference.step (zoo: SpecStep); torch.compile compiles the same loop (up to "
+                 "spec through autocuda.runtime.reference.step (zoo: SpecStep); torch.compile compiles the same "
+                 "loop (up to "
                  f"T = {cfg.compile_max_t}; longer loops: the step alone, called by the Python loop)",
         "timed_outputs": "spike_seq and the final states" if TIMED_FINAL_STATES else
                          "spike_seq alone (ours and torch.compile write no final state; SpikingJelly returns its "

@@ -33,9 +33,9 @@ def ours(case: Case, by_name: bool = False, final_states: bool = True) -> Forwar
     The initial states are the same values the peers get as tensors, given as numbers: what a layer passes at
     the start of a sequence, after `reset()` (the kernels then start from them and read no state tensor).
     `final_states=False`: the call neither writes nor returns them (its finals are then ())."""
-    from autocuda.functional import multi_step
+    from autocuda.call.functional import multi_step
     from autocuda.spec.load import load_spec
-    from autocuda.surrogate import Sigmoid
+    from autocuda.spec.surrogate import Sigmoid
 
     w, surrogate = case.workload, Sigmoid(alpha=ALPHA)
     spec = w.key if by_name else w.spec or load_spec(w.key)

@@ -124,8 +124,8 @@ class SpecStep:
 
     @functools.cached_property
     def _reference(self) -> tuple[Any, Mapping[str, Any], Callable[..., Any]]:
-        from autocuda.reference import step
         from autocuda.runtime.configs import get_config
+        from autocuda.runtime.reference import step
 
         # the spec's reset; parameters as runtime values
         return (*get_config(self.spec or self.key, kernels=False).reference_step, step)

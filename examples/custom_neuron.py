@@ -26,7 +26,7 @@ import torch
 
 import autocuda
 from autocuda.nn import Neuron
-from autocuda.testing import check_spec
+from autocuda.tools.testing import check_spec
 
 SPEC = '''
 name = "dtlif"

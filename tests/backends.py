@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autocuda.host import toolchain
+from autocuda.toolchain.host import cxx as toolchain
 
 NEEDS_HOST = pytest.mark.skipif(toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}")
 CPU_BACKENDS = ["reference", pytest.param("host", marks=NEEDS_HOST)]

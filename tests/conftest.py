@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from autocuda.ckernel import CKernel1D, CKernel2D
+    from autocuda.codegen.ckernel import CKernel1D, CKernel2D
 
 # -- profiles -----------------------------------------------------------------------------------------
 # The default profile runs every property and fuzzer with fewer examples, checks a covering set of the kernel
@@ -149,7 +149,7 @@ def gpu_missing() -> str | None:
 
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch.cuda.is_available() is False"
-    from autocuda.runtime import nvrtc
+    from autocuda.toolchain import nvrtc
 
     if not nvrtc.found():
         return "needs NVRTC (libnvrtc) to compile kernels: pip install 'autocuda[cuda13]' or a CUDA toolkit"
@@ -164,10 +164,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-# -- child processes that import autocuda.host alone ---------------------------------------------------------
+# -- child processes that import autocuda.toolchain.host alone ---------------------------------------------------------
 # What the host runner reads of autocuda.ckernel.CParam, as a script's text: a child process that runs kernels
-# through autocuda.host without importing autocuda.ckernel (whose module imports torch: seconds a process) defines
-# it with this (the scripts of tests/test_host.py and tests/test_reliability.py).
+# through autocuda.toolchain.host without importing autocuda.ckernel (whose module imports torch: seconds a process)
+# defines it with this (the scripts of tests/test_host.py and tests/test_reliability.py).
 HOST_PARAM_CLASS = """
 @dataclasses.dataclass(frozen=True)
 class Param:
@@ -188,7 +188,7 @@ class Param:
 # gives the same verdict. Failures are never recorded; the slow profile and `--cache-clear` compile everything.
 @functools.cache
 def nvcc_identity() -> str:
-    from autocuda.runtime.compile import nvcc_path
+    from autocuda.toolchain.compile import nvcc_path
 
     path = nvcc_path()
     return path + "\n" + subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
@@ -199,7 +199,7 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None
     """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`; to PTX only where not
     `assemble`) for `archs` (default CHECK_ARCHS); the failures as label -> nvcc's message. Sources recorded in the
     folder `passed` are taken as accepted; those accepted now are recorded there."""
-    from autocuda.runtime.compile import CHECK_ARCHS, CompileError, nvcc_check
+    from autocuda.toolchain.compile import CHECK_ARCHS, CompileError, nvcc_check
 
     archs = CHECK_ARCHS if archs is None else archs
 
@@ -236,7 +236,7 @@ def compile_together(check: Callable[..., dict[str, str]], sources: Mapping[str,
 def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
     """`compile_batch` (with the record of accepted sources, in the default profile where pytest's cache is
     on), or a skip (with the reason) where the CUDA toolkit is absent."""
-    from autocuda.runtime.compile import nvcc_path
+    from autocuda.toolchain.compile import nvcc_path
 
     try:
         nvcc_path()
@@ -251,19 +251,19 @@ def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
 # -- host kernels compiled ahead -------------------------------------------------------------------------------
 def compile_launched(*calls: Callable[[], object]) -> int:
     """Compile the host kernels that `calls` launch through the Python launch path up front, many to a compiler run
-    and a run per core of this process (`autocuda.host.load_kernels`, `cores`); the number of kernels. The calls run
-    with each host launch recorded instead of run: their outputs are left unwritten, so a call that fails on what it
-    reads is stopped there, and a kernel it did not reach compiles when the test launches it. For a module fixture:
-    the tests would compile each kernel in a compiler run of its own. (The native call path loads its own.)"""
-    import autocuda.host
+    and a run per core of this process (`autocuda.toolchain.host.load_kernels`, `cores`); the number of kernels. The
+    calls run with each host launch recorded instead of run: their outputs are left unwritten, so a call that fails on
+    what it reads is stopped there, and a kernel it did not reach compiles when the test launches it. For a module
+    fixture: the tests would compile each kernel in a compiler run of its own. (The native call path loads its own.)"""
+    import autocuda.toolchain.host
 
     jobs: dict[str, tuple] = {}
 
     def record(source: str, name: str, params: Sequence, *args: object, **kwargs: object) -> None:
         jobs[name] = (source, name, tuple(params))
 
-    launch = autocuda.host.launch
-    autocuda.host.launch = record
+    launch = autocuda.toolchain.host.launch
+    autocuda.toolchain.host.launch = record
     try:
         for call in calls:
             try:
@@ -271,8 +271,8 @@ def compile_launched(*calls: Callable[[], object]) -> int:
             except Exception:  # noqa: BLE001 - unwritten outputs may fail a call; its test runs it for real
                 pass
     finally:
-        autocuda.host.launch = launch
-    autocuda.host.load_kernels(jobs.values(), workers=cores())
+        autocuda.toolchain.host.launch = launch
+    autocuda.toolchain.host.load_kernels(jobs.values(), workers=cores())
     return len(jobs)
 
 
@@ -282,7 +282,7 @@ def native_library() -> None:
     """The native call path's library, loaded (built first where the cache lacks it: tens of seconds of one core),
     or a skip with the reason. Only the tests that ask for it build it: the path is for CUDA calls, and host calls
     take it only where `native.HOST` says so."""
-    from autocuda import native
+    from autocuda.call import native
 
     if not native.ensure():
         pytest.skip(f"no native call path here: {native.status()}")
@@ -292,7 +292,7 @@ def native_library() -> None:
 def native_on_host(native_library: None, monkeypatch: pytest.MonkeyPatch):
     """Host calls through the native path for the test (`native.USE` and `native.HOST` on); the functional calls'
     programs made before it, and those it made, are forgotten (a host program decides its path when it binds)."""
-    from autocuda import native, program
+    from autocuda.call import native, program
 
     monkeypatch.setattr(native, "USE", True)
     monkeypatch.setattr(native, "HOST", True)
@@ -366,9 +366,9 @@ def host_eval() -> Callable[[Sequence[HostCase]], list[np.ndarray]]:
 # -- the seeds' worked examples -----------------------------------------------------------------------------
 def heaviside_kernel(dtype: str | torch.dtype) -> CKernel1D:
     """y = Θ(x) element-wise (Θ(0) = 1), in the word type of `dtype`."""
-    from autocuda import cfunction
-    from autocuda.ckernel import CKernel1D
-    from autocuda.dtypes import get_dtype
+    from autocuda.codegen import cfunction
+    from autocuda.codegen.ckernel import CKernel1D
+    from autocuda.codegen.dtypes import get_dtype
 
     d = get_dtype(dtype)
     kernel = CKernel1D(kernel_name=f"heaviside_{d.name}")
@@ -380,9 +380,9 @@ def heaviside_kernel(dtype: str | torch.dtype) -> CKernel1D:
 
 def cumsum_kernel(dtype: str | torch.dtype, reverse: bool = False) -> CKernel2D:
     """y[t] = x[t] + y[t -/+ 1] over the time axis of [T, N]; `reverse` sums from the last step back."""
-    from autocuda import cfunction
-    from autocuda.ckernel import CKernel2D
-    from autocuda.dtypes import get_dtype
+    from autocuda.codegen import cfunction
+    from autocuda.codegen.ckernel import CKernel2D
+    from autocuda.codegen.dtypes import get_dtype
 
     d = get_dtype(dtype)
     kernel = CKernel2D(kernel_name=f"cumsum_{d.name}{'_rev' if reverse else ''}", reverse=reverse)

@@ -19,8 +19,8 @@ from conftest import compile_launched
 from torch import nn
 
 import autocuda.nn as ann
-from autocuda import functional as F
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec
 from autocuda.spec.transform import with_input_affine

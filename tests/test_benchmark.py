@@ -20,10 +20,10 @@ import pytest
 import torch
 from conftest import profile
 
-from autocuda import cli
-from autocuda.functional import multi_step
+from autocuda.call.functional import multi_step
 from autocuda.spec.load import load_spec
-from autocuda.surrogate import Sigmoid
+from autocuda.spec.surrogate import Sigmoid
+from autocuda.tools import cli
 from bench import measure, report, suite, systems, workloads  # the repository's root is on the path (pyproject)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from autocuda import cfunction
-from autocuda.ckernel import CKernel1D, CKernel2D, KernelArgumentError
-from autocuda.host import toolchain
-from autocuda.runtime import arrays
+from autocuda.codegen import cfunction
+from autocuda.codegen.ckernel import CKernel1D, CKernel2D, KernelArgumentError
+from autocuda.toolchain import arrays
+from autocuda.toolchain.host import cxx as toolchain
 
 needs_host = pytest.mark.skipif(toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}")
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import compile_together
 
-from autocuda import cfunction as cf
-from autocuda import surrogate
-from autocuda.dtypes import DTYPES, get_dtype
+from autocuda.codegen import cfunction as cf
+from autocuda.codegen.dtypes import DTYPES, get_dtype
+from autocuda.spec import surrogate
 
 VARIABLES = ("x", "y", "z", "m", "mx", "my")
 OPERANDS = {"x": "x", "y": "y", "z": "z", "mask": "m", "mask_x": "mx", "mask_y": "my"}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from autocuda.ckernel import CKernel, CKernel1D, CKernel2D, CodeBlock, CodeTyper, CParam, KernelArgumentError
+from autocuda.base.resources import resource_dir
+from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D, CodeBlock, CodeTyper, CParam, KernelArgumentError
 from autocuda.codegen.render import environment, render
-from autocuda.resources import resource_dir
 
 
 # -- CParam ---------------------------------------------------------------------------------------------

@@ -16,14 +16,14 @@ from typing import NamedTuple
 import pytest
 
 from autocuda import __version__
-from autocuda.cli import main
 from autocuda.spec.load import list_specs
+from autocuda.tools.cli import main
 
 
 def autocuda(*args: str) -> subprocess.CompletedProcess:
     """The installed entry point's code in a child process, output piped (as a user's shell pipeline)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "autocuda.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "autocuda.tools.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600)
 
 
@@ -131,7 +131,7 @@ def test_debug_shows_the_traceback(cli):
 
 
 def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):
-    from autocuda.progress import progress
+    from autocuda.base.progress import progress
 
     monkeypatch.delenv("AUTOCUDA_PROGRESS", raising=False)
     assert list(progress(["lif", "qif"], desc="check")) == ["lif", "qif"]
@@ -144,7 +144,7 @@ def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):
 
 
 def test_cache_shows_and_clears_what_is_stored(tmp_path, monkeypatch, capsys):
-    from autocuda import store
+    from autocuda.toolchain import store
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     assert main(["cache"]) == 0
@@ -203,7 +203,7 @@ def test_backend_cuda_without_cuda_says_what_to_do(monkeypatch, capsys) -> None:
 
 
 def test_every_option_and_argument_has_help() -> None:
-    from autocuda.cli import _parser
+    from autocuda.tools.cli import _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import compile_together
 
-from autocuda.ckernel import CKernel, CKernel1D, CKernel2D
-from autocuda.runtime.compile import (
+from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D
+from autocuda.toolchain.compile import (
     CHECK_ARCHS,
     FAST_COMPILE,
     UNOPTIMISED,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda import ops
+from autocuda.call import ops
+from autocuda.call.native import plan as native_plan
 from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
-from autocuda.kernels import neuron_kernel
-from autocuda.native import plan as native_plan
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.runtime import configs
 from autocuda.runtime.neuron_launch import NeuronConfig
 

@@ -13,8 +13,8 @@ import pytest
 import sympy as sp
 import torch
 
-from autocuda import reference
-from autocuda.kernels import derivation, neuron_kernel
+from autocuda.codegen.kernels import derivation, neuron_kernel
+from autocuda.runtime import reference
 from autocuda.spec.derive import H
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import NeuronSpec, reset_rules

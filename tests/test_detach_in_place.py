@@ -14,8 +14,8 @@ from backends import NEEDS_HOST
 from conftest import compile_launched
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
-from autocuda import native, program
+import autocuda.spec.surrogate as ours
+from autocuda.call import native, program
 
 functional = pytest.importorskip("spikingjelly.activation_based.functional")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda.host import toolchain
+from autocuda.toolchain.host import cxx as toolchain
 
 REPO = Path(__file__).resolve().parents[1]
 DDP_SCRIPT = REPO / "tests" / "gpu" / "ddp_step.py"
@@ -57,7 +57,7 @@ def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path)
     """The single process's step runs first, here: the processes then find its host kernels in this process's cache
     (their shares of the batch get the same kernels: the layout rule picks the same for either size), so they
     load them instead of each compiling them again; what is compared is the same."""
-    from autocuda import store
+    from autocuda.toolchain import store
 
     script = _load_ddp_script()
     single = script.single_process_step(torch.device("cpu"), backend="host")

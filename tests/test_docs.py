@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autocuda
-from autocuda.surrogate import SURROGATES
+from autocuda.spec.surrogate import SURROGATES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -136,7 +136,7 @@ def readme_blocks(language: str) -> list[str]:
 def test_readme_builder_example_runs_here() -> None:
     """The README's builder example, as a reader pastes it: on the GPU where there is one, else on the host
     runner (the same source compiled for the CPU)."""
-    from autocuda.host import toolchain
+    from autocuda.toolchain.host import cxx as toolchain
 
     if toolchain.missing() and not torch.cuda.is_available():
         pytest.skip(f"host runner: {toolchain.missing()}")

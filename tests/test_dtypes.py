@@ -9,7 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from autocuda.dtypes import BFLOAT16, BINARY, DTYPES, FLOAT16, FLOAT32, FLOAT64, UNARY, DType, get_dtype, headers_for
+from autocuda.codegen.dtypes import (
+    BFLOAT16,
+    BINARY,
+    DTYPES,
+    FLOAT16,
+    FLOAT32,
+    FLOAT64,
+    UNARY,
+    DType,
+    get_dtype,
+    headers_for,
+)
 
 ALL = list(DTYPES.values())
 BY_TORCH = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}

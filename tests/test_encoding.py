@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda import encoding as E
+from autocuda.call import encoding as E
 from autocuda.nn import LIFNode
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda.cli import main
+from autocuda.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,19 +12,19 @@ import torch
 from conftest import compile_together, profile
 
 import autocuda.nn as ann
+from autocuda.base.errors import PrintError, SpecError
+from autocuda.codegen.dtypes import DTYPES
+from autocuda.codegen.kernels import derivation, neuron_kernel
 from autocuda.codegen.printer import print_expr
-from autocuda.dtypes import DTYPES
-from autocuda.errors import PrintError, SpecError
-from autocuda.kernels import derivation, neuron_kernel
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.derive import THRESHOLD, H, previous_membrane, spike_value
 from autocuda.spec.load import load_spec, spec_from_toml
 from autocuda.spec.model import Param, spec_text
 from autocuda.spec.python import neuron, step_spec
 from autocuda.spec.step import StepSpec
+from autocuda.spec.surrogate import ATan, Sigmoid
 from autocuda.spec.trace import trace
-from autocuda.surrogate import ATan, Sigmoid
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 IF_TOML = """
 name = "if_strict"

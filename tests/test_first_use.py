@@ -7,13 +7,12 @@ import pytest
 import sympy
 import torch
 
-from autocuda import kernels
-from autocuda.codegen import builder, neuron_kernel
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.codegen import builder, kernels, neuron_kernel
 from autocuda.nn.flexsn import flexsn_spec
 from autocuda.spec import parse
 from autocuda.spec.load import load_spec
-from autocuda.surrogate import Sigmoid
+from autocuda.spec.surrogate import Sigmoid
 
 X, V = sympy.Symbol("x", real=True), sympy.Symbol("v", real=True)
 

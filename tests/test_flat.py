@@ -12,13 +12,13 @@ from conftest import examples
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autocuda import store
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
 from autocuda.nn import FlexSN, flexsn
 from autocuda.spec import flat
 from autocuda.spec.parse import parse_expression
+from autocuda.spec.surrogate import Sigmoid
 from autocuda.spec.torch_eval import evaluate, lower
-from autocuda.surrogate import Sigmoid
+from autocuda.toolchain import store
 
 NAMES = ("x", "v", "s", "p")
 SYMBOLS = {n: sympy.Symbol(n, real=True) for n in NAMES}

@@ -11,9 +11,9 @@ import torch
 from backends import CPU_BACKENDS
 from conftest import compile_launched
 
-from autocuda.errors import SpecError
-from autocuda.host import toolchain
+from autocuda.base.errors import SpecError
 from autocuda.nn import FlexSN
+from autocuda.toolchain.host import cxx as toolchain
 
 sj_flexsn = pytest.importorskip("spikingjelly.activation_based.neuron.flexsn")
 surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
@@ -297,7 +297,7 @@ def test_a_warm_cache_maps_the_trace_without_sympy(tmp_path, monkeypatch) -> Non
 
     from autocuda.spec import python as spec_python
 
-    script = ("import sys, torch\nfrom autocuda.nn import FlexSN\nfrom autocuda.surrogate import Sigmoid\n"
+    script = ("import sys, torch\nfrom autocuda.nn import FlexSN\nfrom autocuda.spec.surrogate import Sigmoid\n"
               "sg = Sigmoid()\ndef core(x, v):\n    h = v + (x - v) / 3.0\n    s = sg(h - 1.0)\n"
               "    return s, h * (1.0 - s)\nFlexSN(core, 1)\nprint('sympy' in sys.modules)\n")
     path = tmp_path / "core.py"

@@ -11,7 +11,7 @@ import torch
 from autocuda.nn import FlexSN
 from autocuda.nn.flexsn import flexsn_spec
 from autocuda.spec.reads import reads_key
-from autocuda.surrogate import Sigmoid
+from autocuda.spec.surrogate import Sigmoid
 
 sg = Sigmoid()
 GAIN = 0.5

@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import compile_launched
 
-from autocuda import functional as F
-from autocuda import program
+from autocuda.call import functional as F
+from autocuda.call import program
 from autocuda.runtime.neuron_launch import KIND_OPTIONS
 from autocuda.spec.load import list_specs, load_spec
 
@@ -114,7 +114,7 @@ def test_detach_reset_cuts_only_the_reset_path():
     # by hand: the spike inside v = h (1 - s) is a constant for backward
     xh = x.detach().clone().requires_grad_()
     v, total = torch.zeros(5, dtype=torch.float64), 0
-    from autocuda.surrogate import Sigmoid
+    from autocuda.spec.surrogate import Sigmoid
     for xt in xh:
         h = v + (xt - v) / 2
         s = Sigmoid()(h - 1.0)
@@ -364,7 +364,7 @@ def test_per_channel_parameters_are_read_per_neuron_under_deterministic_algorith
     """A [C, 1, ...] parameter goes to the kernels as one value per channel (its gradient summed with atomics on
     a GPU), except under torch.use_deterministic_algorithms(True): then one value per neuron, summed by torch."""
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
-    from autocuda.host import toolchain
+    from autocuda.toolchain.host import cxx as toolchain
 
     w = torch.ones(3, 1, dtype=torch.float64)
     x = torch.rand(6, 2, 3, 5, dtype=torch.float64)

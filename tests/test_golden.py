@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from conftest import REPRESENTATIVE_SPECS, profile
 
-from autocuda import kernels
+from autocuda.codegen import kernels
 from autocuda.runtime import tuning
 from autocuda.spec.load import list_specs, load_spec
 

@@ -10,11 +10,11 @@ import torch
 from conftest import compile_launched, profile
 
 from autocuda.codegen.broadcast import PER_CHANNEL
-from autocuda.kernels import neuron_kernel
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import load_spec
 from autocuda.spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 T, B, C, INNER = 11, 3, 4, 5
 N = B * C * INNER
@@ -256,7 +256,7 @@ def test_two_passes_refuse_one_value_per_channel():
 def test_opcheck_backward_passes(numbers):
     """`autocuda::neuron_backward_part`: schema, fake kernel (shapes and dtypes of what each pass returns) and the
     implementation agree (`torch.library.opcheck`)."""
-    from autocuda import ops
+    from autocuda.call import ops
     from autocuda.codegen.broadcast import CHANNEL_KEYS
     from autocuda.runtime.configs import get_config
 

@@ -1,4 +1,4 @@
-"""autocuda.host: the emitted CUDA source compiled for the CPU and checked against torch."""
+"""autocuda.toolchain.host: the emitted CUDA source compiled for the CPU and checked against torch."""
 from __future__ import annotations
 
 import os
@@ -14,13 +14,13 @@ import pytest
 import torch
 from conftest import HOST_PARAM_CLASS
 
-import autocuda.host as host
-import autocuda.host.cache as host_cache
-import autocuda.host.runner as runner
-from autocuda import cfunction
-from autocuda.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
-from autocuda.dtypes import get_dtype
-from autocuda.runtime.compile import CompileError
+import autocuda.toolchain.host as host
+import autocuda.toolchain.host.cache as host_cache
+import autocuda.toolchain.host.runner as runner
+from autocuda.codegen import cfunction
+from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
+from autocuda.codegen.dtypes import get_dtype
+from autocuda.toolchain.compile import CompileError
 
 REPO = Path(__file__).resolve().parents[1]
 # The seeds' hand-written cores: dtype -> (word type, heaviside expression, "x[t] + y[t - dt]" with a, b).
@@ -328,8 +328,8 @@ def test_unwritable_cache_dir_falls_back_with_a_warning(monkeypatch: pytest.Monk
 PROBE = textwrap.dedent("""
     import dataclasses, sys
     import numpy as np
-    import autocuda.host as host
-    from autocuda.host import runner
+    import autocuda.toolchain.host as host
+    from autocuda.toolchain.host import runner
 
     # HOST_PARAM_CLASS
 
@@ -367,7 +367,7 @@ def test_disk_cache_is_shared_between_processes_and_rebuilt_when_corrupt(tmp_pat
 def test_units_include_the_shim_precompiled_once_and_rebuilt_when_damaged(tmp_path, monkeypatch) -> None:
     """Kernels compile against a precompiled shim kept in the host cache (built once per toolchain); a damaged
     one fails its checksum and is built again rather than handed to the compiler."""
-    from autocuda.host import runner
+    from autocuda.toolchain.host import runner
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     sources = []

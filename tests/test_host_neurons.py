@@ -1,4 +1,5 @@
-"""The emitted neuron kernels, run on the CPU through autocuda.host, match the reference (issue 5, design.md §6).
+"""The emitted neuron kernels, run on the CPU through autocuda.toolchain.host, match the reference (issue 5, design.md
+§6).
 
 Hypothesis property tests (random shapes, parameters and inputs, plus explicit T = 1, N = 1 and N = 601 examples)
 of FPTT -> BPTT and of step-forward -> step-backward, compared by `autocuda.testing.check_case` (float64 autograd
@@ -29,13 +30,13 @@ import pytest
 from conftest import REPRESENTATIVE_SPECS, cores, examples, profile
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 
-from autocuda import reference
 from autocuda.codegen.neuron_kernel import NeuronKernel
-from autocuda.host import load_kernels, runner
+from autocuda.runtime import reference
 from autocuda.runtime.tuning import fixed_layout
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import NeuronSpec, reset_rules
-from autocuda.testing import Setup, cases, check_case, check_spec, make_case
+from autocuda.toolchain.host import load_kernels, runner
+from autocuda.tools.testing import Setup, cases, check_case, check_spec, make_case
 
 SPECS = [name for name, _ in list_specs()]
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -199,17 +200,17 @@ def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch
 
 def test_check_spec_compiles_the_kernels_its_cases_launch_up_front(monkeypatch):
     """Many to a compiler run (`load_kernels`), before the cases run: a case then compiles none of its own."""
-    import autocuda.host
+    import autocuda.toolchain.host
 
     ahead: set[str] = set()
-    load_many = autocuda.host.load_kernels
+    load_many = autocuda.toolchain.host.load_kernels
 
     def load_kernels_seen(jobs, *args, **kwargs):
         jobs = list(jobs)
         ahead.update(name for _, name, _ in jobs)
         return load_many(jobs, *args, **kwargs)
 
-    monkeypatch.setattr(autocuda.host, "load_kernels", load_kernels_seen)
+    monkeypatch.setattr(autocuda.toolchain.host, "load_kernels", load_kernels_seen)
     launched = launched_kernels(monkeypatch)
     check_spec("alif", dtypes=("float32",), resets=("hard",), detach=(False,), examples=3, raise_on_failure=True)
     assert launched and launched <= ahead

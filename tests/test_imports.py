@@ -29,7 +29,7 @@ DYNAMO = "torch._dynamo"
 WATCHED = (*HEAVY, *SJ_COMPAT, SJ_NEURONS, DYNAMO)
 STEPS = {"autocuda.nn": "import autocuda, autocuda.nn",
          "FlexSN": "from autocuda.nn import FlexSN",
-         "autocuda.functional": "import autocuda.functional",
+         "autocuda.call.functional": "import autocuda.call.functional",
          "every public name": "for name in autocuda.nn.__all__: getattr(autocuda.nn, name)"}
 
 
@@ -37,7 +37,9 @@ FRESH = ("import autocuda, types\n"
          "for name in (*autocuda.__all__, *autocuda._SUBMODULES):\n"
          "    value = getattr(autocuda, name)\n"
          "    assert name not in autocuda._SUBMODULES or isinstance(value, types.ModuleType), name\n"
-         "autocuda.surrogate.Sigmoid()\n")
+         "autocuda.surrogate.Sigmoid()\n"
+         "import autocuda.errors as alias, autocuda.base.errors as real\n"  # the import statement finds the same module
+         "assert alias is real and real.__spec__.name == 'autocuda.base.errors'\n")
 
 
 def _child_program() -> str:
@@ -97,11 +99,12 @@ def test_flexsn_needs_neither_the_spikingjelly_classes_nor_the_generator(importe
 
 
 def test_importing_autocuda_imports_neither_sympy_nor_jinja(imported_after):
-    assert not {"sympy", "jinja2", "cupy"} & set(imported_after["autocuda.functional"])
+    assert not {"sympy", "jinja2", "cupy"} & set(imported_after["autocuda.call.functional"])
 
 
 def test_importing_the_functional_api_does_not_import_dynamo(imported_after):
-    assert DYNAMO not in imported_after["autocuda.functional"], "importing Dynamo costs seconds in every fresh process"
+    assert DYNAMO not in imported_after["autocuda.call.functional"], \
+        "importing Dynamo costs seconds in every fresh process"
 
 
 def test_every_public_name_of_autocuda_nn_imports_nothing_heavy(imported_after):
@@ -133,12 +136,18 @@ def test_an_unknown_name_is_an_attribute_error():
 
 
 def documented_modules() -> set[str]:
-    """The top-level submodules the API pages document (`::: autocuda.X...` in docs/api)."""
+    """The public submodules the API pages document (`::: autocuda.X...` in docs/api): a module of a layer
+    folder by its public name (`autocuda._ALIASES`)."""
+    import autocuda
+
+    public = {f"autocuda{real}": alias for alias, real in autocuda._ALIASES.items()}
     found = set()
     for page in (REPO / "docs").rglob("*.md"):
         for line in page.read_text().splitlines():
             if line.startswith("::: autocuda."):
-                found.add(line.split()[1].split(".")[1])
+                path = line.split()[1]
+                home = [module for module in public if path == module or path.startswith(f"{module}.")]
+                found.add(public[home[0]] if home else path.split(".")[1])
     return found
 
 

@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 import torch
 
-from autocuda import functional as F
 from autocuda import nn as ann
-from autocuda import reference
-from autocuda.errors import SpecError
-from autocuda.kernels import derivation
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
+from autocuda.codegen.kernels import derivation
+from autocuda.runtime import reference
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec, spec_text
 

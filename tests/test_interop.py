@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
+import autocuda.spec.surrogate as ours
 from autocuda.nn import IzhikevichNode, LIFNode, Neuron
 from autocuda.spec.model import NeuronSpec
 

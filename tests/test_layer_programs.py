@@ -1,4 +1,4 @@
-"""A layer's programs (`autocuda.program`, owned by the layer: `layer._programs`): a layer's call like an earlier
+"""A layer's programs (`autocuda.call.program`, owned by the layer: `layer._programs`): a layer's call like an earlier
 one runs that call's program; any change of what the key holds (the layer's switches, the compile-time constants'
 values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the program the
 change asks for. A layer whose switches and parameters are the objects they were, called from a reset, reruns its
@@ -12,7 +12,7 @@ import pickle
 import pytest
 import torch
 
-from autocuda import native, program
+from autocuda.call import native, program
 from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.load import spec_from_toml
 
@@ -283,7 +283,7 @@ def test_a_parameter_read_through_a_property_is_read_on_every_call(monkeypatch):
 def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
     """The spec and surrogate references (set where a layer is built or unpickled) are read on every call."""
     from autocuda.runtime.configs import spec_ref, surrogate_ref
-    from autocuda.surrogate import ATan
+    from autocuda.spec.surrogate import ATan
 
     layer = Neuron(GAIN_LIF, step_mode="m", backend="host")
     x = x_of()

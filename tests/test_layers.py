@@ -1,10 +1,10 @@
-"""Imports point down the layers, and no two modules import each other, even through function-level or type-only
-imports.
+"""Each folder of the package is one layer; imports point down the layers, and no two modules import each other,
+even through function-level or type-only imports.
 
 Every import statement of the package counts, at module level, inside a function or under `if TYPE_CHECKING:`
-(an import that never runs is still a module that knows another). Each module has a layer (`LAYERS`, by the
-longest dotted prefix that names it); a module may import modules of its own layer or below, and the whole graph
-has no cycle.
+(an import that never runs is still a module that knows another). A module's layer is its top folder's place in
+`LAYERS` (a subfolder belongs to its parent's layer; the package's own `__init__` and `__main__` are above every
+folder); a module may import modules of its own layer or below, and the whole graph has no cycle.
 """
 from __future__ import annotations
 
@@ -16,32 +16,29 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autocuda"
 
-# Module (or package prefix) -> layer. Lower layers know nothing of higher ones.
-LAYERS: Mapping[str, int] = {
-    # 0 foundation: errors, lazy imports, where the data folders are
-    "autocuda.errors": 0, "autocuda.lazy": 0, "autocuda.resources": 0,
-    # 1 spec: the description of a neuron, its expression language and its derivation (no CUDA, no disk cache)
-    "autocuda.spec": 1, "autocuda.surrogate": 1,
-    # 2 toolchain: CUDA text compiled and launched, knowing no neuron (NVRTC, the driver, the host runner,
-    #   the disk cache, C naming facts)
-    "autocuda.store": 2, "autocuda.parse_marks": 2, "autocuda.cnames": 2, "autocuda.runtime": 2,
-    "autocuda.runtime.nvrtc": 2, "autocuda.runtime.driver": 2, "autocuda.runtime.compile": 2,
-    "autocuda.runtime.launch": 2, "autocuda.runtime.arrays": 2, "autocuda.host": 2,
-    # 3 codegen: dtypes, printers, templates, the builder DSL, spec -> kernel source
-    "autocuda.dtypes": 3, "autocuda.cfunction": 3, "autocuda.ckernel": 3, "autocuda.codegen": 3,
-    "autocuda.kernels": 3, "autocuda.layout": 3, "autocuda.noise": 3,
-    "autocuda.codegen.code": 2,  # C text helpers (no generator), shared with the host runner
-    # 4 runtime: neuron kernels on tensors (records, layouts, configurations) and the torch reference of a step
-    "autocuda.runtime.records": 4, "autocuda.runtime.tuning": 4, "autocuda.runtime.neuron_launch": 4,
-    "autocuda.runtime.configs": 4, "autocuda.reference": 4,
-    # 5-7 the user's API: ops, then functional, then modules
-    "autocuda.ops": 5, "autocuda.memory_order": 5, "autocuda.native": 5, "autocuda.program": 6,
-    "autocuda.functional": 6, "autocuda.nn": 7,
-    "autocuda.encoding": 6, "autocuda.progress": 0,  # encoders (torch only); the optional progress bar (tqdm)
-    # 8 tools and the package itself (which wires the spec layer's hooks)
-    "autocuda": 8, "autocuda.nir": 8, "autocuda.testing": 8, "autocuda.cli": 8, "autocuda.__main__": 8,
-    "autocuda.monitor": 8, "autocuda.plot": 8,
-}
+# The package's folders, lowest layer first. Lower layers know nothing of higher ones.
+LAYERS: tuple[str, ...] = (
+    "base",  # 0 foundation: errors, lazy imports, the public module aliases, where the data folders are, progress
+    "spec",  # 1 the description of a neuron, its expression language, its derivation, the surrogates (no CUDA,
+    #          no disk cache)
+    "toolchain",  # 2 CUDA text compiled and launched, knowing no neuron: NVRTC, the driver, the host runner (host/),
+    #               the disk cache, C naming facts, the C text builder
+    "codegen",  # 3 dtypes, printers, templates, the builder DSL (ckernel, cfunction), spec -> kernel source
+    "runtime",  # 4 neuron kernels on tensors (records, layouts, configurations) and the torch reference of a step
+    "call",  # 5 a call on tensors: custom ops, the native operator, programs, the functional API, encoders
+    "nn",  # 6 the layers (torch modules)
+    "tools",  # 7 the command line, NIR, the kernel checks (testing), monitors and plots
+)
+ROOT_MODULES = ("autocuda", "autocuda.__main__")  # the package itself (wires the spec layer's hooks): on top
+
+
+def layer_table(folders: tuple[str, ...] = LAYERS, package: str = "autocuda") -> dict[str, int]:
+    """Module prefix -> layer: each folder its place, the package's own modules above them all."""
+    return {**{f"{package}.{folder}": place for place, folder in enumerate(folders)},
+            **dict.fromkeys(ROOT_MODULES, len(folders))}
+
+
+LAYER_OF = layer_table()
 
 Graph = Mapping[str, set[str]]
 
@@ -51,14 +48,14 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def layer(module: str, layers: Mapping[str, int] = LAYERS) -> int:
+def layer(module: str, layers: Mapping[str, int] = LAYER_OF) -> int:
     """The layer of the longest prefix of `module` in `layers`."""
     parts = module.split(".")
     for end in range(len(parts), 0, -1):
         found = layers.get(".".join(parts[:end]))
         if found is not None:
             return found
-    raise KeyError(f"{module} has no layer: add it to LAYERS")
+    raise KeyError(f"{module} has no layer: put it in a folder of LAYERS")
 
 
 def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -93,7 +90,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return graph
 
 
-def upward_edges(graph: Graph, layers: Mapping[str, int] = LAYERS) -> list[str]:
+def upward_edges(graph: Graph, layers: Mapping[str, int] = LAYER_OF) -> list[str]:
     return sorted(f"{a} (layer {layer(a, layers)}) imports {b} (layer {layer(b, layers)})"
                   for a, targets in graph.items() for b in targets if layer(b, layers) > layer(a, layers))
 
@@ -132,8 +129,18 @@ def package_graph() -> Graph:
 
 
 def test_every_module_has_a_layer(package_graph):
-    unplaced = [m for m in package_graph if not any(m == p or m.startswith(f"{p}.") for p in LAYERS)]
+    """Each module is in a layer folder, or is the package's own __init__ or __main__."""
+    unplaced = [m for m in package_graph if m not in ROOT_MODULES and m.split(".")[1] not in LAYERS]
     assert not unplaced
+
+
+def test_each_folder_is_a_layer():
+    """The package's top level holds its layer folders and its own two modules, nothing else; every layer a
+    folder."""
+    # a folder without Python files is none of the package's (one a checkout left with only caches in it)
+    entries = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py")))}
+    assert entries == {*LAYERS, "__init__.py", "__main__.py"}
+    assert all((PACKAGE / folder / "__init__.py").is_file() for folder in LAYERS)
 
 
 def test_imports_point_down_the_layers(package_graph):
@@ -161,14 +168,15 @@ def test_each_known_cycle_edge_still_exists_and_closes_a_cycle(package_graph):
 
 
 def test_the_spec_layer_knows_no_cuda_and_no_disk_cache(package_graph):
-    spec_modules = [m for m in package_graph if layer(m) == LAYERS["autocuda.spec"]]
-    assert spec_modules and all(layer(t) <= LAYERS["autocuda.spec"] for m in spec_modules for t in package_graph[m])
+    spec = LAYER_OF["autocuda.spec"]
+    spec_modules = [m for m in package_graph if layer(m) == spec]
+    assert spec_modules and all(layer(t) <= spec for m in spec_modules for t in package_graph[m])
 
 
 def test_the_graph_sees_function_level_and_relative_imports(package_graph):
-    assert "autocuda.kernels" in package_graph["autocuda.runtime.neuron_launch"]  # imported inside a method
+    assert "autocuda.codegen.kernels" in package_graph["autocuda.runtime.neuron_launch"]  # imported inside a method
     assert "autocuda.spec.hooks" in package_graph["autocuda.spec.model"]  # `from . import domain, hooks`
-    assert "autocuda.host" in package_graph["autocuda.ckernel"]
+    assert "autocuda.toolchain.host" in package_graph["autocuda.codegen.ckernel"]
     assert "autocuda.spec.parsed" in package_graph["autocuda.spec.model"]
 
 
@@ -195,6 +203,13 @@ FAKE_LAYERS = {"p.low": 0, "p.mid": 1, "p.high": 2}
 def test_the_checks_can_fail(graph, upward, has_cycle):
     assert upward_edges(graph, FAKE_LAYERS) == upward
     assert (cycle(graph) is not None) == has_cycle
+
+
+def test_a_module_takes_its_top_folders_layer():
+    assert layer("autocuda.toolchain.host.runner") == layer("autocuda.toolchain") == LAYERS.index("toolchain")
+    assert layer("autocuda") == layer("autocuda.__main__") == len(LAYERS)
+    with pytest.raises(KeyError, match="autocuda_other.x has no layer"):
+        layer("autocuda_other.x")
 
 
 def test_a_cycle_is_reported_as_a_path():
@@ -232,7 +247,7 @@ def _exception_classes() -> list[tuple[str, str]]:
 def test_every_error_class_derives_from_one_base():
     import importlib
 
-    from autocuda.errors import AutocudaError
+    from autocuda.base.errors import AutocudaError
 
     classes = [c for c in _exception_classes() if c not in INTERNAL_EXCEPTIONS]
     assert len(classes) >= 10
@@ -241,7 +256,7 @@ def test_every_error_class_derives_from_one_base():
 
 
 def test_errors_keep_their_builtin_bases():
-    from autocuda import errors
+    from autocuda.base import errors
 
     expected = {"SpecError": ValueError, "LiteralError": ValueError, "PrintError": ValueError,
                 "RecordError": ValueError, "KernelArgumentError": TypeError, "CompileError": RuntimeError,

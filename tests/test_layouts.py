@@ -13,14 +13,14 @@ import pytest
 import torch
 from conftest import compile_launched, profile
 
+from autocuda.codegen.kernels import neuron_kernel
+from autocuda.codegen.layout import Layout
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
-from autocuda.kernels import neuron_kernel
-from autocuda.layout import Layout
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.tuning import LONG_LOOP_STEPS, MIN_THREADS, choose_layout
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 T, N = 7, 32
 LAYOUTS = {
@@ -253,7 +253,7 @@ def test_staged_inputs_fit_the_register_budget_and_need_vector_accesses():
 def test_repeated_calls_build_no_layout_after_the_first(monkeypatch):
     """A call's layout is looked up, not built: a call shorter than a replay segment (T < REPLAY_STEPS) once built
     a new Layout on every launch, which cost more host time than the rest of a small call."""
-    from autocuda.functional import multi_step
+    from autocuda.call.functional import multi_step
 
     x = (torch.randn(3, 2 * MIN_THREADS) * 2).requires_grad_(True)  # enough neurons for vector accesses
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from autocuda.errors import SpecError
-from autocuda.host import toolchain
+from autocuda.base.errors import SpecError
 from autocuda.spec.load import load_spec, spec_from_toml
 from autocuda.spec.model import Level, NeuronSpec, spec_text
-from autocuda.surrogate import ATan
-from autocuda.testing import check_spec
+from autocuda.spec.surrogate import ATan
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.tools.testing import check_spec
 
 USER = NeuronSpec(
     name="user_levels", charge="v + x", threshold="v_threshold",

@@ -9,9 +9,9 @@ import torch
 from backends import CPU_BACKENDS, NEEDS_HOST
 
 import autocuda.nn as ann
-from autocuda import functional as F
-from autocuda import native, ops
-from autocuda.memory_order import memory_order
+from autocuda.call import functional as F
+from autocuda.call import native, ops
+from autocuda.call.memory_order import memory_order
 
 DT = torch.float64
 CL = torch.channels_last

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from autocuda import functional as F
-from autocuda.monitor import Monitor, MonitorFullWarning
+from autocuda.call import functional as F
 from autocuda.nn import IFNode, LIFNode, Neuron
+from autocuda.tools.monitor import Monitor, MonitorFullWarning
 
 T, B = 6, 3
 
@@ -265,7 +265,7 @@ def test_our_monitor_on_a_spikingjelly_net(sj, step_mode: str) -> None:
 
 # -- progress bars ---------------------------------------------------------------------------------------------
 def test_progress_returns_the_iterable_itself_when_no_bar_is_shown(monkeypatch) -> None:
-    from autocuda.progress import enabled, progress
+    from autocuda.base.progress import enabled, progress
 
     items = [1, 2, 3]
     monkeypatch.delenv("AUTOCUDA_PROGRESS", raising=False)
@@ -282,7 +282,7 @@ def test_progress_returns_the_iterable_itself_when_no_bar_is_shown(monkeypatch) 
 
 def test_progress_draws_with_tqdm_when_asked(monkeypatch, capsys) -> None:
     pytest.importorskip("tqdm")
-    from autocuda.progress import enabled, progress
+    from autocuda.base.progress import enabled, progress
 
     monkeypatch.setenv("AUTOCUDA_PROGRESS", "1")
     assert enabled()

@@ -1,8 +1,8 @@
 """Broken kernels fail the check (issue 5): the host property tests would catch them.
 
 Each mutation is an exact text replacement in one generated kernel, asserted to occur exactly once (so a change
-in the code generator cannot make this file pass vacuously). The mutated source runs through autocuda.host with
-the original kernel's parameter list, in place of that kernel, under `autocuda.testing.check_case`; the same
+in the code generator cannot make this file pass vacuously). The mutated source runs through autocuda.toolchain.host
+with the original kernel's parameter list, in place of that kernel, under `autocuda.testing.check_case`; the same
 cases must pass with the unmutated kernels.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from conftest import compile_launched
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.records import KernelRecord
 from autocuda.spec.load import load_spec
-from autocuda.testing import Report, Setup, check_case, make_case
+from autocuda.tools.testing import Report, Setup, check_case, make_case
 
 # Several steps (the reverse loop matters) and several neurons (per-neuron values); one T, so that both shapes run
 # the same kernels (a T below a replay segment compiles kernels replaying T steps, a pair per T).

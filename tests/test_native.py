@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import compile_launched, profile
 
-from autocuda import functional as F
-from autocuda import native, program
-from autocuda.native import plan as native_plan
+from autocuda.call import functional as F
+from autocuda.call import native, program
+from autocuda.call.native import plan as native_plan
 
 pytestmark = pytest.mark.usefixtures("native_on_host")  # the library is built for this file's tests (conftest)
 
@@ -41,7 +41,7 @@ def compiled_kernels() -> int:
              for train, finals_in_loss in ((False, False), (True, False), (True, True))]
     calls += [functools.partial(run, "lif", torch.rand(4, 64, dtype=dtype) * 2, True, False)
               for dtype in (torch.float32, torch.float64)]
-    program.ENABLED = False  # the Python path: each call launches its kernels through autocuda.host
+    program.ENABLED = False  # the Python path: each call launches its kernels through autocuda.toolchain.host
     try:
         return compile_launched(*calls)
     finally:
@@ -147,8 +147,8 @@ def test_a_bad_switch_is_named(monkeypatch):
 def test_the_library_is_cached_and_checked():
     """The library lives in the host cache under a key of its source, torch and the compiler, with the store's
     checksum: a library whose bytes changed is not found (it would be rebuilt, never loaded)."""
-    from autocuda import store
-    from autocuda.host import cache
+    from autocuda.toolchain import store
+    from autocuda.toolchain.host import cache
 
     found = cache.find(native._key())
     assert found is not None and store.verified(found)
@@ -209,8 +209,8 @@ def test_a_process_that_exits_while_the_library_builds_leaves_the_build_to_finis
     import subprocess
     import sys
 
-    from autocuda import store
-    from autocuda.host import cache
+    from autocuda.toolchain import store
+    from autocuda.toolchain.host import cache
 
     compiler = tmp_path / "stand-in-c++"
     compiler.write_text(STAND_IN_COMPILER)
@@ -249,7 +249,7 @@ def test_a_process_that_exits_while_the_real_compiler_builds_leaves_the_build_to
     import subprocess
     import sys
 
-    from autocuda import store
+    from autocuda.toolchain import store
 
     env = {**os.environ, "AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "AUTOCUDA_NATIVE": "1"}
     script = ("from autocuda import native\n"

@@ -16,9 +16,10 @@ from typing import TypeVar
 
 import pytest
 
-from autocuda import native
-from autocuda.cli import main
-from autocuda.host import cache, toolchain
+from autocuda.call import native
+from autocuda.toolchain.host import cache
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.tools.cli import main
 
 pytestmark = pytest.mark.skipif(toolchain.missing_compiler() is not None, reason="no C++ compiler (the library's key "
                                 "names it)")

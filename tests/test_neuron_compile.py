@@ -36,12 +36,12 @@ from typing import Any
 import pytest
 from conftest import REPRESENTATIVE_SPECS, profile
 
+from autocuda.codegen.dtypes import DTYPES, get_dtype
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.codegen.neuron_kernel import KERNELS
-from autocuda.dtypes import DTYPES, get_dtype
-from autocuda.kernels import neuron_kernel
-from autocuda.runtime.compile import CHECK_ARCHS
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import reset_rules
+from autocuda.toolchain.compile import CHECK_ARCHS
 
 LAYOUTS = ({"lanes": 4, "vector": True}, {"prefetch": 4}, {"lanes": 2, "vector": True, "unroll": 2},
            {"lanes": 2, "vector": True, "unroll": 8, "prefetch": 32, "block": 64})  # the last: a long-loop tuning

@@ -23,9 +23,9 @@ nir = pytest.importorskip("nir")  # SpikingJelly's NIR exchange also needs nirto
 from backends import CPU_BACKENDS, NEEDS_HOST  # noqa: E402
 from conftest import compile_launched  # noqa: E402
 
-from autocuda.nir import NIRModule, from_nir, to_nir  # noqa: E402
 from autocuda.nn import IFNode, LIFNode, Neuron, ParametricLIFNode  # noqa: E402
 from autocuda.spec import NeuronSpec  # noqa: E402
+from autocuda.tools.nir import NIRModule, from_nir, to_nir  # noqa: E402
 
 DT = 1e-4
 F64 = torch.float64

@@ -27,8 +27,8 @@ from conftest import examples
 
 nir = pytest.importorskip("nir")
 
-from autocuda.errors import AutocudaError, NIRError  # noqa: E402
-from autocuda.nir import from_nir  # noqa: E402
+from autocuda.base.errors import AutocudaError, NIRError  # noqa: E402
+from autocuda.tools.nir import from_nir  # noqa: E402
 
 CASES = int(os.environ.get("AUTOCUDA_NIR_FUZZ_EXAMPLES", examples(10_000, 150)))
 NAMES = ["a", "b", "c", "a.b", "a__b", "a_b", "", "keys", "update", "training", "input", "output", "x.y.z",

@@ -15,9 +15,9 @@ import torch
 nir = pytest.importorskip("nir")
 h5py = pytest.importorskip("h5py")
 
-from autocuda.errors import NIRError  # noqa: E402
-from autocuda.nir import checks, from_nir, to_nir  # noqa: E402
-from autocuda.nir.modules import SumPool2d  # noqa: E402
+from autocuda.base.errors import NIRError  # noqa: E402
+from autocuda.tools.nir import checks, from_nir, to_nir  # noqa: E402
+from autocuda.tools.nir.modules import SumPool2d  # noqa: E402
 
 DT = 1e-4
 F64 = torch.float64
@@ -216,7 +216,7 @@ def test_a_chain_of_3000_nodes_imports_and_runs() -> None:
 def test_a_bad_field_in_the_last_node_is_refused_before_any_neuron_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every node's fields are checked before the first Neuron (milliseconds each) is built: a graph of
     thousands of neurons with NaN in its last is refused at the cost of the checks alone."""
-    from autocuda.nir import importer
+    from autocuda.tools.nir import importer
 
     built = []
     monkeypatch.setattr(importer, "Neuron", lambda *args, **kwargs: built.append(1))

@@ -19,8 +19,8 @@ nir = pytest.importorskip("nir")
 from backends import CPU_BACKENDS  # noqa: E402
 from nir_reference import simulate  # noqa: E402
 
-from autocuda.nir import from_nir, to_nir  # noqa: E402
 from autocuda.nn import IFNode, LIFNode  # noqa: E402
+from autocuda.tools.nir import from_nir, to_nir  # noqa: E402
 
 F64 = torch.float64
 T = 20

@@ -12,10 +12,10 @@ import torch
 from conftest import compile_launched
 from torch import nn
 
-from autocuda import functional as F
 from autocuda import nn as ann
+from autocuda.call import functional as F
 from autocuda.spec.load import load_spec
-from autocuda.surrogate import ATan, Sigmoid
+from autocuda.spec.surrogate import ATan, Sigmoid
 
 CLASSES = [ann.IFNode, ann.LIFNode, ann.ParametricLIFNode, ann.QIFNode, ann.EIFNode, ann.IzhikevichNode,
            ann.AdExNode, ann.ALIFNode]

@@ -1,6 +1,6 @@
-"""The generator of draws (`autocuda.noise`): Philox4x32-10's known answers, the C on the host runner bitwise equal to
-the torch reference, the accuracy of the transforms' own log and cos, and the moments of the draws (2^24 samples
-under --slow, 2^16 by default)."""
+"""The generator of draws (`autocuda.codegen.noise`): Philox4x32-10's known answers, the C on the host runner bitwise
+equal to the torch reference, the accuracy of the transforms' own log and cos, and the moments of the draws (2^24
+samples under --slow, 2^16 by default)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import compile_launched, profile
 
-from autocuda import noise
+from autocuda.codegen import noise
 
 # Random123's known-answer vectors for philox4x32-10 (kat_vectors): counter, key -> output
 KNOWN = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),

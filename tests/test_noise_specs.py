@@ -7,14 +7,15 @@ import pytest
 import torch
 from conftest import compile_together, profile
 
-from autocuda import noise, reference
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.codegen import noise
+from autocuda.runtime import reference
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.derive import derive, replaying_charge
 from autocuda.spec.draws import system_draws
 from autocuda.spec.load import spec_from_toml
 from autocuda.spec.system import step_system
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 NOISY_LIF = """
 name = "noisy_lif"
@@ -67,7 +68,7 @@ def test_refusals_name_the_field(change, field, words):
 
 
 def test_draws_are_refused_outside_the_step_and_in_what_backward_replays():
-    from autocuda.surrogate import Custom
+    from autocuda.spec.surrogate import Custom
     with pytest.raises(SpecError, match="charge and in the updates"):
         Custom("randn() * x")
     ode = NOISY_LIF.replace('charge = "v + (x - (v - v_reset)) / tau + sigma * randn()"\n', "") + \
@@ -201,7 +202,7 @@ def test_python_steps_trace_randn_like_into_a_draw():
     from autocuda import nn as ann
     from autocuda.spec.model import Param
     from autocuda.spec.python import step_spec
-    from autocuda.surrogate import Sigmoid
+    from autocuda.spec.surrogate import Sigmoid
 
     def noisy(x, v, tau, sigma):
         h = v + (x - v) / tau + sigma * torch.randn_like(v)
@@ -239,7 +240,7 @@ def test_python_steps_trace_randn_like_into_a_draw():
 def test_an_explicit_generator_seeds_the_calls():
     """Within `noise.using_generator(g)`, calls take their seeds from g and leave torch's default generator as it
     was; g seeded alike repeats the call."""
-    from autocuda import functional as F
+    from autocuda.call import functional as F
 
     spec = spec_from_toml(NOISY_LIF)
     x = torch.rand(3, 8, generator=torch.Generator().manual_seed(0), dtype=F64)
@@ -257,7 +258,7 @@ def test_an_explicit_generator_seeds_the_calls():
 def test_check_spec_runs_a_spec_that_draws():
     """`autocuda check` (check_spec) seeds the kernels and the reference alike (testing.cases.CHECK_SEED): a
     drawing spec's FPTT, BPTT and single-step kernels pass against the reference fed the same draws."""
-    from autocuda.testing import check_spec
+    from autocuda.tools.testing import check_spec
 
     report = check_spec(spec_from_toml(NOISY_LIF), dtypes=("float32",), resets=("hard",), detach=(False,),
                         examples=1)
@@ -282,7 +283,7 @@ def test_a_layer_that_draws_runs_eagerly_under_torch_compile(step_mode: str) -> 
     """torch.compile of a drawing layer (aot_eager: Dynamo and AOT, no Inductor) gives the eager layer's results
     call by call from one torch.manual_seed (a fresh seed per call, not one traced constant), and so does a
     compiled functional call; before the graph break it crashed the process in the host launch."""
-    from autocuda import functional as F
+    from autocuda.call import functional as F
     from autocuda.nn import Neuron
 
     spec = spec_from_toml(NOISY_LIF)

@@ -9,10 +9,11 @@ import pytest
 import torch
 from conftest import REPRESENTATIVE_SPECS, profile
 
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.codegen.neuron_kernel import KERNELS
-from autocuda.kernels import neuron_kernel
-from autocuda.runtime import compile, configs, nvrtc
+from autocuda.runtime import configs
 from autocuda.spec.load import list_specs, load_spec
+from autocuda.toolchain import compile, nvrtc
 
 pytestmark = pytest.mark.skipif(not nvrtc.found(), reason="NVRTC not found: pip install -e '.[test]' brings it")
 HOPPER = 90

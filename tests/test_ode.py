@@ -14,10 +14,10 @@ import sympy as sp
 import torch
 from sympy.codegen.cfunctions import expm1
 
-from autocuda import functional as F
-from autocuda import reference
-from autocuda.errors import SpecError
-from autocuda.kernels import derivation
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
+from autocuda.codegen.kernels import derivation
+from autocuda.runtime import reference
 from autocuda.spec import NeuronSpec, load_spec
 from autocuda.spec.ode import TIME_STEP, choose_method, discretise
 from autocuda.spec.torch_eval import evaluate

@@ -11,8 +11,8 @@ import torch
 from backends import NEEDS_HOST
 from conftest import compile_launched
 
-from autocuda import functional as F
-from autocuda import native, ops
+from autocuda.call import functional as F
+from autocuda.call import native, ops
 from autocuda.runtime.configs import get_config, resolve_spec
 
 # Relative to the largest magnitude of each compared tensor: float64 kernels and the reference differ by op
@@ -211,7 +211,7 @@ def test_op_with_no_steps_passes_states_through():
 def test_whole_number_scalars_run_as_their_floats():
     """The kernels take scalars as given on the ops' path (floats by the op's schema; ints are packed as such)
     and converted on the mapping path (`testing.named_launch.forward`)."""
-    from autocuda.testing import named_launch
+    from autocuda.tools.testing import named_launch
 
     key, x, _, initial, tensors, scalars, _, _ = _op_args("lif", False, False, False, numbers=True)
     x = x.detach()
@@ -244,7 +244,7 @@ def test_keys_are_stable_and_checked():
 
 
 def test_unwritable_kernel_cache_falls_back_to_a_temporary_folder_with_one_warning(tmp_path, monkeypatch):
-    from autocuda import store
+    from autocuda.toolchain import store
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -320,7 +320,7 @@ def _channel_runs(lanes: int) -> tuple[dict, dict]:
     """PLIF's forward and backward with w per channel and with the same w per neuron, on `lanes` lanes a thread."""
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
-    from autocuda.testing import named_launch
+    from autocuda.tools.testing import named_launch
 
     spec = resolve_spec("parametric_lif")
     channels, inner, steps = CHANNELS, INNER, 4

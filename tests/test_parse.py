@@ -7,7 +7,7 @@ from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
 from autocuda.spec import parse
 from autocuda.spec.parse import FUNCTIONS, check_identifier, parse_expression
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda import cli, plot
-from autocuda import functional as F
-from autocuda.monitor import Monitor
+from autocuda.call import functional as F
 from autocuda.nn import LIFNode
+from autocuda.tools import cli, plot
+from autocuda.tools.monitor import Monitor
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")

@@ -90,7 +90,7 @@ def test_powers_print_as_c_calls_or_products(dtype: str):
 
 def test_packed_printers_compile(nvcc):
     """Every case printed for half2 and __nv_bfloat162 compiles (one translation unit, sm_80 and sm_90)."""
-    from autocuda.dtypes import BFLOAT16, FLOAT16
+    from autocuda.codegen.dtypes import BFLOAT16, FLOAT16
 
     parts = [*FLOAT16.headers, *BFLOAT16.headers, FLOAT16.prelude, BFLOAT16.prelude]
     for d in (FLOAT16, BFLOAT16):

@@ -1,4 +1,4 @@
-"""Programs (`autocuda.program`): a multi_step call like an earlier one runs the program built for that one (its
+"""Programs (`autocuda.call.program`): a multi_step call like an earlier one runs the program built for that one (its
 bound launch, for calls of numbers only). On the host runner: every program's call equals the unbound path's
 bitwise (outputs and gradients), repeats build no program, and bad input is still refused by name on a known key."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import compile_launched
 
-from autocuda import functional as F
-from autocuda import program
+from autocuda.call import functional as F
+from autocuda.call import program
 from autocuda.spec.load import _shipped
 
 HOST = {"backend": "host"}
@@ -168,7 +168,7 @@ def test_host_calls_take_the_python_path_and_ask_for_no_native_library(monkeypat
     """The native path is for CUDA calls: by default (`native.HOST` off) a bound host program, training or not,
     neither makes a native plan nor asks for the library (whose first ask starts its build), nor binds a backward
     launch beyond the one its backward runs."""
-    from autocuda import native
+    from autocuda.call import native
 
     monkeypatch.setattr(native, "USE", True)
     monkeypatch.setattr(native, "HOST", False)

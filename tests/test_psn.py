@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import autocuda.nn as our
-from autocuda.surrogate import ATan, Sigmoid
+from autocuda.spec.surrogate import ATan, Sigmoid
 
 sj_psn = pytest.importorskip("spikingjelly.activation_based.neuron.psn", reason="SpikingJelly 2.0 is a test extra")
 from spikingjelly.activation_based import base, functional  # noqa: E402

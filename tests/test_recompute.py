@@ -8,7 +8,7 @@ import torch
 from backends import CPU_BACKENDS, NEEDS_HOST
 
 import autocuda.nn as ann
-from autocuda import functional as F
+from autocuda.call import functional as F
 
 DT = torch.float64
 

@@ -42,16 +42,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
 
-from autocuda import functional as F
 from autocuda import nn as ann
-from autocuda.errors import SpecError
-from autocuda.host import cache as host_cache
-from autocuda.host import runner as host_runner
-from autocuda.host import toolchain
-from autocuda.memory_order import memory_order
-from autocuda.runtime.compile import nvcc_check, nvcc_path
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
+from autocuda.call.memory_order import memory_order
 from autocuda.spec.load import spec_from_toml
 from autocuda.spec.model import NeuronSpec
+from autocuda.toolchain.compile import nvcc_check, nvcc_path
+from autocuda.toolchain.host import cache as host_cache
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.toolchain.host import runner as host_runner
 
 REPO = Path(__file__).resolve().parents[1]
 F32, F64 = torch.float32, torch.float64
@@ -808,9 +808,9 @@ def test_constants_out_of_float32_range_are_refused_by_name():
 # =====================================================================================================================
 # 3. The host runner's disk cache under faults
 # =====================================================================================================================
-# Workers import autocuda.host without the package's __init__ (torch and sympy: seconds per process): the cache, the
-# runner and the toolchain need NumPy only, so 8 processes start in a fraction of a second each. Imported into this
-# process (the package already loaded), the same module gives the tests the worker's kernels.
+# Workers import autocuda.toolchain.host without the package's __init__ (torch and sympy: seconds per process): the
+# cache, the runner and the toolchain need NumPy only, so 8 processes start in a fraction of a second each. Imported
+# into this process (the package already loaded), the same module gives the tests the worker's kernels.
 WORKER = textwrap.dedent("""
     import dataclasses, importlib.util, json, sys, time, types, warnings
     from pathlib import Path
@@ -819,7 +819,7 @@ WORKER = textwrap.dedent("""
         package = types.ModuleType("autocuda")
         package.__path__ = list(importlib.util.find_spec("autocuda").submodule_search_locations)
         sys.modules["autocuda"] = package
-    import autocuda.host as host
+    import autocuda.toolchain.host as host
 
     # HOST_PARAM_CLASS
 

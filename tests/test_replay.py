@@ -10,13 +10,13 @@ import sympy as sp
 import torch
 from conftest import compile_launched
 
+from autocuda.codegen.kernels import derivation, source
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
-from autocuda.kernels import derivation, source
 from autocuda.runtime import tuning
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import load_spec, spec_from_toml
 from autocuda.spec.model import NeuronSpec
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 K = REPLAY_STEPS
 
@@ -129,7 +129,7 @@ def test_long_loops_replay_longer_segments():
 
 
 def test_replayed_gradients_match_autograd_through_the_reference():
-    import autocuda.functional as F
+    import autocuda.call.functional as F
 
     x = (torch.randn(3 * K + 3, 6, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
     a0 = torch.rand(6, dtype=torch.float64, requires_grad=True)

@@ -9,12 +9,12 @@ import pytest
 import torch
 from conftest import compile_launched, profile
 
-import autocuda.functional as F
+import autocuda.call.functional as F
+from autocuda.codegen.kernels import source
 from autocuda.codegen.neuron_kernel import REPLAY_STEPS
-from autocuda.kernels import source
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import list_specs, load_spec
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 K = REPLAY_STEPS
 SPECS = [name for name, _ in list_specs()]

@@ -22,16 +22,16 @@ from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autocuda import functional as F
-from autocuda import kernels
 from autocuda import nn as ann
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
+from autocuda.codegen import kernels
 from autocuda.spec import budget
 from autocuda.spec.domain import parse_domain
 from autocuda.spec.load import load_spec, spec_from_toml
 from autocuda.spec.model import NeuronSpec, Param
-from autocuda.surrogate import Custom
-from autocuda.testing import check_spec
+from autocuda.spec.surrogate import Custom
+from autocuda.tools.testing import check_spec
 
 CEILING = 30.0  # seconds of the process's CPU time (load does not count): far above the attacks' budget, far
 #                 below "hangs"; also the wall-clock bound of joins that wait for a hang to end
@@ -597,7 +597,7 @@ def test_fuzzed_specs_are_refused_in_time_or_derive(fuzz_log, tmp_path, monkeypa
 def test_accepted_fuzzed_specs_compile_and_match_their_reference(fuzz_log):
     if not fuzz_log.accepted:
         pytest.skip("the fuzzing test did not run in this session")
-    from autocuda.runtime.compile import nvcc_check
+    from autocuda.toolchain.compile import nvcc_check
 
     sample = fuzz_log.accepted[:: max(1, len(fuzz_log.accepted) // 6)][:6]
     # one nvcc run for the sample (each run pays nvcc's start-up and headers); kernels are named by their text

@@ -12,14 +12,14 @@ import time
 import pytest
 import torch
 
-from autocuda import kernels
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.codegen import kernels
 from autocuda.spec import budget
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec, Param
 from autocuda.spec.python import from_trace, neuron
+from autocuda.spec.surrogate import Sigmoid
 from autocuda.spec.trace import trace
-from autocuda.surrogate import Sigmoid
 
 BUDGET = 2.0   # seconds of CPU time for a whole load in these tests
 MARGIN = 0.75  # CPU seconds of the process beside its stages' own: validation, hashing, the watching thread

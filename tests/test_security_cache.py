@@ -27,14 +27,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autocuda import store
-from autocuda.ckernel import CParam
-from autocuda.cli import main
-from autocuda.host import cache as host_cache
-from autocuda.host import runner as host_runner
-from autocuda.host import toolchain
+from autocuda.codegen.ckernel import CParam
 from autocuda.runtime import tuning
 from autocuda.runtime.records import KernelRecord, RecordError, kernel_record
+from autocuda.toolchain import store
+from autocuda.toolchain.host import cache as host_cache
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.toolchain.host import runner as host_runner
+from autocuda.tools.cli import main
 
 OTHER_UID = 4242  # a user that is not this one
 IS_ROOT = os.geteuid() == 0

@@ -28,11 +28,11 @@ import numpy as np
 import pytest
 from conftest import profile
 
-from autocuda import store
-from autocuda.ckernel import CParam
-from autocuda.host import cache as host_cache
-from autocuda.host import runner as host_runner
-from autocuda.host import toolchain
+from autocuda.codegen.ckernel import CParam
+from autocuda.toolchain import store
+from autocuda.toolchain.host import cache as host_cache
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.toolchain.host import runner as host_runner
 
 OTHER_UID = 4242  # a user that is not this one
 IS_ROOT = os.geteuid() == 0
@@ -138,7 +138,7 @@ def test_a_host_library_replaced_after_its_verification_is_not_loaded(tmp_path, 
 @needs_host
 def test_the_native_library_is_loaded_from_the_bytes_verified(tmp_path, cache_root, monkeypatch):
     pytest.importorskip("torch")
-    from autocuda import native
+    from autocuda.call import native
 
     verified, planted = _library(tmp_path, 1), _library(tmp_path, 2)
     (library,) = host_cache.store_library([f"native-{os.urandom(8).hex()}"], verified)
@@ -283,7 +283,7 @@ def test_a_library_built_with_an_unwritable_cache_is_found_by_the_next_process(t
     """What every process with an unwritable cache did with the native library (25 s each): build it into a
     folder of its own that went when it exited, and leave the next process to build it again."""
     probe = textwrap.dedent("""
-        from autocuda.host import cache
+        from autocuda.toolchain.host import cache
         path, cached = cache.load_or_build("probe", lambda out: out.write_bytes(b"a library"))
         print("disk" if cached else "built")
     """)
@@ -363,7 +363,7 @@ def test_a_root_swapped_in_a_loop_never_gets_its_library_loaded(tmp_path, cache_
 
 @pytest.mark.skipif(os.name != "posix", reason="fcntl locks")
 def test_the_native_build_lock_does_not_follow_a_link(tmp_path, cache_root):
-    from autocuda import native
+    from autocuda.call import native
 
     target = tmp_path / "elsewhere"
     (host_cache.cache_dir() / ".native-build.lock").symlink_to(target)

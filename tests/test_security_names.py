@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 from conftest import compile_together, profile
 
-from autocuda import store
-from autocuda.cli import main
-from autocuda.cnames import USER_PREFIX, c_name
+from autocuda.base.errors import SpecError
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.codegen.neuron_kernel import KERNEL_STEM
-from autocuda.errors import SpecError
-from autocuda.host import toolchain
-from autocuda.host.runner import SHIM
-from autocuda.kernels import neuron_kernel
 from autocuda.spec.load import load_spec
 from autocuda.spec.model import NeuronSpec, spec_text
 from autocuda.spec.names import LANGUAGE_NAMES, MAX_SPEC_NAME
-from autocuda.testing import check_spec
+from autocuda.toolchain import store
+from autocuda.toolchain.cnames import USER_PREFIX, c_name
+from autocuda.toolchain.host import cxx as toolchain
+from autocuda.toolchain.host.runner import SHIM
+from autocuda.tools.cli import main
+from autocuda.tools.testing import check_spec
 
 ALTERNATIVE_TOKENS = ["xor", "bitand", "bitor", "compl", "not_eq", "and_eq", "or_eq", "xor_eq"]
 HEADER_MACROS = ["M_LN2", "MAXFLOAT", "RAND_MAX", "INT_MAX", "CHAR_BIT", "FP_NAN", "HUGE_VALF", "M_SQRT2", "CUDARTAPI",
@@ -155,7 +155,7 @@ def test_kernels_with_these_names_compile_with_nvcc(nvcc):
 def test_no_user_name_reaches_ptx(nvcc, tmp_path):
     """What the default check above leaves out, ptxas, reads PTX: the user's names are not in it (a kernel holding
     a third of them as its states)."""
-    from autocuda.runtime.compile import nvcc_path, unoptimised_flags
+    from autocuda.toolchain.compile import nvcc_path, unoptimised_flags
 
     unit = tmp_path / "names.cu"
     unit.write_text(sources(role_spec("states0"))[0])

@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 import torch
 
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
 from autocuda.spec import budget
 from autocuda.spec import trace as trace_module
 from autocuda.spec.python import neuron, step_spec
-from autocuda.surrogate import Custom, Sigmoid
+from autocuda.spec.surrogate import Custom, Sigmoid
 
 sg = Sigmoid()
 CEILING = 6.0           # CPU seconds of the process (not wall time: no test depends on load): above the

@@ -12,8 +12,8 @@ from backends import CPU_BACKENDS
 from torch import nn
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
-from autocuda import native
+import autocuda.spec.surrogate as ours
+from autocuda.call import native
 from autocuda.nn.neuron import SIGMOID as SHARED_DEFAULT
 from autocuda.nn.spikingjelly_levels import MultiLevelSpikeCount
 
@@ -299,7 +299,7 @@ def test_ilif_reads_a_new_spike_count() -> None:
 def test_the_settled_call_ran_in_these_tests() -> None:
     """The host backend's warm-up above settles a layer's call (the native operator where it is loaded and asked
     for on host, else the program's bound launch): say which."""
-    from autocuda.program import Program
+    from autocuda.call.program import Program
 
     layer = warmed(our.LIFNode(step_mode="m", backend="host"), inputs())
     assert layer._programs.last is not None

@@ -13,9 +13,9 @@ from backends import CPU_BACKENDS
 from conftest import compile_launched
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
-from autocuda.host import toolchain
+import autocuda.spec.surrogate as ours
 from autocuda.nn import Neuron
+from autocuda.toolchain.host import cxx as toolchain
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based import neuron as sj_neuron

@@ -19,7 +19,7 @@ from conftest import profile
 from torch import nn
 
 import autocuda.nn as our
-from autocuda.host import toolchain
+from autocuda.toolchain.host import cxx as toolchain
 
 
 def _stub_torchvision() -> None:

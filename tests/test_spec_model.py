@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import sympy
 
-from autocuda.errors import SpecError
-from autocuda.resources import resource_dir
+from autocuda.base.errors import SpecError
+from autocuda.base.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
-from autocuda.surrogate import ATan, Custom, Sigmoid
+from autocuda.spec.surrogate import ATan, Custom, Sigmoid
 
 SHIPPED = ["adex", "alif", "clif", "conductance_lif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo",
            "if", "ilif", "izhikevich", "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif",

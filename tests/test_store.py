@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda import store
-from autocuda.kernels import neuron_kernel
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.runtime.configs import get_config
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.runtime.records import KernelRecord, kernel_record
 from autocuda.spec.load import load_spec
+from autocuda.toolchain import store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_record_names_change_with_the_generator_code(monkeypatch):
 
 
 def test_a_bad_spec_is_refused_every_time(cache_root):
-    from autocuda.errors import SpecError
+    from autocuda.base.errors import SpecError
     from autocuda.spec.load import spec_from_toml
 
     text = 'name = "bad"\nreset = "soft"\nstates = { v = 0.0 }\ncharge = "v + x + nope"\n'
@@ -78,7 +78,7 @@ def test_a_bad_spec_is_refused_every_time(cache_root):
 
 WARM = textwrap.dedent("""
     import json, sys, torch
-    from autocuda.functional import multi_step
+    from autocuda.call.functional import multi_step
     x = (torch.randn(4, 8, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
     s, (v, w), _ = multi_step("izhikevich", x, backend="host", a=0.1)
     torch.autograd.grad((s.sum() + v.sum() + w.sum()), x)

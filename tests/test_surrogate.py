@@ -13,8 +13,8 @@ import sympy
 import torch
 from sympy.codegen.cfunctions import expm1
 
-from autocuda import surrogate as sg
-from autocuda.errors import SpecError
+from autocuda.base.errors import SpecError
+from autocuda.spec import surrogate as sg
 from autocuda.spec.torch_eval import evaluate
 
 Z = sympy.Symbol("z", real=True)

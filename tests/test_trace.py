@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import autocuda
-from autocuda import functional as F
-from autocuda.errors import SpecError
-from autocuda.host import toolchain
+from autocuda.base.errors import SpecError
+from autocuda.call import functional as F
 from autocuda.spec.python import EXPRESSION, SPIKE, STATE, expression_text, load_python_spec, neuron, step_spec
 from autocuda.spec.step import StepSpec
-from autocuda.surrogate import SURROGATES, ATan, Custom, Sigmoid, get_surrogate
+from autocuda.spec.surrogate import SURROGATES, ATan, Custom, Sigmoid, get_surrogate
+from autocuda.toolchain.host import cxx as toolchain
 
 sj_surrogate = pytest.importorskip("spikingjelly.activation_based.surrogate")
 
@@ -610,7 +610,7 @@ def test_a_decorated_neuron_runs_in_a_layer() -> None:
 
 def test_load_python_spec(tmp_path) -> None:
     path = tmp_path / "mine.py"
-    path.write_text("import autocuda\nfrom autocuda.surrogate import Sigmoid\n\n"
+    path.write_text("import autocuda\nfrom autocuda.spec.surrogate import Sigmoid\n\n"
                     "@autocuda.neuron\ndef mine(x, v, tau=2.0, v_reset=0.0, v_threshold=1.0):\n"
                     "    h = v + (x - v) / tau\n    s = Sigmoid()(h - v_threshold)\n"
                     "    return s, h * (1 - s) + v_reset * s\n")
@@ -625,10 +625,10 @@ def test_load_python_spec(tmp_path) -> None:
 
 
 def test_the_command_line_reads_a_python_file(tmp_path, capsys) -> None:
-    from autocuda.cli import main
+    from autocuda.tools.cli import main
 
     path = tmp_path / "mine.py"
-    path.write_text("import torch\nimport autocuda\nfrom autocuda.surrogate import ATan\n\n"
+    path.write_text("import torch\nimport autocuda\nfrom autocuda.spec.surrogate import ATan\n\n"
                     "@autocuda.neuron\ndef leaky(x, v, tau=2.0, v_threshold=1.0, v_reset=0.0):\n"
                     "    \"\"\"A leaky neuron in Python.\"\"\"\n"
                     "    h = v + (x - v) / tau\n    s = ATan()(h - v_threshold)\n"
@@ -637,7 +637,7 @@ def test_the_command_line_reads_a_python_file(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "// leaky: A leaky neuron in Python." in out and "leaky_bptt_float32" in out
     bad = tmp_path / "bad.py"
-    bad.write_text("import torch\nimport autocuda\nfrom autocuda.surrogate import ATan\n\n"
+    bad.write_text("import torch\nimport autocuda\nfrom autocuda.spec.surrogate import ATan\n\n"
                    "@autocuda.neuron\ndef bad(x, v, v_reset=0.0):\n"
                    "    if v > 1:\n        v = v - 1\n    s = ATan()(v + x - 1)\n    return s, v + x - s\n")
     assert main(["show", str(bad)]) == 2
@@ -646,7 +646,7 @@ def test_the_command_line_reads_a_python_file(tmp_path, capsys) -> None:
 
 @pytest.mark.skipif(toolchain.missing() is not None, reason=f"host runner: {toolchain.missing()}")
 def test_check_spec_runs_the_kernels_of_a_traced_spec() -> None:
-    from autocuda.testing import check_spec
+    from autocuda.tools.testing import check_spec
 
     report = check_spec(alif, backend="host", dtypes=("float32", "float64"), resets=("hard",), detach=(False,),
                         examples=1)

@@ -12,14 +12,14 @@ import textwrap
 import pytest
 from conftest import compile_together, cores, profile
 
+from autocuda.codegen.dtypes import DTYPES
+from autocuda.codegen.kernels import neuron_kernel
 from autocuda.codegen.neuron_kernel import KERNELS
-from autocuda.dtypes import DTYPES
-from autocuda.host import load_kernels
-from autocuda.kernels import neuron_kernel
 from autocuda.runtime.tuning import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
 from autocuda.spec.model import reset_rules
-from autocuda.testing import Setup, check_spec
+from autocuda.toolchain.host import load_kernels
+from autocuda.tools.testing import Setup, check_spec
 
 ZOO = {  # name: (integration method, states)
     "cuba_lif": ("exact", ["v", "i"]),

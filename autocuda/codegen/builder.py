@@ -7,10 +7,6 @@ import functools
 
 import sympy as sp
 
-from ..ckernel import CParam
-from ..cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
-from ..dtypes import fill
-from ..noise import draw_function
 from ..spec.derive import (
     EVENT,
     GRAD_SPIKE,
@@ -23,7 +19,11 @@ from ..spec.derive import (
     spike_levels,
 )
 from ..spec.draws import system_draws
+from ..toolchain.cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
 from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
+from .ckernel import CParam
+from .dtypes import fill
+from .noise import draw_function
 from .options import KernelOptions, KernelPlan, Statement, Transfer
 from .printer import CudaPrinter
 
@@ -138,8 +138,8 @@ class Builder:
 
     def draws(self) -> None:
         """The step's random draws (`spec.draws`), made first in each step from the call's seed, for every neuron of
-        the thread (`autocuda.noise`: the counter is the neuron, ac_step0 + t, the call site). Forward and backward
-        make the same draws: nothing is stored."""
+        the thread (`autocuda.codegen.noise`: the counter is the neuron, ac_step0 + t, the call site). Forward and
+        backward make the same draws: nothing is stored."""
         draws = system_draws(self.d.system)
         if not draws:
             return

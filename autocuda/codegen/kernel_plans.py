@@ -7,8 +7,6 @@ import dataclasses
 
 import sympy as sp
 
-from ..cnames import c_name, input_key, input_register
-from ..dtypes import fill
 from ..spec.derive import (
     EVENT,
     THRESHOLD,
@@ -20,8 +18,10 @@ from ..spec.derive import (
     spike_levels,
     spike_value,
 )
+from ..toolchain.cnames import c_name, input_key, input_register
 from .broadcast import CORRECTION_KEYS, PARAM_INDEX, PER_CHANNEL
 from .builder import H_PREVIOUS, Builder
+from .dtypes import fill
 from .options import KernelOptions, KernelPlan, Transfer, replay_steps
 
 SURROGATE_INPUT = sp.Symbol("z", real=True)   # the variable of a surrogate gradient expression

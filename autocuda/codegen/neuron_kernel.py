@@ -25,13 +25,13 @@ from typing import Any
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
-from ..ckernel import CKernel
-from ..cnames import comment_text
-from ..dtypes import headers_for
-from ..noise import c_source
 from ..spec.derive import BackwardStep, Derivation, ForwardStep, StepSystem, spike_value
+from ..toolchain.cnames import comment_text
 from .builder import kernel_param
+from .ckernel import CKernel
+from .dtypes import headers_for
 from .kernel_plans import SURROGATE_INPUT, backward_plan, forward_plan
+from .noise import c_source
 from .options import (
     KERNELS,
     REPLAY_STEPS,

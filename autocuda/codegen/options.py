@@ -6,10 +6,10 @@ from dataclasses import dataclass, field, fields
 
 import sympy as sp
 
-from ..ckernel import CParam
-from ..dtypes import DType, fill, get_dtype
 from ..spec.derive import Derivation
 from .broadcast import BROADCASTS, PER_CHANNEL, Broadcast
+from .ckernel import CParam
+from .dtypes import DType, fill, get_dtype
 
 KERNELS = ("fptt", "bptt", "step-forward", "step-backward")
 MULTI_STEP = ("fptt", "bptt")

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
-from ..dtypes import DType, get_dtype
-from ..errors import PrintError
+from ..base.errors import PrintError
+from .dtypes import DType, get_dtype
 
 _FUNCTIONS: dict[type, str] = {
     sp.exp: "exp", expm1: "expm1", sp.log: "log", sp.Abs: "abs", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan",

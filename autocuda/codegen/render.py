@@ -1,10 +1,11 @@
-"""Jinja2 environment for the kernel skeletons in templates/ (StrictUndefined: a missing value is an error)."""
+"""Jinja2 environment for the kernel skeletons in codegen/templates/ (StrictUndefined: a missing value is an
+error)."""
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ..resources import resource_dir
+from ..base.resources import resource_dir
 
 if TYPE_CHECKING:
     import jinja2

@@ -14,8 +14,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..toolchain.code import Code
 from .broadcast import CHANNEL_RUN, channel_run
-from .code import Code
 from .options import VECTOR_CTYPES, KernelOptions, KernelPlan, Statement, Transfer, pair_copies
 
 _ROW = "const long long ac_row = t * N + ac_n0;"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..lazy import exported
+from ..base.lazy import exported
 
 # Public names and the modules they live in, in the order of `__all__`.
 _HOMES = {

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .. import functional as F
-from ..program import Call
+from ..call import functional as F
+from ..call.program import Call
 from ..runtime.configs import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine

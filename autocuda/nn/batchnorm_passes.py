@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import ops
+from ..call import ops
+from ..call.program import Call, neuron_shaped
 from ..codegen.broadcast import PER_CHANNEL
-from ..program import Call, neuron_shaped
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT
 
 _AFFINE = (INPUT_SCALE, INPUT_SHIFT)

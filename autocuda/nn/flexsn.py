@@ -25,15 +25,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import functional as F
-from .. import store
-from ..errors import SpecError
+from ..base.errors import SpecError
+from ..call import functional as F
 from ..runtime.configs import spec_ref, surrogate_ref
 from ..spec import flat
 from ..spec.model import Param
 from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
+from ..toolchain import store
 from .memory import Memories, MemoryBase
 
 __all__ = ["FlexSN", "flexsn_spec"]

@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from .. import functional as F
-from .. import native
-from .. import program as programs
-from ..program import Program, Programs, transforms_active
+from ..call import functional as F
+from ..call import native
+from ..call import program as programs
+from ..call.program import Program, Programs, transforms_active
 from ..spec.step import SPIKE
-from ..surrogate import SURROGATES
+from ..spec.surrogate import SURROGATES
 from .output import layer_output
 
 Neuron = Any  # the layers these functions serve (`nn.Neuron` and the layers built on it): no import of theirs

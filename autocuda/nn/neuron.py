@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .. import functional as F
+from ..call import functional as F
 from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.step import SPIKE
-from ..surrogate import Sigmoid, Surrogate, get_surrogate
+from ..spec.surrogate import Sigmoid, Surrogate, get_surrogate
 from .layer_call import (
     BACKENDS,
     append_v_seq,

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from .. import store
 from ..spec import flat
 from ..spec.model import SPIKE_OUTPUT, NeuronSpec, spec_text
 from ..spec.step import EXPRESSION, SPIKE, STATE, Output
+from ..toolchain import store
 
 __all__ = ["spec_output", "layer_output"]
 

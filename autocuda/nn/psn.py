@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..surrogate import ATan
+from ..spec.surrogate import ATan
 from .memory import Memories, MemoryBase
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]

@@ -18,7 +18,7 @@ from typing import Any
 from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
-from ..surrogate import Custom, Surrogate
+from ..spec.surrogate import Custom, Surrogate
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common
 

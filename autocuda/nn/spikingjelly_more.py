@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..surrogate import Rect
+from ..spec.surrogate import Rect
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require, require_tau
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .. import functional as F
+from ..call import functional as F
 from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states, sync_surrogate
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require_tau

@@ -21,8 +21,8 @@ import torch
 from ..spec.draws import makes_draws
 from ..spec.load import is_spec_path, load_spec
 from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, tensor_param_names
-from ..surrogate import Surrogate, get_surrogate
-from . import nvrtc
+from ..spec.surrogate import Surrogate, get_surrogate
+from ..toolchain import nvrtc
 from .neuron_launch import NeuronConfig
 
 
@@ -172,7 +172,7 @@ def config(key: str) -> NeuronConfig:
     """The configuration of this key; KeyError where this process built none."""
     found = _CONFIGS.get(key)
     if found is None:
-        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.functional / autocuda.nn) "
+        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.call.functional / autocuda.nn) "
                        "in this process before calling its ops")
     return found
 

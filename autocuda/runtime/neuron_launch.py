@@ -17,16 +17,16 @@ from typing import Any
 
 import torch
 
-from ..cnames import DRAW_KEYS, input_key
+from ..base.errors import KernelArgumentError
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
-from ..dtypes import get_dtype
-from ..errors import KernelArgumentError
-from ..layout import FIELDS, Layout
+from ..codegen.dtypes import get_dtype
+from ..codegen.layout import FIELDS, Layout
 from ..spec.draws import makes_draws
 from ..spec.model import NeuronSpec, Reset, spec_text
-from ..surrogate import Surrogate
+from ..spec.surrogate import Surrogate
+from ..toolchain.cnames import DRAW_KEYS, input_key
+from ..toolchain.launch import current_stream_ptr
 from . import tuning
-from .launch import current_stream_ptr
 from .records import KernelRecord, kernel_record
 
 # A kernel kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
@@ -156,7 +156,7 @@ class NeuronConfig:
     _tuned: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def derivation(self):
-        from ..kernels import derivation
+        from ..codegen.kernels import derivation
 
         return derivation(self.spec, self.reset, self.detach_reset, dict(self.constants))
 
@@ -189,7 +189,7 @@ class NeuronConfig:
     @functools.cached_property
     def scalars(self) -> tuple[str, ...]:
         """The parameters passed by value, in the op's order (the spec's); then, for a step that draws, the seed's
-        words and the first step's number (`cnames.DRAW_KEYS`: each call's own, `autocuda.noise.Seed`)."""
+        words and the first step's number (`cnames.DRAW_KEYS`: each call's own, `autocuda.codegen.noise.Seed`)."""
         draws = DRAW_KEYS if makes_draws(self.spec) else ()
         return tuple(name for name, role in self.parameters if role == "scalar") + draws
 
@@ -214,8 +214,8 @@ class NeuronConfig:
     def reference_step(self) -> tuple[Any, Mapping[str, Any]]:
         """What the torch reference evaluates: the derived step (`spec.system.step_system`, prepared for evaluation)
         and the parameters' symbols by name."""
-        from ..reference import prepare
         from ..spec.system import step_system  # derivation: the reference path only
+        from .reference import prepare
 
         system = step_system(self.spec, self.reset, dict(self.constants))
         prepare(system), self.surrogate.gradient_of_x()
@@ -235,7 +235,7 @@ class NeuronConfig:
         return found
 
     def _generate(self, kind: str, dtype: Any, options: Mapping[str, Any]):
-        from ..kernels import neuron_kernel  # the derive and render stages: only for kernels not on disk
+        from ..codegen.kernels import neuron_kernel  # the derive and render stages: only for kernels not on disk
 
         return neuron_kernel(self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
                              constants=dict(self.constants), surrogate=self.surrogate,

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from .. import store
-from ..ckernel import CParam, _launcher
-from ..cnames import KERNEL_NAME
-from ..errors import RecordError
+from ..base.errors import RecordError
+from ..codegen.ckernel import CParam, _launcher
+from ..toolchain import store
+from ..toolchain.cnames import KERNEL_NAME
 
 MAX_RECORD_BYTES = 1 << 24
 MAX_SOURCE = 1 << 22  # characters of kernel source; generated kernels have tens of thousands
@@ -132,7 +132,7 @@ class KernelRecord:
         """The packed-argument launcher of this kernel on a device."""
         found = self._launchers.get(device_index)
         if found is None:
-            from .launch import packed_launch
+            from ..toolchain.launch import packed_launch
 
             found = self._launchers[device_index] = packed_launch(
                 self.full_codes, self.kernel_name, tuple(self.cparams.values()), device_index)

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from .. import store
-from ..layout import REPLAY_STEPS, Layout
-from ..progress import progress
+from ..base.progress import progress
+from ..codegen.layout import REPLAY_STEPS, Layout
+from ..toolchain import store
 
 Options = Mapping[str, Any]  # some of a Layout's fields by name: the generator's keyword options
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..lazy import exported
+from ..base.lazy import exported
 
 _HOMES = {"check_identifier": ".parse", "parse_expression": ".parse", "evaluate": ".torch_eval",
           "ParsedSpec": ".parsed",

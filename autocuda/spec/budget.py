@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 
 if TYPE_CHECKING:
     import sympy

@@ -33,7 +33,7 @@ import sympy as sp
 from .draws import system_draws
 
 if TYPE_CHECKING:
-    from ..surrogate import Surrogate
+    from .surrogate import Surrogate
 
 Reset = Literal["hard", "soft", "none"]
 RESETS: tuple[Reset, ...] = ("hard", "soft", "none")

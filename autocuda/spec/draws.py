@@ -3,8 +3,8 @@
 A draw is one value per (neuron, step, call site): each call written in the spec is a site of its own, numbered in the
 order the spec's fields are parsed (charge, then the updates in their order; within a field, left to right), and
 stands in the step's equations for a symbol of its own (`draw_symbol`). The derivation treats it as a value given to
-the step, like an input without a gradient; kernels make it where it is used (`autocuda.noise`), forward and backward
-alike, from the call's seed: nothing is stored.
+the step, like an input without a gradient; kernels make it where it is used (`autocuda.codegen.noise`), forward and
+backward alike, from the call's seed: nothing is stored.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_import
+from ..base.lazy import lazy_import
 
 if TYPE_CHECKING:
     import sympy as sp
@@ -22,7 +22,7 @@ else:
 __all__ = ["DRAW_FUNCTIONS", "Draw", "draw_symbol", "as_draw", "draws_of", "renumbered", "system_draws",
            "draw_refusal", "makes_draws"]
 
-# the spec language's functions of a draw -> the kind of draw (`autocuda.noise.KINDS`)
+# the spec language's functions of a draw -> the kind of draw (`autocuda.codegen.noise.KINDS`)
 DRAW_FUNCTIONS = {"randn": "normal", "rand": "uniform"}
 _PREFIX = {"normal": "ac_randn_", "uniform": "ac_rand_"}
 

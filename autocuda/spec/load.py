@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SpecError
-from ..lazy import lazy_import
-from ..resources import resource_dir
+from ..base.errors import SpecError
+from ..base.lazy import lazy_import
+from ..base.resources import resource_dir
 from .model import NeuronSpec
 from .names import spec_name_problem
 

@@ -90,14 +90,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import SpecError
-from ..lazy import lazy_import
-from ..surrogate import Sigmoid, Surrogate, get_surrogate
+from ..base.errors import SpecError
+from ..base.lazy import lazy_import
 from . import budget, hooks, parts
 from .names import check_identifier, spec_name_problem
 from .ode import METHODS, TIME_STEP, discretise, with_jump
 from .parsed import SPIKE_OUTPUT, ParsedSpec
 from .parts import Kind, Level, Param, State
+from .surrogate import Sigmoid, Surrogate, get_surrogate
 
 if TYPE_CHECKING:
     import sympy

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from . import hooks
 
 __all__ = ["LANGUAGE_NAMES", "MAX_IDENTIFIER", "RESERVED_PREFIX", "name_problem", "check_identifier",

@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError
-from ..lazy import lazy_import
+from ..base.errors import SpecError
+from ..base.lazy import lazy_import
 
 if TYPE_CHECKING:
     import sympy as sp

@@ -21,7 +21,7 @@ from typing import Any
 
 import sympy
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from . import budget
 from .draws import DRAW_FUNCTIONS, draw_refusal, draw_symbol
 from .names import LANGUAGE_NAMES, check_identifier

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..lazy import lazy_import
+from ..base.lazy import lazy_import
 
 if TYPE_CHECKING:
     import sympy

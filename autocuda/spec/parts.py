@@ -9,10 +9,10 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import SpecError
-from ..surrogate import Surrogate, get_surrogate
+from ..base.errors import SpecError
 from . import domain
 from .domain import Bound
+from .surrogate import Surrogate, get_surrogate
 
 __all__ = ["Kind", "Level", "Param", "State"]
 

@@ -41,7 +41,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 
 __all__ = ["watching", "impure", "in_stdlib", "chains", "RANDOM", "CLOCK"]
 

@@ -34,13 +34,13 @@ import sympy
 import torch
 from sympy.printing.str import StrPrinter
 
-from ..errors import SpecError
-from ..surrogate import Sigmoid
+from ..base.errors import SpecError
 from . import budget
 from .draws import DRAW_FUNCTIONS, draw_symbol, draws_of
 from .model import Kind, NeuronSpec, Param, State
 from .parse import FUNCTIONS, parse_expression
 from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, prepare
+from .surrogate import Sigmoid
 from .trace import Trace, signature_names
 
 __all__ = ["step_spec", "from_trace", "neuron", "expression_text", "load_python_spec"]

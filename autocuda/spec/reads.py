@@ -22,8 +22,8 @@ import types
 from collections.abc import Hashable
 from typing import Any
 
-from ..surrogate import Surrogate
 from .purity import chains, in_stdlib
+from .surrogate import Surrogate
 
 __all__ = ["reads_key", "MAX_HELPERS"]
 

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 import torch
 
-from ..errors import SpecError
-from ..surrogate import Surrogate, get_surrogate
+from ..base.errors import SpecError
 from .model import RESERVED, TAKEN_INPUT_NAMES, NeuronSpec, Param, State
 from .names import name_problem, spec_name_problem
+from .surrogate import Surrogate, get_surrogate
 from .trace import Trace, signature_names, trace
 
 __all__ = ["Output", "StepSpec", "SPIKE", "STATE", "EXPRESSION", "prepare", "input_names", "spec_names",

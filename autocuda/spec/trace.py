@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
-from ..errors import SpecError
-from ..surrogate import SURROGATES, Custom, Surrogate
+from ..base.errors import SpecError
 from . import budget
 from .purity import in_stdlib, watching
+from .surrogate import SURROGATES, Custom, Surrogate
 
 __all__ = ["Value", "Trace", "Spike", "trace", "refuse", "captured_tensor"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from .model import NeuronSpec, Param
 from .names import MAX_SPEC_NAME
 

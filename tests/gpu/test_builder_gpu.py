@@ -8,11 +8,11 @@ import inspect
 import pytest
 import torch
 
-from autocuda import cfunction as cf
-from autocuda.ckernel import CKernel1D, CKernel2D, KernelArgumentError, launch_shape
-from autocuda.dtypes import get_dtype
-from autocuda.runtime.compile import kernel_function
-from autocuda.runtime.launch import packed_launch
+from autocuda.codegen import cfunction as cf
+from autocuda.codegen.ckernel import CKernel1D, CKernel2D, KernelArgumentError, launch_shape
+from autocuda.codegen.dtypes import get_dtype
+from autocuda.toolchain.compile import kernel_function
+from autocuda.toolchain.launch import packed_launch
 
 pytestmark = pytest.mark.gpu
 

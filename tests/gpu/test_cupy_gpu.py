@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda.runtime import launch
+from autocuda.toolchain import launch
 
 cupy = pytest.importorskip("cupy")
 
@@ -100,7 +100,7 @@ def test_cupy_and_torch_arguments_together(seed_kernels):
 
 
 def test_wrong_dtype_of_a_cupy_array_is_explained(seed_kernels):
-    from autocuda.ckernel import KernelArgumentError
+    from autocuda.codegen.ckernel import KernelArgumentError
 
     with pytest.raises(KernelArgumentError, match=r"x: expected dtype torch.float32 .*got torch.float64"):
         seed_kernels["heaviside"](torch.float32).simple_call(x=cupy.zeros(4), y=cupy.zeros(4, dtype=cupy.float32))

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
-from autocuda import native, program
+import autocuda.spec.surrogate as ours
+from autocuda.call import native, program
 
 functional = pytest.importorskip("spikingjelly.activation_based.functional")
 

@@ -12,7 +12,7 @@ import torch
 import autocuda.nn as ann
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import load_spec
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]

@@ -122,7 +122,7 @@ CHILD = textwrap.dedent(r"""
     torch.cuda.synchronize()
     start = time.perf_counter()
     from autocuda.nn import FlexSN
-    from autocuda.surrogate import ATan
+    from autocuda.spec.surrogate import ATan
 
     def fresh_core(x, v, a):  # a core this cache has not seen before the cold run
         h = v + (x - v) / 2.5

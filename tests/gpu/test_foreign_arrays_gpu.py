@@ -1,6 +1,6 @@
 """The builder on GPU arrays of other libraries, without CuPy installed: torch's own CUDA memory handed over as an
 object that speaks only the CUDA array interface, or only DLPack, and a stand-in for CuPy whose current stream is
-a side stream (what `runtime.arrays` reads of CuPy). With CuPy itself: tests/gpu/test_cupy_gpu.py."""
+a side stream (what `toolchain.arrays` reads of CuPy). With CuPy itself: tests/gpu/test_cupy_gpu.py."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from autocuda.runtime import launch
+from autocuda.toolchain import launch
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda import functional as F
+from autocuda.call import functional as F
 
 pytestmark = pytest.mark.gpu
 

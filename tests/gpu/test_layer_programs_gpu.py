@@ -1,4 +1,4 @@
-"""A layer's programs on CUDA (`autocuda.program`, owned by the layer): every change between calls that the key
+"""A layer's programs on CUDA (`autocuda.call.program`, owned by the layer): every change between calls that the key
 holds runs the program it asks for, bitwise the unbound path's, through the Python and the native path, at a size
 whose kernels load vectors (so that a misaligned x needs its own launch); a layer's settled call (the native
 path's) in each dtype; and a layer moved between devices."""
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from autocuda import native
+from autocuda.call import native
 from autocuda.nn import LIFNode, Neuron
 
 pytestmark = pytest.mark.gpu

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import autocuda.nn as ann
-from autocuda import functional as F
+from autocuda.call import functional as F
 
 pytestmark = pytest.mark.gpu
 CUDA = "cuda"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autocuda import functional as F
-from autocuda import native, program
+from autocuda.call import functional as F
+from autocuda.call import native, program
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -7,7 +7,7 @@ import torch
 
 nir = pytest.importorskip("nir")
 
-from autocuda.nir import from_nir  # noqa: E402
+from autocuda.tools.nir import from_nir  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DT = 1e-4

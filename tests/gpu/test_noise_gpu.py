@@ -1,6 +1,6 @@
-"""Random draws on a GPU (`autocuda.noise`, `randn()` and `rand()` in specs): the generator's C on the GPU equals the
-host runner and the torch reference bit for bit in float and double; a noisy LIF's forward kernel on the GPU equals
-the host runner's bit for bit in float32 and float64 for two layouts (its step has no division but by tau = 2 and
+"""Random draws on a GPU (`autocuda.codegen.noise`, `randn()` and `rand()` in specs): the generator's C on the GPU
+equals the host runner and the torch reference bit for bit in float and double; a noisy LIF's forward kernel on the GPU
+equals the host runner's bit for bit in float32 and float64 for two layouts (its step has no division but by tau = 2 and
 no transcendental function, so the GPU's approximate division and libm do not enter; the draws are made alike), its
 backward (the surrogate's exp: the GPU's libm) to a tight tolerance; and every dtype runs against the reference fed
 the same draws."""
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import autocuda.nn as ann
-from autocuda import noise
+from autocuda.codegen import noise
 from autocuda.runtime.neuron_launch import NeuronConfig
 from autocuda.spec.load import spec_from_toml
-from autocuda.testing.named_launch import backward, forward
+from autocuda.tools.testing.named_launch import backward, forward
 
 pytestmark = pytest.mark.gpu
 NOISY_LIF = """

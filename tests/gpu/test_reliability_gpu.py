@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autocuda import functional as F
 from autocuda import nn as ann
+from autocuda.call import functional as F
 
 pytestmark = pytest.mark.gpu
 

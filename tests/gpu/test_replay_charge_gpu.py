@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-import autocuda.functional as F
+import autocuda.call.functional as F
 import autocuda.nn as ann
 
 pytestmark = pytest.mark.gpu

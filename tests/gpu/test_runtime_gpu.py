@@ -25,9 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from autocuda import functional as F
 from autocuda import nn as ann
-from autocuda import ops, reference
+from autocuda.call import functional as F
+from autocuda.call import ops
+from autocuda.runtime import reference
 from autocuda.runtime.configs import get_config, resolve_spec
 from autocuda.spec.domain import problem as domain_problem
 from autocuda.spec.load import list_specs, load_spec
@@ -410,7 +411,7 @@ def test_kernels_launch_from_a_new_thread():
 def test_backward_launches_leave_the_autograd_thread_in_the_devices_context(monkeypatch):
     """torch runs backward on its own worker thread, which starts without a current driver context: the first
     launch there makes the device's primary context current, so later backward launches switch no context."""
-    from autocuda.runtime import driver
+    from autocuda.toolchain import driver
 
     switches = []
     enter = driver._in_context.__enter__
@@ -444,7 +445,7 @@ def test_every_tuning_candidate_gives_the_fixed_rules_results(name, dtype, long,
     training step of a layer that keeps its states)."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
-    from autocuda.testing import named_launch
+    from autocuda.tools.testing import named_launch
 
     n = (2 * tuning.MIN_THREADS if long else tuning.LONG_LOOP_NEURONS) + odd
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
@@ -491,7 +492,7 @@ def test_a_per_channel_parameter_gives_the_per_neuron_results_in_every_layout(dt
     from autocuda.codegen.broadcast import PER_CHANNEL, PER_NEURON
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
-    from autocuda.testing import named_launch
+    from autocuda.tools.testing import named_launch
 
     spec = resolve_spec("parametric_lif")
     # whole blocks of C runs, a multiple of 8 neurons (vector layouts), at least as many as big layers' (tuned)
@@ -534,7 +535,7 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
     those of the fixed rule, bitwise."""
     from autocuda.runtime import neuron_launch as neuron
     from autocuda.runtime import tuning
-    from autocuda.testing import named_launch
+    from autocuda.tools.testing import named_launch
 
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
     spec = resolve_spec("izhikevich")
@@ -568,10 +569,10 @@ def test_loops_take_the_layout_timed_fastest(tmp_path, monkeypatch, dtype, long)
 
 @pytest.mark.parametrize("name", ["lif", "parametric_lif", "izhikevich"])
 def test_torchs_static_launcher_gives_the_ctypes_launchers_results(name, monkeypatch):
-    """Where torch has its C++ launcher (`runtime.launch.STATIC_LAUNCHER`), launches go through it: spikes and
+    """Where torch has its C++ launcher (`toolchain.launch.STATIC_LAUNCHER`), launches go through it: spikes and
     gradients bitwise those of the ctypes launch, and the static launcher is the one that ran."""
-    from autocuda import native
-    from autocuda.runtime import launch
+    from autocuda.call import native
+    from autocuda.toolchain import launch
 
     monkeypatch.setattr(native, "USE", False)  # the Python path's launches are what is watched
     x = (torch.rand(6, 5000, device=CUDA) * 2).requires_grad_()
@@ -602,9 +603,9 @@ def test_torchs_static_launcher_gives_the_ctypes_launchers_results(name, monkeyp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", ["lif", "izhikevich", "alif"])
 def test_bound_programs_equal_the_unbound_path_on_the_gpu(name, dtype, monkeypatch):
-    """Programs' bound launches (`autocuda.program`) on CUDA tensors, vector layouts included (N = 2**14): spikes,
+    """Programs' bound launches (`autocuda.call.program`) on CUDA tensors, vector layouts included (N = 2**14): spikes,
     final states and the gradient bitwise the unbound path's, in inference and training, and on a side stream."""
-    from autocuda import program
+    from autocuda.call import program
 
     def run(x):
         spikes, finals, _ = F.multi_step(name, x)

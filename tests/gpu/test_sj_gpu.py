@@ -80,7 +80,7 @@ def test_truncated_bptt_store_v_seq_and_new_batch_on_cuda() -> None:
 
 
 def test_non_spiking_surrogate_is_refused_by_the_kernels() -> None:
-    from autocuda.surrogate import ATan
+    from autocuda.spec.surrogate import ATan
 
     with pytest.raises(ValueError, match="reference"):
         our.LIFNode(surrogate_function=ATan(spiking=False))(torch.rand(3, device=CUDA))

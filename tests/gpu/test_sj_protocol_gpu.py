@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import autocuda.nn as our
-import autocuda.surrogate as ours
-from autocuda import native
+import autocuda.spec.surrogate as ours
+from autocuda.call import native
 
 pytestmark = pytest.mark.gpu
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from autocuda import encoding as E
-from autocuda.monitor import Monitor
+from autocuda.call import encoding as E
 from autocuda.nn import LIFNode, Neuron
+from autocuda.tools.monitor import Monitor
 
 pytestmark = pytest.mark.gpu
 

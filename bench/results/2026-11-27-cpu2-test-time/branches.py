@@ -43,7 +43,7 @@ def _tracer(frame: FrameType, event: str, arg: Any):
 
 
 def render(variants: list) -> None:
-    from autocuda.kernels import neuron_kernel
+    from autocuda.codegen.kernels import neuron_kernel
     from autocuda.spec.model import load_spec
 
     for name, kind, dtype, options in variants:
@@ -53,7 +53,7 @@ def render(variants: list) -> None:
 def chosen(which: str) -> list:
     import test_neuron_compile as t
 
-    from autocuda.dtypes import DTYPES
+    from autocuda.codegen.dtypes import DTYPES
 
     pick = t.full_set if which == "full" else t.default_set
     return [(name, kind, dtype, options) for dtype in DTYPES for name, kind, options in pick(dtype)]
@@ -87,8 +87,8 @@ def main() -> None:
     elif sys.argv[1] == "specs":
         import test_neuron_compile as t
 
+        from autocuda.codegen.dtypes import DTYPES
         from autocuda.codegen.neuron_kernel import KERNELS
-        from autocuda.dtypes import DTYPES
         from autocuda.spec.model import list_specs
 
         seen: set = set()

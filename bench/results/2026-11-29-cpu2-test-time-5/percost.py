@@ -20,7 +20,7 @@ def _cpu() -> float:
 
 
 def _compiled() -> int:
-    from autocuda.host import stats
+    from autocuda.toolchain.host import stats
 
     return stats["compiled"]
 

@@ -1,0 +1,119 @@
+"""A program's call as a native plan: the words `neuron_call.cpp` reads (`read_plan`, `read_launch`, in that order),
+worked out from the kernels bound to the call's shape (`neuron_launch.BoundLaunch`) and its forward form.
+
+A plan holds, per launch, where each kernel parameter's 8-byte slot is filled from: a constant (N, T), an output
+it allocates, a tensor of the call (forward: x; backward: the spikes' gradient, the final states' gradients, then
+the saved tensors) or one of the call's numbers (the initial states, then the scalars: the order of the
+configuration's op arguments, `NeuronConfig.op_inputs`). A call the words cannot express raises `Unplannable`; it
+takes the Python path.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from ...base.errors import AutocudaError
+from ...runtime.neuron_launch import FINAL, BoundLaunch
+from ...toolchain import driver
+
+CONSTANT, OUTPUT, TENSOR, NUMBER = range(4)  # a slot's source
+RUNNERS = {"cuda": 1, "host": 2}
+# A scalar parameter's C type -> how its slot holds it (float, double, int64, int32, uint32, one byte)
+SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "unsigned int": 4,
+              "unsigned char": 5, "bool": 5}
+POINTER = 2  # an address, 8 bytes
+
+
+class Unplannable(AutocudaError):
+    """A call whose launches a plan cannot express (never reaches a caller: the Python path runs the call)."""
+
+
+class Words:
+    """The words of one plan, with the dtypes its outputs name by index."""
+
+    def __init__(self) -> None:
+        self.words: list[int] = []
+        self.dtypes: list[torch.dtype] = []
+
+    def dtype(self, dtype: torch.dtype) -> int:
+        if dtype not in self.dtypes:
+            self.dtypes.append(dtype)
+        return self.dtypes.index(dtype)
+
+    def add(self, *values: int) -> None:
+        self.words += [int(v) for v in values]
+
+
+def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> None:
+    """One launch: runner, kernel, grid, block, the tensors the call gives, the outputs, the slots."""
+    recipe, binding, kernel = bound.recipe, bound.binding, bound.recipe.kernel
+    if not bound.runs:
+        raise Unplannable("a call of no neurons launches nothing")
+    runner, function, context = _kernel_function(bound)
+    out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
+    # -1: [N]; -2: a final state, allocated in the call's neuron shape (`neuron_call.cpp`'s `run`); else [rows, N]
+    rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": bound.steps or 0}
+    if kernel.checkpoint_steps:
+        rows["checkpoints"] = (bound.steps or 0) // kernel.checkpoint_steps
+    out.add(len(recipe.allocations))
+    for kind, dtype in recipe.allocations:
+        if kind not in rows:
+            raise Unplannable(f"{kind} outputs")
+        out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
+    outputs, inputs = len(recipe.outputs), len(binding.inputs)
+    out.add(len(binding.order))
+    for (_, name, _), at in zip(recipe.sources, binding.order):
+        param = kernel.cparams[name]
+        if at < 2:
+            out.add(CONSTANT, bound.n if at == 0 else bound.steps or 0, SLOT_TYPES.get(param.ctype, POINTER))
+        elif at < 2 + outputs:
+            out.add(OUTPUT, at - 2, POINTER)
+        elif at < 2 + outputs + inputs:
+            given = binding.inputs[at - 2 - outputs][0]
+            if given >= tensors:
+                raise Unplannable(f"input {name} is not among the call's tensors")
+            out.add(TENSOR, given, POINTER)
+        else:
+            given = at - 2 - outputs - inputs - tensors
+            if param.pointer or param.ctype not in SLOT_TYPES or not 0 <= given < numbers:
+                raise Unplannable(f"scalar {name} of type {param.ctype}")
+            out.add(NUMBER, given, SLOT_TYPES[param.ctype])
+
+
+def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
+    """(runner, kernel function address, context address) of a bound launch."""
+    if bound.backend == "cuda":
+        launcher = bound.launcher.launcher  # type: ignore[union-attr]
+        return RUNNERS["cuda"], launcher.function, launcher.context
+    from ...toolchain.host.runner import load_kernel
+
+    kernel = bound.recipe.kernel
+    host = load_kernel(kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
+    return RUNNERS["host"], ctypes.cast(host.function, ctypes.c_void_p).value or 0, 0
+
+
+def plan_words(x: torch.Tensor, numbers: int, forward: BoundLaunch, form: Any, backward: BoundLaunch | None,
+               backward_finals: BoundLaunch | None, grad_x: str) -> Words:
+    """The plan of a program's call on x [T, N] with `numbers` numbers: its forward launch and `form` (an
+    `ops.ForwardForm`: output positions, what autograd saves, which outputs are hidden); where it trains, the
+    backward launches without and with the final states' gradients, and the name of grad_x among their outputs."""
+    out = Words()
+    steps, neurons = x.shape
+    trains = backward is not None
+    out.add(steps, neurons, numbers, x.data_ptr() & 15, out.dtype(x.dtype), x.get_device() if x.is_cuda else -1,
+            trains, form.spike_at)
+    for positions in (form.finals, form.picks if trains else (), form.hidden if trains else ()):
+        out.add(len(positions), *positions)
+    grad_at = [b.recipe.outputs.index(grad_x) if b is not None else 0 for b in (backward, backward_finals)]
+    out.add(*grad_at)
+    out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))
+    add_launch(out, forward, 1, numbers)
+    if backward is not None:
+        add_launch(out, backward, 1 + len(form.picks), numbers)
+        if form.finals:
+            if backward_finals is None:
+                raise Unplannable("no backward launch for the final states' gradients")
+            add_launch(out, backward_finals, 1 + len(form.finals) + len(form.picks), numbers)
+    return out

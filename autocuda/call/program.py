@@ -1,0 +1,526 @@
+"""Programs: what runs a neuron call. One `Program` per (layer configuration, input class), built on the first call
+of its key and kept by its owner (a layer's `Programs`, or `functional`'s for functional calls), as CuPy's
+`ElementwiseKernel` keeps its memos, tinygrad's `CUDAProgram` its argument layout and Brian2's owners their
+`CodeObject`s.
+
+A program holds what the configuration decides, worked out and checked once (the configuration's key, the
+parameters' defaults and domain checks, the scalars' order, each state's initial rule), the forward op's form
+for its inputs, the forward launch bound to x's shape, device and alignment (calls whose states and parameters
+are numbers), the backward launches bound at the first backward, and a native plan where the native operator is
+loaded (`autocuda.native`): such a call then runs no Python between torch and its launches.
+
+`call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
+call's arguments checked against its program, ready to launch (`Call.launch`).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..codegen.broadcast import PER_CHANNEL, PER_NEURON, SHARED, Broadcast
+from ..codegen.noise import Seed
+from ..runtime.configs import (
+    compute_dtype,
+    config,
+    config_for,
+    config_info,
+    default_backend,
+    spec_facts,
+    spec_ref,
+    surrogate_ref,
+)
+from ..spec.domain import checks as domain_checks
+from ..spec.domain import problem as domain_problem
+from ..spec.load import is_spec_path, load_spec
+from ..spec.surrogate import Surrogate
+from ..toolchain.cnames import DRAW_KEYS
+from . import native, ops
+from .memory_order import broadcasts
+from .native.plan import Unplannable, plan_words
+
+__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "sequence_results"]
+
+Tensor = torch.Tensor
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
+ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
+# whether a functorch transform (vmap, grad, ...) is active; a torch without the query counts as always
+transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+# -- the key -------------------------------------------------------------------------------------------------------
+def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool, reset: str | None,
+             backend: str | None, save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
+    """What may differ between two calls that one program runs (the one place it is decided): the spec and the
+    surrogate by identity (a Surrogate by id and version; a spec file as its text is now), the switches and
+    `options` (single step, store_state_seq, final_states), the parameters' names and types, the values of
+    compile-time constants and, of tensors, how they spread and whether they need a gradient; and the input class:
+    x's shape, dtype, device, address alignment and contiguity, whether the call records a graph, and the initial
+    states' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
+    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
+        spec = load_spec(spec)
+    spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
+    constants = _CONSTANTS.get(spec_id)
+    if constants is None:
+        constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
+    types = tuple(map(type, params.values()))
+    # `_surrogate_identity` and `input_class` inline: this runs on every call that no bound program serves at once
+    return (spec_id, surrogate if surrogate is None or type(surrogate) is str else _surrogate_identity(surrogate),
+            detach_reset, reset, backend, save_h, options, tuple(params), types,
+            () if _PLAIN.issuperset(types) else _tensor_facts(params),
+            tuple(params.get(n) for n in constants[1]) if constants[1] else (), x.shape, x.dtype, x.device,
+            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad, tuple(map(type, states)))
+
+
+def input_class(x: Tensor) -> tuple:
+    """What a program's bound launches assume of x: shape, dtype, device, alignment, contiguity, graph."""
+    grad = torch.is_grad_enabled() and x.requires_grad
+    return x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(), grad
+
+
+# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
+# with them, so the id stays its own
+_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
+# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
+_names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
+_FLOAT = frozenset({float})  # the types of initial states given as numbers only
+_PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the program checks them)
+
+
+def _surrogate_identity(surrogate: Any) -> Any:
+    """A surrogate as a key: a name by value; a Surrogate by id and version (its owner holds it, so the id stays
+    its own; each change takes a new version); anything else (a mapping, a SpikingJelly surrogate: both mutable) by
+    its current reference (`surrogate_ref`)."""
+    if surrogate is None or type(surrogate) is str:
+        return surrogate
+    if isinstance(surrogate, Surrogate):
+        return id(surrogate), surrogate.version
+    return surrogate_ref(surrogate)
+
+
+def _tensor_facts(params: dict[str, Any]) -> tuple:
+    grad = torch.is_grad_enabled()
+    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
+                 for value in params.values())
+
+
+class Programs(dict):
+    """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values: a program that
+    sweeps them must not grow this without end), and `last`: the program of a layer's last call from a reset with
+    the objects it was made from (`nn.layer_call.rerun`). Not copied with its owner: a deep copy or an unpickled
+    layer starts with none."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple | None = None
+
+    def find(self, spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool,
+             reset: str | None, backend: str | None, save_h: bool, options: tuple[bool, bool, bool],
+             params: dict[str, Any]) -> Program:
+        """The program of a call, built now where its key is new."""
+        try:
+            key = call_key(spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
+            found = self.get(key)
+        except TypeError:  # an unhashable argument, or a spec of the wrong type: the program's checks name it
+            return Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
+        if found is None:
+            found = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
+            if len(self) >= self.LIMIT:
+                self.clear()
+            self[key] = found
+        return found
+
+    def __reduce__(self) -> tuple:
+        return Programs, ()
+
+
+# -- the program ---------------------------------------------------------------------------------------------------
+class Program:
+    """One layer configuration run on one input class: what the configuration decides (checked once), the
+    forward op's forms, and for calls of numbers only the bound launches and the native plan."""
+
+    def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
+                 x: Tensor, params: dict[str, Any], save_h: bool = True, eager: bool = True):
+        ref = spec_ref(spec)  # modules pass references already: nothing here for torch.compile to trace into
+        facts = spec_facts(ref)
+        self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
+        self.inputs = facts.inputs
+        defaults, init_rules = facts.defaults, facts.initial
+        # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
+        # a program's parameter types are part of its key): one (name, comparison, limit) per bound, flat
+        self.domains = tuple((n, bounds) for n, bounds in facts.domains
+                             if n in params and isinstance(params[n], (int, float)))
+        self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
+                                   for holds, limit in domain_checks(bounds))
+        self.backend = backend or default_backend(x.device.type)
+        if self.backend not in ("cuda", "host", "reference"):
+            raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
+        values, reset = self._values(dict(defaults), params, reset)
+        constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
+        tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
+        kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
+        signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
+        self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
+                              self.backend != "reference", not save_h)
+        self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
+        # a call's scalars in kernel order; this program's parameter types are fixed (part of its key)
+        self.scalar_values = _reader(self.scalars, eager and all(type(values.get(n)) is float for n in self.scalars))
+        self.draws = DRAW_KEYS[0] in self.scalars  # each call takes a seed (`spec.draws`, `noise.Seed`)
+        # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
+        # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
+        self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
+        skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
+        self.skipped = skipped & set(params)  # of the names given (a program serves calls giving the same names)
+        self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
+        self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
+        # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
+        self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
+        self.launch: Any = None  # the forward launch bound to the input class (calls of numbers only)
+        self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
+        self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
+        self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
+        self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
+
+    def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
+                ) -> tuple[dict[str, Any], str | None]:
+        unknown = [n for n in params if n not in self.param_names]
+        if unknown:
+            raise TypeError(f"unknown parameter {unknown[0]!r} for neuron {self.name!r} "
+                            f"(parameters: {', '.join(self.param_names)})")
+        for name, value in params.items():
+            if name == "v_reset" and value is None:  # SpikingJelly's convention: no reset value = soft reset
+                reset = "soft" if reset is None else reset
+                continue
+            if name in self.constant_names and isinstance(value, torch.Tensor):
+                raise TypeError(f"parameter {name!r} is a compile-time constant of {self.name!r}: pass a number")
+            if not isinstance(value, torch.Tensor) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"parameter {name!r}: expected a number or a tensor, got {type(value).__name__}")
+            values[name] = value
+        return values, reset
+
+    def values(self, params: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> dict[str, Any]:
+        """A call's parameter values by name (defaults filled in), its tensors checked against x and its numbers
+        against their domains."""
+        for name in self.given_tensors:
+            _check_tensor_param(name, params[name], x, shape)
+        for name, holds, limit in self.domain_checks:
+            if not holds(params[name], limit):
+                bounds = dict(self.domains)[name]
+                raise ValueError(f"parameter {name!r} of {self.name!r} {domain_problem(bounds, params[name])}")
+        if self.draws:  # a fresh seed from torch's generator each call; backward gets it with the other scalars
+            return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped},
+                    **Seed.from_torch().arguments()}
+        if self.complete:  # `params` is the call's own dict (of `**params`), read only: no copy
+            return params
+        if not self.skipped:
+            return {**self.defaults, **params}
+        return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
+
+    # -- bound launches and the native plan --------------------------------------------------------------------
+    def bind(self, form: ops.ForwardForm, x: Tensor, numbers: Sequence[float], n: int, given: Tensor) -> None:
+        """Bind the forward launch of a call of numbers only (x: its rows; `given`: x as the call gave it) to the
+        program's input class (a contiguous x), and say whether its calls may take the native path: a CUDA call,
+        or a host call where `native.HOST` asks, of no state sequences."""
+        backend = "cuda" if x.is_cuda else "host"
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # not kept: a capture takes the fixed rules' layout where a later call would time one
+        self.launch = form.kernel.bind((x, *numbers), x, n, None if form.single else x.shape[0], backend)
+        self.bound_form, self.seen = form, input_class(given)
+        self.native_wanted = (x.is_cuda or native.HOST) and not form.seqs and not form.single
+
+    def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
+                  ) -> tuple[list[Tensor], dict[str, Any]] | None:
+        """A bound program's call of its key (x contiguous, states and parameters numbers): the forward op's
+        outputs and the parameters' values; None while the native plan is still to be made (`Call.launch` makes
+        it)."""
+        if self.native_wanted and native.USE and self.plannable():
+            return None
+        values = self.values(params, x, self.seen[0][1:])
+        initial = list(map(float, states))
+        for name in self.state_names[len(initial):]:
+            init = self.inits[name]
+            initial.append(float(values[init]) if isinstance(init, str) else init)
+        return self.run_numbers(x, [*initial, *self.scalar_values(values)]), values
+
+    def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
+        """A layer's call like the one it settled (`nn.layer_call.rerun`): the spikes in x's shape, then the final
+        states in its neuron shape; none for an x unlike the program's input class, or while the native plan is
+        still to be made (the layer's full path makes it)."""
+        if input_class(x) != self.seen or (self.native_wanted and native.USE and self.plannable()):
+            return []
+        outputs, form = self.run_numbers(x, numbers), self.bound_form
+        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
+
+    def run_numbers(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
+        """The forward op's outputs for x of the program's input class and `numbers` (the initial states, then the
+        scalars): by the native plan where one is made, else by the bound launch."""
+        if self.native is not None and native.USE:
+            return self.native_call(self.native, x, numbers)
+        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
+        k = len(self.state_names)
+        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
+
+    def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], numbers: Sequence[float]
+                      ) -> None:
+        """Bind the backward launches, without and with the final states' gradients, at the program's first
+        backward (`ops._backward`), to fresh gradients of the call's shape (`meta`: x's shape, dtype, device) and
+        its saved tensors."""
+        if self.backward is not None:
+            return
+        grad = torch.zeros(*meta[:1], dtype=meta[1], device=meta[2])  # no random generator drawn from
+        steps, n = grad.shape
+        backend = "cuda" if grad.is_cuda else "host"
+        launches = []
+        for finals in (False, True) if form.finals else (False,):
+            backward = ops.backward_form(form.key, False, False, False, finals)
+            given = [grad.new_zeros(n) for _ in form.finals] if finals else []
+            launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
+        self.backward = (launches[0], launches[1] if len(launches) > 1 else None, backward.returns[0])
+
+    def plannable(self) -> bool:
+        """Whether the native plan can be made now: the operator is loaded, and a training program's backward
+        launches are bound (at its first backward)."""
+        return (not self.bound_form.save or self.backward is not None) and native.loaded()
+
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> None:
+        """Make the native plan on the first call that finds it `plannable` (none for a call the plan's words
+        cannot express)."""
+        if self.plannable():
+            self.native_wanted = False  # asked once
+            try:
+                words = plan_words(rows, count, self.launch, form, *(self.backward or (None, None, "")))
+            except Unplannable:
+                return
+            self.native = native.make_plan(words.words, words.dtypes)
+            self.native_call = native.operator()
+
+
+def _spread(value: Tensor) -> int:
+    """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
+    value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
+    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of a program's key."""
+    shape = value.shape
+    if value.numel() == 1:
+        return 0
+    sized = [i for i, size in enumerate(shape) if size != 1]
+    if len(sized) != 1 or sized[0] == len(shape) - 1:
+        return -1
+    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
+    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
+    return -1 if torch.are_deterministic_algorithms_enabled() else len(shape) - sized[0]
+
+
+def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
+    """Each tensor parameter's kernel broadcast kind, and the channel dim (from the end; 0 for none): one value
+    per channel where every parameter spread over channels names the same dim (the kernels take one channel
+    layout), else one per neuron."""
+    dims = {k for k in spreads.values() if k > 0}
+    dim = dims.pop() if len(dims) == 1 else 0
+    return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
+            for n, k in spreads.items()}, dim
+
+
+def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, ...]) -> None:
+    if not value.is_floating_point():
+        raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
+    if value.device != x.device:
+        raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {x.device}")
+    if not broadcasts(tuple(value.shape), shape):
+        raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
+                         f"neuron shape {shape}")
+
+
+# -- a call --------------------------------------------------------------------------------------------------------
+class Call:
+    """One call's arguments checked, defaults filled in, and matched to its program (found in `programs`, the
+    owner's; built for this call alone under torch.compile, whose Dynamo traces the construction)."""
+
+    def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
+                 detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
+                 num_inputs: int = 1, save_h: bool = True, programs: Programs | None = None,
+                 options: tuple[bool, bool, bool] = (False, False, True)):
+        self.x, self.shape = x, shape
+        self.numel = _numel(self.shape)
+        # asked once per call: the answer decides both the program's lookup and the op's path
+        self.compiling = torch.compiler.is_compiling()
+        self.owned = not (self.compiling or transforms_active())  # a program found in `programs`, which may bind
+        if not self.owned:
+            program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
+                              eager=not self.compiling)
+        else:
+            program = (programs if programs is not None else PROGRAMS).find(
+                spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
+        self.layer = self.program = program
+        self.backend, self.key, self.state_names = program.backend, program.key, program.state_names
+        if num_inputs != len(program.inputs):
+            several = f"a tuple of {len(program.inputs)} tensors" if len(program.inputs) > 1 else "one tensor"
+            raise TypeError(f"neuron {program.name!r} takes {len(program.inputs)} step input(s) "
+                            f"({', '.join(program.inputs)}): pass {several}, got {num_inputs}")
+        self.values = program.values(params, x, self.shape)
+        self.states = self._states(states)
+
+    def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
+        """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
+        names = self.state_names
+        self.numbers = len(states) == len(names) and _FLOAT.issuperset(map(type, states))
+        if self.numbers:  # as after a reset: nothing to check
+            return list(states)
+        if len(states) > len(names):
+            raise TypeError(f"neuron {self.program.name!r} has {len(names)} states ({', '.join(names)}), "
+                            f"got {len(states)} initial values")
+        values = [self._check_state(name, states[i]) if i < len(states) else self._initial(name)
+                  for i, name in enumerate(names)]
+        self.numbers = not any(isinstance(s, torch.Tensor) for s in values)
+        return values
+
+    def _check_state(self, name: str, state: Any) -> Tensor | float:
+        x = self.x
+        if isinstance(state, (int, float)) and not isinstance(state, bool):
+            return float(state)
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
+        if tuple(state.shape) != self.shape:
+            raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
+                             f"{tuple(state.shape)}")
+        if state.dtype != x.dtype:
+            raise TypeError(f"state {name!r}: expected dtype {x.dtype} (the input's), got {state.dtype}")
+        if state.device != x.device:
+            raise ValueError(f"state {name!r}: on {state.device}, but the input is on {x.device}")
+        return state
+
+    def _initial(self, name: str) -> Tensor | float:
+        init = self.program.inits[name]
+        value = self.values[init] if isinstance(init, str) else init
+        if isinstance(value, torch.Tensor):
+            return value.detach().to(self.x.dtype).expand(self.shape).clone()
+        return float(value)
+
+    def state_tensors(self) -> list[Tensor]:
+        """The initial states as tensors of the neuron shape (numbers filled in)."""
+        return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
+
+    def tensor_args(self) -> list[Tensor]:
+        out = []
+        compute = compute_dtype(self.x.dtype)
+        for name, kind in self.program.tensors:
+            value = self.values[name]
+            if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
+                value = torch.full((1,), float(value), dtype=compute, device=self.x.device)
+            value = value.to(compute)
+            if kind == PER_CHANNEL:
+                out.append(value.reshape(-1))
+            else:
+                out.append(value.expand(self.shape).reshape(self.numel) if kind else value.reshape(1))
+        return out
+
+    def channel_sizes(self) -> list[float]:
+        """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
+        channel (the sizes of the neuron shape after the channel dim), as the ops' float scalars."""
+        dim = self.program.channel_dim
+        inner = _numel(self.shape[len(self.shape) - dim + 1:])
+        return [float(self.shape[len(self.shape) - dim]), float(inner)]
+
+    def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
+               more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
+        """The forward op's outputs, and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
+        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of numbers only runs
+        its program's bound launch, or its native plan (which takes x in any shape of its rows)."""
+        program = self.program
+        tensors = self.tensor_args() if program.tensors else []
+        states: list[Tensor]
+        initial: list[float]
+        if self.numbers:  # the kernels start from the numbers (nothing to fill, read or differentiate)
+            states, initial = [], self.states  # type: ignore[assignment]  # all numbers here
+        else:
+            states, initial = [as_rows(s, (self.numel,)) for s in self.state_tensors()], []
+        save = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in (*more, *states, *tensors)))
+        given: Sequence[float] = program.scalar_values(self.values)
+        if program.channel_dim:
+            given = [*given, *self.channel_sizes()]
+        if self.compiling:
+            outputs = torch.ops.autocuda.neuron_forward(self.key, x, states, initial, tensors, list(given),
+                                                        store_state_seq, save, final_states, list(more))
+            return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
+        form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial, final_states)
+        if initial and not tensors and not more and ENABLED and self.owned and self.x.is_contiguous():
+            numbers = [*initial, *given]
+            if program.launch is None:
+                program.bind(form, x, numbers, self.numel, self.x)
+            if program.native is None and program.native_wanted and native.USE:
+                program.native_plan(form, x, len(numbers))
+            if program.native is not None and native.USE:
+                return program.native_call(program.native, self.x, numbers), form.positions
+            return ops.forward_eager(form, x, [], initial, [], given, (), self.shape, program), form.positions
+        return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
+
+    def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
+        """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
+        dtype."""
+        system, symbols = reference(self.key)
+        configured = config(self.key)
+        compute = compute_dtype(inputs[0].dtype)
+        params = {symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
+                  for n, v in self.values.items() if n in symbols}
+        states = [s.to(compute) for s in self.state_tensors()]
+        converted = tuple(u.to(compute) for u in inputs)
+        return (converted[0] if len(converted) == 1 else converted, states, params, configured.surrogate,
+                configured.detach_reset)
+
+
+PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)
+
+
+def reference(key: str) -> tuple:
+    """The derived step and the parameters' symbols of a reference configuration (`NeuronConfig.reference_step`)."""
+    return config(key).reference_step
+
+
+def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
+    """The values of `names`, in order, as floats: one itemgetter where they are floats already (no list built
+    per call; not under torch.compile, whose Dynamo traces the list)."""
+    if floats and len(names) > 1:
+        return operator.itemgetter(*names)
+    return lambda values: [float(values[n]) for n in names]
+
+
+def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
+                     neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
+                     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+    """A multi-step call's results from the forward op's outputs and their positions (`ops.ForwardForm.positions`): the
+    spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
+    neuron shape [*] (`neuron_shaped`); as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
+    spike, finals, seqs = positions
+    if shape is None:
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
+                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
+    return (outputs[spike].view(shape),
+            tuple(neuron_shaped(outputs[i], neuron_shape) for i in finals) if final_states else None,
+            tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
+
+
+def neuron_shaped(final: Tensor, neuron_shape: tuple[int, ...]) -> Tensor:
+    """A final state in the neuron shape: as the kernels wrote it where an eager call gave them the shape (a tensor
+    that its holder can detach in place: SpikingJelly's `detach_()`, which refuses views), else (the op's [N],
+    under torch.compile) a view."""
+    return final if final.dim() == len(neuron_shape) else final.view(neuron_shape)
+
+
+def as_rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`t` as a contiguous tensor of `shape` (the kernels' [T, N] or [N], whose leading size and element count
+    are t's): itself when it already is one, since a reshape would add a view, and an autograd node, to every
+    call."""
+    if t.dim() == len(shape) and t.is_contiguous():
+        return t
+    return t.reshape(shape).contiguous()
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for size in shape:  # not math.prod: torch.compile traces a plain loop over (symbolic) sizes
+        n = n * size
+    return n

@@ -1,0 +1,142 @@
+"""Typed CUDA expression emitters, one per operation, for every dtype of the table.
+
+Each emitter takes the C name of its result (`y`/`z`/`w`, or None for a bare expression), the C texts of
+its operands, numeric parameters, and `dtype` ('float32', 'float64', 'float16'/'half2', 'bfloat16' or a
+torch dtype). With a result name it returns a statement `y = <expr>;`, otherwise the expression:
+
+    >>> add('z', 'x', 'y', dtype='float')
+    'z = (x + y);'
+    >>> add(None, 'x', 'y', dtype='half2')
+    '__hadd2(x, y)'
+
+The spelling of each operation comes from `autocuda.dtypes`; composite functions (sigmoid, the surrogate
+gradients) are sympy expressions printed by the same printer the neuron kernels use.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+import sympy as sp
+
+from ..spec import surrogate as _surrogate
+from .dtypes import get_dtype
+from .printer import print_expr
+
+_SIMPLE_OPERAND = re.compile(r"[A-Za-z0-9_.]+(\[[^\[\]]*\])?\Z")
+_Z = sp.Symbol("z", real=True)
+
+
+def _operand(text: str) -> str:
+    """An operand text safe to splice into a larger expression."""
+    text = str(text).strip()
+    return text if _SIMPLE_OPERAND.match(text) else f"({text})"
+
+
+def wrap_return_codes(y: str | None, codes: str) -> str:
+    """`y = codes;` when a result name is given, else the bare expression."""
+    return codes if y is None else f"{y} = {codes};"
+
+
+def constant(y: str | None, x: float, dtype: Any) -> str:
+    return wrap_return_codes(y, get_dtype(dtype).literal(x))
+
+
+def _unary(op: str) -> Callable[..., str]:
+    def emit(y: str | None, x: str, dtype: Any) -> str:
+        return wrap_return_codes(y, get_dtype(dtype).op(op, _operand(x)))
+    emit.__name__ = emit.__qualname__ = op
+    emit.__doc__ = f"`y = {op}(x)` in the given dtype."
+    return emit
+
+
+def _binary(op: str) -> Callable[..., str]:
+    def emit(z: str | None, x: str, y: str, dtype: Any) -> str:
+        return wrap_return_codes(z, get_dtype(dtype).op(op, _operand(x), _operand(y)))
+    emit.__name__ = emit.__qualname__ = op
+    emit.__doc__ = f"`z = {op}(x, y)` in the given dtype (comparisons give 1 or 0)."
+    return emit
+
+
+abs = _unary("abs")  # noqa: A001 - the seeds' name
+neg = _unary("neg")
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+heaviside = _unary("heaviside")
+add = _binary("add")
+sub = _binary("sub")
+mul = _binary("mul")
+div = _binary("div")
+power = _binary("power")
+minimal = _binary("minimal")
+maximum = _binary("maximum")
+greater_equal = _binary("greater_equal")
+greater_than = _binary("greater_than")
+
+
+def if_else(z: str | None, x: str, y: str, mask: str, dtype: Any) -> str:
+    """`z = mask ? x : y` for a 0/1 mask, lane by lane; the branch not taken is never multiplied in."""
+    return wrap_return_codes(z, get_dtype(dtype).op("if_else", _operand(x), _operand(y), _operand(mask)))
+
+
+def if_else_else(w: str | None, x: str, y: str, z: str, mask_x: str, mask_y: str, dtype: Any) -> str:
+    """`w = mask_x ? x : (mask_y ? y : z)`."""
+    inner = if_else(None, y, z, mask_y, dtype)
+    return if_else(w, x, inner, mask_x, dtype)
+
+
+def _printed(y: str | None, expr: sp.Expr, x: str, dtype: Any) -> str:
+    return wrap_return_codes(y, print_expr(expr, dtype, {_Z: _operand(x)}))
+
+
+def sigmoid(y: str | None, x: str, alpha: float, dtype: Any) -> str:
+    """`y = 1 / (1 + exp(-alpha * x))`."""
+    return _printed(y, 1 / (1 + sp.exp(-sp.Float(alpha) * _Z)), x, dtype)
+
+
+def _surrogate_backward(function_name: str, class_name: str, params: tuple[str, ...]) -> Callable[..., str]:
+    cls = _surrogate.SURROGATES[class_name]
+
+    def emit(y: str | None, x: str, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(y, x, *args, **kwargs)
+        values = {p: bound.arguments[p] for p in params}
+        return _printed(y, cls(**values).gradient(_Z), x, bound.arguments["dtype"])
+
+    signature = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("y", "x", *params, "dtype")])
+    emit.__signature__ = signature  # type: ignore[attr-defined]
+    emit.__name__ = emit.__qualname__ = function_name
+    emit.__doc__ = f"`y` = the gradient of the {class_name} surrogate at `x` (see autocuda.spec.surrogate)."
+    return emit
+
+
+sigmoid_backward = _surrogate_backward("sigmoid_backward", "Sigmoid", ("alpha",))
+atan_backward = _surrogate_backward("atan_backward", "ATan", ("alpha",))
+piecewise_quadratic_backward = _surrogate_backward("piecewise_quadratic_backward", "PiecewiseQuadratic", ("alpha",))
+piecewise_exp_backward = _surrogate_backward("piecewise_exp_backward", "PiecewiseExp", ("alpha",))
+soft_sign_backward = _surrogate_backward("soft_sign_backward", "SoftSign", ("alpha",))
+super_spike_backward = _surrogate_backward("super_spike_backward", "SuperSpike", ("alpha",))
+nonzero_sign_log_abs_backward = _surrogate_backward("nonzero_sign_log_abs_backward", "NonzeroSignLogAbs",
+                                                    ("alpha",))
+erf_backward = _surrogate_backward("erf_backward", "Erf", ("alpha",))
+piecewise_leaky_relu_backward = _surrogate_backward("piecewise_leaky_relu_backward", "PiecewiseLeakyReLU",
+                                                    ("w", "c"))
+s2nn_backward = _surrogate_backward("s2nn_backward", "S2NN", ("alpha", "beta"))
+q_pseudo_spike_backward = _surrogate_backward("q_pseudo_spike_backward", "QPseudoSpike", ("alpha",))
+leaky_k_relu_backward = _surrogate_backward("leaky_k_relu_backward", "LeakyKReLU", ("leak", "k"))
+fake_numerical_gradient_backward = _surrogate_backward("fake_numerical_gradient_backward",
+                                                       "FakeNumericalGradient", ("alpha",))
+log_tailed_relu_backward = _surrogate_backward("log_tailed_relu_backward", "LogTailedReLU", ("alpha",))
+rect_backward = _surrogate_backward("rect_backward", "Rect", ("alpha",))
+squarewave_fourier_series_backward = _surrogate_backward("squarewave_fourier_series_backward",
+                                                         "SquarewaveFourierSeries", ("n", "T_period"))
+deterministic_pass_backward = _surrogate_backward("deterministic_pass_backward", "DeterministicPass", ())
+SURROGATE_EMITTERS = tuple(n for n in dir() if n.endswith("_backward") and not n.startswith("_"))
+
+EMITTERS = ("constant", "abs", "neg", "exp", "log", "sqrt", "power", "add", "sub", "mul", "div", "minimal",
+            "maximum", "greater_equal", "greater_than", "heaviside", "if_else", "if_else_else", "sigmoid",
+            *SURROGATE_EMITTERS)
+__all__ = ["wrap_return_codes", *EMITTERS]

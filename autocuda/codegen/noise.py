@@ -1,0 +1,348 @@
+"""Random draws for specs: Philox4x32-10 and its uniform and normal transforms, the same bits in torch and in C.
+
+A draw is one number per (neuron, step, call site) of a spec's step (`randn()`, `rand()`: docs/spec-format.md).
+It is made by a counter-based generator, so any thread may make any draw without a state to carry:
+
+    words = Philox4x32-10(counter = (neuron & 0xffffffff, neuron >> 32, step, site), key = (seed lo, seed hi))
+
+`step` is the call's first step (its offset) plus t, modulo 2**32; `seed` is 64 bits. The transforms use the
+words as follows, in the arithmetic type of the kernel (float for float32, float16 and bfloat16; double for
+float64):
+
+- uniform [0, 1): float: (w0 >> 8)·2^-24; double: ((w0 >> 5)·2^26 + (w1 >> 6))·2^-53 (exact);
+- normal: Box-Muller's z = sqrt(-2 log u1)·cos(2π u2), u1 in (0, 1] (the uniform's integer + 1) from w0 (and w1),
+  u2 from w1 (float) or w2, w3 (double). The cosine's argument is reduced exactly on u2's integer (quadrant,
+  then folded to [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
+  2s·Σ s^2k/(2k+1), s = (m-1)/(m+1).
+
+Bitwise the same on the host runner, on any GPU and in torch: only integer operations, frexp (exact) and correctly
+rounded + - * / and sqrt, each rounded on its own (no contraction into fused multiply-adds: the C uses the `_rn`
+intrinsics on the GPU and the host runner compiles with -ffp-contract=off; torch runs one operation per kernel, and
+takes the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
+Accuracy (tests/test_noise.py, against float64 math): log within 8 units of 2^-24 (float) or 2^-53 (double)
+relative to |log u| (measured 3.3 and 4.2), cos within 8 such units of 1 (measured 1.5 and 6): a normal draw is
+within a few units in the last place of exact Box-Muller of the same uniforms.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..spec.draws import Draw
+from .ckernel import CKernel1D
+from .dtypes import get_dtype
+from .render import render
+
+__all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
+           "DrawKernel", "Seed", "step_values", "draw_function", "using_generator"]
+
+KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
+_MASK = 0xFFFFFFFF
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+ROUNDS = 10
+
+
+def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of a·b for a 32-bit constant `a` and int64 tensor `b` of 32-bit words, without
+    overflowing int64: b in 16-bit halves."""
+    low_half, high_half = b & 0xFFFF, b >> 16
+    p1, p2 = low_half * a, high_half * a            # < 2^48 each
+    middle = p2 + (p1 >> 16)                         # a·b = middle·2^16 + (p1 & 0xffff)
+    return middle >> 16, ((middle & 0xFFFF) << 16) | (p1 & 0xFFFF)
+
+
+def philox4x32_10(counter: tuple[torch.Tensor, ...], key: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+    """Philox4x32-10 (Salmon et al., SC'11; Random123's constants) of 4 int64 tensors of 32-bit words: the 4 output
+    words, as int64 tensors."""
+    c0, c1, c2, c3 = (torch.as_tensor(c, dtype=torch.int64) & _MASK for c in counter)
+    k0, k1 = key[0] & _MASK, key[1] & _MASK
+    for round_ in range(ROUNDS):
+        if round_:
+            k0, k1 = (k0 + _PHILOX_W[0]) & _MASK, (k1 + _PHILOX_W[1]) & _MASK
+        hi0, lo0 = _mulhilo(_PHILOX_M[0], c0)
+        hi1, lo1 = _mulhilo(_PHILOX_M[1], c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def seed_words(seed: int) -> tuple[int, int]:
+    """A 64-bit seed as Philox's key (low word, high word)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed: an int in [0, 2**64), got {seed!r}")
+    return seed & _MASK, seed >> 32
+
+
+# -- the transforms' constants, rounded once per precision ---------------------------------------------------------
+def _taylor(odd: bool, terms: int) -> tuple[Fraction, ...]:
+    """The coefficients of cos (even) or sin(a)/a (odd) as series in a², highest first."""
+    return tuple(Fraction((-1) ** k, math.factorial(2 * k + odd)) for k in reversed(range(terms)))
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The constants of the transforms in one arithmetic type, and how its uniforms are made."""
+
+    name: str                      # "float" or "double"
+    torch_dtype: torch.dtype
+    bits: int                      # bits of a uniform's integer: 24 or 53
+    log_terms: int                 # terms of the series of log(m)
+    trig_terms: int                # terms of the Taylor series of cos and sin
+
+    def rounded(self, value: float | Fraction) -> float:
+        return float(np.float32(float(value))) if self.name == "float" else float(value)
+
+    @functools.cached_property
+    def log_series(self) -> tuple[float, ...]:
+        return tuple(self.rounded(Fraction(1, 2 * k + 1)) for k in reversed(range(self.log_terms)))
+
+    @functools.cached_property
+    def cos_series(self) -> tuple[float, ...]:
+        return tuple(self.rounded(c) for c in _taylor(False, self.trig_terms))
+
+    @functools.cached_property
+    def sin_series(self) -> tuple[float, ...]:
+        return tuple(self.rounded(c) for c in _taylor(True, self.trig_terms))
+
+    @functools.cached_property
+    def ln2_parts(self) -> tuple[float, float]:
+        """ln 2 as hi + lo, hi with its low 12 mantissa bits clear (e·hi is exact for |e| < 2^12)."""
+        hi = _clear_low_bits(math.log(2), self)
+        lo = self.rounded(Fraction(_LN2_DIGITS) - Fraction(hi))
+        return hi, lo
+
+    @property
+    def sqrt_half(self) -> float:
+        return self.rounded(math.sqrt(0.5))
+
+    @property
+    def angle_step(self) -> float:
+        """2π·2^-bits: a folded quadrant's integer r gives the angle r·angle_step (one rounding)."""
+        return math.ldexp(self.rounded(2 * math.pi), -self.bits)
+
+    def literal(self, value: float) -> str:
+        return get_dtype("float32" if self.name == "float" else "float64").literal(value)
+
+
+_LN2_DIGITS = "0.693147180559945309417232121458176568075500134360255254120680009493393621969694715605863326996"
+
+
+def _clear_low_bits(value: float, precision: Precision) -> float:
+    mantissa, exponent = math.frexp(value)
+    keep = (24 if precision.name == "float" else 53) - 12
+    return math.ldexp(math.floor(math.ldexp(mantissa, keep)), exponent - keep)
+
+
+PRECISIONS = {"float": Precision("float", torch.float32, 24, 6, 7),
+              "double": Precision("double", torch.float64, 53, 12, 10)}
+
+
+def precision_of(dtype: torch.dtype | str) -> Precision:
+    """The arithmetic draws are made in for a storage dtype: double for float64, else float."""
+    return PRECISIONS["double" if get_dtype(dtype).name == "float64" else "float"]
+
+
+# -- the transforms in torch, operation for operation as the C ------------------------------------------------------
+def _uniform_integer(words: tuple[torch.Tensor, ...], first: int, p: Precision) -> torch.Tensor:
+    """The uniform's integer j in [0, 2^bits) from words[first] (float) or words[first], words[first + 1] (double)."""
+    if p.bits == 24:
+        return words[first] >> 8
+    return ((words[first] >> 5) << 26) | (words[first + 1] >> 6)
+
+
+def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+    value = torch.full_like(x, coefficients[0])
+    for c in coefficients[1:]:
+        value = value * x
+        value = value + c
+    return value
+
+
+def _log(u: torch.Tensor, p: Precision) -> torch.Tensor:
+    """log(u) for u > 0, as the C's ac_log."""
+    m, e = torch.frexp(u)
+    low = m < p.sqrt_half
+    m = torch.where(low, m * 2, m)
+    e = (e - low.to(e.dtype)).to(u.dtype)
+    s = (m - 1) / (m + 1)
+    series = _horner(s * s, p.log_series)
+    hi, lo = p.ln2_parts
+    return e * hi + (e * lo + (s + s) * series)
+
+
+def _cos_turns(j: torch.Tensor, p: Precision) -> torch.Tensor:
+    """cos(2π j 2^-bits) for integers j in [0, 2^bits), as the C's ac_cos_turns."""
+    quarter = 1 << (p.bits - 2)
+    quadrant, r = j >> (p.bits - 2), j & (quarter - 1)
+    folded = r > quarter // 2
+    r = torch.where(folded, quarter - r, r)
+    a = r.to(p.torch_dtype) * p.angle_step
+    x = a * a
+    cos_a, sin_a = _horner(x, p.cos_series), a * _horner(x, p.sin_series)
+    cos_t, sin_t = torch.where(folded, sin_a, cos_a), torch.where(folded, cos_a, sin_a)
+    return torch.where(quadrant == 0, cos_t, torch.where(quadrant == 1, -sin_t,
+                                                         torch.where(quadrant == 2, -cos_t, sin_t)))
+
+
+def _sqrt(x: torch.Tensor) -> torch.Tensor:
+    """The correctly rounded square root: torch's on the CPU is not (it is off by an ulp now and then, in float32 and
+    float64); numpy's is (the processor's own instruction). On CUDA torch's is (no fast math)."""
+    if x.device.type != "cpu":
+        return torch.sqrt(x)
+    return torch.from_numpy(np.sqrt(x.detach().numpy()))
+
+
+def _uniform(j: torch.Tensor, p: Precision) -> torch.Tensor:
+    return j.to(p.torch_dtype) * math.ldexp(1.0, -p.bits)
+
+
+def transform(kind: str, words: tuple[torch.Tensor, ...], p: Precision) -> torch.Tensor:
+    """A draw of `kind` from Philox's four words, in precision `p`."""
+    if kind == "uniform":
+        return _uniform(_uniform_integer(words, 0, p), p)
+    if kind != "normal":
+        raise ValueError(f"unknown kind of draw {kind!r}; expected one of {KINDS}")
+    u1 = _uniform(_uniform_integer(words, 0, p) + 1, p)
+    radius = _sqrt(_log(u1, p) * -2.0)
+    return radius * _cos_turns(_uniform_integer(words, 1 if p.bits == 24 else 2, p), p)
+
+
+def draws(kind: str, seed: int, neurons: torch.Tensor | int, step: torch.Tensor | int, site: int,
+          dtype: torch.dtype | str = torch.float32) -> torch.Tensor:
+    """The draws of call site `site` for neuron indices `neurons` at `step` (broadcast against each other), in the
+    arithmetic type of `dtype` (float64 for float64, else float32): what a kernel of that dtype draws."""
+    p = precision_of(dtype)
+    n = torch.as_tensor(neurons, dtype=torch.int64)
+    t = torch.as_tensor(step, dtype=torch.int64, device=n.device)
+    n, t = torch.broadcast_tensors(n, t)
+    counter = (n & _MASK, n >> 32, t & _MASK, torch.full_like(n, site & _MASK))
+    return transform(kind, philox4x32_10(counter, seed_words(seed)), p)
+
+
+def draw(kind: str, seed: int, neuron: int, step: int, site: int, dtype: torch.dtype | str = torch.float32) -> float:
+    """One draw, as a Python float."""
+    return float(draws(kind, seed, neuron, step, site, dtype))
+
+
+def draw_function(kind: str, precision: str) -> str:
+    """The C function (of `c_source(precision)`) making a draw of `kind`: (neuron, step, site, seed lo, seed hi)."""
+    return f"ac_draw_{kind}_{precision[0]}"
+
+
+@functools.lru_cache(maxsize=4)
+def c_source(precision: str) -> str:
+    """The C functions of the draws in one precision ("float" or "double"), for kernels that draw: Philox4x32-10
+    and `draw_function`'s, behind include guards (a unit may hold several kernels' sources)."""
+    p = PRECISIONS[precision]
+    hi, lo = p.ln2_parts
+    lit = p.literal
+    return render("noise.cuh.j2", real=p.name, bits=p.bits, m=[hex(m) for m in _PHILOX_M],
+                  w=[hex(w) for w in _PHILOX_W], rounds=ROUNDS,
+                  log_series=[lit(c) for c in p.log_series], cos_series=[lit(c) for c in p.cos_series],
+                  sin_series=[lit(c) for c in p.sin_series], ln2_hi=lit(hi), ln2_lo=lit(lo),
+                  sqrt_half=lit(p.sqrt_half), angle_step=lit(p.angle_step), one=lit(1.0), two=lit(2.0),
+                  minus_two=lit(-2.0), unit=lit(math.ldexp(1.0, -p.bits)))
+
+
+class DrawKernel(CKernel1D):
+    """An element-wise kernel writing draws: out[i] = the draw of `kind` for neuron `neuron0 + i` at `step`, call
+    site `site` (the same function a neuron kernel that draws calls; for tests and benchmarks of the generator).
+    `out` is float32 (float arithmetic) or float64."""
+
+    def __init__(self, kind: str, precision: str = "float"):
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind of draw {kind!r}; expected one of {KINDS}")
+        self.precision = PRECISIONS[precision]
+        super().__init__(f"autocuda_draws_{kind}_{precision}")
+        self.add_param(f"{precision} *", "out")
+        for name in ("seed_lo", "seed_hi", "site"):
+            self.add_param("unsigned int", name)
+        for name in ("neuron0", "step"):
+            self.add_param("long long", name)
+        self.core = f"out[index] = {draw_function(kind, precision)}(neuron0 + index, step, site, seed_lo, seed_hi);"
+
+    def _context(self) -> dict[str, Any]:
+        context = super()._context()
+        return context | {"prelude": context["prelude"] + c_source(self.precision.name)}
+
+    def draws(self, seed: int, count: int, step: int = 0, site: int = 0, neuron0: int = 0,
+              backend: str | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+        """`count` draws for neurons neuron0, neuron0 + 1, ...: as `autocuda.codegen.noise.draws` gives them."""
+        out = torch.empty(count, dtype=self.precision.torch_dtype, device=device)
+        lo, hi = seed_words(seed)
+        self.simple_call(backend=backend, out=out, seed_lo=lo, seed_hi=hi, site=site, neuron0=neuron0, step=step)
+        return out
+
+
+@dataclass(frozen=True)
+class Seed:
+    """What a call that draws is given: the 64-bit seed and the step its first step counts as (`offset`); step t of
+    the call draws at step offset + t."""
+
+    seed: int
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        seed_words(self.seed)
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or not 0 <= self.offset < 2**63:
+            raise ValueError(f"offset: an int in [0, 2**63), got {self.offset!r}")
+
+    def arguments(self) -> dict[str, int]:
+        """The kernel arguments of a call that draws, by key (`cnames.DRAW_KEYS`)."""
+        lo, hi = seed_words(self.seed)
+        return {"ac_seed_lo": lo, "ac_seed_hi": hi, "ac_step0": self.offset}
+
+    @classmethod
+    def from_arguments(cls, values: Mapping[str, Any]) -> Seed | None:
+        """The seed of a call's values holding its kernel arguments (`arguments`); None where they hold none."""
+        if "ac_seed_lo" not in values:
+            return None
+        return cls(int(values["ac_seed_lo"]) | int(values["ac_seed_hi"]) << 32, int(values["ac_step0"]))
+
+    @classmethod
+    def from_torch(cls, generator: torch.Generator | None = None, offset: int = 0) -> Seed:
+        """A seed taken from `generator`; where None, from the one `using_generator` set, else torch's default CPU
+        generator (`torch.manual_seed` makes the draws repeatable)."""
+        generator = generator if generator is not None else _GENERATOR.get()
+        words = torch.randint(0, 2**32, (2,), dtype=torch.int64, generator=generator).tolist()
+        return cls(words[0] | words[1] << 32, offset)
+
+
+_GENERATOR: contextvars.ContextVar[torch.Generator | None] = contextvars.ContextVar("autocuda_draws", default=None)
+
+
+@contextlib.contextmanager
+def using_generator(generator: torch.Generator) -> Iterator[None]:
+    """Within the block, calls that draw (layers, `autocuda.functional`) take their seeds from `generator` (a CPU
+    torch.Generator) instead of torch's default one:
+
+        with autocuda.codegen.noise.using_generator(torch.Generator().manual_seed(0)):
+            spikes = layer(x)
+    """
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise TypeError(f"using_generator: expected a CPU torch.Generator, got {generator!r}")
+    token = _GENERATOR.set(generator)
+    try:
+        yield
+    finally:
+        _GENERATOR.reset(token)
+
+
+def step_values(draws: Sequence[Draw], seed: Seed, t: int, like: torch.Tensor) -> dict[Any, torch.Tensor]:
+    """The values of `draws` at step t of a call seeded by `seed`, for the neurons of `like` (one step's tensor; its
+    flat index is the neuron's), in the arithmetic of like's dtype, on its device."""
+    neurons = torch.arange(like.numel(), dtype=torch.int64).reshape(like.shape)
+    return {d.symbol: draws_values(d, seed, neurons, t, like) for d in draws}
+
+
+def draws_values(draw: Draw, seed: Seed, neurons: torch.Tensor, t: int, like: torch.Tensor) -> torch.Tensor:
+    return draws(draw.kind, seed.seed, neurons, seed.offset + t, draw.site, like.dtype).to(like.device)

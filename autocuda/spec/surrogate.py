@@ -1,0 +1,564 @@
+"""Surrogate gradients: the forward is the Heaviside step Θ(z) = 1 if z >= 0 else 0 (z > 0 with strict=True, for a
+spec's fires_at ">"); a surrogate object says which derivative backward uses instead of Θ's (zero almost
+everywhere). With `spiking=False` (SpikingJelly's non-spiking mode) the forward is the primitive itself, on the
+torch reference only: the kernels' forward is Θ.
+
+Names, parameters and formulas follow SpikingJelly's `surrogate` module (see docs/semantics.md and
+docs/surrogates.md: PiecewiseLeakyReLU's gradient at |x| = w is 1/(2w), its documented closed interval, where
+its torch code gives c). `primitive()` is the smooth function the gradient is the derivative of, where
+SpikingJelly documents one (None for SuperSpike and FakeNumericalGradient). `key()` is a stable tuple for cache
+keys.
+
+Objects can be changed as SpikingJelly's can: `sg.alpha = 5.0` (any parameter, checked as the constructor checks
+it), `sg.set_spiking_mode(False)` or `sg.spiking = False`. Each change bumps `version` and tells the objects
+that `watch` it (the layers that use it). What keeps a surrogate for later (a spec, a registered plan) keeps a
+frozen copy (`frozen()`), which refuses changes, so that a change never alters what was built from the old
+values.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import numbers
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from ..base.errors import SpecError
+from ..base.lazy import lazy_import
+
+if TYPE_CHECKING:
+    import sympy
+else:
+    sympy = lazy_import("sympy")
+
+__all__ = [
+    "Surrogate", "Sigmoid", "ATan", "PiecewiseQuadratic", "PiecewiseExp", "SoftSign", "SuperSpike",
+    "NonzeroSignLogAbs", "Erf", "PiecewiseLeakyReLU", "S2NN", "QPseudoSpike", "LeakyKReLU",
+    "FakeNumericalGradient", "LogTailedReLU", "Rect", "SquarewaveFourierSeries", "DeterministicPass", "Custom",
+    "SURROGATES", "surrogate_from_spec", "get_surrogate",
+]
+
+@functools.cache
+def _x() -> sympy.Symbol:
+    """The variable of Custom gradient expressions and of cached gradients."""
+    return sympy.Symbol("x", real=True)
+
+# Parameter domains: rule name -> (test, what the message says). Parameters not listed take any finite value.
+_DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1"),
+            "count": (lambda v: v >= 1 and float(v).is_integer(), "must be a whole number >= 1")}
+
+
+def _number(value: float) -> sympy.Expr:
+    # Whole numbers stay exact so gradients read `4*x`, not `4.0*x`, and simplify cleanly.
+    return sympy.Integer(int(value)) if float(value).is_integer() else sympy.Float(value)
+
+
+def _sg(z: sympy.Expr) -> sympy.Expr:
+    return 1 / (1 + sympy.exp(-z))
+
+
+def _sg_slope(z: sympy.Expr) -> sympy.Expr:
+    """sg'(z) = sg(z)(1 - sg(z)), written as e/(1 + e)^2 with e = exp(-|z|) (it is even in z): one exp and
+    one division, where the product form divides twice, and e in (0, 1] cannot overflow."""
+    e = sympy.exp(-sympy.Abs(z))
+    return e / (1 + e) ** 2
+
+
+def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise SpecError(f"{cls_name} parameter '{name}' must be a finite number, got {value!r}",
+                        field=f"surrogate.{name}", symbol=name)
+    if domain is not None and not _DOMAINS[domain][0](float(value)):
+        raise SpecError(f"{cls_name} parameter '{name}' {_DOMAINS[domain][1]}, got {value!r}",
+                        field=f"surrogate.{name}", symbol=name)
+    return float(value)
+
+
+_VERSIONS = itertools.count(1)  # every change of any surrogate takes the next: (object, version) names its values
+
+
+class Surrogate:
+    """Base class: subclasses list DEFAULTS (name, value) and DOMAIN, and define _gradient/_primitive."""
+
+    _values: tuple[tuple[str, float], ...]
+    _spiking: bool = True
+    _version: int = 0      # 0 until the first change (see the module doc)
+    _frozen: bool = False  # a frozen copy refuses changes
+
+    DEFAULTS: ClassVar[tuple[tuple[str, float], ...]] = ()
+    DOMAIN: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, *args: float, spiking: bool = True, **kwargs: float):
+        names = [n for n, _ in self.DEFAULTS]
+        if len(args) > len(names):
+            raise TypeError(f"{self.name} takes at most {len(names)} positional parameters")
+        given = dict(zip(names, args, strict=False))  # fewer positionals than parameters is fine
+        for key, value in kwargs.items():
+            if key not in names:
+                raise SpecError(f"{self.name} has no parameter '{key}' (parameters: {', '.join(names)})",
+                                field=f"surrogate.{key}", symbol=key)
+            if key in given:
+                raise TypeError(f"{self.name} got parameter '{key}' twice")
+            given[key] = value
+        values = tuple((n, _check_value(self.name, n, given.get(n, d), self.DOMAIN.get(n)))
+                       for n, d in self.DEFAULTS)
+        object.__setattr__(self, "_values", values)
+        self._set_spiking(spiking)
+
+    def _set_spiking(self, spiking: Any) -> None:
+        if not isinstance(spiking, bool):
+            raise TypeError(f"{self.name}: spiking must be True or False, got {spiking!r}")
+        if not spiking and type(self)._primitive is Surrogate._primitive:
+            raise SpecError(f"{self.name} has no primitive, so no non-spiking mode (spiking=False)",
+                            field="surrogate.spiking", symbol="spiking")
+        if not spiking:  # the class default (True) serves spiking objects
+            object.__setattr__(self, "_spiking", False)
+
+    @property
+    def spiking(self) -> bool:
+        """False: forward is the primitive (SpikingJelly's non-spiking mode; the torch reference only)."""
+        return self._spiking
+
+    @spiking.setter
+    def spiking(self, value: bool) -> None:
+        self.set_spiking_mode(value)
+
+    def set_spiking_mode(self, spiking: bool) -> None:
+        """SpikingJelly's switch: True, the step Θ in forward; False, the primitive (the torch reference only)."""
+        self._refuse_change_if_frozen("spiking")
+        self._set_spiking(spiking)
+        object.__setattr__(self, "_spiking", spiking)
+        self._changed()
+
+    @property
+    def version(self) -> int:
+        """0 for an object never changed; a number no other change of any surrogate had, after each change."""
+        return self._version
+
+    def _refuse_change_if_frozen(self, attr: str) -> None:
+        if self._frozen:
+            raise AttributeError(f"{self!r} is frozen (a spec or a built plan holds it): change a copy, "
+                                 f"sg.copy().{attr} = ...")
+
+    def _changed(self) -> None:
+        """Forget what was worked out from the old values, take a new version, and tell the watchers."""
+        for cached in ("_gradient_x", "_primitive_x", "_frozen_copy"):
+            self.__dict__.pop(cached, None)
+        object.__setattr__(self, "_version", next(_VERSIONS))
+        for watcher in list(self.__dict__.get("_watchers", ())):
+            watcher._surrogate_changed(self)
+
+    def watch(self, watcher: Any) -> None:
+        """Call `watcher._surrogate_changed(self)` after each change of this object (a layer takes the new values
+        at once, so that its calls compare nothing per call). Held weakly: a watcher may go away."""
+        watchers = self.__dict__.get("_watchers")
+        if watchers is None:
+            watchers = weakref.WeakSet()
+            object.__setattr__(self, "_watchers", watchers)
+        watchers.add(watcher)
+
+    def copy(self) -> Surrogate:
+        """A copy that can be changed on its own."""
+        return _rebuild(type(self), self._init_kwargs())
+
+    def frozen(self) -> Surrogate:
+        """This object where it is frozen, else a frozen copy of its current values (made once per version)."""
+        if self._frozen:
+            return self
+        cached = self.__dict__.get("_frozen_copy")
+        if cached is None:
+            cached = _rebuild(type(self), self._init_kwargs(), True)
+            object.__setattr__(self, "_frozen_copy", cached)
+        return cached
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def params(self) -> dict[str, float]:
+        return dict(self._values)
+
+    def __getattr__(self, attr: str) -> float:
+        # SpikingJelly-style attribute access: Sigmoid().alpha. Private names must not recurse here.
+        if not attr.startswith("_"):
+            for name, value in self.__dict__.get("_values", ()):
+                if name == attr:
+                    return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        """`sg.alpha = 5.0` (SpikingJelly's objects take such changes): a parameter, checked as the constructor
+        checks it; `spiking` through its property."""
+        if attr == "spiking":
+            object.__setattr__(self, attr, value)  # the property's setter
+            return
+        names = [n for n, _ in self._values]
+        if attr not in names:
+            raise AttributeError(f"{self.name} has no parameter {attr!r} (parameters: {', '.join(names) or 'none'})")
+        self._refuse_change_if_frozen(attr)
+        checked = _check_value(self.name, attr, value, self.DOMAIN.get(attr))
+        object.__setattr__(self, "_values", tuple((n, checked if n == attr else v) for n, v in self._values))
+        self._changed()
+
+    def key(self) -> tuple:
+        return (self.name, self._values) if self._spiking else (self.name, self._values, "non-spiking")
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        spiking = [] if self._spiking else ["spiking=False"]
+        return f"{self.name}({', '.join([*(f'{n}={v!r}' for n, v in self._values), *spiking])})"
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self._init_kwargs(), self._frozen))
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return self.params if self._spiking else {**self.params, "spiking": False}
+
+    def _sympy_params(self) -> dict[str, sympy.Expr]:
+        return {n: _number(v) for n, v in self._values}
+
+    def gradient(self, z: sympy.Symbol) -> sympy.Expr:
+        """dΘ/dz as used in backward, with the parameters substituted as numbers."""
+        return self._gradient(z, **self._sympy_params())
+
+    def primitive(self, z: sympy.Symbol) -> sympy.Expr | None:
+        """The smooth surrogate function whose derivative is `gradient`, or None if none is documented."""
+        return self._primitive(z, **self._sympy_params())
+
+    def _gradient(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr:
+        raise NotImplementedError
+
+    def _primitive(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr | None:
+        return None
+
+    def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """The gradient evaluated with torch ops (same dtype and device as `x`)."""
+        from .torch_eval import evaluate
+
+        symbol, gradient = self.gradient_of_x()
+        return evaluate(gradient, {symbol: x})
+
+    def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
+        """(x, the gradient in x), built once: torch.compile traces `torch_gradient` through the cached pair,
+        never through sympy (call this before compiling: the reference's plans do)."""
+        cached = self.__dict__.get("_gradient_x")
+        if cached is None:
+            from .torch_eval import prepare_expression
+
+            cached = (_x(), prepare_expression(self.gradient(_x())))
+            object.__setattr__(self, "_gradient_x", cached)
+        return cached
+
+    def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
+        """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
+        in backward; with spiking=False, the primitive (autograd differentiates it: its derivative is the
+        gradient)."""
+        if self._spiking:
+            return _SpikeFunction.apply(x, self, strict)
+        from .torch_eval import evaluate
+
+        cached = self.__dict__.get("_primitive_x")
+        if cached is None:
+            cached = self.primitive(_x())
+            object.__setattr__(self, "_primitive_x", cached)
+        return evaluate(cached, {_x(): x})
+
+
+def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any], frozen: bool = False) -> Surrogate:
+    made = cls(**kwargs)
+    if frozen:
+        object.__setattr__(made, "_frozen", True)
+    return made
+
+
+class _SpikeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, surrogate: Surrogate, strict: bool) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.surrogate = surrogate
+        return (x > 0 if strict else x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (x,) = ctx.saved_tensors
+        return grad * ctx.surrogate.torch_gradient(x), None, None
+
+
+_ALPHA = {"alpha": "positive"}
+
+
+class Sigmoid(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 4.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha * _sg_slope(alpha * x)
+
+    def _primitive(self, x, alpha):
+        return _sg(alpha * x)
+
+
+class ATan(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return (alpha / 2) / (1 + (sympy.pi / 2 * alpha * x) ** 2)
+
+    def _primitive(self, x, alpha):
+        return sympy.atan(sympy.pi / 2 * alpha * x) / sympy.pi + sympy.Rational(1, 2)
+
+
+class PiecewiseQuadratic(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((0, sympy.Abs(x) > 1 / alpha), (alpha - alpha**2 * sympy.Abs(x), True))
+
+    def _primitive(self, x, alpha):
+        middle = -(alpha**2) / 2 * x * sympy.Abs(x) + alpha * x + sympy.Rational(1, 2)
+        return sympy.Piecewise((0, x < -1 / alpha), (1, x > 1 / alpha), (middle, True))
+
+
+class PiecewiseExp(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / 2 * sympy.exp(-alpha * sympy.Abs(x))
+
+    def _primitive(self, x, alpha):
+        return sympy.Piecewise((sympy.exp(alpha * x) / 2, x < 0), (1 - sympy.exp(-alpha * x) / 2, True))
+
+
+class SoftSign(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return 1 / (2 * alpha * (1 / alpha + sympy.Abs(x)) ** 2)
+
+    def _primitive(self, x, alpha):
+        return (x / (1 / alpha + sympy.Abs(x)) + 1) / 2
+
+
+class SuperSpike(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / (1 + sympy.Abs(x)) ** 2
+
+
+class NonzeroSignLogAbs(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return 1 / (1 / alpha + sympy.Abs(x))
+
+    def _primitive(self, x, alpha):  # sign(x)·log(|αx| + 1), with sign(0) taken as +1
+        return sympy.Piecewise((-sympy.log(1 - alpha * x), x < 0), (sympy.log(1 + alpha * x), True))
+
+
+class Erf(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return alpha / sympy.sqrt(sympy.pi) * sympy.exp(-(alpha**2) * x**2)
+
+    def _primitive(self, x, alpha):
+        return (1 + sympy.erf(alpha * x)) / 2
+
+
+class PiecewiseLeakyReLU(Surrogate):
+    DEFAULTS, DOMAIN = (("w", 1.0), ("c", 0.01)), {"w": "positive"}
+
+    def _gradient(self, x, w, c):
+        return sympy.Piecewise((1 / (2 * w), sympy.Abs(x) <= w), (c, True))
+
+    def _primitive(self, x, w, c):
+        return sympy.Piecewise((c * (x + w), x < -w), (c * (x - w) + 1, x > w),
+                               (x / (2 * w) + sympy.Rational(1, 2), True))
+
+
+class S2NN(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 4.0), ("beta", 1.0)), _ALPHA
+
+    def _gradient(self, x, alpha, beta):
+        return sympy.Piecewise((alpha * _sg_slope(alpha * x), x < 0), (beta / (x + 1), True))
+
+    def _primitive(self, x, alpha, beta):
+        # SpikingJelly's: log(|x + 1| + 1e-5), finite where torch evaluates the branch it does not pick (x <= -1)
+        tail = beta * sympy.log(sympy.Abs(x + 1) + sympy.Float(1e-5)) + sympy.Rational(1, 2)
+        return sympy.Piecewise((_sg(alpha * x), x < 0), (tail, True))
+
+
+class QPseudoSpike(Surrogate):
+    DEFAULTS, DOMAIN = (("alpha", 2.0),), {"alpha": "above_one"}
+
+    def _gradient(self, x, alpha):
+        return (1 + 2 * sympy.Abs(x) / (alpha - 1)) ** (-alpha)
+
+    def _primitive(self, x, alpha):
+        # Each branch's base is clipped at x = 0 (Min, Max), so that it stays >= 1 where torch evaluates the branch it
+        # does not pick: a negative base to a fractional power is NaN, and so would be its (discarded) gradient
+        half = sympy.Rational(1, 2)
+        return sympy.Piecewise((half * (1 - 2 * sympy.Min(x, 0) / (alpha - 1)) ** (1 - alpha), x < 0),
+                               (1 - half * (1 + 2 * sympy.Max(x, 0) / (alpha - 1)) ** (1 - alpha), True))
+
+
+class LeakyKReLU(Surrogate):
+    DEFAULTS = (("leak", 0.0), ("k", 1.0))
+
+    def _gradient(self, x, leak, k):
+        return sympy.Piecewise((k, x >= 0), (leak, True))
+
+    def _primitive(self, x, leak, k):
+        return sympy.Piecewise((k * x, x >= 0), (leak * x, True))
+
+
+class FakeNumericalGradient(Surrogate):
+    """min((2Θ(x) - 1)/x, α) = min(1/|x|, α), written so that x = 0 gives α without dividing by zero."""
+
+    DEFAULTS, DOMAIN = (("alpha", 0.3),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, sympy.Abs(x) <= 1 / alpha), (1 / sympy.Abs(x), True))
+
+
+class LogTailedReLU(Surrogate):
+    DEFAULTS = (("alpha", 0.0),)
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, x <= 0), (1, x <= 1), (1 / x, True))
+
+    def _primitive(self, x, alpha):
+        return sympy.Piecewise((alpha * x, x <= 0), (x, x <= 1), (sympy.log(x) + 1, True))
+
+
+class Rect(Surrogate):
+    """α where |x| < 1/(2α), else 0: SpikingJelly's code, whose inequality is strict (0 at |x| = 1/(2α))."""
+
+    DEFAULTS, DOMAIN = (("alpha", 1.0),), _ALPHA
+
+    def _gradient(self, x, alpha):
+        return sympy.Piecewise((alpha, sympy.Abs(x) < 1 / (2 * alpha)), (0, True))
+
+    def _primitive(self, x, alpha):  # clamp(αx + 1/2, 0, 1)
+        half = 1 / (2 * alpha)
+        return sympy.Piecewise((0, x < -half), (1, x > half), (alpha * x + sympy.Rational(1, 2), True))
+
+
+class SquarewaveFourierSeries(Surrogate):
+    """The first n - 1 odd terms of the Fourier series of a square wave of period T_period:
+    (4/T) Σ_{i<n} cos((2i - 1)ωx), ω = 2π/T (0 for n = 1, as SpikingJelly's loop gives)."""
+
+    DEFAULTS, DOMAIN = (("n", 2.0), ("T_period", 8.0)), {"n": "count", "T_period": "positive"}
+
+    def _gradient(self, x, n, T_period):
+        w = 2 * sympy.pi / T_period
+        return 4 / T_period * sympy.Add(*(sympy.cos((2 * i - 1) * w * x) for i in range(1, int(n))))
+
+    def _primitive(self, x, n, T_period):
+        w = 2 * sympy.pi / T_period
+        terms = sympy.Add(*(sympy.sin((2 * i - 1) * w * x) / (2 * i - 1) for i in range(1, int(n))))
+        return sympy.Rational(1, 2) + 2 / sympy.pi * terms
+
+
+class DeterministicPass(Surrogate):
+    """The straight-through estimator: gradient 1; the primitive is x itself."""
+
+    def _gradient(self, x):
+        return sympy.Integer(1)
+
+    def _primitive(self, x):
+        return x
+
+
+class Custom(Surrogate):
+    """A user gradient: an expression of `x` (parsed through the spec whitelist) and named parameters."""
+
+    _text: str
+    _expr: sympy.Expr
+
+    def __init__(self, gradient: str, **params: float):
+        from .parse import check_identifier, parse_expression
+
+        for name in params:
+            check_identifier(name, field=f"surrogate.{name}")
+            if name == "x":
+                raise SpecError("'x' is the surrogate's variable, not a parameter", field="surrogate.x",
+                                symbol="x")
+        values = tuple((n, _check_value("Custom", n, v, None)) for n, v in params.items())
+        symbols = {"x": _x(), **{n: sympy.Symbol(n, real=True) for n in params}}
+        expr = parse_expression(gradient, symbols, field="surrogate.gradient")
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_text", gradient)
+        object.__setattr__(self, "_expr", expr.xreplace({symbols[n]: _number(v) for n, v in values}))
+
+    @property
+    def gradient_text(self) -> str:
+        return self._text
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr == "spiking":
+            object.__setattr__(self, attr, value)
+            return
+        raise AttributeError(f"Custom surrogates cannot be changed ({attr!r}): build a new Custom")
+
+    def key(self) -> tuple:
+        return (self.name, sympy.srepr(self._expr), self._values)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {n}={v!r}" for n, v in self._values)
+        return f"Custom({self._text!r}{extra})"
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        return {"gradient": self._text, **self.params}
+
+    def gradient(self, z: sympy.Symbol) -> sympy.Expr:
+        return self._expr.xreplace({_x(): z})
+
+
+SURROGATES: Mapping[str, type[Surrogate]] = {cls.__name__: cls for cls in (
+    Sigmoid, ATan, PiecewiseQuadratic, PiecewiseExp, SoftSign, SuperSpike, NonzeroSignLogAbs, Erf,
+    PiecewiseLeakyReLU, S2NN, QPseudoSpike, LeakyKReLU, FakeNumericalGradient, LogTailedReLU, Rect,
+    SquarewaveFourierSeries, DeterministicPass, Custom)}
+_BY_LOWER = {name.lower(): cls for name, cls in SURROGATES.items()}
+
+
+def surrogate_from_spec(name: str, params: Mapping[str, Any] | None = None) -> Surrogate:
+    """Build a surrogate from its (case-insensitive) class name and parameters, e.g. a TOML table."""
+    cls = _BY_LOWER.get(name.lower()) if isinstance(name, str) else None
+    if cls is None:
+        raise SpecError(f"unknown surrogate {name!r} (known: {', '.join(SURROGATES)})", field="surrogate.name",
+                        symbol=str(name))
+    params = dict(params or {})
+    if cls is Custom and "gradient" not in params:
+        raise SpecError("a Custom surrogate needs a 'gradient' expression of x", field="surrogate.gradient")
+    return cls(**params)
+
+
+def get_surrogate(obj: Surrogate | str | Mapping[str, Any] | Any) -> Surrogate:
+    """A Surrogate from a Surrogate, a name, a {'name': ..., params} mapping or a SpikingJelly surrogate."""
+    if isinstance(obj, Surrogate):
+        return obj
+    if isinstance(obj, str):
+        return surrogate_from_spec(obj)
+    if isinstance(obj, Mapping):
+        params = dict(obj)
+        name = params.pop("name", "Custom" if "gradient" in params else None)
+        if name is None:
+            raise SpecError("a surrogate table needs a 'name' or a 'gradient'", field="surrogate.name")
+        return surrogate_from_spec(name, params)
+    cls = SURROGATES.get(type(obj).__name__)
+    if cls is None or cls is Custom:
+        raise SpecError(f"cannot use {type(obj).__name__} as a surrogate (known: {', '.join(SURROGATES)})",
+                        field="surrogate", symbol=type(obj).__name__)
+    spiking = bool(getattr(obj, "spiking", True))
+    return cls(**{n: float(getattr(obj, n)) for n, _ in cls.DEFAULTS if hasattr(obj, n)}, spiking=spiking)
