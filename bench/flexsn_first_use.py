@@ -113,7 +113,8 @@ import autocuda.nn
 from autocuda.spec.surrogate import Sigmoid
 t1 = time.perf_counter()
 from autocuda import ops
-from autocuda.runtime import compile as compiling, launch, neuron_launch
+from autocuda.runtime import neuron_launch
+from autocuda.toolchain import compile as compiling, launch
 timed(neuron_launch.NeuronConfig, "_generate", "derive_render_s")
 timed(compiling, "nvrtc_compile", "compile_s")
 timed(launch, "kernel_function", "load_s")

@@ -356,7 +356,7 @@ def test_side_stream_and_cuda_graph_match_default_stream():
 WARM_CACHE_SCRIPT = textwrap.dedent("""
     import json, sys, torch
     from autocuda import functional as F
-    from autocuda.runtime import compile
+    from autocuda.toolchain import compile
     x = torch.rand(4, 3, 33, device="cuda", requires_grad=True)
     s, (v, w), _ = F.multi_step("izhikevich", x, a=0.1, b=0.2)
     (s.sum() + v.sum() + w.sum()).backward()
