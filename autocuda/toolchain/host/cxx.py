@@ -14,8 +14,8 @@ from pathlib import Path
 # so host results are the plain IEEE evaluation order, as torch's element-wise reference computes them.
 # No -ffast-math: kernels must keep NaN/Inf semantics. Hidden visibility keeps the kernel's extern "C"
 # symbol bound inside its own library (no interposition by a same-named symbol loaded earlier).
-# -fno-schedule-insns2: no reordering of the instructions after register allocation, a tenth of a kernel's
-# compile; the same instructions compute the same values in any order (clang ignores the flag).
+# -fno-schedule-insns2: no reordering of the instructions after register allocation, a pass whose only effect is
+# the order (the same instructions compute the same values in any order; clang ignores the flag).
 CXX_FLAGS = ("-std=c++17", "-O2", "-fno-schedule-insns2", "-shared", "-fPIC", "-fvisibility=hidden",
              "-ffp-contract=off")
 DEFAULT_CUDA_INCLUDE = Path("/usr/local/cuda/include")
