@@ -4,6 +4,7 @@ step) load, compute and store, written in the builder's vocabulary. Tensor names
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import sympy as sp
 
@@ -185,15 +186,17 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement(f"{out}[lane]", value, declare=False)
     for s, value in zip(system.states, grad_states):
         b.statement(c_name(s.name, "grad_prev"), value)
+    stored = [(p, value) for p, value in zip(system.learnable, grad_params) if _stores_gradient(b, p)]
+    # A parameter's term reads λ = d loss / d (the step's new states): it is summed before the registers of λ
+    # take the previous step's values (in that order only where a term reads one, as an update's parameter does)
+    adjoints = re.compile("|".join(rf"(?<!\w){re.escape(c_name(s.name, 'grad'))}\[lane\]" for s in system.states))
+    early = any(adjoints.search(value) for _, value in stored)
+    if early:
+        _sum_param_gradients(b, stored)
     for s in system.states:
         b.statement(f"{c_name(s.name, 'grad')}[lane]", c_name(s.name, "grad_prev"), declare=False)
-    stored = [(p, value) for p, value in zip(system.learnable, grad_params) if _stores_gradient(b, p)]
-    for p, value in stored:
-        acc = c_name(p.name, "acc")
-        b.register(acc)
-        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", acc, "", "", b.compute.literal(0),
-                                     vectorizable=False))
-        b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
+    if not early:
+        _sum_param_gradients(b, stored)
     if carry_h:
         b.statement("ac_h_cur[lane]", "ac_h_prev[lane]", declare=False)
     sums = options.gradients == "sums"
@@ -208,6 +211,16 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
+
+
+def _sum_param_gradients(b: Builder, stored: list[tuple[sp.Symbol, str]]) -> None:
+    """Add each learnable parameter's term of this step to its sum (a register set to 0 before the loop)."""
+    for p, value in stored:
+        acc = c_name(p.name, "acc")
+        b.register(acc)
+        b.plan.setup.append(Transfer(f"sum of d loss / d {p.name}", acc, "", "", b.compute.literal(0),
+                                     vectorizable=False))
+        b.statement(f"{acc}[lane]", b.compute.op("add", f"{acc}[lane]", value), declare=False)
 
 
 _SCALE, _SHIFT = sp.Symbol("ac_gx_scale", real=True), sp.Symbol("ac_gx_shift", real=True)  # c1 and c0
