@@ -13,9 +13,11 @@ import pytest
 import sympy as sp
 import torch
 
+from autocuda.codegen import noise
 from autocuda.codegen.kernels import derivation, neuron_kernel
 from autocuda.runtime import reference
 from autocuda.spec.derive import H
+from autocuda.spec.draws import system_draws
 from autocuda.spec.load import list_specs, load_spec
 from autocuda.spec.model import NeuronSpec, reset_rules
 from autocuda.spec.system import initial_value
@@ -49,10 +51,12 @@ def _inputs(spec, system, reset, generator, shared=False):
     return tuple(x.requires_grad_(True) for x in xs), initial, params
 
 
-def _forward_with_saves(d, spec, xs, initial, params):
+def _forward_with_saves(d, spec, xs, initial, params, seed):
     states, spikes, hs, seqs = tuple(initial), [], [], [[] for _ in initial]
-    for x in zip(*xs):  # each step's inputs
-        spike, states, h = reference.step(d.system, x, states, params, spec.surrogate, d.detach_reset)
+    draws = system_draws(d.system)
+    for t, x in enumerate(zip(*xs)):  # each step's inputs (and draws, of a spec that makes any)
+        drawn = noise.step_values(draws, seed, t, x[0]) if draws else None
+        spike, states, h = reference.step(d.system, x, states, params, spec.surrogate, d.detach_reset, drawn)
         spikes.append(spike)
         hs.append(h)
         for seq, s in zip(seqs, states):
@@ -110,7 +114,8 @@ def _check_against_autograd(spec, reset, detach_reset, shared=False):
     d = derivation(spec, reset, detach_reset)
     generator = torch.Generator().manual_seed(zlib.crc32(f"{name}-{reset}-{detach_reset}".encode()))
     xs, initial, params = _inputs(spec, d.system, reset, generator, shared)
-    spike_seq, finals, h_seq, state_seqs = _forward_with_saves(d, spec, xs, initial, params)
+    seed = noise.Seed(zlib.crc32(name.encode()), offset=3)  # for a spec that draws
+    spike_seq, finals, h_seq, state_seqs = _forward_with_saves(d, spec, xs, initial, params, seed)
     grad_spike = torch.randn_like(spike_seq)
     grad_finals = [torch.randn_like(f) for f in finals]
     grad_seqs = [torch.randn_like(s) for s in state_seqs]
@@ -128,7 +133,7 @@ def _check_against_autograd(spec, reset, detach_reset, shared=False):
         grad_xs, grad_init, grad_params = reference.derived_backward(
             d, spec.surrogate, tuple(x.detach() for x in xs), [s.detach() for s in initial],
             {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in params.items()},
-            h_seq.detach(), saved, grad_spike, grad_finals, grad_seqs)
+            h_seq.detach(), saved, grad_spike, grad_finals, grad_seqs, seed=seed)
     if shared:
         grad_params = tuple(g.sum(0) for g in grad_params)
     for got, want, what in zip([*grad_xs, *grad_init, *grad_params], expected,

@@ -12,6 +12,7 @@ from conftest import compile_launched
 from autocuda.call import functional as F
 from autocuda.call import program
 from autocuda.runtime.neuron_launch import KIND_OPTIONS
+from autocuda.spec.draws import makes_draws
 from autocuda.spec.load import list_specs, load_spec
 
 SPECS = [name for name, _ in list_specs()]
@@ -50,7 +51,8 @@ def test_shapes_and_dtypes(name: str, dtype: torch.dtype):
     assert F.multi_step(name, given(xs))[2] is None
 
 
-@pytest.mark.parametrize("name", SPECS)
+# a spec that draws is left out: each call draws anew, so single steps make other draws than one sequence's
+@pytest.mark.parametrize("name", [name for name in SPECS if not makes_draws(load_spec(name))])
 def test_multi_step_equals_stepped_single_steps(name: str):
     xs = spec_inputs(name, 5, 7, seed=1)
     spikes, finals, _ = F.multi_step(name, given(xs))

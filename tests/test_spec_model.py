@@ -15,8 +15,8 @@ from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.spec.surrogate import ATan, Custom, Sigmoid
 
 SHIPPED = ["adex", "alif", "clif", "conductance_lif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo",
-           "if", "ilif", "izhikevich", "klif", "liaf", "lif", "nonspiking_if", "nonspiking_lif", "parametric_lif",
-           "qif", "raf", "resonate_fire", "sfa_lif", "ternary_if", "ternary_lif", "two_compartment"]
+           "if", "ilif", "izhikevich", "klif", "liaf", "lif", "noisy_cuba_lif", "nonspiking_if", "nonspiking_lif",
+           "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif", "ternary_if", "ternary_lif", "two_compartment"]
 # Specs that never reset (their output is the membrane, or the reset is an update), and the membrane of each
 NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v"}
 SOFT_RESET = {"ilif"}  # SpikingJelly's ILIFNode has no v_reset

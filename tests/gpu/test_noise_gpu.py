@@ -94,3 +94,30 @@ def test_every_dtype_runs_against_the_reference(dtype):
         torch.testing.assert_close(grad_x, ref_grad_x, rtol=tolerance, atol=tolerance)
         torch.testing.assert_close(grad_sigma, ref_grad_sigma, rtol=tolerance, atol=tolerance)
     assert torch.isfinite(grad_x).all() and torch.isfinite(grad_sigma).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_shipped_noisy_cuba_lif_against_the_float64_reference(dtype):
+    """The shipped spec (draws in the charge and in an update; a learnable scale on each): the kernels in every dtype
+    against the float64 reference under one seed: outputs, the input's and both noise scales' gradients."""
+    x = 0.8 * torch.rand(T, N, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    results = {}
+    for backend, data in (("cuda", x.to("cuda", dtype)), ("reference", x.to("cuda"))):
+        layer = ann.Neuron("noisy_cuba_lif", step_mode="m", backend=backend).to("cuda")
+        given = data.clone().requires_grad_()
+        torch.manual_seed(9)
+        out = layer(given)
+        out.double().sum().backward()
+        results[backend] = (out.detach().double(), given.grad.double(), layer.sigma_v.grad.double(),
+                            layer.sigma_s.grad.double())
+    (out, grad_x, grad_v, grad_s), (ref_out, ref_grad_x, ref_grad_v, ref_grad_s) = results["cuda"], results["reference"]
+    tolerance = {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-2, torch.bfloat16: 1e-1}[dtype]
+    flipped = ((out - ref_out).abs() > 0.5).double().mean()  # a spike decided otherwise near the threshold
+    assert float(flipped) <= (0 if dtype == torch.float64 else 0.01)
+    if dtype == torch.float64:
+        torch.testing.assert_close(out, ref_out, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(grad_x, ref_grad_x, rtol=tolerance, atol=tolerance)
+    for got, want in ((grad_v, ref_grad_v), (grad_s, ref_grad_s)):  # sums over every neuron and step
+        torch.testing.assert_close(got, want, rtol=min(tolerance, 0.1),
+                                   atol=tolerance * float(want.abs()) + 1e-6)
+    assert torch.isfinite(grad_x).all()
