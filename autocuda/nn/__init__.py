@@ -7,6 +7,8 @@
 - `spikingjelly_more.py`: more of SpikingJelly's classes (`SimpleIFNode`, `CUBALIFNode`, `KLIFNode`, ...).
 - `spikingjelly_variants.py`: SpikingJelly's classes whose output is not the spike (`NonSpikingIFNode`,
   `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
+- `spikingjelly_noisy.py`: SpikingJelly's noisy nodes (`NoisyCUBALIFNode`, ...: 1/f^beta noise episodes);
+  `spikingjelly_ilc.py`: its nodes with inter-layer connections (`ILCIFNode`, ...).
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
   `ILIFNode`).
 
@@ -29,6 +31,9 @@ _HOMES = {
     **dict.fromkeys(("NonSpikingIFNode", "NonSpikingLIFNode", "LIAFNode", "ComplementaryLIFNode"),
                     ".spikingjelly_variants"),
     **dict.fromkeys(("TernaryIFNode", "TernaryLIFNode", "ILIFNode"), ".spikingjelly_levels"),
+    **dict.fromkeys(("NoisyBaseNode", "NoisyCUBALIFNode", "NoisyILCBaseNode", "NoisyILCCUBALIFNode",
+                     "NoisyNonSpikingBaseNode", "NoisyNonSpikingIFNode"), ".spikingjelly_noisy"),
+    **dict.fromkeys(("ILCBaseNode", "ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode"), ".spikingjelly_ilc"),
     "FlexSN": ".flexsn",
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
