@@ -8,7 +8,8 @@
 - `spikingjelly_variants.py`: SpikingJelly's classes whose output is not the spike (`NonSpikingIFNode`,
   `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
 - `spikingjelly_noisy.py`: SpikingJelly's noisy nodes (`NoisyCUBALIFNode`, ...: 1/f^beta noise episodes);
-  `spikingjelly_ilc.py`: its nodes with inter-layer connections (`ILCIFNode`, ...).
+  `spikingjelly_ilc.py`: its nodes with inter-layer connections (`ILCIFNode`, ...);
+  `spikingjelly_few_spike.py`: its few-spike nodes (`FewSpikeNode`, `HGNode`, ... and `FewSpikeTable`).
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
   `ILIFNode`).
 
@@ -34,6 +35,8 @@ _HOMES = {
     **dict.fromkeys(("NoisyBaseNode", "NoisyCUBALIFNode", "NoisyILCBaseNode", "NoisyILCCUBALIFNode",
                      "NoisyNonSpikingBaseNode", "NoisyNonSpikingIFNode"), ".spikingjelly_noisy"),
     **dict.fromkeys(("ILCBaseNode", "ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode"), ".spikingjelly_ilc"),
+    **dict.fromkeys(("FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"),
+                    ".spikingjelly_few_spike"),
     "FlexSN": ".flexsn",
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),

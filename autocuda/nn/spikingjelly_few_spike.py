@@ -1,0 +1,251 @@
+"""SpikingJelly 2.0's few-spike neurons (neuron/few_spike.py; Stöckl and Maass's FS-neurons, for converting an
+ANN's activation into K weighted spikes): a table of K steps (θ_k, h_k, d_k) turns a gate value v into the spikes
+z_k = Θ(v_k - θ_k), v_{k+1} = v_k - h_k·z_k, and the output Σ_k d_k·z_k (single step) or the sequence d_k·z_k
+(multi-step, whose gate is the sum of the K inputs). The spike's gradient is the surrogate's.
+
+- `FewSpikeTable(theta, h, d)`: the table (SpikingJelly's, with its checks);
+- `FewSpikeNode(table)`: one table;
+- `OutlierAwareThresholdNode(table, outlier_table, split_threshold, clamp_value)`: |gate| above split_threshold
+  runs the outlier table, the sign restored after (the gate clamped to ±clamp_value first);
+- `HGNode(tables, gate_thresholds)`: the gate's region among the thresholds picks the table.
+
+A torch composition: the table is a different parameter at each of the K steps, which the spec language has no
+form for (its parameters are the same at every step), and K is small (a handful of element-wise operations per
+step). The constructors, buffers (names, shapes, dtypes), checks and results are SpikingJelly's; a table may be
+ours or SpikingJelly's `FewSpikeTable`; `surrogate_function` takes ours or SpikingJelly's objects.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..spec.surrogate import Sigmoid
+
+__all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
+
+
+def _vector(name: str, value: Any) -> torch.Tensor:
+    """A table's column: a non-empty, finite, real 1-D tensor (integers as the default float dtype), copied."""
+    tensor = torch.as_tensor(value)
+    if tensor.dim() != 1:
+        raise ValueError(f"{name}: must be a 1-D tensor or sequence, got shape {tuple(tensor.shape)}")
+    if tensor.numel() == 0:
+        raise ValueError(f"{name}: must not be empty")
+    if torch.is_complex(tensor):
+        raise TypeError(f"{name}: must be real, got {tensor.dtype}")
+    if not torch.is_floating_point(tensor):
+        tensor = tensor.to(torch.get_default_dtype())
+    if not torch.isfinite(tensor).all():
+        raise ValueError(f"{name}: must hold finite values only")
+    return tensor.detach().clone()
+
+
+class FewSpikeTable:
+    """`FewSpikeTable(theta, h, d)`: K steps' thresholds θ, membrane decrements h and output weights d."""
+
+    def __init__(self, theta: Any, h: Any, d: Any):
+        self.theta, self.h, self.d = _vector("theta", theta), _vector("h", h), _vector("d", d)
+        if not self.theta.shape == self.h.shape == self.d.shape:
+            raise ValueError(f"theta, h and d: must have one shape, got {tuple(self.theta.shape)}, "
+                             f"{tuple(self.h.shape)} and {tuple(self.d.shape)}")
+
+    @property
+    def K(self) -> int:
+        return self.theta.numel()
+
+    def __repr__(self) -> str:
+        return f"FewSpikeTable(K={self.K})"
+
+
+def as_table(name: str, table: Any, steps: int | None = None) -> FewSpikeTable:
+    """Ours, or any table with `theta`, `h` and `d` (SpikingJelly's FewSpikeTable), checked as ours; of `steps`
+    steps where given."""
+    if not all(hasattr(table, column) for column in ("theta", "h", "d")):
+        raise TypeError(f"{name}: expected a FewSpikeTable, got {type(table).__name__}")
+    if not isinstance(table, FewSpikeTable):
+        table = FewSpikeTable(table.theta, table.h, table.d)
+    if steps is not None and table.K != steps:
+        raise ValueError(f"{name}: must have K = {steps} steps (the first table's), got {table.K}")
+    return table
+
+
+def _like(tensor: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    return tensor.to(device=reference.device, dtype=reference.dtype).clone()
+
+
+class FewSpikeNode(nn.Module):
+    """`FewSpikeNode(table, surrogate_function=Sigmoid(), step_mode='s')`: 's' takes the gate x [*] and returns
+    Σ_k d_k z_k [*]; 'm' takes x_seq [K, *] (the gate is its sum) and returns d_k z_k [K, *]."""
+
+    theta: torch.Tensor
+    h: torch.Tensor
+    d: torch.Tensor
+
+    def __init__(self, table: FewSpikeTable, surrogate_function: Any = None, step_mode: str = "s"):
+        super().__init__()
+        table = as_table("table", table)
+        self.register_buffer("theta", table.theta.clone())
+        self.register_buffer("h", table.h.clone())
+        self.register_buffer("d", table.d.clone())
+        self._start(surrogate_function, step_mode)
+
+    def _start(self, surrogate_function: Any, step_mode: str) -> None:
+        self.surrogate_function = Sigmoid() if surrogate_function is None else surrogate_function
+        self.step_mode = step_mode
+
+    @property
+    def step_mode(self) -> str:
+        return self.__dict__["_step_mode"]
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value not in ("s", "m"):
+            raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
+        self.__dict__["_step_mode"] = value
+
+    @property
+    def K(self) -> int:
+        return self.theta.numel()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.multi_step_forward(x) if self.step_mode == "m" else self.single_step_forward(x)
+
+    def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_input("x", x)
+        return self._from_gate(x, sequence=False)
+
+    def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        _check_input("x_seq", x_seq)
+        if x_seq.dim() < 1 or x_seq.shape[0] != self.K:
+            raise ValueError(f"x_seq: expected shape [K = {self.K}, *], got {tuple(x_seq.shape)}")
+        return self._from_gate(x_seq.sum(dim=0), sequence=True)
+
+    def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
+        return self._steps(gate, self.theta, self.h, self.d, sequence)
+
+    def _steps(self, gate: torch.Tensor, theta: Iterable[torch.Tensor], h: Iterable[torch.Tensor],
+               d: Iterable[torch.Tensor], sequence: bool) -> torch.Tensor:
+        """The K steps from the gate, each step's (θ_k, h_k, d_k) a table entry or a tensor of them per element:
+        the weighted spikes [K, *] where `sequence`, else their sum."""
+        v, outputs = gate, []
+        for theta_k, h_k, d_k in zip(theta, h, d):
+            z = self.surrogate_function(v - theta_k)
+            outputs.append(d_k * z)
+            v = v - h_k * z
+        if sequence:
+            return torch.stack(outputs)
+        total = torch.zeros_like(gate)
+        for weighted in outputs:  # summed in step order, from zero
+            total = total + weighted
+        return total
+
+    def extra_repr(self) -> str:
+        return f"K={self.K}, step_mode={self.step_mode}"
+
+
+def _check_input(name: str, x: Any) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if not torch.is_floating_point(x):
+        raise TypeError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+
+
+class OutlierAwareThresholdNode(FewSpikeNode):
+    """`OutlierAwareThresholdNode(table, outlier_table, split_threshold, clamp_value=None, surrogate_function=
+    Sigmoid(), step_mode='s')`: the magnitude of the gate (clamped to ±clamp_value) runs `table` up to
+    split_threshold and `outlier_table` above it; the output takes the gate's sign."""
+
+    outlier_theta: torch.Tensor
+    outlier_h: torch.Tensor
+    outlier_d: torch.Tensor
+
+    def __init__(self, table: FewSpikeTable, outlier_table: FewSpikeTable, split_threshold: float,
+                 clamp_value: float | None = None, surrogate_function: Any = None, step_mode: str = "s"):
+        table = as_table("table", table)
+        outlier_table = as_table("outlier_table", outlier_table, table.K)
+        split_threshold = float(split_threshold)
+        if not math.isfinite(split_threshold) or split_threshold < 0:
+            raise ValueError(f"split_threshold: must be finite and >= 0, got {split_threshold!r}")
+        if clamp_value is not None:
+            clamp_value = float(clamp_value)
+            if not math.isfinite(clamp_value) or clamp_value <= 0:
+                raise ValueError(f"clamp_value: must be finite and > 0 (or None), got {clamp_value!r}")
+            if clamp_value < split_threshold:
+                raise ValueError(f"clamp_value: must be >= split_threshold ({split_threshold}), got {clamp_value}")
+        super().__init__(table, surrogate_function, step_mode)
+        for column in ("theta", "h", "d"):
+            self.register_buffer(f"outlier_{column}", _like(getattr(outlier_table, column), getattr(table, column)))
+        self.split_threshold, self.clamp_value = split_threshold, clamp_value
+
+    def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
+        if self.clamp_value is not None:
+            gate = gate.clamp(-self.clamp_value, self.clamp_value)
+        sign, magnitude = torch.sign(gate).detach(), gate.abs()
+        inlier = magnitude <= self.split_threshold
+
+        def pick(column: str) -> Iterable[torch.Tensor]:
+            outlier = getattr(self, f"outlier_{column}")
+            return (torch.where(inlier, a, b) for a, b in zip(getattr(self, column), outlier))
+
+        output = self._steps(magnitude, pick("theta"), pick("h"), pick("d"), sequence)
+        return output * (sign.unsqueeze(0) if sequence else sign)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, split_threshold={self.split_threshold}, clamp_value={self.clamp_value}"
+
+
+class HGNode(FewSpikeNode):
+    """`HGNode(tables, gate_thresholds, surrogate_function=Sigmoid(), step_mode='s')`: len(tables) - 1 strictly
+    increasing thresholds split the gate's range into regions, region i running tables[i] (torch.bucketize's
+    regions: a gate equal to a threshold is in the region below it)."""
+
+    region_theta: torch.Tensor
+    region_h: torch.Tensor
+    region_d: torch.Tensor
+    gate_thresholds: torch.Tensor
+
+    def __init__(self, tables: Sequence[FewSpikeTable], gate_thresholds: Any, surrogate_function: Any = None,
+                 step_mode: str = "s"):
+        if len(tables) == 0:
+            raise ValueError("tables: must hold at least one FewSpikeTable")
+        first = as_table("tables[0]", tables[0])
+        checked = [first, *(as_table(f"tables[{i}]", t, first.K) for i, t in enumerate(tables[1:], start=1))]
+        thresholds = torch.as_tensor(gate_thresholds)
+        if thresholds.dim() != 1:
+            raise ValueError(f"gate_thresholds: must be 1-D, got shape {tuple(thresholds.shape)}")
+        if torch.is_complex(thresholds):
+            raise TypeError("gate_thresholds: must be real")
+        thresholds = _like(thresholds, first.theta)
+        if thresholds.numel() != len(checked) - 1:
+            raise ValueError(f"gate_thresholds: must have len(tables) - 1 = {len(checked) - 1} values, got "
+                             f"{thresholds.numel()}")
+        if not torch.isfinite(thresholds).all():
+            raise ValueError("gate_thresholds: must hold finite values only")
+        if thresholds.numel() > 1 and not bool((thresholds[1:] > thresholds[:-1]).all()):
+            raise ValueError("gate_thresholds: must be strictly increasing")
+        nn.Module.__init__(self)  # no single table's buffers: a table per region
+        for column in ("theta", "h", "d"):
+            reference = getattr(first, column)
+            self.register_buffer(f"region_{column}", torch.stack([_like(getattr(t, column), reference)
+                                                                  for t in checked]))
+        self.register_buffer("gate_thresholds", thresholds)
+        self._start(surrogate_function, step_mode)
+
+    @property
+    def K(self) -> int:
+        return self.region_theta.shape[1]
+
+    def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
+        region = torch.bucketize(gate.detach(), self.gate_thresholds)
+
+        def pick(column: torch.Tensor) -> Iterable[torch.Tensor]:
+            return (column[:, k][region] for k in range(self.K))
+
+        return self._steps(gate, pick(self.region_theta), pick(self.region_h), pick(self.region_d), sequence)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, regions={self.region_theta.shape[0]}, gate_thresholds={self.gate_thresholds}"
