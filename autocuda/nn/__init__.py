@@ -9,7 +9,8 @@
   `LIAFNode`, ...) or whose reset is an update (`ComplementaryLIFNode`); `output.py`: a spec's output.
 - `spikingjelly_noisy.py`: SpikingJelly's noisy nodes (`NoisyCUBALIFNode`, ...: 1/f^beta noise episodes);
   `spikingjelly_ilc.py`: its nodes with inter-layer connections (`ILCIFNode`, ...);
-  `spikingjelly_few_spike.py`: its few-spike nodes (`FewSpikeNode`, `HGNode`, ... and `FewSpikeTable`).
+  `spikingjelly_few_spike.py`: its few-spike nodes (`FewSpikeNode`, `HGNode`, ... and `FewSpikeTable`);
+  `spikingjelly_online.py`: its LIF nodes for online training (`OTTTLIFNode`, `SLTTLIFNode`).
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
   `ILIFNode`).
 
@@ -37,6 +38,7 @@ _HOMES = {
     **dict.fromkeys(("ILCBaseNode", "ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode"), ".spikingjelly_ilc"),
     **dict.fromkeys(("FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"),
                     ".spikingjelly_few_spike"),
+    **dict.fromkeys(("OTTTLIFNode", "SLTTLIFNode"), ".spikingjelly_online"),
     "FlexSN": ".flexsn",
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),

@@ -62,3 +62,32 @@ def test_kernels_in_every_dtype_against_the_float64_reference(name: str, dtype: 
             torch.testing.assert_close(got_grad, want_grad, rtol=tolerance, atol=tolerance * scale)
         else:  # flips move gradients locally: compare the whole
             assert float((got_grad - want_grad).norm() / want_grad.norm().clamp_min(1e-12)) < 10 * tolerance + 0.05
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["OTTTLIFNode", "SLTTLIFNode"])
+def test_online_nodes_in_every_dtype_against_the_float64_reference(name: str, dtype: torch.dtype) -> None:
+    """Training steps, each with its own backward (nothing flows back in time): spikes, OTTT's trace, each step's
+    input gradient."""
+    data = [1.5 * torch.rand(BATCH, 64, generator=torch.Generator().manual_seed(t), dtype=torch.float64)
+            for t in range(4)]
+    results = {}
+    for label, layer, device, kind in (("reference", getattr(our, name)(backend="torch"), "cpu", torch.float64),
+                                       ("kernels", getattr(our, name)(backend="cupy"), CUDA, dtype)):
+        steps = []
+        for x in data:
+            given = x.detach().to(device, kind).requires_grad_()
+            out = layer(given)
+            out = out if isinstance(out, list) else [out]
+            out[0].double().sum().backward()
+            steps.append([o.detach().double().cpu() for o in out] + [given.grad.double().cpu()])
+        results[label] = steps
+    tolerance = TOLERANCE[dtype]
+    for got, want in zip(results["kernels"], results["reference"]):
+        flipped = ((got[0] - want[0]).abs() > 0.5).double().mean()
+        assert float(flipped) <= (0 if dtype == torch.float64 else 0.02)
+        if dtype == torch.float64:
+            for a, b in zip(got, want, strict=True):
+                torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+        else:  # the input gradient, as a whole (a flip moves it locally)
+            assert float((got[-1] - want[-1]).norm() / want[-1].norm().clamp_min(1e-12)) < 10 * tolerance + 0.05
