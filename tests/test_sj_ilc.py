@@ -4,14 +4,17 @@ input and `conn`'s weight and bias) over two calls, on the reference and the hos
 where SpikingJelly does not import)."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
 import torch
 from backends import NEEDS_HOST
+from conftest import compile_launched
 
 import autocuda.nn as our
 import autocuda.spec.surrogate as ours
+from autocuda.toolchain.host import cxx as toolchain
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based.neuron import inter_layer_connection as sj_ilc
@@ -21,6 +24,20 @@ except Exception as error:
 F64 = torch.float64
 NODES = [("ILCIFNode", {}), ("ILCIFNode", {"v_reset": None, "v_threshold": 0.7}),
          ("ILCLIFNode", {"v_decay": 0.6}), ("ILCCUBALIFNode", {"c_decay": 0.3, "v_threshold": 0.8})]
+ON_HOST = NODES[1::2]  # the host runner's kernels for two specs and both resets; the others on the reference
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the tests below, compiled up front in one compiler run (`conftest.compile_launched`)."""
+    if toolchain.missing() is not None:
+        return 0
+
+    def call(name: str, kwargs: dict) -> None:
+        x = torch.ones(2, 1, 6, dtype=F64, requires_grad=True)
+        getattr(our, name)(2, 3, backend="host", **kwargs)(x).sum().backward()
+
+    return compile_launched(*(functools.partial(call, name, kwargs) for name, kwargs in ON_HOST))
 
 
 def twin_inputs(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,8 +50,9 @@ def weighted_sum(y: torch.Tensor) -> torch.Tensor:
     return (y * torch.arange(y.numel(), dtype=y.dtype).view_as(y)).sum()
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("host", marks=NEEDS_HOST)])
-@pytest.mark.parametrize(("name", "kwargs"), NODES)
+@pytest.mark.parametrize(("name", "kwargs", "backend"), [
+    *((name, kwargs, "torch") for name, kwargs in NODES),
+    *(pytest.param(name, kwargs, "host", marks=NEEDS_HOST) for name, kwargs in ON_HOST)])
 def test_ilc_nodes_as_theirs(name: str, kwargs: dict, backend: str) -> None:
     if kwargs.get("v_reset", 0.0) is None:  # theirs fills v with None: start it from v = 0, as ours
         theirs = _soft_reset_twin(getattr(sj_ilc, name), kwargs)
