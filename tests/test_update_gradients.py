@@ -41,3 +41,18 @@ def test_kernels_give_an_updates_parameter_its_gradient(read: str) -> None:
         grads.append(a.grad)
     assert grads[0] == (36.75 if read == "sequence" else 11.25)  # 2 · Σ_t Σ_k 0.5^k, over 3 neurons
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+
+
+@NEEDS_HOST
+def test_the_single_step_kernel_gives_it_too() -> None:
+    """The step-backward kernel: d y' / d a = 2 for each of 3 neurons."""
+    spec = spec_from_toml(UPDATE_PARAM)
+    grads = []
+    for backend in ("reference", "host"):
+        x = torch.linspace(0, 1, 3, dtype=F64).requires_grad_()
+        a = torch.tensor(0.3, dtype=F64, requires_grad=True)
+        _, (v, y) = F.single_step(spec, x, 0.0, 0.5, backend=backend, a=a)
+        y.sum().backward()
+        grads.append(a.grad)
+    assert grads[0] == 6.0
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
