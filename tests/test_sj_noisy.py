@@ -95,6 +95,19 @@ def test_noisy_ilc_cuba_lif_as_theirs() -> None:
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12, msg=name)
 
 
+def test_noisy_ilc_node_in_half_precision_mixes_in_its_connections_dtype() -> None:
+    """A half-precision NoisyILC node: the float32 noise makes the step's spikes float32 (as SpikingJelly's), and the
+    feedback runs in `conn`'s dtype (SpikingJelly's raises on the mismatch): the call and its backward run."""
+    torch.manual_seed(0)
+    layer = our.NoisyILCCUBALIFNode(4, 8, T=3, backend="torch").to(torch.bfloat16)
+    layer.reset_noise(1)
+    x = torch.rand(3, 2, 32, dtype=torch.bfloat16).requires_grad_()
+    out = layer(x)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    out.sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.bfloat16 and layer.conn.weight.grad is not None
+
+
 @pytest.mark.parametrize("decode", [None, "max-mem", "max-abs-mem", "mean-mem", "last-me"])
 def test_noisy_non_spiking_if_as_theirs(decode: str | None) -> None:
     theirs = sj_noisy.NoisyNonSpikingIFNode(6, T=4, sigma_init=3.0, decode=decode)

@@ -51,8 +51,11 @@ def population_connection(act_dim: int, dec_pop_dim: int) -> nn.Conv1d:
 
 
 def population_feedback(conn: nn.Conv1d, spike: torch.Tensor, act_dim: int, dec_pop_dim: int) -> torch.Tensor:
-    """The next step's added input: each population's spikes through its own map, in the spike's shape."""
-    return conn(spike.reshape(-1, act_dim, dec_pop_dim)).reshape(spike.shape)
+    """The next step's added input: each population's spikes through its own map, in the spike's shape and dtype.
+    The map runs in `conn`'s dtype: spikes of another dtype (float32 where a noisy node added its float32 noise to a
+    half-precision input) are cast to it, where SpikingJelly's conn raises on the mismatch."""
+    mixed = conn(spike.to(conn.weight.dtype).reshape(-1, act_dim, dec_pop_dim))
+    return mixed.reshape(spike.shape).to(spike.dtype)
 
 
 def check_population_input(layer: nn.Module, x_seq: Any, steps: int | None = None) -> None:

@@ -97,12 +97,13 @@ def test_every_dtype_runs_against_the_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_shipped_noisy_cuba_lif_against_the_float64_reference(dtype):
+def test_shipped_noisy_cuba_lif_against_the_reference(dtype):
     """The shipped spec (draws in the charge and in an update; a learnable scale on each): the kernels in every dtype
-    against the float64 reference under one seed: outputs, the input's and both noise scales' gradients."""
+    against the reference fed the same input under one seed (it computes in float64 from the draws of the input's
+    dtype, as the kernels draw them): outputs, the input's and both noise scales' gradients."""
     x = 0.8 * torch.rand(T, N, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     results = {}
-    for backend, data in (("cuda", x.to("cuda", dtype)), ("reference", x.to("cuda"))):
+    for backend, data in (("cuda", x.to("cuda", dtype)), ("reference", x.to("cuda", dtype))):
         layer = ann.Neuron("noisy_cuba_lif", step_mode="m", backend=backend).to("cuda")
         given = data.clone().requires_grad_()
         torch.manual_seed(9)
