@@ -41,6 +41,7 @@ _HOMES = {
     **dict.fromkeys(("OTTTLIFNode", "SLTTLIFNode"), ".spikingjelly_online"),
     "FlexSN": ".flexsn",
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
+    **dict.fromkeys(("DSRIFNode", "DSRLIFNode"), ".spikingjelly_dsr"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
 }
 
