@@ -14,6 +14,9 @@
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
   `ILIFNode`); `spikingjelly_conversion.py`: its ANN-to-SNN conversion neurons (`STBIFNode`,
   `ActivationAwareIFNode`), specs with levels too.
+- `spikingjelly_base.py`: SpikingJelly's base classes for subclassing (`BaseNode`, `AdaptBaseNode`,
+  `SimpleBaseNode`, `NonSpikingBaseNode`), in torch; `spikingjelly_mpbn.py`: its membrane-potential BatchNorm
+  neurons (`MPBNBaseNode`, `MPBNLIFNode`), torch compositions on `BaseNode`.
 - `spikingjelly_dsr.py`: SpikingJelly's DSR neurons (`DSRIFNode`, `DSRLIFNode`), torch compositions (their
   backward is a gradient of the spike rate, not BPTT).
 
@@ -46,6 +49,8 @@ _HOMES = {
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
     **dict.fromkeys(("DSRIFNode", "DSRLIFNode"), ".spikingjelly_dsr"),
     **dict.fromkeys(("STBIFNode", "ActivationAwareIFNode"), ".spikingjelly_conversion"),
+    **dict.fromkeys(("MPBNBaseNode", "MPBNLIFNode"), ".spikingjelly_mpbn"),
+    **dict.fromkeys(("BaseNode", "SimpleBaseNode", "NonSpikingBaseNode", "AdaptBaseNode"), ".spikingjelly_base"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
 }
 
