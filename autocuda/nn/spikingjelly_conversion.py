@@ -15,16 +15,15 @@ numbers (always, from the reset values: it changes by +-1 a step).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from .neuron import SIGMOID, Neuron
+from .per_channel import PerChannel
 
 __all__ = ["STBIFNode", "ActivationAwareIFNode"]
 
@@ -121,14 +120,14 @@ def _one_or_per_channel(name: str, value: Any, positive: bool) -> torch.Tensor:
     return tensor
 
 
-class ActivationAwareIFNode(Neuron):
+class ActivationAwareIFNode(PerChannel, Neuron):
     """`ActivationAwareIFNode(v_threshold=1., v_offset=0., channel_dim=-1, v_reset=None,
     surrogate_function=Sigmoid(), detach_reset=False, step_mode='s', store_v_seq=False)`: an IF that fires where
     h + v_offset >= v_threshold and subtracts v_threshold (or resets to v_reset); the threshold and the offset
     are buffers of one value or one per channel along `channel_dim` of a step's input. As SpikingJelly's, single
     steps do not append to `v_seq` (only multi-step calls set it, with `store_v_seq`)."""
 
-    _PER_CHANNEL = ("v_threshold", "v_offset")
+    _per_channel = ("v_threshold", "v_offset")
 
     def __init__(self, v_threshold: Any = 1.0, v_offset: Any = 0.0, channel_dim: int = -1,
                  v_reset: float | None = None, surrogate_function: Any = SIGMOID, detach_reset: bool = False,
@@ -147,32 +146,6 @@ class ActivationAwareIFNode(Neuron):
                          v_threshold=_one_or_per_channel("v_threshold", v_threshold, positive=True),
                          v_offset=_one_or_per_channel("v_offset", v_offset, positive=False), v_reset=v_reset)
         self.channel_dim = channel_dim
-
-    @contextlib.contextmanager
-    def _channels_of(self, x: torch.Tensor) -> Iterator[None]:
-        """For the call on a step's input `x`: each per-channel buffer viewed as [C, 1, ...], along channel_dim
-        of x, and in x's dtype; the layer's own buffers again after the call."""
-        buffers = self._buffers
-        kept = {name: buffers[name] for name in self._PER_CHANNEL if name in buffers}
-        try:
-            for name, value in kept.items():
-                if value is not None and (value.dim() == 1 or not value.is_floating_point()):
-                    buffers[name] = self._along_channels(name, value, x)
-            yield
-        finally:
-            buffers.update(kept)
-
-    def _along_channels(self, name: str, value: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        value = value.to(dtype=x.dtype)
-        if value.dim() == 0:
-            return value
-        channel_dim = self.channel_dim + x.dim() if self.channel_dim < 0 else self.channel_dim
-        if not 0 <= channel_dim < x.dim():
-            raise ValueError(f"channel_dim={self.channel_dim} is out of range for input with {x.dim()} dimensions.")
-        if value.numel() != x.shape[channel_dim]:
-            raise ValueError(f"{name} has length {value.numel()}, but input shape {tuple(x.shape)} has "
-                             f"{x.shape[channel_dim]} channels at channel_dim={self.channel_dim}.")
-        return value.view(value.numel(), *([1] * (x.dim() - 1 - channel_dim)))
 
     def single_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         kept_v_seq = self.__dict__.get("v_seq")
