@@ -17,6 +17,7 @@
 - `spikingjelly_base.py`: SpikingJelly's base classes for subclassing (`BaseNode`, `AdaptBaseNode`,
   `SimpleBaseNode`, `NonSpikingBaseNode`), in torch; `spikingjelly_mpbn.py`: its membrane-potential BatchNorm
   neurons (`MPBNBaseNode`, `MPBNLIFNode`), torch compositions on `BaseNode`.
+- `spikingjelly_glif.py`: SpikingJelly's `GatedLIFNode`: its input gate in torch, its recurrence a spec.
 - `spikingjelly_dsr.py`: SpikingJelly's DSR neurons (`DSRIFNode`, `DSRLIFNode`), torch compositions (their
   backward is a gradient of the spike rate, not BPTT).
 
@@ -50,6 +51,7 @@ _HOMES = {
     **dict.fromkeys(("DSRIFNode", "DSRLIFNode"), ".spikingjelly_dsr"),
     **dict.fromkeys(("STBIFNode", "ActivationAwareIFNode"), ".spikingjelly_conversion"),
     **dict.fromkeys(("MPBNBaseNode", "MPBNLIFNode"), ".spikingjelly_mpbn"),
+    "GatedLIFNode": ".spikingjelly_glif",
     **dict.fromkeys(("BaseNode", "SimpleBaseNode", "NonSpikingBaseNode", "AdaptBaseNode"), ".spikingjelly_base"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
 }
