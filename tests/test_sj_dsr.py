@@ -1,12 +1,14 @@
 """SpikingJelly 2.0's DSR neurons (`autocuda.nn.DSRIFNode`, `DSRLIFNode`) against SpikingJelly's own classes in
 float64 on the CPU: equal outputs, and equal gradients of the input and the threshold within float32 rounding
-(SpikingJelly's outputs, hence the gradients its backward gets, are float32); their checks and step mode."""
+(SpikingJelly's outputs, hence the gradients its backward gets, are float32); the forward (the `dsr` spec) on the
+reference and on the generated kernels (host runner); their checks and step mode."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 import torch
+from backends import CPU_BACKENDS
 
 import autocuda.nn as our
 
@@ -24,8 +26,8 @@ CASES = [
 ]
 
 
-def pair(name: str, **kwargs: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
-    return getattr(sj_dsr, name)(**kwargs).to(F64), getattr(our, name)(**kwargs).to(F64)
+def pair(name: str, backend: str | None = None, **kwargs: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
+    return getattr(sj_dsr, name)(**kwargs).to(F64), getattr(our, name)(backend=backend, **kwargs).to(F64)
 
 
 def inputs(steps: int, seed: int) -> torch.Tensor:
@@ -41,9 +43,10 @@ def output_weights(like: torch.Tensor, seed: int) -> torch.Tensor:
     return torch.randint(-8, 9, like.shape, generator=generator).to(F64) / 4
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize(("name", "kwargs"), CASES)
-def test_dsr_nodes_as_theirs(name: str, kwargs: dict) -> None:
-    theirs, ours = pair(name, **kwargs)
+def test_dsr_nodes_as_theirs(name: str, kwargs: dict, backend: str) -> None:
+    theirs, ours = pair(name, backend, **kwargs)
     for seed in (1, 2):  # two calls: no state carries over, as SpikingJelly's (no memories)
         x = inputs(kwargs["T"], seed)
         y_theirs, y_ours = theirs(x), ours(x)

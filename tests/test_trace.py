@@ -213,8 +213,9 @@ PYTHON = {"lif": lif, "alif": alif, "if": if_, "parametric_lif": parametric_lif,
 # the multi-level spikes (ternary_if, ternary_lif, ilif): a traced step fires through one surrogate call;
 # noisy_cuba_lif, whose one input draw reaches both the charge and c's update (c = h - v_decay * v), which a traced
 # step writes as two equations holding the draw (refused: they would be two draws).
-# the multi-level spikes of SpikingJelly's classes (activation_aware_if, stbif): as ternary_if.
-NOT_WRITTEN = {"two_compartment", "ternary_if", "ternary_lif", "ilif", "activation_aware_if", "noisy_cuba_lif", "stbif"}
+# the multi-level spikes of SpikingJelly's classes (activation_aware_if, stbif, dsr): as ternary_if.
+NOT_WRITTEN = {"two_compartment", "ternary_if", "ternary_lif", "ilif", "activation_aware_if", "dsr", "noisy_cuba_lif",
+               "stbif"}
 
 
 def test_every_shipped_spec_is_written_or_listed() -> None:

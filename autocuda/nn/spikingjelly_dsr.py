@@ -9,8 +9,9 @@ rate. The IF's input gradient is the time mean of the output gradient where the 
 time-sum where the input's mean exceeds v_threshold. The LIF weights both means over time by
 exp(-(T - t) delta_t / tau) (SpikingJelly's `weight_rate_spikes`).
 
-A gradient rule over the whole sequence is not a recurrence, which the spec language describes: these are
-torch compositions (a loop of element-wise steps forward, a few reductions backward), with SpikingJelly's
+A gradient rule over the whole sequence is not a recurrence, which the spec language describes: the forward is
+the `dsr` spec (on the generated kernels for CUDA tensors), the backward a torch composition (a few reductions
+over time) in an autograd function; with SpikingJelly's
 constructors, checks (as `ValueError`s naming the argument), parameter (`v_threshold`, a 0-d `nn.Parameter`
 when `v_threshold_training`) and results. The outputs keep the input's dtype (SpikingJelly's are float32).
 """
@@ -22,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..call import functional as F
+from .layer_call import BACKENDS
 from .memory import Memories, MemoryBase
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
@@ -60,21 +63,24 @@ def _weighted_rate(seq: torch.Tensor, tau: float, delta_t: float) -> torch.Tenso
     return (weight * seq).sum(0) / weight.sum()
 
 
+def _spikes(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, decay: float, gain: float,
+            backend: str | None) -> torch.Tensor:
+    """The forward's spikes (0 or 1), from the `dsr` spec (by default the generated kernels for CUDA tensors, the
+    reference elsewhere); no final state is kept (each call starts at v = 0)."""
+    steps = x_seq.shape[0]
+    spikes, _, _ = F.multi_step("dsr", x_seq.reshape(steps, -1), decay=decay, gain=gain, v_threshold=v_threshold,
+                                alpha=alpha, final_states=False, backend=BACKENDS[backend])
+    return spikes.view(x_seq.shape)
+
+
 class _DSRIF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int,
-                grad_scale: float) -> torch.Tensor:
+                grad_scale: float, backend: str | None) -> torch.Tensor:
         ctx.save_for_backward(x_seq, v_threshold)
         ctx.steps, ctx.grad_scale = steps, grad_scale
         v_th = v_threshold.to(x_seq.dtype)
-        fire_at = alpha * v_th
-        v = torch.zeros_like(x_seq[0])
-        out = torch.empty_like(x_seq)
-        for t in range(x_seq.shape[0]):
-            v = v + x_seq[t]
-            torch.mul(v >= fire_at, v_th, out=out[t])
-            v = v - out[t]
-        return out
+        return _spikes(x_seq, v_th, alpha, 1.0, 1.0, backend) * v_th
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
@@ -85,26 +91,18 @@ class _DSRIF(torch.autograd.Function):
         passes = (rate >= 0) & (rate <= v_th)
         grad_x = torch.where(passes, grad_sum / ctx.steps, 0.0).expand_as(x_seq)
         grad_v_th = torch.where(rate > v_th, grad_sum, 0.0).sum() * ctx.grad_scale
-        return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None
+        return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None
 
 
 class _DSRLIF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int, tau: float,
-                delta_t: float, grad_scale: float) -> torch.Tensor:
+                delta_t: float, grad_scale: float, backend: str | None) -> torch.Tensor:
         ctx.save_for_backward(x_seq, v_threshold)
         ctx.steps, ctx.tau, ctx.delta_t, ctx.grad_scale = steps, tau, delta_t, grad_scale
         v_th = v_threshold.to(x_seq.dtype)
-        fire_at = alpha * v_th
         beta = math.exp(-delta_t / tau)
-        v = torch.zeros_like(x_seq[0])
-        out = torch.empty_like(x_seq)
-        for t in range(x_seq.shape[0]):
-            v = beta * v + (1 - beta) * x_seq[t]
-            spike = (v >= fire_at) * v_th
-            v = v - spike
-            torch.div(spike, delta_t, out=out[t])
-        return out
+        return _spikes(x_seq, v_th, alpha, beta, 1 - beta, backend) * v_th / delta_t
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
@@ -116,7 +114,7 @@ class _DSRLIF(torch.autograd.Function):
         passes = (rate > 0) & (rate < rate_bound)
         grad_x = torch.where(passes, grad_sum / tau / ctx.steps, 0.0).expand_as(x_seq)
         grad_v_th = torch.where(rate > rate_bound, grad_sum, 0.0).sum() * delta_t * ctx.grad_scale
-        return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None, None
+        return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None, None, None
 
 
 class _DSRNode(Memories, MemoryBase):
@@ -126,8 +124,11 @@ class _DSRNode(Memories, MemoryBase):
     v_threshold: torch.Tensor
 
     def __init__(self, T: int, v_threshold: float, alpha: float, v_threshold_training: bool,
-                 v_threshold_grad_scaling: float, v_threshold_lower_bound: float, step_mode: str):
+                 v_threshold_grad_scaling: float, v_threshold_lower_bound: float, step_mode: str,
+                 backend: str | None):
         _check_common(T, v_threshold, alpha, v_threshold_lower_bound, step_mode)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {backend!r}")
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         self._step_mode = "m"
         self._start_memories({})
@@ -140,6 +141,7 @@ class _DSRNode(Memories, MemoryBase):
         self.alpha = float(alpha)
         self.v_threshold_lower_bound = float(v_threshold_lower_bound)
         self.v_threshold_grad_scaling = _real("v_threshold_grad_scaling", v_threshold_grad_scaling)
+        self.backend = backend
 
     @property
     def step_mode(self) -> str:
@@ -181,16 +183,17 @@ class _DSRNode(Memories, MemoryBase):
 
 class DSRIFNode(_DSRNode):
     """`DSRIFNode(T=20, v_threshold=6.0, alpha=0.5, v_threshold_training=True, v_threshold_grad_scaling=1.0,
-    v_threshold_lower_bound=0.01, step_mode='m')`."""
+    v_threshold_lower_bound=0.01, step_mode='m', backend=None)`."""
 
     def __init__(self, T: int = 20, v_threshold: float = 6.0, alpha: float = 0.5, v_threshold_training: bool = True,
                  v_threshold_grad_scaling: float = 1.0, v_threshold_lower_bound: float = 0.01,
-                 step_mode: str = "m"):
+                 step_mode: str = "m", backend: str | None = None):
         super().__init__(T, v_threshold, alpha, v_threshold_training, v_threshold_grad_scaling,
-                         v_threshold_lower_bound, step_mode)
+                         v_threshold_lower_bound, step_mode, backend)
 
     def _apply_rule(self, x_seq: torch.Tensor, v_threshold: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _DSRIF.apply(x_seq, v_threshold, self.alpha, self.T, self.v_threshold_grad_scaling)
+        out: torch.Tensor = _DSRIF.apply(x_seq, v_threshold, self.alpha, self.T, self.v_threshold_grad_scaling,
+                                         self.backend)
         return out
 
     def extra_repr(self) -> str:
@@ -200,13 +203,13 @@ class DSRIFNode(_DSRNode):
 
 class DSRLIFNode(_DSRNode):
     """`DSRLIFNode(T=20, v_threshold=1.0, tau=2.0, delta_t=0.05, alpha=0.3, v_threshold_training=True,
-    v_threshold_grad_scaling=1.0, v_threshold_lower_bound=0.1, step_mode='m')`."""
+    v_threshold_grad_scaling=1.0, v_threshold_lower_bound=0.1, step_mode='m', backend=None)`."""
 
     def __init__(self, T: int = 20, v_threshold: float = 1.0, tau: float = 2.0, delta_t: float = 0.05,
                  alpha: float = 0.3, v_threshold_training: bool = True, v_threshold_grad_scaling: float = 1.0,
-                 v_threshold_lower_bound: float = 0.1, step_mode: str = "m"):
+                 v_threshold_lower_bound: float = 0.1, step_mode: str = "m", backend: str | None = None):
         super().__init__(T, v_threshold, alpha, v_threshold_training, v_threshold_grad_scaling,
-                         v_threshold_lower_bound, step_mode)
+                         v_threshold_lower_bound, step_mode, backend)
         # SpikingJelly checks neither; a zero or negative one divides by zero or grows without bound
         if _real("tau", tau) <= 0.0:
             raise ValueError(f"tau: expected > 0, got {tau!r}")
@@ -221,7 +224,7 @@ class DSRLIFNode(_DSRNode):
 
     def _apply_rule(self, x_seq: torch.Tensor, v_threshold: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = _DSRLIF.apply(x_seq, v_threshold, self.alpha, self.T, self.tau, self.delta_t,
-                                          self.v_threshold_grad_scaling)
+                                          self.v_threshold_grad_scaling, self.backend)
         return out
 
     def extra_repr(self) -> str:
