@@ -1,6 +1,7 @@
-"""A learned threshold under the soft reset on the CUDA kernels, in every dtype, against the float64 reference
-(tests/test_learned_threshold.py on the host runner): the threshold's gradient holds the reset's -λ s term of
-the same step."""
+"""A learned threshold under the soft reset on the CUDA kernels, in every dtype, against the float64 reference:
+the threshold's gradient holds the reset's -λ s term of the same step, which the kernels sum before the adjoint
+moves to the previous step (codegen/kernel_plans.py; on the host runner, test_host_neurons' gated_lif under the
+soft reset and tests/test_update_gradients.py)."""
 from __future__ import annotations
 
 import pytest
