@@ -36,6 +36,7 @@ AAIF_CASES = [
     {"v_threshold": 0.75, "v_offset": 0.25},
     PER_CHANNEL,
     {"v_threshold": torch.tensor([0.5, 1.0, 1.5, 0.75]), "v_reset": 0.0},  # channels last (channel_dim=-1)
+    {"v_threshold": torch.tensor([1, 2, 1]), "v_offset": torch.tensor(1), "channel_dim": -2},  # integer buffers
 ]
 ON_HOST = [("STBIFNode", 0, "m"), ("ActivationAwareIFNode", 3, "m")]
 
