@@ -61,8 +61,8 @@ def test_every_shipped_spec_replays_its_charge(name):
         assert "h_seq" in saved and "h_seq" not in replayed
         assert all(f"{s.name}_checkpoints" in replayed for s in load_spec(name).states)
         for key, value in saved.items():
-            if key == "h_seq" or key.endswith("_checkpoints"):
-                continue
+            if key == "h_seq" or key.endswith("_checkpoints") or (key.endswith("_seq") and key not in replayed):
+                continue  # what forward saves for backward (h, a state's sequence), replayed from checkpoints
             if key.startswith("grad_"):
                 torch.testing.assert_close(replayed[key], value, rtol=1e-12, atol=1e-12, equal_nan=True, msg=key)
             else:

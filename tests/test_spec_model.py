@@ -14,12 +14,16 @@ from autocuda.base.resources import resource_dir
 from autocuda.spec import NeuronSpec, Param, State, list_specs, load_spec
 from autocuda.spec.surrogate import ATan, Custom, Sigmoid
 
-SHIPPED = ["adex", "alif", "clif", "conductance_lif", "cuba_lif", "cuba_lif_discrete", "eif", "fitzhugh_nagumo",
-           "if", "ilif", "izhikevich", "klif", "liaf", "lif", "noisy_cuba_lif", "nonspiking_if", "nonspiking_lif",
-           "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif", "ternary_if", "ternary_lif", "two_compartment"]
-# Specs that never reset (their output is the membrane, or the reset is an update), and the membrane of each
-NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v"}
-SOFT_RESET = {"ilif"}  # SpikingJelly's ILIFNode has no v_reset
+SHIPPED = ["activation_aware_if", "adex", "alif", "clif", "conductance_lif", "cuba_lif", "cuba_lif_discrete", "dsr",
+           "eif", "fitzhugh_nagumo", "gated_lif", "if", "ilif", "izhikevich", "klif", "liaf", "lif", "noisy_cuba_lif",
+           "nonspiking_if", "nonspiking_lif", "parametric_lif", "qif", "raf", "resonate_fire", "sfa_lif", "stbif",
+           "ternary_if", "ternary_lif", "two_compartment"]
+# Specs that never reset (their output is the membrane, or the reset is an update or in the charge), and the
+# membrane of each
+NO_RESET = {"clif": "v_charged", "nonspiking_if": "v", "nonspiking_lif": "v", "gated_lif": "v"}
+SOFT_RESET = {"ilif", "stbif", "dsr"}  # SpikingJelly's ILIFNode has no v_reset; STBIF and DSR subtract
+MEMBRANES = {**NO_RESET, "stbif": "q"}  # the specs whose membrane is not v
+RAW_THRESHOLD = {"gated_lif"}  # whose v_threshold is learned before a sigmoid (0.0: a threshold of 0.5)
 sym = sympy.symbols("x v w a h s tau v_reset v_rest v_c a0 delta_T theta_rh tau_w R b beta tau_a v_threshold",
                     real=True)
 (x, v, w, a, h, s, tau, v_reset, v_rest, v_c, a0, delta_T, theta_rh, tau_w, R, b, beta, tau_a,
@@ -49,11 +53,11 @@ def test_shipped_spec_loads(name):
     assert spec.name == name and spec.origin == f"{name}.toml"
     reset = "none" if name in NO_RESET else "soft" if name in SOFT_RESET else "hard"
     assert spec.surrogate == Sigmoid(alpha=4.0) and spec.reset == reset
-    assert spec.membrane == NO_RESET.get(name, "v")
+    assert spec.membrane == MEMBRANES.get(name, "v")
     assert spec.parsed().membrane == sympy.Symbol(spec.membrane, real=True)
     assert load_spec(name.upper()) is spec  # cached, case-insensitive
     defaults = {p.name: p.default for p in spec.params}
-    assert defaults.get("v_threshold", 1.0) == 1.0
+    assert defaults.get("v_threshold", 1.0) == (0.0 if name in RAW_THRESHOLD else 1.0)
 
 
 CHARGES = {

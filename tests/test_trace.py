@@ -193,16 +193,29 @@ def conductance_lif(g_e, g_i, v, tau=2.0, E_e=3.0, E_i=-1.0, v_rest=0.0, v_thres
     return s, h * (1 - s) + v_reset * s
 
 
+@neuron(learnable=("alpha", "gamma", "tau", "v_threshold", "linear_decay", "v_subreset"))
+def gated_lif(x, v, s_prev, alpha=0.0, gamma=0.0, tau=-1.0986122886681098, v_threshold=0.0,
+              linear_decay=-3.6635616461296463, v_subreset=0.0):
+    decay = 1 - torch.sigmoid(alpha) * (1 - torch.sigmoid(tau))
+    h = (decay * v * (1 - torch.sigmoid(gamma) * s_prev) - (1 - torch.sigmoid(alpha)) * torch.sigmoid(linear_decay)
+         + x - (1 - torch.sigmoid(gamma)) * torch.sigmoid(v_subreset) * s_prev)
+    s = sg(h - torch.sigmoid(v_threshold))
+    return s, h, s
+
+
 PYTHON = {"lif": lif, "alif": alif, "if": if_, "parametric_lif": parametric_lif, "qif": qif, "eif": eif,
           "izhikevich": izhikevich, "adex": adex, "sfa_lif": sfa_lif, "cuba_lif": cuba_lif,
           "fitzhugh_nagumo": fitzhugh_nagumo, "resonate_fire": resonate_fire, "raf": raf,
           "cuba_lif_discrete": cuba_lif_discrete, "klif": klif, "nonspiking_if": nonspiking_if,
-          "nonspiking_lif": nonspiking_lif, "liaf": liaf, "clif": clif, "conductance_lif": conductance_lif}
+          "nonspiking_lif": nonspiking_lif, "liaf": liaf, "clif": clif, "conductance_lif": conductance_lif,
+          "gated_lif": gated_lif}
 # Not written here: two_compartment (its exact step is a general 2x2 matrix exponential; expressible, but long);
 # the multi-level spikes (ternary_if, ternary_lif, ilif): a traced step fires through one surrogate call;
 # noisy_cuba_lif, whose one input draw reaches both the charge and c's update (c = h - v_decay * v), which a traced
 # step writes as two equations holding the draw (refused: they would be two draws).
-NOT_WRITTEN = {"two_compartment", "ternary_if", "ternary_lif", "ilif", "noisy_cuba_lif"}
+# the multi-level spikes of SpikingJelly's classes (activation_aware_if, stbif, dsr): as ternary_if.
+NOT_WRITTEN = {"two_compartment", "ternary_if", "ternary_lif", "ilif", "activation_aware_if", "dsr", "noisy_cuba_lif",
+               "stbif"}
 
 
 def test_every_shipped_spec_is_written_or_listed() -> None:
@@ -245,8 +258,9 @@ def test_traced_kernels_are_byte_identical_to_the_toml_specs(name: str) -> None:
 
 
 # Written otherwise than their TOML files (same values, other expressions): the ODE models' exact steps, and
-# KLIF's relu (the TOML file writes it as where(0 < h, h, 0)).
-WRITTEN_OTHERWISE = {"cuba_lif", "sfa_lif", "resonate_fire", "klif"}
+# KLIF's relu (the TOML file writes it as where(0 < h, h, 0)), the gated LIF's gates (named in the TOML file's
+# [derived]).
+WRITTEN_OTHERWISE = {"cuba_lif", "sfa_lif", "resonate_fire", "klif", "gated_lif"}
 
 
 @pytest.mark.parametrize("name", sorted(set(PYTHON) - WRITTEN_OTHERWISE))

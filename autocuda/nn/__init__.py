@@ -12,7 +12,14 @@
   `spikingjelly_few_spike.py`: its few-spike nodes (`FewSpikeNode`, `HGNode`, ... and `FewSpikeTable`);
   `spikingjelly_online.py`: its LIF nodes for online training (`OTTTLIFNode`, `SLTTLIFNode`).
 - `spikingjelly_levels.py`: SpikingJelly's classes with a multi-level spike (`TernaryIFNode`, `TernaryLIFNode`,
-  `ILIFNode`).
+  `ILIFNode`); `spikingjelly_conversion.py`: its ANN-to-SNN conversion neurons (`STBIFNode`,
+  `ActivationAwareIFNode`), specs with levels too.
+- `spikingjelly_base.py`: SpikingJelly's base classes for subclassing (`BaseNode`, `AdaptBaseNode`,
+  `SimpleBaseNode`, `NonSpikingBaseNode`), in torch; `spikingjelly_mpbn.py`: its membrane-potential BatchNorm
+  neurons (`MPBNBaseNode`, `MPBNLIFNode`), torch compositions on `BaseNode`.
+- `spikingjelly_glif.py`: SpikingJelly's `GatedLIFNode`: its input gate in torch, its recurrence a spec.
+- `spikingjelly_dsr.py`: SpikingJelly's DSR neurons (`DSRIFNode`, `DSRLIFNode`), torch compositions (their
+  backward is a gradient of the spike rate, not BPTT).
 
 Each public name is imported from its module on first use (PEP 562): `import autocuda.nn` imports none of them,
 and a process that uses only `FlexSN` never imports the SpikingJelly-compatible classes (nor SpikingJelly).
@@ -41,6 +48,11 @@ _HOMES = {
     **dict.fromkeys(("OTTTLIFNode", "SLTTLIFNode"), ".spikingjelly_online"),
     "FlexSN": ".flexsn",
     **dict.fromkeys(("PSN", "MaskedPSN", "SlidingPSN"), ".psn"),
+    **dict.fromkeys(("DSRIFNode", "DSRLIFNode"), ".spikingjelly_dsr"),
+    **dict.fromkeys(("STBIFNode", "ActivationAwareIFNode"), ".spikingjelly_conversion"),
+    **dict.fromkeys(("MPBNBaseNode", "MPBNLIFNode"), ".spikingjelly_mpbn"),
+    "GatedLIFNode": ".spikingjelly_glif",
+    **dict.fromkeys(("BaseNode", "SimpleBaseNode", "NonSpikingBaseNode", "AdaptBaseNode"), ".spikingjelly_base"),
     **dict.fromkeys(("BatchNormNeuron", "fuse_batchnorm", "batchnorm_fusions"), ".batchnorm"),
 }
 
