@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-__all__ = ["MemoryBase", "MemoryViews", "Memories", "detach_memories", "memory_module_base"]
+__all__ = ["MemoryBase", "MemoryViews", "Memories", "MultiStepOnly", "detach_memories", "memory_module_base"]
 
 
 def memory_module_base() -> type[nn.Module]:
@@ -29,6 +29,19 @@ if TYPE_CHECKING:
     MemoryBase = nn.Module
 else:
     MemoryBase = memory_module_base()
+
+
+class MultiStepOnly:
+    """SpikingJelly's MultiStepModule: `step_mode` is 'm' and cannot be set to anything else."""
+
+    @property
+    def step_mode(self) -> str:
+        return "m"
+
+    @step_mode.setter
+    def step_mode(self, value: str) -> None:
+        if value != "m":
+            raise ValueError(f"step_mode: {type(self).__name__} runs in multi-step mode only ('m'), got {value!r}")
 
 
 class MemoryViews:

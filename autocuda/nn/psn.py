@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..spec.surrogate import ATan
-from .memory import Memories, MemoryBase
+from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
 
@@ -52,7 +52,7 @@ def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
     return x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
 
 
-class PSN(nn.Module):
+class PSN(MultiStepOnly, nn.Module):
     """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
 
     T = _fixed("T")
@@ -64,15 +64,6 @@ class PSN(nn.Module):
         self.weight = nn.Parameter(torch.zeros(T, T))
         self.bias = nn.Parameter(torch.full((T, 1), -1.0))
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-
-    @property
-    def step_mode(self) -> str:
-        return "m"
-
-    @step_mode.setter
-    def step_mode(self, value: str) -> None:
-        if value != "m":
-            raise ValueError(f"step_mode: PSN runs in multi-step mode only ('m'), got {value!r}")
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         h_seq = torch.addmm(self.bias, self.weight, _rows(x_seq, self.T, "PSN"))

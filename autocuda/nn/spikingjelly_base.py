@@ -20,7 +20,6 @@ installed (its free functions find them), as every layer here is.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -28,8 +27,9 @@ from torch import nn
 
 from .memory import Memories, MemoryBase
 from .neuron import SIGMOID
+from .spikingjelly_variants import DECODES
 
-__all__ = ["BaseNode", "SimpleBaseNode", "NonSpikingBaseNode", "AdaptBaseNode", "DECODES"]
+__all__ = ["BaseNode", "SimpleBaseNode", "NonSpikingBaseNode", "AdaptBaseNode"]
 
 
 def _number(name: str, value: Any) -> float:
@@ -276,21 +276,6 @@ class SimpleBaseNode(_MemoryNode):
             self.v = self.v - self.v_threshold * spike_d
         else:
             self.v = spike_d * self.v_reset + (1.0 - spike_d) * self.v
-
-
-def _max_abs(v_seq: torch.Tensor) -> torch.Tensor:
-    high, low = v_seq.max(0).values, v_seq.min(0).values
-    return high * (high.abs() > low.abs()) + low * (high.abs() <= low.abs())
-
-
-# SpikingJelly's decodes of a non-spiking membrane sequence (None: the list of the steps' membranes)
-DECODES: Mapping[str | None, Callable[[torch.Tensor], Any]] = {
-    None: lambda v_seq: list(v_seq.unbind(0)),
-    "max-mem": lambda v_seq: v_seq.max(0).values,
-    "max-abs-mem": _max_abs,
-    "mean-mem": lambda v_seq: v_seq.mean(0),
-    "last_mem": lambda v_seq: v_seq[-1],
-}
 
 
 class NonSpikingBaseNode(nn.Module):

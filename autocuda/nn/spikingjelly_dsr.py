@@ -25,7 +25,7 @@ from torch import nn
 
 from ..call import functional as F
 from .layer_call import BACKENDS
-from .memory import Memories, MemoryBase
+from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
 
@@ -117,7 +117,7 @@ class _DSRLIF(torch.autograd.Function):
         return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None, None, None
 
 
-class _DSRNode(Memories, MemoryBase):
+class _DSRNode(MultiStepOnly, Memories, MemoryBase):
     """What both DSR neurons share: the threshold (a parameter, or a buffer outside the state dict as
     SpikingJelly's plain tensor), multi-step mode only, no memories (SpikingJelly's `MemoryModule` protocol)."""
 
@@ -142,15 +142,6 @@ class _DSRNode(Memories, MemoryBase):
         self.v_threshold_lower_bound = float(v_threshold_lower_bound)
         self.v_threshold_grad_scaling = _real("v_threshold_grad_scaling", v_threshold_grad_scaling)
         self.backend = backend
-
-    @property
-    def step_mode(self) -> str:
-        return "m"
-
-    @step_mode.setter
-    def step_mode(self, value: str) -> None:
-        if value != "m":
-            raise ValueError(f"step_mode: {type(self).__name__} runs in multi-step mode only ('m'), got {value!r}")
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         return self.multi_step_forward(x_seq)

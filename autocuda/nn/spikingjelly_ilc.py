@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_more import RECT
 
@@ -69,20 +70,7 @@ def check_population_input(layer: nn.Module, x_seq: Any, steps: int | None = Non
                          f"{tuple(x_seq.shape)}")
 
 
-class _MultiStepOnly:
-    """SpikingJelly's MultiStepModule: step_mode is 'm' and cannot be set to 's'."""
-
-    @property
-    def step_mode(self) -> str:
-        return "m"
-
-    @step_mode.setter
-    def step_mode(self, value: str) -> None:
-        if value != "m":
-            raise ValueError(f"step_mode: {type(self).__name__} runs sequences only ('m'), got {value!r}")
-
-
-class ILCBaseNode(_MultiStepOnly, Neuron):
+class ILCBaseNode(MultiStepOnly, Neuron):
     """`ILCBaseNode(act_dim, dec_pop_dim, v_threshold=1., v_reset=0., surrogate_function=Rect())`: the base of the
     ILC nodes (SpikingJelly's leaves the charge abstract); a subclass names its spec in `SPEC`."""
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_ilc import (
-    _MultiStepOnly,
     check_float,
     check_population_input,
     check_size,
@@ -37,7 +37,7 @@ from .spikingjelly_ilc import (
     population_feedback,
 )
 from .spikingjelly_more import RECT
-from .spikingjelly_variants import _max_abs
+from .spikingjelly_variants import DECODES
 
 __all__ = ["powerlaw_psd_gaussian", "NoisyBaseNode", "NoisyCUBALIFNode", "NoisyILCBaseNode", "NoisyILCCUBALIFNode",
            "NoisyNonSpikingBaseNode", "NoisyNonSpikingIFNode"]
@@ -163,7 +163,7 @@ class _Episodes:
         return episodes(self.beta, self.num_node, num_rl_step, self.T, generator)
 
 
-class NoisyBaseNode(_Episodes, _MultiStepOnly, Neuron):
+class NoisyBaseNode(_Episodes, MultiStepOnly, Neuron):
     """`NoisyBaseNode(num_node, is_training=True, T=5, sigma_init=0.5, beta=0., v_threshold=0.5, v_reset=0.,
     surrogate_function=Rect())`: the base of the noisy spiking nodes (SpikingJelly's leaves the charge abstract);
     a subclass names its spec in `SPEC` and passes its parameters as keywords. The noise scales `sigma_v` and
@@ -280,17 +280,12 @@ class NoisyILCCUBALIFNode(NoisyILCBaseNode):
                          surrogate_function, backend, c_decay=c_decay, v_decay=v_decay)
 
 
-# SpikingJelly's decodes of the non-spiking noisy nodes ('last-me' is its spelling); None gives the list of steps
-NOISY_DECODES = {
-    None: lambda v_seq: list(v_seq.unbind(0)),
-    "max-mem": lambda v_seq: v_seq.max(0).values,
-    "max-abs-mem": _max_abs,
-    "mean-mem": lambda v_seq: v_seq.mean(0),
-    "last-me": lambda v_seq: v_seq[-1],
-}
+# SpikingJelly's decodes of the non-spiking noisy nodes: the others' (`DECODES`), the last membrane spelled 'last-me'
+NOISY_DECODES = {**{name: decode for name, decode in DECODES.items() if name != "last_mem"},
+                 "last-me": DECODES["last_mem"]}
 
 
-class NoisyNonSpikingBaseNode(_Episodes, _MultiStepOnly, Neuron):
+class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
     """`NoisyNonSpikingBaseNode(num_node, is_training=True, T=5, sigma_init=0.5, beta=0., decode=None)`: the base
     of the noisy non-spiking nodes; `sigma` is a learned `nn.Parameter` [num_node] (float32, sigma_init /
     sqrt(num_node)), as SpikingJelly's."""
