@@ -5,15 +5,14 @@ where SpikingJelly does not import)."""
 from __future__ import annotations
 
 import functools
-import inspect
 
 import pytest
 import torch
 from backends import NEEDS_HOST
 from conftest import compile_launched
+from sj_signatures import assert_signature_is_theirs_then_backend
 
 import autocuda.nn as our
-import autocuda.spec.surrogate as ours
 from autocuda.toolchain.host import cxx as toolchain
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
@@ -83,12 +82,7 @@ def _soft_reset_twin(cls: type, kwargs: dict) -> torch.nn.Module:
 
 @pytest.mark.parametrize("name", ["ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode"])
 def test_signatures_are_theirs_then_backend(name: str) -> None:
-    theirs = [(p.name, p.default) for p in inspect.signature(getattr(sj_ilc, name).__init__).parameters.values()]
-    mine = [(p.name, p.default) for p in inspect.signature(getattr(our, name).__init__).parameters.values()]
-    assert mine[-1] == ("backend", None)
-    assert [n for n, _ in mine[:-1]] == [n for n, _ in theirs]
-    for (n, a), (_, b) in zip(theirs, mine):
-        assert (ours.get_surrogate(a) == ours.get_surrogate(b)) if n == "surrogate_function" else a == b, n
+    assert_signature_is_theirs_then_backend(getattr(sj_ilc, name), getattr(our, name))
 
 
 @pytest.mark.parametrize(("build", "error", "words"), [

@@ -4,15 +4,13 @@ classes fed the same noise episodes: equal outputs, states and gradients (the in
 for one random_state, and its moments; the refusals (skipped where SpikingJelly does not import)."""
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 import torch
 from backends import NEEDS_HOST
+from sj_signatures import assert_signature_is_theirs_then_backend
 
 import autocuda.nn as our
-import autocuda.spec.surrogate as ours
 from autocuda.nn.spikingjelly_noisy import powerlaw_psd_gaussian
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
@@ -163,12 +161,7 @@ def test_episodes_follow_torchs_seed() -> None:
 
 @pytest.mark.parametrize("name", ["NoisyCUBALIFNode", "NoisyILCCUBALIFNode", "NoisyNonSpikingIFNode"])
 def test_signatures_are_theirs_then_backend(name: str) -> None:
-    theirs = [(p.name, p.default) for p in inspect.signature(getattr(sj_noisy, name).__init__).parameters.values()]
-    mine = [(p.name, p.default) for p in inspect.signature(getattr(our, name).__init__).parameters.values()]
-    assert mine[-1] == ("backend", None)
-    assert [n for n, _ in mine[:-1]] == [n for n, _ in theirs]
-    for (n, a), (_, b) in zip(theirs, mine):
-        assert (ours.get_surrogate(a) == ours.get_surrogate(b)) if n == "surrogate_function" else a == b, n
+    assert_signature_is_theirs_then_backend(getattr(sj_noisy, name), getattr(our, name))
 
 
 @pytest.mark.parametrize(("build", "error", "words"), [

@@ -4,14 +4,12 @@ traces, the memories and each step's input gradient; evaluation steps; reset; on
 runner; the refusals (skipped where SpikingJelly does not import)."""
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 from backends import NEEDS_HOST
+from sj_signatures import assert_signature_is_theirs_then_backend
 
 import autocuda.nn as our
-import autocuda.spec.surrogate as ours
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based.neuron import online_learning as sj_online
@@ -70,12 +68,7 @@ def test_online_nodes_as_theirs(name: str, kwargs: dict, backend: str) -> None:
 
 @pytest.mark.parametrize("name", ["OTTTLIFNode", "SLTTLIFNode"])
 def test_signatures_are_theirs_then_backend(name: str) -> None:
-    theirs = [(p.name, p.default) for p in inspect.signature(getattr(sj_online, name).__init__).parameters.values()]
-    mine = [(p.name, p.default) for p in inspect.signature(getattr(our, name).__init__).parameters.values()]
-    assert mine[-1] == ("backend", None)
-    assert [n for n, _ in mine[:-1]] == [n for n, _ in theirs]
-    for (n, a), (_, b) in zip(theirs, mine):
-        assert (ours.get_surrogate(a) == ours.get_surrogate(b)) if n == "surrogate_function" else a == b, n
+    assert_signature_is_theirs_then_backend(getattr(sj_online, name), getattr(our, name))
 
 
 @pytest.mark.parametrize(("build", "error", "words"), [
