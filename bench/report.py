@@ -84,6 +84,10 @@ def summary(results: Mapping[str, Any]) -> str:
 
         out += ["", "whole network: a spiking VGG's training step (bench/network.py), median step time "
                 "(CUDA events on a GPU)", format_table(results["network"])]
+    if results.get("sj_classes"):
+        from . import sj_classes
+
+        out += ["", sj_classes.describe(results["sj_classes"]), sj_classes.format_table(results["sj_classes"])]
     return "\n".join(out).rstrip() + "\n"
 
 

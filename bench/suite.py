@@ -54,11 +54,14 @@ from .workloads import (
 RESULTS = Path(__file__).resolve().parent / "results"  # where a run's folder goes unless --out names one
 FULL_SHAPES = ((8, 8 << 20), (64, 1 << 20), (256, 64 << 10), (1024, 16 << 10), (4, 4096))  # (T, N)
 QUICK_SHAPES = {"cuda": ((8, 1 << 20), (64, 64 << 10), (4, 4096)), "cpu": ((4, 64), (16, 32))}
-PARTS = ("speed", "memory", "host", "first-use", "network")
+PARTS = ("speed", "memory", "host", "first-use", "network", "sj-classes")
 # Parts run when --parts is not given; `network` (whole-model training steps, bench/network.py, minutes of
-# torch.compile) only when asked for
+# torch.compile) and `sj-classes` (SpikingJelly 2.0's newer classes against ours, bench/sj_classes.py: 20 classes
+# in each dtype, each class's kernels compiled on first use) only when asked for
 DEFAULT_PARTS = ("speed", "memory", "host", "first-use")
 NETWORK_SHAPES = ((4, 64), (16, 32))  # (T, batch) of the network part
+# (T, N) of the sj-classes part: issue 46's target shape; --quick and the CPU (the logic only) smaller
+SJ_CLASSES_SHAPES = {"cuda": (8, 8 << 20), "quick": (8, 1 << 20), "cpu": (8, 1024)}
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -127,7 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", type=lambda s: _choices(s, PARTS, "part"), default=list(DEFAULT_PARTS),
                         help=f"comma-separated, of {','.join(PARTS)} (default {','.join(DEFAULT_PARTS)}; network: "
                              f"a spiking VGG's training step per system, T x batch "
-                             f"{', '.join(f'{t}x{b}' for t, b in NETWORK_SHAPES)}, float32 and AMP bfloat16)")
+                             f"{', '.join(f'{t}x{b}' for t, b in NETWORK_SHAPES)}, float32 and AMP bfloat16; "
+                             f"sj-classes: SpikingJelly 2.0's newer classes against ours, a training step each at "
+                             f"{_shape_text(SJ_CLASSES_SHAPES['cuda'])} in the run's dtypes)")
     parser.add_argument("--modes", type=lambda s: tuple(_choices(s, MODES, "mode")), default=MODES,
                         help="comma-separated, of inference,training (default both)")
     parser.add_argument("--no-peers", action="store_true", help="ours only: no SpikingJelly, eager or compile times")
@@ -192,6 +197,8 @@ def run(args: argparse.Namespace, results_root: Path = RESULTS) -> int:
             results[part.replace("-", "_")] = method()
     if "network" in cfg.parts:
         results["network"] = _network(cfg, runner)
+    if "sj-classes" in cfg.parts:
+        results["sj_classes"] = _sj_classes(cfg, runner)
     results["elapsed_s"] = time.perf_counter() - runner.started
     return write_outputs(results, cfg.out)
 
@@ -205,6 +212,18 @@ def _network(cfg: Config, runner: Runner) -> list[dict[str, Any]]:
     shapes = list(NETWORK_SHAPES) if cfg.device.type == "cuda" else [(2, 2)]
     return network.measure_all(systems, shapes, precisions, 3 if cfg.quick else 20, cfg.device,
                                lambda row: runner.log(f"network {row}"))
+
+
+def _sj_classes(cfg: Config, runner: Runner) -> list[dict[str, Any]]:
+    """bench/sj_classes.py's rows: every class in the run's dtypes at SJ_CLASSES_SHAPES (SpikingJelly's columns
+    empty with --no-peers)."""
+    from . import sj_classes
+
+    cpu = cfg.device.type == "cpu"
+    steps, neurons = SJ_CLASSES_SHAPES["cpu" if cpu else "quick" if cfg.quick else "cuda"]
+    reps = 1 if cpu else 3 if cfg.quick else 20
+    return sj_classes.run(steps, neurons, reps, str(cfg.device), [dtype_name(d) for d in cfg.dtypes],
+                          peers=cfg.peers, progress=lambda row: runner.record("sj-classes", row))
 
 
 def _method(cfg: Config, clock: Clock) -> dict[str, Any]:

@@ -432,3 +432,31 @@ def test_the_network_model_is_the_same_with_our_neuron_and_the_plain_loop():
     loop.load_state_dict(ours.state_dict())
     x = torch.rand(2, 2, 3, 32, 32, dtype=torch.float64) * 3
     torch.testing.assert_close(ours(x), loop(x))
+
+
+# -- the sj-classes part -----------------------------------------------------------------------------------------
+def test_the_sj_classes_part_times_both_libraries_and_says_why_a_class_cannot_run():
+    """Two classes on the CPU (the online steps and the shared noise), in the report; a class that cannot be
+    built is a row saying why, not the end of the run; the part runs only when asked for."""
+    from bench import sj_classes
+
+    parser = argparse.ArgumentParser()
+    suite.add_arguments(parser)
+    assert "sj-classes" not in parser.parse_args([]).parts
+    assert parser.parse_args(["--parts", "sj-classes"]).parts == ["sj-classes"]
+    rows = sj_classes.run(4, 64, 1, "cpu", ["float32"], ["OTTTLIFNode", "NoisyCUBALIFNode"])
+    assert [(r["class"], r["kind"], r["shape"]) for r in rows] == [("OTTTLIFNode", "online", [4, 64]),
+                                                                   ("NoisyCUBALIFNode", "training", [4, 1, 256])]
+    for r in rows:
+        assert r["ours_ms"] > 0 and "ours_skipped" not in r, r
+        if systems.version("spikingjelly") is None:
+            assert "not importable" in r["sj_skipped"]
+        else:  # built alike (the same noise episode): the same outputs
+            assert r["sj_ms"] > 0 and r["agreement"] == 1.0 and r["speedup"] > 0, r
+    broken = sj_classes.Case(lambda m: m.NoSuchNode(), sj_classes.flat)
+    row = sj_classes.measure_class("NoSuchNode", broken, "SpikingJelly not importable", 4, 64, 1, "cpu", "float32")
+    assert row["sj_skipped"] == "SpikingJelly not importable" and row["ours_skipped"].startswith("AttributeError")
+    text = report.summary({"environment": {"device": "cpu", "torch": torch.__version__, "autocuda": "0",
+                                           "spikingjelly": None}, "copy_bandwidth_GBps": 1.0,
+                           "sj_classes": rows + [row]})
+    assert "OTTTLIFNode (T steps)" in text and "NoisyCUBALIFNode" in text and "ours skipped: AttributeError" in text
