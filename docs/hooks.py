@@ -317,8 +317,10 @@ def shipped_specs_table() -> str:
 
 # -- benchmark results ----------------------------------------------------------------------------------------
 def newest_results(root: Path = ROOT / "bench" / "results") -> Path | None:
+    """The newest run's results.json that holds kernel speed rows (a run of other parts only, such as
+    `--parts sj-classes`, has none to show here)."""
     found = sorted(root.glob("*/results.json")) if root.is_dir() else []
-    return found[-1] if found else None
+    return next((path for path in reversed(found) if json.loads(path.read_text()).get("speed")), None)
 
 
 def _fmt(value: Any, spec: str) -> str:

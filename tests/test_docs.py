@@ -101,6 +101,10 @@ def test_bench_table_from_results(hooks, tmp_path: Path) -> None:
     (run / "results.json").write_text(json.dumps({"environment": {"gpu": "Some GPU", "torch": "2.13"},
                                                   "copy_bandwidth_GBps": 3000.0, "speed": [row]}))
     assert hooks.newest_results(tmp_path) == run / "results.json"
+    later = tmp_path / "2030-01-02-gpu"  # a newer run of other parts only (no kernel speed rows): not shown
+    later.mkdir()
+    (later / "results.json").write_text(json.dumps({"environment": {"gpu": "Some GPU"}, "sj_classes": [{}]}))
+    assert hooks.newest_results(tmp_path) == run / "results.json"
     text = hooks.bench_markdown(run / "results.json", "img/bench/plot.png")
     assert "| lif | float32 | training | 8 | 1048576 | 0.500 | 80 | 1.000 | 2.00 | – | – | ok |" in text
     assert "Some GPU" in text and "plot.png" in text
