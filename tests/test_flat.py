@@ -191,3 +191,28 @@ def test_a_layer_output_expression_is_kept_as_a_program(threshold_related: bool,
     monkeypatch.setattr("autocuda.spec.torch_eval.lower", refuse)
     monkeypatch.setattr(type(spec), "parsed", refuse)  # nor parsed: a process with the program needs no sympy
     _same(output.layer_output(spec, output.spec_output(spec), x, spike, after, params), expected)
+
+
+def test_a_sequence_keeps_state_sequences_only_where_the_output_reads_a_state(monkeypatch) -> None:
+    """STBIF's output (`s * q_threshold`) reads no state: its multi-step call asks the kernels for no state sequences
+    and returns the same output; LIAF's reads its membrane and keeps them."""
+    from autocuda.nn import Neuron, layer_call, output
+
+    asked: list[bool] = []
+    run = layer_call.F.run_sequence
+
+    def spy(*args, **kwargs):
+        asked.append(args[7])  # store_state_seq
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(layer_call.F, "run_sequence", spy)
+    x = torch.randn(5, 7, dtype=torch.float64) * 2
+    for name, reads in (("stbif", False), ("liaf", True)):
+        layer = Neuron(name, step_mode="m", backend="reference")
+        assert output.reads_states(layer.spec, output.spec_output(layer.spec)) is reads
+        got = layer(x)
+        assert asked[-1] is reads
+        spikes, _, seqs = layer_call.F.multi_step(name, x, store_state_seq=True, backend="reference")
+        after = dict(zip((s.name for s in layer.spec.states), seqs))
+        params = {p.name: float(p.default) if p.default is not None else None for p in layer.spec.params}
+        _same(got, output.layer_output(layer.spec, output.spec_output(layer.spec), x, spikes, after, params))

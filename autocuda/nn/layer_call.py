@@ -22,7 +22,7 @@ from ..call import program as programs
 from ..call.program import Program, Programs, transforms_active
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
-from .output import layer_output
+from .output import layer_output, reads_states
 
 Neuron = Any  # the layers these functions serve (`nn.Neuron` and the layers built on it): no import of theirs
 
@@ -62,9 +62,11 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
 def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
                  params: dict[str, Any], compiling: bool) -> tuple:
     """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
-    a call from a reset whose switches and parameters are plain objects is kept for `rerun` (`settle`)."""
+    a call from a reset whose output is the spike and whose switches and parameters are plain objects is kept for
+    `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state."""
     d = layer.__dict__
-    keep = d["_store_v_seq"] or d["_output"].kind != SPIKE
+    output = d["_output"]
+    keep = d["_store_v_seq"] or (output.kind != SPIKE and reads_states(layer.spec, output))
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
                             store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
@@ -72,7 +74,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     owned = _programs(d)
     results, ran = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
                                   keep, True, BACKENDS[d["backend"]], d["save_h"], params)
-    owned.last = None if ran is None or keep else settle(d, *ran)
+    owned.last = None if ran is None or keep or output.kind != SPIKE else settle(d, *ran)
     return results
 
 
@@ -276,13 +278,12 @@ def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], 
                 states: Sequence[Any] | None, params: dict[str, Any]) -> torch.Tensor:
     """The layer's output (see `nn.output`): the spike unless its spec names another output; `inputs` are the
     call's step inputs (x, or one tensor per input), `states` the states after the step (or their sequences),
-    in the spec's order."""
+    in the spec's order, or None where the output reads none (`reads_states`)."""
     output = layer.__dict__["_output"]
     if output.kind == SPIKE:
         return spike
-    assert states is not None  # the callers ask for the state sequences where the output reads them
-    return layer_output(layer.spec, output, inputs, spike, dict(zip(layer.__dict__["_state_names"], states)),
-                        params)
+    after = {} if states is None else dict(zip(layer.__dict__["_state_names"], states))
+    return layer_output(layer.spec, output, inputs, spike, after, params)
 
 
 def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ..spec.model import SPIKE_OUTPUT, NeuronSpec, spec_text
 from ..spec.step import EXPRESSION, SPIKE, STATE, Output
 from ..toolchain import store
 
-__all__ = ["spec_output", "layer_output"]
+__all__ = ["spec_output", "layer_output", "reads_states"]
 
 
 def spec_output(spec: NeuronSpec) -> Output:
@@ -60,17 +60,26 @@ def _program(spec: NeuronSpec) -> flat.Program:
     return program
 
 
+@functools.lru_cache(maxsize=64)
+def reads_states(spec: NeuronSpec, output: Output) -> bool:
+    """Whether the output reads a state after the step, so that a sequence's call must keep the state sequences:
+    a state output does, the spike does not, an expression where its program (derived values expanded) names one."""
+    if output.kind != EXPRESSION:
+        return output.kind == STATE
+    return not flat.symbols_of(_program(spec)).isdisjoint(s.name for s in spec.states)
+
+
 def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequence[torch.Tensor],
                  spike: torch.Tensor, after: Mapping[str, torch.Tensor], params: Mapping[str, Any]) -> torch.Tensor:
     """The output of a step (or of a sequence: inputs, spike and the states as [T, *] sequences) from the step
-    inputs (x, or one tensor per input of a spec with several), the states after it, by name, and the parameters
-    (v_reset=None, a soft reset, reads as 0 as in the charge)."""
+    inputs (x, or one tensor per input of a spec with several), the states after it, by name (those it reads:
+    `reads_states`), and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge)."""
     if output.kind == SPIKE:
         return spike
     if output.kind == STATE:
         return after[output.state]
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     x = inputs[0]
-    values = {**dict(zip(spec.inputs, inputs)), "s": spike, **{s.name: after[s.name] for s in spec.states},
+    values = {**dict(zip(spec.inputs, inputs)), "s": spike, **after,
               **{p.name: 0.0 if params[p.name] is None else params[p.name] for p in spec.params}}
     return flat.run(_program(spec), values).to(x.dtype).expand(x.shape)
