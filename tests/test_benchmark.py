@@ -36,12 +36,26 @@ OTHER_RUNS_DTYPE = "float32"
 RUN = (*workloads.CORE, *workloads.ZOO)  # --workloads all
 
 
+# Rounds of the host part's timed calls in the quick run (the benchmark's own: measure.HOST_ROUNDS): the rows and
+# their median are what is checked here, and each round is twenty calls of the torch reference on the CPU.
+QUICK_HOST_ROUNDS = 2
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("bench")
-    code = suite.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes", ",".join(DTYPES),
-                       "--workloads", "all", "--parts", "speed,memory,host", "--out", str(out)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(measure, "HOST_ROUNDS", QUICK_HOST_ROUNDS)
+        code = suite.main(["--device", "cpu", "--quick", "--shapes", f"{SHAPE[0]}x{SHAPE[1]}", "--dtypes",
+                           ",".join(DTYPES), "--workloads", "all", "--parts", "speed,memory,host", "--out", str(out)])
     return code, out
+
+
+def without_plot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's runs in the test draw no plot.png (matplotlib's layout and PNG take seconds a plot): for tests
+    of other parts of a run. The quick run's plot holds every workload (test_quick_run_plots), and
+    test_modes_option_measures_only_the_modes_named draws one whose training panels have no data."""
+    monkeypatch.setattr(report, "plot", lambda results, path: "not drawn in this test")
 
 
 def test_the_default_suite_runs_take_float32_and_bfloat16() -> None:
@@ -88,6 +102,7 @@ def test_quick_run_writes_results(quick_run: tuple[int, Path]) -> None:
     host = {(r["system"], r["mode"], r["multithreaded_backward"]): r for r in results["host"]["rows"]}
     assert len(host) == len(results["host"]["rows"]) == 9  # three systems, three kinds of call
     assert all(host["ours", mode, threads]["us_per_call"] > 0 for mode, threads in measure.HOST_CALLS)
+    assert all(len(row["us_per_call_rounds"]) == QUICK_HOST_ROUNDS for row in host.values())
 
 
 def test_quick_run_prints_table(quick_run: tuple[int, Path]) -> None:
@@ -249,6 +264,7 @@ def test_the_package_never_imports_the_benchmark(capsys: pytest.CaptureFixture[s
 
 
 def test_resume_keeps_the_rows_of_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    without_plot(monkeypatch)
     args = ["--device", "cpu", "--quick", "--shapes", "4x32,3x16", "--dtypes", OTHER_RUNS_DTYPE, "--workloads", "lif",
             "--parts", "speed", "--out", str(tmp_path)]
     assert suite.main(args) == 0
@@ -360,8 +376,9 @@ def test_bad_spec_files_are_usage_errors_naming_the_file(tmp_path: Path) -> None
         suite._workloads(str(bad))
 
 
-def test_quick_run_of_a_spec_file(my_neuron: Path, tmp_path: Path) -> None:
+def test_quick_run_of_a_spec_file(my_neuron: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--workloads FILE`: the same rows as a shipped workload, checked against the spec's reference."""
+    without_plot(monkeypatch)
     out = tmp_path / "out"
     assert suite.main(["--device", "cpu", "--quick", "--workloads", f"lif,{my_neuron}", "--parts", "speed",
                        "--dtypes", OTHER_RUNS_DTYPE, "--shapes", "4x32", "--out", str(out)]) == 0
