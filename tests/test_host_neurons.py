@@ -22,6 +22,8 @@ they can: a T below a replay segment compiles a kernel replaying T steps, so the
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
 import itertools
 import zlib
 from collections.abc import Iterator
@@ -155,13 +157,29 @@ def _kernels(setup: Setup, shapes: tuple[tuple[int, int], ...] = EXAMPLES) -> li
         config.kernel("step-backward", setup.dtype, grad_state_seq=False, **layout)]
 
 
+@functools.cache
+def default_path_setups() -> tuple[Setup, ...]:
+    """The setups `test_kernels_without_state_sequences` checks on explicit examples (`default_path_examples`), in
+    both profiles: for each spec outside REPRESENTATIVE_SPECS, its dtype of `default_path_dtypes` with the reset and
+    detach_reset of its property setup in that dtype (one of the default setups: so the single-step kernels, which
+    write no state sequences on either path, are the property's)."""
+    setups, default = [], default_setups()
+    for name in SPECS:
+        if name not in REPRESENTATIVE_SPECS:
+            (dtype,) = default_path_dtypes(name, run="default")
+            (key,) = [key for key in default if key[0] == name and key[1] == dtype]
+            setups.append(Setup(load_spec(name), dtype, key[2], key[3], store_state_seq=False))
+    return tuple(setups)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """Compile the kernels of the property's examples up front, many to a compiler run and a run per core of this
-    process (`load_kernels`, `conftest.cores`); the cases would compile them one kernel a run. The other tests
-    go through check_spec, which compiles its cases' kernels up front itself."""
-    jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-            for key in CHOSEN for k in _kernels(Setup(load_spec(key[0]), *key[1:]), examples_of(key))}
+    """Compile the kernels of the property's examples and of `default_path_setups` up front, many to a compiler run
+    and a run per core of this process (`load_kernels`, `conftest.cores`); the cases would compile them one kernel
+    a run. The other tests go through check_spec, which compiles its cases' kernels up front itself."""
+    kernels = [k for key in CHOSEN for k in _kernels(Setup(load_spec(key[0]), *key[1:]), examples_of(key))]
+    kernels += [k for setup in default_path_setups() for k in _kernels(setup, default_path_examples())]
+    jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values())) for k in kernels}
     load_kernels(jobs.values(), workers=cores())
     return len(jobs)
 
@@ -189,9 +207,11 @@ def launched_kernels(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return launched
 
 
-def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch):
-    """Every kernel the property's examples launch is among those `compiled_kernels` compiles up front."""
-    setup = Setup(load_spec("alif"), "float32", "hard", False)
+@pytest.mark.parametrize("store_state_seq", [True, False], ids=["property", "default path"])
+def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch, store_state_seq):
+    """Every kernel the property's examples (and the default path's) launch is among those `compiled_kernels`
+    compiles up front for their setup."""
+    setup = Setup(load_spec("alif"), "float32", "hard", False, store_state_seq=store_state_seq)
     launched = launched_kernels(monkeypatch)
     for seed_, shape in enumerate(EXAMPLES):
         assert check_case(make_case(setup, shape, seed=seed_)).passed
@@ -216,19 +236,59 @@ def test_check_spec_compiles_the_kernels_its_cases_launch_up_front(monkeypatch):
     assert launched and launched <= ahead
 
 
-def default_path_dtypes(name: str) -> tuple[str, ...]:
-    """The dtypes `test_kernels_without_state_sequences` checks a spec in: float32 and float16 with --slow and for
-    REPRESENTATIVE_SPECS; by default one of them for each other spec, taken in turn (each in half the specs)."""
-    if profile() == "slow" or name in REPRESENTATIVE_SPECS:
+def default_path_dtypes(name: str, run: str = profile()) -> tuple[str, ...]:
+    """The dtypes `test_kernels_without_state_sequences` checks a spec in through check_spec (its own reset, not
+    detached): float32 and float16 with --slow and for REPRESENTATIVE_SPECS; by default one of them for each other
+    spec, taken in turn (each in half the specs), on `default_path_setups` alone. `run`: the profile."""
+    if run == "slow" or name in REPRESENTATIVE_SPECS:
         return ("float32", "float16")
     return (("float32", "float16")[SPECS.index(name) % 2],)
 
 
+def default_path_examples() -> tuple[tuple[int, int], ...]:
+    """The shapes of `default_path_setups`' examples: the property's T (one kernel replaying T steps for both), no
+    T = 1 (its own kernels, replaying one step: these specs run it in the property's float64 setup, and
+    REPRESENTATIVE_SPECS on this path too); N = 1 and check_spec's largest N (three blocks of threads, the
+    property's largest, is a matter of the launch, not of the path: the same kernels)."""
+    steps = EXAMPLES[1][0]
+    return ((steps, 1), (steps, 33))
+
+
 @pytest.mark.parametrize("name", SPECS)
 def test_kernels_without_state_sequences(name: str) -> None:
-    """FPTT writing only h (and saved states), BPTT without state-sequence gradients: what ops use by default."""
-    check_spec(name, dtypes=default_path_dtypes(name), resets=spec_resets(name)[:1], detach=(False,), examples=3,
-               store_state_seq=False, raise_on_failure=True)
+    """FPTT writing only h (and saved states), BPTT without state-sequence gradients: what ops use by default.
+    Through check_spec (three drawn cases, the first with T = 1) with --slow and for REPRESENTATIVE_SPECS; the other
+    specs on `default_path_setups` (in both profiles), whose kernels the module fixture compiles."""
+    if profile() == "slow" or name in REPRESENTATIVE_SPECS:
+        check_spec(name, dtypes=default_path_dtypes(name), resets=spec_resets(name)[:1], detach=(False,),
+                   examples=3, store_state_seq=False, raise_on_failure=True)
+    for setup in (setup for setup in default_path_setups() if setup.spec.name == name):
+        for shape in default_path_examples():
+            report = check_case(make_case(setup, shape, seed=2 + default_path_examples().index(shape)))
+            assert report.passed, report.describe()
+
+
+def test_the_default_path_setups_cover_every_spec_and_share_the_single_step_kernels() -> None:
+    """What the default profile keeps of the full default-path check (check_spec at T = 1 and a drawn T, float32
+    and float16, for every spec): every spec on the default path; float32 and float16 each in half the specs or
+    more; REPRESENTATIVE_SPECS through check_spec in both (T = 1 included); the others at T > 1, each in a setup of
+    the property (the same single-step kernels), whose T = 1 kernels run in its float64 setup. With --slow
+    check_spec runs every spec in both dtypes besides."""
+    setups = default_path_setups()
+    checked = {(setup.spec.name, setup.dtype) for setup in setups}
+    checked |= {(name, dtype) for name in REPRESENTATIVE_SPECS for dtype in default_path_dtypes(name)}
+    assert {name for name, _ in checked} == set(SPECS)
+    for dtype in ("float32", "float16"):
+        assert 2 * sum(1 for _, d in checked if d == dtype) >= len(SPECS) - 1, dtype
+    assert all(default_path_dtypes(name) == ("float32", "float16") for name in REPRESENTATIVE_SPECS)
+    assert all(shape[0] > 1 for shape in default_path_examples())
+    default = default_setups()
+    for setup in setups:
+        assert (setup.spec.name, setup.dtype, setup.reset, setup.detach_reset) in default, setup.label
+        single_step = {k.kernel_name for k in _kernels(setup)[-2:]}
+        assert single_step == {k.kernel_name for k in _kernels(dataclasses.replace(setup, store_state_seq=True))[-2:]}
+    for name in SPECS:
+        assert any(key[0] == name and EXAMPLES[0] in examples_of(key) for key in CHOSEN), name
 
 
 def test_shared_learnable_parameter() -> None:
