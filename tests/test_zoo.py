@@ -10,16 +10,14 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from conftest import compile_together, cores, profile
+from conftest import compile_together, profile
 
 from autocuda.codegen.dtypes import DTYPES
 from autocuda.codegen.kernels import neuron_kernel
 from autocuda.codegen.neuron_kernel import KERNELS
-from autocuda.runtime.tuning import SMALL_LOOP
 from autocuda.spec import NeuronSpec, list_specs, load_spec
 from autocuda.spec.model import reset_rules
-from autocuda.toolchain.host import load_kernels
-from autocuda.tools.testing import Setup, check_spec
+from autocuda.tools.testing import check_spec
 
 ZOO = {  # name: (integration method, states)
     "cuba_lif": ("exact", ["v", "i"]),
@@ -86,28 +84,9 @@ def test_the_zoo_kernels_are_in_the_default_nvcc_check():
                     == neuron_kernel(spec, kind, dtype).full_codes
 
 
-def _precompile(specs: list[NeuronSpec]) -> None:
-    """Compile the host kernels check_spec loads, on this process's cores (it would compile them one by one); the
-    options are those of tests/test_host_neurons.py. A kernel missed here is compiled on demand."""
-    jobs = {}
-    for spec in specs:
-        for dtype in HOST["dtypes"]:
-            for reset in HOST["resets"]:
-                config = Setup(spec, dtype, reset).config()
-                layout = SMALL_LOOP.options()  # the launch layer's, for check_spec's few neurons
-                for k in (config.kernel("fptt", dtype, store_state_seq=True, save_for_backward=True, **layout),
-                          config.kernel("bptt", dtype, grad_state_seq=True, **layout),
-                          config.kernel("step-forward", dtype, store_state_seq=False, save_for_backward=True,
-                                        **layout),
-                          config.kernel("step-backward", dtype, grad_state_seq=False, **layout)):
-                    jobs[k.kernel_name] = (k.full_codes, k.kernel_name, tuple(k.cparams.values()))
-    load_kernels(jobs.values(), workers=cores())
-
-
 def test_zoo_kernels_match_reference_on_host():
-    specs = [load_spec(name) for name in ZOO]
-    _precompile(specs)
-    for spec in specs:
+    """(check_spec compiles the kernels of a spec's cases up front, many to a compiler run.)"""
+    for spec in [load_spec(name) for name in ZOO]:
         report = check_spec(spec, backend="host", **HOST)
         assert report.passed, report.describe()
 
