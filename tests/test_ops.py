@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 from backends import NEEDS_HOST
-from conftest import compile_launched
+from conftest import compile_launched, profile
 
 from autocuda.call import functional as F
 from autocuda.call import native, ops
@@ -29,6 +29,22 @@ OPCHECK_FORWARD = [(False, False, True), (False, True, True), (False, False, Fal
 LONG_LOOPS = [(63, 8), (67, 32)]
 LANES = [1, 2, 4]
 PLIF_W = [torch.tensor(0.4), torch.tensor([[0.3], [-0.5], [1.0]])]  # PLIF's learnable w: shared, per channel
+# The forward op's opcheck: its specs, its forms by name, its two kinds of state arguments (`opcheck_default`)
+OPCHECK_SPECS = ("lif", "parametric_lif", "alif")  # one state; a tensor parameter; two states, one checkpointed
+OPCHECK_FORMS = dict(zip(("multi", "multi-store", "multi-no-finals", "single"), OPCHECK_FORWARD))
+STATE_ARGUMENTS = {False: "tensor-states", True: "number-states"}
+OPCHECK_FULL = [(name, form, numbers) for numbers in STATE_ARGUMENTS for form in OPCHECK_FORMS
+                for name in OPCHECK_SPECS]
+
+
+def opcheck_default() -> list[tuple[str, str, bool]]:
+    """The forward op's opcheck cases by default: every spec in every form, the state arguments tensors or numbers
+    in turn, so that every pair of spec, form and state arguments of the full product (--slow) is checked."""
+    return [(name, form, bool((i + j) % 2)) for i, name in enumerate(OPCHECK_SPECS)
+            for j, form in enumerate(OPCHECK_FORMS)]
+
+
+OPCHECKS = OPCHECK_FULL if profile() == "slow" else opcheck_default()
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> None:
@@ -63,9 +79,7 @@ def compiled_kernels() -> int:
              for dtype in (torch.float32, torch.float64) for name, reset, detach in CASES]
     calls += [functools.partial(F.single_step, name, torch.rand(4, 3, dtype=torch.float64).requires_grad_(),
                                 backend="host", **PARAMS[name]) for name in ("lif", "izhikevich", "alif")]
-    calls += [functools.partial(_forward_op, name, single, store, finals, numbers)
-              for name in ("lif", "parametric_lif", "alif") for single, store, finals in OPCHECK_FORWARD
-              for numbers in (False, True)]
+    calls += [functools.partial(_forward_op, name, *OPCHECK_FORMS[form], numbers) for name, form, numbers in OPCHECKS]
     calls += [functools.partial(_forward_op, "alif", False, False, True, False, steps) for steps, _ in LONG_LOOPS]
     calls += [functools.partial(run, "parametric_lif", "host", torch.float64, "hard", False, w=w.double())
               for w in PLIF_W]
@@ -157,11 +171,20 @@ def _op_args(name: str, single: bool, store: bool, save: bool, dtype=torch.float
     return plan.key, x, states, initial, tensors, scalars, store, save
 
 
-@pytest.mark.parametrize("name", ["lif", "parametric_lif", "alif"])
-@pytest.mark.parametrize(("single", "store", "finals"), OPCHECK_FORWARD,
-                         ids=["multi", "multi-store", "multi-no-finals", "single"])
-@pytest.mark.parametrize("numbers", [False, True], ids=["tensor-states", "number-states"])
-def test_opcheck_forward(name: str, single: bool, store: bool, finals: bool, numbers: bool):
+def test_the_default_opchecks_hold_every_pair_of_the_full_product():
+    default = opcheck_default()
+    for pick in (lambda c: (c[0], c[1]), lambda c: (c[0], c[2]), lambda c: (c[1], c[2])):
+        assert {pick(c) for c in OPCHECK_FULL} == {pick(c) for c in default}
+    assert set(default) <= set(OPCHECK_FULL)
+
+
+@pytest.mark.parametrize(("name", "form", "numbers"), OPCHECKS,
+                         ids=lambda v: STATE_ARGUMENTS[v] if isinstance(v, bool) else v)
+def test_opcheck_forward(name: str, form: str, numbers: bool):
+    """opcheck (schema, fake kernel, autograd registration, AOT dispatch) of each form of the forward op: with
+    --slow every spec in every form with both kinds of state arguments; by default a covering set
+    (`opcheck_default`)."""
+    single, store, finals = OPCHECK_FORMS[form]
     torch.library.opcheck(torch.ops.autocuda.neuron_forward.default,
                           (*_op_args(name, single, store, True, numbers=numbers), finals, []))
 
