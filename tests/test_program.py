@@ -4,11 +4,12 @@ bitwise (outputs and gradients), repeats build no program, and bad input is stil
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 
 import pytest
 import torch
-from conftest import compile_launched
+from conftest import compile_launched, profile
 
 from autocuda.call import functional as F
 from autocuda.call import program
@@ -55,6 +56,29 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16]
 SHAPES = [(5, 12), (9, 2, 3)]
 
 
+TRAIN = [False, True]
+FULL = [(case, train, shape, dtype) for case in range(len(CASES)) for train in TRAIN for shape in SHAPES
+        for dtype in DTYPES]
+
+
+def default_runs() -> list[tuple[int, bool, tuple[int, ...], torch.dtype]]:
+    """The default profile's calls: every case in every dtype, inference and training, the shape taken in turn, so
+    that every pair of case, grad mode, shape and dtype of the full product (--slow) is checked. (Each shape has its
+    own T, and a T below 8 compiles kernels replaying T steps: a kernel set per T.)"""
+    return [(case, train, SHAPES[(case + i + j) % 2], dtype) for case in range(len(CASES))
+            for i, train in enumerate(TRAIN) for j, dtype in enumerate(DTYPES)]
+
+
+RUNS = FULL if profile() == "slow" else default_runs()
+
+
+def test_the_default_runs_hold_every_pair_of_the_full_product():
+    default = default_runs()
+    assert set(default) <= set(FULL)
+    for a, b in itertools.combinations(range(4), 2):
+        assert {(k[a], k[b]) for k in FULL} == {(k[a], k[b]) for k in default}, (a, b)
+
+
 def _input(shape, dtype, train):
     x = (torch.rand(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2).to(dtype)
     return x.requires_grad_(train)
@@ -69,15 +93,21 @@ def compiled_kernels() -> int:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(program, "ENABLED", False)
             run(name, _input(shape, dtype, train), *states, **kwargs)
-    return compile_launched(*(functools.partial(unbound, case, train, shape, dtype) for case in range(len(CASES))
-                              for train in (False, True) for shape in SHAPES for dtype in DTYPES))
+    return compile_launched(*(functools.partial(unbound, case, train, shape, dtype)
+                              for case, train, shape, dtype in RUNS))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=["rows", "view"])
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-@pytest.mark.parametrize("case", range(len(CASES)))
+def _run_id(value) -> str:
+    if isinstance(value, bool):
+        return "training" if value else "inference"
+    if isinstance(value, tuple):
+        return "rows" if value == SHAPES[0] else "view"
+    return str(value)
+
+
+@pytest.mark.parametrize(("case", "train", "shape", "dtype"), RUNS, ids=_run_id)
 def test_bound_calls_equal_the_unbound_path(case, train, shape, dtype, monkeypatch, compiled_kernels):
+    """With --slow every case x grad mode x shape x dtype; by default a covering set (`default_runs`)."""
     name, states, kwargs = CASES[case]
     got, want = both(monkeypatch, name, functools.partial(_input, shape, dtype, train), *states, **kwargs)
     assert len(got) == len(want)
