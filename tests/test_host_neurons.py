@@ -207,15 +207,22 @@ def launched_kernels(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return launched
 
 
-@pytest.mark.parametrize("store_state_seq", [True, False], ids=["property", "default path"])
-def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch, store_state_seq):
-    """Every kernel the property's examples (and the default path's) launch is among those `compiled_kernels`
-    compiles up front for their setup."""
-    setup = Setup(load_spec("alif"), "float32", "hard", False, store_state_seq=store_state_seq)
+def test_the_module_fixture_compiles_the_kernels_the_examples_launch(monkeypatch):
+    """Every kernel the property's examples launch is among those `compiled_kernels` compiles up front."""
+    setup = Setup(load_spec("alif"), "float32", "hard", False)
     launched = launched_kernels(monkeypatch)
     for seed_, shape in enumerate(EXAMPLES):
         assert check_case(make_case(setup, shape, seed=seed_)).passed
     assert launched and launched <= {k.kernel_name for k in _kernels(setup)}
+
+
+def test_the_module_fixture_compiles_the_kernels_the_default_path_examples_launch(monkeypatch):
+    """So are those of `default_path_setups`' examples."""
+    setup = default_path_setups()[0]
+    launched = launched_kernels(monkeypatch)
+    for seed_, shape in enumerate(default_path_examples()):
+        assert check_case(make_case(setup, shape, seed=seed_)).passed
+    assert launched and launched <= {k.kernel_name for k in _kernels(setup, default_path_examples())}
 
 
 def test_check_spec_compiles_the_kernels_its_cases_launch_up_front(monkeypatch):

@@ -179,7 +179,7 @@ def test_the_default_opchecks_hold_every_pair_of_the_full_product():
 
 
 @pytest.mark.parametrize(("name", "form", "numbers"), OPCHECKS,
-                         ids=lambda v: STATE_ARGUMENTS[v] if isinstance(v, bool) else v)
+                         ids=[f"{STATE_ARGUMENTS[numbers]}-{form}-{name}" for name, form, numbers in OPCHECKS])
 def test_opcheck_forward(name: str, form: str, numbers: bool):
     """opcheck (schema, fake kernel, autograd registration, AOT dispatch) of each form of the forward op: with
     --slow every spec in every form with both kinds of state arguments; by default a covering set
