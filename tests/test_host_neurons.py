@@ -112,19 +112,6 @@ FORCED_LAYOUTS = [("alif", "float32", {"lanes": 4, "vector": True, "prefetch": 2
                   ("parametric_lif", "float16", {"lanes": 8, "vector": True, "unroll": 2})]
 
 
-def _setups() -> Iterator[Setup]:
-    for name, dtype, reset, detach_reset in CHOSEN:
-        yield Setup(load_spec(name), dtype, reset, detach_reset)
-    for name in SPECS:   # the default op path: forward saves only what backward needs, no state sequences
-        yield from (Setup(load_spec(name), dtype, spec_resets(name)[0], store_state_seq=False)
-                    for dtype in ("float32", "float16"))
-    for reset in RESETS:
-        yield from (Setup(load_spec("parametric_lif"), dtype, reset, per_neuron=False) for dtype in DTYPES[:2])
-        yield from (Setup(USER_SPEC, dtype, reset) for dtype in ("float64", "float32"))
-    for name, dtype, layout in FORCED_LAYOUTS:
-        yield Setup(load_spec(name), dtype, "hard", layout=tuple(sorted(layout.items())))
-
-
 # The shapes (T, N) of the property's explicit examples: T = 1, where no step has a predecessor; N = 1, a packed
 # pair with only its first lane; three blocks of 256 threads, the last one partly idle. The last two share T (one
 # kernel replaying T steps for both).

@@ -220,7 +220,8 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
         valid = before_first if name.endswith(("_seq", "_checkpoints")) and not is_grad else clean.expand_as(want)
         if name.endswith("_checkpoints"):  # rows K-1, 2K-1, ... of the state's sequence
             want, valid = (v[segment - 1::segment][:got.shape[0]] for v in (expected[f"{name[:-12]}_seq"], valid))
-        got, want = got[valid], want[valid]
+        valid = valid.reshape(-1)  # a flat mask: 2-D boolean indexing runs a threaded nonzero (slow on busy cores)
+        got, want = got.reshape(-1)[valid], want.reshape(-1)[valid]
         if name in shared:  # one value for all neurons: what matters is the sum of the per-neuron partials
             got, want = got.sum(0, keepdim=True), want.sum(0, keepdim=True)
             scale = max(scale, float(expected[name].abs().sum()))
