@@ -209,7 +209,8 @@ def test_a_sequence_keeps_state_sequences_only_where_the_output_reads_a_state(mo
     x = torch.randn(5, 7, dtype=torch.float64) * 2
     for name, reads in (("stbif", False), ("liaf", True)):
         layer = Neuron(name, step_mode="m", backend="reference")
-        assert output.reads_states(layer.spec, output.spec_output(layer.spec)) is reads
+        kind = output.spec_output(layer.spec)
+        assert output.reads_states(layer.spec, kind, output.output_program(layer.spec, kind)) is reads
         got = layer(x)
         assert asked[-1] is reads
         spikes, _, seqs = layer_call.F.multi_step(name, x, store_state_seq=True, backend="reference")

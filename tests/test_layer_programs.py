@@ -295,7 +295,8 @@ def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
     assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "spec")
     from autocuda.spec.step import STATE, Output
 
-    layer._output = Output(STATE, state="v")  # what a spec whose output is its membrane gives a layer
+    # what a spec whose output is its membrane gives a layer (`Neuron._take_output`)
+    layer._output, layer._output_program, layer._output_reads_states = Output(STATE, state="v"), None, True
     got = outcome(layer, x)
     assert_same(got, full_path(layer, x, monkeypatch), "output")
     assert not torch.equal(got[0], got[0].round()), "the membrane, not spikes"

@@ -41,6 +41,29 @@ def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_m
         assert torch.equal(compiled(x), expected)
 
 
+@pytest.mark.parametrize("name", ["liaf", "stbif"])
+def test_a_layer_whose_output_is_an_expression_compiles_whole(name: str) -> None:
+    """An output computed from the kernels' sequences by the spec's expression (LIAF's reads the membrane, STBIF's
+    only the spike): its program is the layer's, taken when it was built, so the call's trace reads neither the
+    disk cache nor sympy."""
+    torch.manual_seed(0)
+    layer = Neuron(name, step_mode="m", backend="reference")
+    x = torch.randn(4, 2, 6, requires_grad=True)
+    expected = layer(x)
+    expected.sum().backward()
+    expected_grad, x.grad = x.grad, None
+    layer.reset()
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")  # a graph break raises, naming its reason
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(x)
+        got.sum().backward()
+    assert not [str(w.message) for w in caught if "Dynamo" in str(w.message)]
+    assert torch.equal(got, expected)
+    torch.testing.assert_close(x.grad, expected_grad)
+
+
 @pytest.mark.parametrize(("expr", "value", "expected"), [
     (sympy.exp(X), 1000.0, math.inf),            # overflow: inf, as torch gives on tensors
     (sympy.log(X), 0.0, -math.inf),

@@ -22,7 +22,7 @@ from ..call import program as programs
 from ..call.program import Program, Programs, transforms_active
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
-from .output import layer_output, reads_states
+from .output import layer_output
 
 Neuron = Any  # the layers these functions serve (`nn.Neuron` and the layers built on it): no import of theirs
 
@@ -66,7 +66,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state."""
     d = layer.__dict__
     output = d["_output"]
-    keep = d["_store_v_seq"] or (output.kind != SPIKE and reads_states(layer.spec, output))
+    keep = d["_store_v_seq"] or d["_output_reads_states"]
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
                             store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
@@ -282,8 +282,9 @@ def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], 
     output = layer.__dict__["_output"]
     if output.kind == SPIKE:
         return spike
-    after = {} if states is None else dict(zip(layer.__dict__["_state_names"], states))
-    return layer_output(layer.spec, output, inputs, spike, after, params)
+    d = layer.__dict__
+    after = {} if states is None else dict(zip(d["_state_names"], states))
+    return layer_output(layer.spec, output, inputs, spike, after, params, d["_output_program"])
 
 
 def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:

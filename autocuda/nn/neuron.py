@@ -30,7 +30,6 @@ from torch import nn
 from ..call import functional as F
 from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
-from ..spec.step import SPIKE
 from ..spec.surrogate import Sigmoid, Surrogate, get_surrogate
 from .layer_call import (
     BACKENDS,
@@ -49,7 +48,7 @@ from .layer_call import (
     sync_surrogate,
 )
 from .memory import MemoryBase, MemoryViews, detach_memories
-from .output import spec_output
+from .output import output_program, reads_states, spec_output
 
 __all__ = ["Neuron", "SIGMOID", "option_attribute"]
 
@@ -103,7 +102,7 @@ class Neuron(MemoryViews, MemoryBase):
         self.surrogate_function = self.spec.surrogate if surrogate_function is None else surrogate_function
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
         self._input_names = self.spec.inputs
-        self._output = spec_output(self.spec)  # the spike, unless the spec names another output
+        self._take_output()
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
         self.recompute, self.save_h = recompute, save_h
         self.backend = backend
@@ -125,7 +124,8 @@ class Neuron(MemoryViews, MemoryBase):
             state = {**state, "_store_v_seq": state["store_v_seq"]}
             del state["store_v_seq"]
         nn.Module.__setstate__(self, state)
-        self.__dict__.setdefault("_output", spec_output(self.spec))
+        if "_output_program" not in self.__dict__:
+            self._take_output()
         self.__dict__.setdefault("_input_names", self.spec.inputs)
         self.__dict__.setdefault("recompute", False)
         self.__dict__.setdefault("save_h", True)
@@ -177,7 +177,8 @@ class Neuron(MemoryViews, MemoryBase):
         if dict(self.spec.options).get(name) == value:
             return
         self.spec = self.spec.with_options(**{name: value})
-        self._spec_ref, self._output = spec_ref(self.spec), spec_output(self.spec)
+        self._spec_ref = spec_ref(self.spec)
+        self._take_output()
 
     @property
     def store_v_seq(self) -> bool:
@@ -313,7 +314,7 @@ class Neuron(MemoryViews, MemoryBase):
         compiling = torch.compiler.is_compiling()
         params = read_params(self, compiling)
         run: Callable[..., Any] = F.multi_step if multi else F.single_step
-        extra = {"store_state_seq": self._output.kind != SPIKE, "recompute": self.recompute,
+        extra = {"store_state_seq": self._output_reads_states, "recompute": self.recompute,
                  "save_h": self.save_h} if multi else {}
         out = run(self._spec_ref, given, *states[:n], surrogate=self._surrogate_ref,
                   detach_reset=self.detach_reset, backend=BACKENDS[self.backend], **extra, **params)
@@ -327,6 +328,15 @@ class Neuron(MemoryViews, MemoryBase):
             if isinstance(d.get(name), torch.Tensor):
                 d[name] = fn(d[name])
         return nn.Module._apply(self, fn, *args, **kwargs)  # not MemoryModule's (where it is the base)
+
+    def _take_output(self) -> None:
+        """The layer's output for its spec (`nn.output`: the spike unless the spec names another), its program and
+        whether it reads a state, worked out here, where the layer is built or its spec changes: never in a call,
+        which torch.compile may trace."""
+        d, spec = self.__dict__, self.spec
+        output = d["_output"] = spec_output(spec)
+        program = d["_output_program"] = output_program(spec, output)
+        d["_output_reads_states"] = reads_states(spec, output, program)
 
     # -- forward --------------------------------------------------------------------------------------
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from ..spec.model import SPIKE_OUTPUT, NeuronSpec, spec_text
 from ..spec.step import EXPRESSION, SPIKE, STATE, Output
 from ..toolchain import store
 
-__all__ = ["spec_output", "layer_output", "reads_states"]
+__all__ = ["spec_output", "output_program", "layer_output", "reads_states"]
 
 
 def spec_output(spec: NeuronSpec) -> Output:
@@ -60,20 +60,28 @@ def _program(spec: NeuronSpec) -> flat.Program:
     return program
 
 
-@functools.lru_cache(maxsize=64)
-def reads_states(spec: NeuronSpec, output: Output) -> bool:
-    """Whether the output reads a state after the step, so that a sequence's call must keep the state sequences:
-    a state output does, the spike does not, an expression where its program (derived values expanded) names one."""
-    if output.kind != EXPRESSION:
+def output_program(spec: NeuronSpec, output: Output) -> flat.Program | None:
+    """An expression output's program (None for the spike or a state). Layers take it where they are built or
+    their spec changes, not in a call: a call traced by torch.compile must read neither the disk cache nor sympy."""
+    return _program(spec) if output.kind == EXPRESSION else None
+
+
+def reads_states(spec: NeuronSpec, output: Output, program: flat.Program | None) -> bool:
+    """Whether the output (with its `output_program`) reads a state after the step, so that a sequence's call
+    must keep the state sequences: a state output does, the spike does not, an expression where its program
+    (derived values expanded) names one."""
+    if program is None:
         return output.kind == STATE
-    return not flat.symbols_of(_program(spec)).isdisjoint(s.name for s in spec.states)
+    return not flat.symbols_of(program).isdisjoint(s.name for s in spec.states)
 
 
 def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequence[torch.Tensor],
-                 spike: torch.Tensor, after: Mapping[str, torch.Tensor], params: Mapping[str, Any]) -> torch.Tensor:
+                 spike: torch.Tensor, after: Mapping[str, torch.Tensor], params: Mapping[str, Any],
+                 program: flat.Program | None = None) -> torch.Tensor:
     """The output of a step (or of a sequence: inputs, spike and the states as [T, *] sequences) from the step
     inputs (x, or one tensor per input of a spec with several), the states after it, by name (those it reads:
-    `reads_states`), and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge)."""
+    `reads_states`), and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge); an expression
+    by its `program` (`output_program`; found here where none is given)."""
     if output.kind == SPIKE:
         return spike
     if output.kind == STATE:
@@ -82,4 +90,4 @@ def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequen
     x = inputs[0]
     values = {**dict(zip(spec.inputs, inputs)), "s": spike, **after,
               **{p.name: 0.0 if params[p.name] is None else params[p.name] for p in spec.params}}
-    return flat.run(_program(spec), values).to(x.dtype).expand(x.shape)
+    return flat.run(_program(spec) if program is None else program, values).to(x.dtype).expand(x.shape)
