@@ -176,8 +176,12 @@ class Neuron(MemoryViews, MemoryBase):
         value = bool(value)  # SpikingJelly tests the attribute's truth
         if dict(self.spec.options).get(name) == value:
             return
-        self.spec = self.spec.with_options(**{name: value})
-        self._spec_ref = spec_ref(self.spec)
+        self._use_spec(self.spec.with_options(**{name: value}))
+
+    def _use_spec(self, spec: NeuronSpec) -> None:
+        """Run `spec` from the next call on: the spec, its reference and its output (`_take_output`) change together."""
+        self.spec = spec
+        self._spec_ref = spec_ref(spec)
         self._take_output()
 
     @property

@@ -15,7 +15,6 @@ import math
 import numbers
 from typing import Any
 
-from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
 from ..spec.surrogate import Custom, Surrogate
@@ -157,8 +156,7 @@ class ILIFNode(Neuron):
         _check_count(source)
         spec = ilif_spec(source)
         if spec.levels != self.spec.levels:
-            self.spec = spec
-            self._spec_ref = spec_ref(spec)
+            self._use_spec(spec)
         return SIGMOID
 
 
