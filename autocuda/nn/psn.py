@@ -7,19 +7,23 @@ and B [T, 1] learned:
   (M(λ) = λ M_k + (1 − λ) J); single steps once λ >= 1;
 - `SlidingPSN(k, exp_init)`: one k-vector of weights slid over time (a banded Toeplitz W for any T).
 
-Matrix work, not a recurrence: a multi-step call is one matrix product (torch's `addmm`) and the surrogate's
-spike function; a single step (MaskedPSN, SlidingPSN) mixes the queue of recent inputs it keeps, as SpikingJelly's
-does. The constructors, parameters (their names, shapes and initialisation), memories and results are
+Matrix work, not a recurrence. A multi-step call runs the mixing kernels (`call.mixing`: one kernel forward, one
+backward, H rebuilt from X) where they run it (on a GPU, T <= 64, a surrogate of ours or SpikingJelly's in its
+spiking form, outside torch.compile), else SpikingJelly's composition: one matrix product (torch's `addmm`) and the
+surrogate's spike function. A single step (MaskedPSN, SlidingPSN) mixes the queue of recent inputs it keeps, as
+SpikingJelly's does. The constructors, parameters (their names, shapes and initialisation), memories and results are
 SpikingJelly's; `surrogate_function` is read at every call and takes ours or SpikingJelly's objects.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..call import mixing
 from ..spec.surrogate import ATan
 from .memory import Memories, MemoryBase, MultiStepOnly
 
@@ -52,6 +56,13 @@ def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
     return x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
 
 
+def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Θ(weight @ rows + bias) with `surrogate`'s gradient: by the mixing kernels where they run the call
+    (`call.mixing.fire`), else as SpikingJelly composes it (`torch.addmm`, then the surrogate)."""
+    spikes = mixing.fire(rows, weight, bias, surrogate)
+    return surrogate(torch.addmm(bias, weight, rows)) if spikes is None else spikes
+
+
 class PSN(MultiStepOnly, nn.Module):
     """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
 
@@ -66,8 +77,7 @@ class PSN(MultiStepOnly, nn.Module):
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
-        h_seq = torch.addmm(self.bias, self.weight, _rows(x_seq, self.T, "PSN"))
-        return self.surrogate_function(h_seq).view(x_seq.shape)
+        return _fire(self.surrogate_function, self.weight, self.bias, _rows(x_seq, self.T, "PSN")).view(x_seq.shape)
 
     def extra_repr(self) -> str:
         return f"T={self.T}"
@@ -104,6 +114,14 @@ class _QueuedPSN(Memories, MemoryBase):
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=64)
+def _band(steps: int, k: int, device: torch.device) -> torch.Tensor:
+    """Where each entry of SlidingPSN's [T, T] matrix stands in its weights after a leading zero: row i, column j
+    holds weight k - 1 - (i - j) (index k - (i - j)) where 0 <= i - j < k, else the zero (index 0)."""
+    lag = torch.arange(steps).unsqueeze(1) - torch.arange(steps).unsqueeze(0)
+    return torch.where((lag >= 0) & (lag < k), k - lag, 0).to(device)
 
 
 def _pushed(queue: Any, x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
@@ -173,8 +191,8 @@ class MaskedPSN(_QueuedPSN):
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         x_seq = inputs[0]
-        h_seq = torch.addmm(self.bias, self.masked_weight(), _rows(x_seq, self.T, "MaskedPSN"))
-        return (self.surrogate_function(h_seq).view(x_seq.shape),), tuple(states)
+        rows = _rows(x_seq, self.T, "MaskedPSN")
+        return (_fire(self.surrogate_function, self.masked_weight(), self.bias, rows).view(x_seq.shape),), tuple(states)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, T={self.T}, lambda_={float(self._lambda_)}, step_mode={self._step_mode!r}"
@@ -203,12 +221,10 @@ class SlidingPSN(_QueuedPSN):
         self.bias = nn.Parameter(torch.as_tensor(-1.0))
 
     def gen_gemm_weight(self, T: int) -> torch.Tensor:
-        """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t."""
-        weight = self.weight.new_zeros(T, T)
-        for i in range(T):
-            start = max(0, i + 1 - self.k)
-            weight[i, start: i + 1] = self.weight[self.k - (i + 1 - start):]
-        return weight
+        """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t (one
+        gather from the weights after a zero, which fills the rest)."""
+        padded = torch.cat((self.weight.new_zeros(1), self.weight))
+        return padded[_band(T, self.k, self.weight.device)]
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
@@ -222,8 +238,8 @@ class SlidingPSN(_QueuedPSN):
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         x_seq = inputs[0]
         rows = _rows(x_seq, None, "SlidingPSN")
-        h_seq = torch.addmm(self.bias, self.gen_gemm_weight(x_seq.shape[0]), rows).view(x_seq.shape)
-        return (self.surrogate_function(h_seq),), tuple(states)
+        spikes = _fire(self.surrogate_function, self.gen_gemm_weight(x_seq.shape[0]), self.bias, rows)
+        return (spikes.view(x_seq.shape),), tuple(states)
 
     def extra_repr(self) -> str:
         return f"order={self.k}, step_mode={self._step_mode!r}"

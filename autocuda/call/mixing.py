@@ -1,0 +1,118 @@
+"""A mixing over time then a threshold as one autograd op (SpikingJelly's parallel spiking neurons, `nn.psn`):
+S = Θ(W X + b) over [T, N] rows, by the kernels of `codegen.mixing_kernel`. Backward runs one kernel (grad_h and grad_x,
+H rebuilt from X) and takes the weights' and biases' gradients as torch's matrix product and sum over the
+neurons, so autograd keeps X alone (which its producer keeps anyway, where it trains).
+
+`fire` runs a call where the kernels can: rows on a GPU with NVRTC (or `backend="host"`: CPU rows through the host
+runner, for tests), T up to `MAX_STEPS`, a surrogate of ours or SpikingJelly's in its spiking form, no
+torch.compile trace (Dynamo would stop at the kernels' launch). Elsewhere it returns None and the caller composes
+torch ops (`torch.addmm`, then the surrogate), as SpikingJelly does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..base.errors import SpecError
+from ..runtime.configs import compute_dtype, default_backend
+from ..spec.surrogate import Surrogate, get_surrogate
+
+__all__ = ["fire"]
+
+Tensor = torch.Tensor
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str | None = None) -> Tensor | None:
+    """Θ(weight @ rows + bias) for rows [T, N], weight [T, T] and bias broadcast to [T, 1], with `surrogate`'s
+    gradient in backward, by the mixing kernels; None where they do not run this call (see the module)."""
+    from ..codegen.mixing_kernel import MAX_STEPS  # the kernels' builder (sympy, jinja2): on the first call only
+
+    steps = rows.shape[0]
+    chosen = _spiking_surrogate(surrogate)
+    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in _DTYPES \
+            or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling():
+        return None
+    runs = backend or default_backend(rows.device.type)
+    if runs not in ("cuda", "host") or (runs == "host") != (rows.device.type == "cpu"):
+        return None
+    if torch.is_autocast_enabled(rows.device.type):  # as autocast runs `torch.addmm`: in its dtype
+        rows = rows.to(torch.get_autocast_dtype(rows.device.type))
+        if rows.dtype not in _DTYPES:
+            return None
+    compute = compute_dtype(rows.dtype)
+    biases = bias.reshape(-1, 1).expand(steps, 1).reshape(steps)  # a 0-d bias (SlidingPSN's) for every step
+    return _Fire.apply(rows.contiguous(), weight.to(compute).contiguous(), biases.to(compute).contiguous(), chosen,
+                       runs)
+
+
+def _spiking_surrogate(surrogate: Any) -> Surrogate | None:
+    """Ours (a frozen copy: its values now) for a surrogate object of ours or SpikingJelly's in its spiking form."""
+    try:
+        chosen = get_surrogate(surrogate)
+    except SpecError:
+        return None
+    return chosen.frozen() if chosen.spiking else None
+
+
+class _Fire(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Surrogate, backend: str
+                ) -> Tensor:
+        from ..codegen.ckernel import launch_shape
+        from ..codegen.mixing_kernel import mixing_kernels
+
+        forward, backward = mixing_kernels(rows.shape[0], str(rows.dtype).removeprefix("torch."), surrogate)
+        spike = torch.empty_like(rows)
+        neurons = rows.shape[1]
+        if neurons:
+            forward(*launch_shape(neurons), {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
+                                             "spike": spike}, backend=backend)
+        ctx.save_for_backward(rows, weight, bias)
+        ctx.kernel, ctx.backend = backward, backend
+        return spike
+
+    @staticmethod
+    def backward(ctx: Any, grad_spike: Tensor) -> tuple[Tensor | None, ...]:
+        rows, weight, bias = ctx.saved_tensors
+        from ..codegen.ckernel import launch_shape
+
+        grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)
+        neurons = rows.shape[1]
+        if neurons:
+            ctx.kernel(*launch_shape(neurons), {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
+                                                "grad_spike": _span(grad_spike), "grad_step": grad_spike.stride(0),
+                                                "grad_neuron": grad_spike.stride(1), "grad_h": grad_h,
+                                                "grad_x": grad_x}, backend=ctx.backend)
+        else:
+            grad_h.zero_()
+        grad_weight = _outer_sum(grad_h, rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        grad_bias = grad_h.sum(1, dtype=bias.dtype) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias, None, None
+
+
+def _span(t: Tensor) -> Tensor:
+    """The memory `t` reads, as a contiguous vector from its first element (the kernel indexes it by t's strides):
+    an expanded gradient is not copied."""
+    return t.as_strided((1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())),), (1,))
+
+
+# Neurons per chunk of the weights' gradient in float32 and float64 (`_outer_sum`)
+CHUNK = 8192
+
+
+def _outer_sum(grad_h: Tensor, rows: Tensor) -> Tensor:
+    """grad_h @ rowsᵀ, [T, T] summed over the N neurons. cuBLAS splits so long a sum over many blocks for half
+    types; for float32 and float64 its kernel for this shape runs the sum in one block row (0.65 ms at T = 8,
+    N = 8M on an H200, against 0.25 ms for chunks), so these sum chunks of CHUNK neurons as a batch and add the
+    chunks' products."""
+    neurons = rows.shape[1]
+    chunks = neurons // CHUNK
+    if rows.dtype in (torch.float16, torch.bfloat16) or chunks < 2:
+        return grad_h @ rows.T
+    whole = chunks * CHUNK
+    steps = rows.shape[0]
+    parts = torch.bmm(grad_h[:, :whole].reshape(steps, chunks, CHUNK).transpose(0, 1),
+                      rows[:, :whole].reshape(steps, chunks, CHUNK).permute(1, 2, 0)).sum(0)
+    return parts if whole == neurons else parts + grad_h[:, whole:] @ rows[:, whole:].T

@@ -1,0 +1,74 @@
+"""The kernels of a mixing over time then a threshold (SpikingJelly's parallel spiking neurons, `nn.psn`): over
+[T, N] rows x, H = W x + b and S = Θ(H), with W [T, T] and b [T] in the compute type, one thread per neuron
+(`templates/mixing.cu.j2`).
+
+The forward kernel writes the spikes. The backward kernel rebuilds H from x (nothing is saved but x), and writes
+grad_h = grad_spike · σ'(H) (σ' the surrogate's gradient, printed from its sympy form) and grad_x = Wᵀ grad_h:
+the weights' and biases' gradients are reductions over the neurons, grad_h xᵀ and Σ grad_h, which the caller takes
+with torch's matrix product and sum. Two of these kernels per (T, dtype, surrogate), built once.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import sympy
+
+from ..spec.surrogate import Surrogate
+from .ckernel import CKernel1D
+from .dtypes import fill, get_dtype
+from .printer import print_expr
+
+__all__ = ["MixingKernel", "mixing_kernels"]
+
+MAX_STEPS = 64  # the rows' values of one neuron are held in registers: longer sequences compose torch ops
+
+
+class MixingKernel(CKernel1D):
+    """One of the two mixing kernels (`backward` or not) for T = `steps` and the rows' dtype."""
+
+    template = "mixing.cu.j2"
+
+    def __init__(self, name: str, steps: int, dtype: str, surrogate: Surrogate, backward: bool):
+        super().__init__(name)
+        stored = get_dtype(dtype)
+        element, compute = stored.element if stored.packed else stored.ctype, stored.compute
+        self.steps, self.dtype, self.surrogate, self.backward = steps, stored, surrogate, backward
+        self.add_param(f"const {element} *", "x")
+        self.add_param(f"const {compute.ctype} *", "weight")
+        self.add_param(f"const {compute.ctype} *", "bias")
+        if backward:
+            self.add_param(f"const {element} *", "grad_spike")
+            self.add_param("const long long", "grad_step")  # grad_spike's strides, in elements
+            self.add_param("const long long", "grad_neuron")
+        for name in ("grad_h", "grad_x") if backward else ("spike",):
+            self.add_param(f"{element} *", name)
+
+    def _context(self) -> dict:
+        stored, compute = self.dtype, self.dtype.compute
+        row = "[(long long)t * numel + index]"
+
+        def load(name: str, at: str = row) -> str:
+            return fill(stored.element_load, x=name + at)
+
+        h = sympy.Symbol("h", real=True)
+        context = super()._context()
+        context.update(steps=self.steps, compute=compute.ctype, backward=self.backward, zero=compute.literal(0.0),
+                       load_x=load("x"), load_grad_spike=load("grad_spike", "[t * grad_step + index * grad_neuron]"),
+                       store_spike=fill(stored.element_store, x=compute.op("heaviside", x="h")),
+                       store_grad_h=fill(stored.element_store, x="grad_hs[t]"),
+                       store_grad_x=fill(stored.element_store, x="g"),
+                       gradient=f"({print_expr(self.surrogate.gradient(h), compute.name, {h: 'h'})})")
+        return context
+
+
+@functools.lru_cache(maxsize=64)
+def mixing_kernels(steps: int, dtype: str, surrogate: Surrogate) -> tuple[MixingKernel, MixingKernel]:
+    """The forward and backward kernels for T = `steps` rows of `dtype` and `surrogate` (a frozen one: its values
+    are the kernels')."""
+    if not 1 <= steps <= MAX_STEPS:
+        raise ValueError(f"mixing kernels: T must be in [1, {MAX_STEPS}], got {steps}")
+    digest = hashlib.sha1(repr(surrogate.key()).encode()).hexdigest()[:8]
+    name = f"mixing_{get_dtype(dtype).name}_t{steps}_{digest}"
+    return (MixingKernel(name, steps, dtype, surrogate, False),
+            MixingKernel(f"{name}_backward", steps, dtype, surrogate, True))

@@ -1,0 +1,144 @@
+"""The mixing kernels of the parallel spiking neurons (`autocuda.call.mixing`, `codegen.mixing_kernel`), run on the
+CPU through the host runner, against SpikingJelly's composition (`torch.addmm`, then the surrogate) in the compute
+dtype: the same spikes, and the gradients of x, the weights and the biases; where the kernels do not run a call,
+`fire` says so (None) and the layers compose torch ops."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda.call import mixing
+from autocuda.codegen.mixing_kernel import MAX_STEPS, mixing_kernels
+from autocuda.nn import PSN, MaskedPSN, SlidingPSN
+from autocuda.spec.surrogate import ATan, Sigmoid
+
+F64 = torch.float64
+# the gradients' tolerance relative to their norm: the kernels round grad_h to the rows' dtype once, torch's
+# composition rounds each formula's step in it
+TOLERANCE = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def composed(rows, weight, bias, surrogate):
+    compute = torch.float32 if rows.dtype in (torch.float16, torch.bfloat16) else rows.dtype
+    h = torch.addmm(bias.to(compute).reshape(-1, 1), weight.to(compute), rows.to(compute))
+    return surrogate(h).to(rows.dtype)
+
+
+def inputs(steps, neurons, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rows = (torch.randn(steps, neurons, generator=g, dtype=F64) * 1.5).to(dtype).requires_grad_()
+    weight = torch.randn(steps, steps, generator=g, dtype=F64).requires_grad_()
+    bias = torch.randn(steps, 1, generator=g, dtype=F64).requires_grad_()
+    return rows, weight, bias
+
+
+def gradients(out, wrt, seed=1):
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=F64).to(out.dtype)
+    return torch.autograd.grad((out * weights).sum(), wrt)
+
+
+# every dtype, both surrogates in a tight and a half dtype, one step, no neurons
+CASES = [(torch.float64, 8, 37, ATan()), (torch.float32, 8, 37, Sigmoid(alpha=2.5)), (torch.float16, 8, 37, ATan()),
+         (torch.bfloat16, 8, 37, Sigmoid(alpha=2.5)), (torch.float64, 1, 5, Sigmoid(alpha=2.5)),
+         (torch.float32, 3, 0, ATan())]
+
+
+@pytest.mark.parametrize(("dtype", "steps", "neurons", "surrogate"), CASES,
+                         ids=[f"{str(c[0])[6:]}-T{c[1]}-N{c[2]}-{c[3].name}" for c in CASES])
+def test_the_kernels_equal_the_composition(dtype, steps, neurons, surrogate):
+    rows, weight, bias = inputs(steps, neurons, dtype)
+    got = mixing.fire(rows, weight, bias, surrogate, backend="host")
+    want = composed(rows, weight, bias, surrogate)
+    assert got is not None and got.dtype == dtype and torch.equal(got, want)
+    for g, w in zip(gradients(got, (rows, weight, bias)), gradients(want, (rows, weight, bias))):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert (g.double() - w.double()).norm() <= TOLERANCE[dtype] * w.double().norm() + 1e-30
+
+
+def test_a_surrogate_changed_after_a_call_takes_new_kernels():
+    rows, weight, bias = inputs(4, 9, F64)
+    surrogate = ATan(alpha=2.0)
+    first = gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows,))[0]
+    surrogate.alpha = 5.0
+    again = gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows,))[0]
+    want = gradients(composed(rows, weight, bias, surrogate), (rows,))[0]
+    assert not torch.allclose(first, again) and torch.allclose(again, want, rtol=1e-12, atol=1e-15)
+
+
+def test_a_zero_dimensional_bias_is_every_steps():
+    rows, weight, _ = inputs(5, 7, F64)
+    bias = torch.tensor(-0.25, dtype=F64, requires_grad=True)
+    got = mixing.fire(rows, weight, bias, ATan(), backend="host")
+    want = composed(rows, weight, bias.expand(5), ATan())
+    assert torch.equal(got, want)
+    assert torch.allclose(gradients(got, (bias,))[0], gradients(want, (bias,))[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["too many steps", "primitive surrogate", "not a surrogate", "cpu without host",
+                                  "weight of another size"])
+def test_calls_the_kernels_do_not_run_get_none(case):
+    rows, weight, bias = inputs(4, 3, torch.float32)
+    surrogate, backend = ATan(), "host"
+    if case == "too many steps":
+        rows, weight, bias = inputs(MAX_STEPS + 1, 3, torch.float32)
+    elif case == "primitive surrogate":
+        surrogate = ATan(spiking=False)
+    elif case == "not a surrogate":
+        surrogate = torch.nn.ReLU()
+    elif case == "cpu without host":
+        backend = None
+    else:
+        weight = weight[:3, :3]
+    assert mixing.fire(rows, weight, bias, surrogate, backend=backend) is None
+
+
+def test_the_kernels_are_built_once_per_steps_dtype_and_surrogate():
+    first = mixing_kernels(4, "float32", ATan().frozen())
+    assert mixing_kernels(4, "float32", ATan().frozen()) is first
+    assert mixing_kernels(4, "float32", ATan(alpha=3.0).frozen())[0].kernel_name != first[0].kernel_name
+    with pytest.raises(ValueError, match="T must be in"):
+        mixing_kernels(MAX_STEPS + 1, "float32", ATan().frozen())
+
+
+@pytest.mark.parametrize("layer", [lambda: PSN(T=6), lambda: MaskedPSN(k=2, T=6, lambda_init=0.5, step_mode="m"),
+                                   lambda: SlidingPSN(k=3, step_mode="m")], ids=["PSN", "MaskedPSN", "SlidingPSN"])
+def test_the_layers_take_the_kernels_where_they_run(layer, monkeypatch):
+    """On the host runner (as on a GPU, where they run by default), a layer's multi-step call goes through the
+    kernels and equals its composition, gradients of every parameter included."""
+    torch.manual_seed(0)
+    ours = layer().to(F64)
+    x = (torch.randn(6, 4, 5, dtype=F64) * 1.5).requires_grad_()
+    original, ran = mixing.fire, []
+
+    def on_host(rows, weight, bias, surrogate, backend=None):
+        ran.append(rows.shape)
+        return original(rows, weight, bias, surrogate, backend="host")
+
+    monkeypatch.setattr(mixing, "fire", on_host)
+    got = ours(x)
+    got_grads = gradients(got, (x, *ours.parameters()))
+    monkeypatch.setattr(mixing, "fire", lambda *args, **kwargs: None)
+    want = ours(x)
+    want_grads = gradients(want, (x, *ours.parameters()))
+    assert ran == [(6, 20)] and torch.equal(got, want)
+    for g, w in zip(got_grads, want_grads):
+        assert torch.allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("given", ["broadcast from a sum", "transposed"])
+def test_a_gradient_is_read_through_its_strides(given):
+    rows, weight, bias = inputs(4, 9, F64)
+    got = mixing.fire(rows, weight, bias, ATan(), backend="host")
+    want = composed(rows, weight, bias, ATan())
+    grad = torch.ones((), dtype=F64).expand(4, 9) if given.startswith("broadcast") else torch.randn(9, 4, dtype=F64).T
+    for g, w in zip(torch.autograd.grad(got, (rows, weight, bias), grad),
+                    torch.autograd.grad(want, (rows, weight, bias), grad)):
+        assert torch.allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_the_weights_gradient_summed_in_chunks():
+    """float32 and float64 sum the weights' gradient in chunks of CHUNK neurons, and the rest after them."""
+    rows, weight, bias = inputs(2, 2 * mixing.CHUNK + 5, F64)
+    got = gradients(mixing.fire(rows, weight, bias, ATan(), backend="host"), (weight,))[0]
+    want = gradients(composed(rows, weight, bias, ATan()), (weight,))[0]
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
