@@ -60,15 +60,13 @@ class _Fire(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Surrogate, backend: str
                 ) -> Tensor:
-        from ..codegen.ckernel import launch_shape
         from ..codegen.mixing_kernel import mixing_kernels
 
         forward, backward = mixing_kernels(rows.shape[0], str(rows.dtype).removeprefix("torch."), surrogate)
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            forward(*launch_shape(neurons), {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
-                                             "spike": spike}, backend=backend)
+            _launch(forward, {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "spike": spike}, backend)
         ctx.save_for_backward(rows, weight, bias)
         ctx.kernel, ctx.backend = backward, backend
         return spike
@@ -76,20 +74,35 @@ class _Fire(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_spike: Tensor) -> tuple[Tensor | None, ...]:
         rows, weight, bias = ctx.saved_tensors
-        from ..codegen.ckernel import launch_shape
-
         grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            ctx.kernel(*launch_shape(neurons), {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
-                                                "grad_spike": _span(grad_spike), "grad_step": grad_spike.stride(0),
-                                                "grad_neuron": grad_spike.stride(1), "grad_h": grad_h,
-                                                "grad_x": grad_x}, backend=ctx.backend)
+            _launch(ctx.kernel, {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
+                                 "grad_spike": _span(grad_spike), "grad_step": grad_spike.stride(0),
+                                 "grad_neuron": grad_spike.stride(1), "grad_h": grad_h, "grad_x": grad_x},
+                    ctx.backend)
         else:
             grad_h.zero_()
         grad_weight = _outer_sum(grad_h, rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
         grad_bias = grad_h.sum(1, dtype=bias.dtype) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias, None, None
+
+
+def _launch(kernel: Any, args: dict[str, Any], backend: str) -> None:
+    """One thread per neuron. On a GPU straight to the kernel's launcher with the arguments in parameter order
+    (this module makes every tensor: contiguous, of the kernel's dtypes, on one device); the host runner through
+    the builder's checked call."""
+    from ..codegen.ckernel import launch_shape
+    from ..toolchain.launch import current_stream_ptr
+
+    grid, block = launch_shape(args["numel"])
+    if backend != "cuda":
+        kernel(grid, block, args, backend=backend)
+        return
+    device = args["x"].get_device()
+    values = [value.data_ptr() if isinstance(value, Tensor) else value
+              for value in map(args.__getitem__, kernel.cparams)]
+    kernel.cuda_launch(device)(grid, block, values, current_stream_ptr(device))
 
 
 def _span(t: Tensor) -> Tensor:
