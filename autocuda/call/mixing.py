@@ -30,7 +30,7 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
     from ..codegen.mixing_kernel import MAX_STEPS  # the kernels' builder (sympy, jinja2): on the first call only
 
     steps = rows.shape[0]
-    chosen = _spiking_surrogate(surrogate)
+    chosen = spiking_surrogate(surrogate)
     if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in _DTYPES \
             or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling():
         return None
@@ -47,7 +47,7 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
                        runs)
 
 
-def _spiking_surrogate(surrogate: Any) -> Surrogate | None:
+def spiking_surrogate(surrogate: Any) -> Surrogate | None:
     """Ours (a frozen copy: its values now) for a surrogate object of ours or SpikingJelly's in its spiking form."""
     try:
         chosen = get_surrogate(surrogate)
@@ -66,7 +66,8 @@ class _Fire(torch.autograd.Function):
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            _launch(forward, {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "spike": spike}, backend)
+            launch_per_neuron(forward, {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "spike": spike},
+                              backend)
         ctx.save_for_backward(rows, weight, bias)
         ctx.kernel, ctx.backend = backward, backend
         return spike
@@ -77,10 +78,10 @@ class _Fire(torch.autograd.Function):
         grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            _launch(ctx.kernel, {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
-                                 "grad_spike": _span(grad_spike), "grad_step": grad_spike.stride(0),
-                                 "grad_neuron": grad_spike.stride(1), "grad_h": grad_h, "grad_x": grad_x},
-                    ctx.backend)
+            launch_per_neuron(ctx.kernel, {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
+                                           "grad_spike": span(grad_spike), "grad_step": grad_spike.stride(0),
+                                           "grad_neuron": grad_spike.stride(1), "grad_h": grad_h, "grad_x": grad_x},
+                              ctx.backend)
         else:
             grad_h.zero_()
         grad_weight = _outer_sum(grad_h, rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
@@ -88,9 +89,9 @@ class _Fire(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, None, None
 
 
-def _launch(kernel: Any, args: dict[str, Any], backend: str) -> None:
+def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str) -> None:
     """One thread per neuron. On a GPU straight to the kernel's launcher with the arguments in parameter order
-    (this module makes every tensor: contiguous, of the kernel's dtypes, on one device); the host runner through
+    (the caller makes every tensor: contiguous, of the kernel's dtypes, on one device); the host runner through
     the builder's checked call."""
     from ..codegen.ckernel import launch_shape
     from ..toolchain.launch import current_stream_ptr
@@ -105,7 +106,7 @@ def _launch(kernel: Any, args: dict[str, Any], backend: str) -> None:
     kernel.cuda_launch(device)(grid, block, values, current_stream_ptr(device))
 
 
-def _span(t: Tensor) -> Tensor:
+def span(t: Tensor) -> Tensor:
     """The memory `t` reads, as a contiguous vector from its first element (the kernel indexes it by t's strides):
     an expanded gradient is not copied."""
     return t.as_strided((1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())),), (1,))

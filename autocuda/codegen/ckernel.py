@@ -250,6 +250,19 @@ class CKernel:
             device = self.check_args(args, backend)
             self.launch(grid, block, self.pack_args(args), device, backend or DEVICE_BACKENDS[device.type])
 
+    def cuda_launch(self, device: int) -> Any:
+        """The kernel's launcher on CUDA device `device` (`toolchain.launch.PackedLaunch`, compiled on first use),
+        kept on the kernel: called with (grid, block, the arguments' values in parameter order, tensors as
+        addresses, stream), it launches without the checks of `__call__` (for callers that make every tensor)."""
+        launches = self.__dict__.setdefault("_launches", {})
+        found = launches.get(device)
+        if found is None:
+            from ..toolchain.launch import packed_launch
+
+            found = launches[device] = packed_launch(self.full_codes, self.kernel_name, tuple(self.cparams.values()),
+                                                     device)
+        return found
+
     def _pointers(self) -> dict[str, bool]:
         """The pointer parameters, each with whether the kernel may write what it points to."""
         return {name: not param.const for name, param in self.cparams.items() if param.pointer}

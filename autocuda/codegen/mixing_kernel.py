@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Any
 
 import sympy
 
@@ -44,18 +43,6 @@ class MixingKernel(CKernel1D):
             self.add_param("const long long", "grad_neuron")
         for name in ("grad_h", "grad_x") if backward else ("spike",):
             self.add_param(f"{element} *", name)
-
-    def cuda_launch(self, device: int) -> Any:
-        """The kernel's launcher on CUDA device `device` (`toolchain.launch.PackedLaunch`: compiled on first use),
-        kept on the kernel: called with the arguments' values in parameter order, tensors as addresses."""
-        launches = self.__dict__.setdefault("_launches", {})
-        found = launches.get(device)
-        if found is None:
-            from ..toolchain.launch import packed_launch
-
-            found = launches[device] = packed_launch(self.full_codes, self.kernel_name, tuple(self.cparams.values()),
-                                                     device)
-        return found
 
     def _context(self) -> dict:
         stored, compute = self.dtype, self.dtype.compute

@@ -9,10 +9,12 @@ z_k = Θ(v_k - θ_k), v_{k+1} = v_k - h_k·z_k, and the output Σ_k d_k·z_k (si
   runs the outlier table, the sign restored after (the gate clamped to ±clamp_value first);
 - `HGNode(tables, gate_thresholds)`: the gate's region among the thresholds picks the table.
 
-A torch composition: the table is a different parameter at each of the K steps, which the spec language has no
-form for (its parameters are the same at every step), and K is small (a handful of element-wise operations per
-step). The constructors, buffers (names, shapes, dtypes), checks and results are SpikingJelly's; a table may be
-ours or SpikingJelly's `FewSpikeTable`; `surrogate_function` takes ours or SpikingJelly's objects.
+FewSpikeNode and HGNode run the few-spike kernels (`call.few_spike`: one thread per neuron, the gate, its table
+row and the K steps in registers; backward rebuilds them from x) on a GPU, for K up to 64 and a surrogate of ours or
+SpikingJelly's in its spiking form, outside torch.compile; elsewhere, and OutlierAwareThresholdNode always, a torch
+composition: a table is a different parameter at each of the K steps, which the spec language has no form for.
+The constructors, buffers (names, shapes, dtypes), checks and results are SpikingJelly's; a table may be ours or
+SpikingJelly's `FewSpikeTable`; `surrogate_function` takes ours or SpikingJelly's objects.
 """
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..call import few_spike
 from ..spec.surrogate import Sigmoid
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
+
+Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # theta, h, d [R, K]; R - 1 gate thresholds
 
 
 def _vector(name: str, value: Any) -> torch.Tensor:
@@ -116,13 +121,30 @@ class FewSpikeNode(nn.Module):
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input("x", x)
-        return self._from_gate(x, sequence=False)
+        return self._run(x, sequence=False)
 
     def multi_step_forward(self, x_seq: torch.Tensor) -> torch.Tensor:
         _check_input("x_seq", x_seq)
         if x_seq.dim() < 1 or x_seq.shape[0] != self.K:
             raise ValueError(f"x_seq: expected shape [K = {self.K}, *], got {tuple(x_seq.shape)}")
-        return self._from_gate(x_seq.sum(dim=0), sequence=True)
+        return self._run(x_seq, sequence=True)
+
+    def _run(self, x: torch.Tensor, sequence: bool) -> torch.Tensor:
+        """The call by the few-spike kernels where they run it (`call.few_spike.run`), else composed."""
+        tables = self._kernel_tables()
+        if tables is not None:
+            out = few_spike.run(self._kernel_input(x), *tables, self.surrogate_function, sequence)
+            if out is not None:
+                return out
+        return self._from_gate(x.sum(dim=0) if sequence else x, sequence)
+
+    def _kernel_tables(self) -> Tables | None:
+        """(theta, h, d [R, K], the R - 1 gate thresholds) for the kernels: one table, no thresholds."""
+        return self.theta.unsqueeze(0), self.h.unsqueeze(0), self.d.unsqueeze(0), self.theta.new_empty(0)
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x in the dtype the composition gives: its own (a table entry is a 0-d tensor, which does not promote)."""
+        return x
 
     def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
         return self._steps(gate, self.theta, self.h, self.d, sequence)
@@ -181,6 +203,9 @@ class OutlierAwareThresholdNode(FewSpikeNode):
             self.register_buffer(f"outlier_{column}", _like(getattr(outlier_table, column), getattr(table, column)))
         self.split_threshold, self.clamp_value = split_threshold, clamp_value
 
+    def _kernel_tables(self) -> None:
+        return None  # the gate's sign and magnitude: composed in torch
+
     def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
         if self.clamp_value is not None:
             gate = gate.clamp(-self.clamp_value, self.clamp_value)
@@ -238,6 +263,14 @@ class HGNode(FewSpikeNode):
     @property
     def K(self) -> int:
         return self.region_theta.shape[1]
+
+    def _kernel_tables(self) -> Tables:
+        return self.region_theta, self.region_h, self.region_d, self.gate_thresholds
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x in the dtype the composition gives: promoted with the tables' (each step's entries are picked per
+        element)."""
+        return x.to(torch.promote_types(x.dtype, self.region_theta.dtype))
 
     def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
         region = torch.bucketize(gate.detach(), self.gate_thresholds)

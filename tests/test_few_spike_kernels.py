@@ -1,0 +1,90 @@
+"""The few-spike kernels (`autocuda.call.few_spike`, `codegen.few_spike_kernel`), run on the CPU through the host
+runner, against the layers' torch composition (SpikingJelly's steps): FewSpikeNode and HGNode in both step modes,
+the same outputs and input gradients; OutlierAwareThresholdNode and calls the kernels cannot run are composed."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autocuda.call import few_spike
+from autocuda.nn import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareThresholdNode
+from autocuda.spec.surrogate import ATan, Sigmoid
+
+F64 = torch.float64
+TOLERANCE = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def table(scale: float, steps: int = 4) -> FewSpikeTable:
+    halves = torch.tensor([0.5 ** (k + 1) for k in range(steps)], dtype=F64) * scale
+    return FewSpikeTable(halves, halves, halves)
+
+
+def layers(step_mode: str) -> dict[str, torch.nn.Module]:
+    return {"FewSpikeNode": FewSpikeNode(table(4.0), step_mode=step_mode),
+            "HGNode": HGNode([table(1.0), table(4.0), table(16.0)], [0.0, 4.0], surrogate_function=ATan(),
+                             step_mode=step_mode)}
+
+
+def both_paths(layer: torch.nn.Module, x: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """(kernels' output and input gradient, the composition's), the kernels on the host runner."""
+    original, ran = few_spike.run, []
+
+    def on_host(*args, **kwargs):
+        ran.append(original(*args, **{**kwargs, "backend": "host"}))
+        return ran[-1]
+
+    weights = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(x.dtype)
+    results = []
+    for run in (on_host, lambda *args, **kwargs: None):
+        monkeypatch.setattr(few_spike, "run", run)
+        out = layer(x)
+        results.append((out, torch.autograd.grad((out * weights).sum(), x)[0]))
+    assert ran and ran[0] is not None, "the kernels ran the call"
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+@pytest.mark.parametrize("name", ["FewSpikeNode", "HGNode"])
+def test_the_kernels_equal_the_composition(name, step_mode, dtype, monkeypatch):
+    layer = layers(step_mode)[name].to(dtype if dtype == F64 else torch.float32)
+    shape = (4, 3, 11) if step_mode == "m" else (3, 11)
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=F64) * 3).to(dtype).requires_grad_()
+    (got, got_grad), (want, want_grad) = both_paths(layer, x, monkeypatch)
+    assert got.dtype == want.dtype  # HGNode: promoted with its float32 tables, as the composition does
+    if dtype == F64:
+        assert torch.equal(got, want)
+    else:  # the composition rounds the gate and each step in the dtype: an output flips where v meets θ within it
+        assert (got != want).float().mean().item() < 0.05
+    error = (got_grad.double() - want_grad.double()).norm() / want_grad.double().norm()
+    assert error <= TOLERANCE[dtype]
+
+
+def test_a_region_between_thresholds_picks_its_table(monkeypatch):
+    """Gates below, between and above HGNode's thresholds, and on them (a gate equal to a threshold is in the region
+    below it, as torch.bucketize's)."""
+    layer = layers("s")["HGNode"].to(F64)
+    x = torch.tensor([-3.0, 0.0, 0.5, 4.0, 5.0, 30.0], dtype=F64, requires_grad=True)
+    (got, _), (want, _) = both_paths(layer, x, monkeypatch)
+    assert torch.equal(got, want)
+
+
+def test_outlier_aware_nodes_are_composed(monkeypatch):
+    layer = OutlierAwareThresholdNode(table(4.0), table(16.0), 4.0, step_mode="m")
+    asked = []
+    monkeypatch.setattr(few_spike, "run", lambda *args, **kwargs: asked.append(1))
+    layer(torch.randn(4, 5))
+    assert not asked
+
+
+@pytest.mark.parametrize("case", ["primitive surrogate", "cpu without host", "a sequence of another length"])
+def test_calls_the_kernels_do_not_run_get_none(case):
+    tables = (torch.ones(1, 4), torch.ones(1, 4), torch.ones(1, 4), torch.empty(0))
+    x, surrogate, backend = torch.randn(4, 5), Sigmoid(), "host"
+    if case == "primitive surrogate":
+        surrogate = Sigmoid(spiking=False)
+    elif case == "cpu without host":
+        backend = None
+    else:
+        x = torch.randn(3, 5)
+    assert few_spike.run(x, *tables, surrogate, True, backend=backend) is None
