@@ -1,6 +1,7 @@
 """The few-spike kernels (`autocuda.call.few_spike`, `codegen.few_spike_kernel`), run on the CPU through the host
-runner, against the layers' torch composition (SpikingJelly's steps): FewSpikeNode and HGNode in both step modes,
-the same outputs and input gradients; OutlierAwareThresholdNode and calls the kernels cannot run are composed."""
+runner, against the layers' torch composition (SpikingJelly's steps): FewSpikeNode, HGNode and
+OutlierAwareThresholdNode (with and without its clamp) in both step modes, the same outputs and input gradients;
+calls the kernels cannot run are composed."""
 from __future__ import annotations
 
 import pytest
@@ -22,7 +23,11 @@ def table(scale: float, steps: int = 4) -> FewSpikeTable:
 def layers(step_mode: str) -> dict[str, torch.nn.Module]:
     return {"FewSpikeNode": FewSpikeNode(table(4.0), step_mode=step_mode),
             "HGNode": HGNode([table(1.0), table(4.0), table(16.0)], [0.0, 4.0], surrogate_function=ATan(),
-                             step_mode=step_mode)}
+                             step_mode=step_mode),
+            "OutlierAwareThresholdNode": OutlierAwareThresholdNode(table(4.0), table(16.0), 3.0, 9.0,
+                                                                   step_mode=step_mode),
+            "OutlierAwareThresholdNode, no clamp": OutlierAwareThresholdNode(table(4.0), table(16.0), 3.0,
+                                                                             step_mode=step_mode)}
 
 
 def both_paths(layer: torch.nn.Module, x: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> tuple:
@@ -45,7 +50,7 @@ def both_paths(layer: torch.nn.Module, x: torch.Tensor, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("step_mode", ["m", "s"])
-@pytest.mark.parametrize("name", ["FewSpikeNode", "HGNode"])
+@pytest.mark.parametrize("name", list(layers("s")))
 def test_the_kernels_equal_the_composition(name, step_mode, dtype, monkeypatch):
     layer = layers(step_mode)[name].to(dtype if dtype == F64 else torch.float32)
     shape = (4, 3, 11) if step_mode == "m" else (3, 11)
@@ -69,12 +74,13 @@ def test_a_region_between_thresholds_picks_its_table(monkeypatch):
     assert torch.equal(got, want)
 
 
-def test_outlier_aware_nodes_are_composed(monkeypatch):
-    layer = OutlierAwareThresholdNode(table(4.0), table(16.0), 4.0, step_mode="m")
-    asked = []
-    monkeypatch.setattr(few_spike, "run", lambda *args, **kwargs: asked.append(1))
-    layer(torch.randn(4, 5))
-    assert not asked
+def test_an_outlier_node_clamps_and_splits_at_its_bounds(monkeypatch):
+    """Gates at and around the clamp (±9: the clamp passes its bounds' gradient) and the split (3: the inlier table
+    up to it), of both signs, and zero (no sign: no output, no gradient)."""
+    layer = layers("s")["OutlierAwareThresholdNode"].to(F64)
+    x = torch.tensor([-12.0, -9.0, -3.0, -2.5, 0.0, 2.5, 3.0, 3.5, 9.0, 12.0], dtype=F64, requires_grad=True)
+    (got, got_grad), (want, want_grad) = both_paths(layer, x, monkeypatch)
+    assert torch.equal(got, want) and torch.allclose(got_grad, want_grad, rtol=1e-13, atol=1e-15)
 
 
 @pytest.mark.parametrize("case", ["primitive surrogate", "cpu without host", "a sequence of another length"])

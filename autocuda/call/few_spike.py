@@ -8,6 +8,7 @@ returns None and the layer composes torch ops, as SpikingJelly does.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -22,10 +23,11 @@ _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surrogate: Any, sequence: bool,
-        backend: str | None = None) -> Tensor | None:
+        backend: str | None = None, signed: bool = False, clamp_value: float = math.inf) -> Tensor | None:
     """The weighted spikes [K, *] of a sequence x [K, *] (`sequence`), or their sum [*] for one step's gate x [*],
-    with tables theta, h, d [R, K] and R - 1 increasing gate `thresholds`, in x's dtype; None where the kernels do
-    not run it."""
+    with tables theta, h, d [R, K] and R - 1 increasing gate `thresholds`, in x's dtype; `signed`: the steps run on
+    the magnitude of the gate clamped to ±clamp_value, and the outputs take its sign (OutlierAwareThresholdNode).
+    None where the kernels do not run it."""
     from ..codegen.few_spike_kernel import MAX_STEPS
 
     chosen = spiking_surrogate(surrogate)
@@ -41,20 +43,21 @@ def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surr
     cut = thresholds.detach().to(device=x.device, dtype=compute).reshape(-1)
     cut = cut if cut.numel() else torch.zeros(1, dtype=compute, device=x.device)  # read by no thread
     rows = x.contiguous().view(steps, -1) if sequence else x.contiguous().view(-1)
-    return _FewSpike.apply(rows, *tables, cut, chosen, sequence, runs).view(x.shape)
+    return _FewSpike.apply(rows, *tables, cut, chosen, sequence, runs, signed, float(clamp_value)).view(x.shape)
 
 
 class _FewSpike(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, rows: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surrogate: Any,
-                sequence: bool, backend: str) -> Tensor:
+                sequence: bool, backend: str, signed: bool, clamp_value: float) -> Tensor:
         from ..codegen.few_spike_kernel import few_spike_kernels
 
         forward, backward = few_spike_kernels(theta.shape[1], theta.shape[0], str(rows.dtype).removeprefix("torch."),
-                                              surrogate, sequence)
+                                              surrogate, sequence, signed)
         out = torch.empty_like(rows)
         neurons = rows.shape[-1]
-        tables = {"theta": theta, "h": h, "d": d, "thresholds": thresholds}
+        tables = {"theta": theta, "h": h, "d": d, "thresholds": thresholds,
+                  **({"clamp_value": clamp_value} if signed else {})}
         if neurons:
             launch_per_neuron(forward, {"numel": neurons, "x": rows, **tables, "out": out}, backend)
         ctx.save_for_backward(rows)
@@ -70,4 +73,4 @@ class _FewSpike(torch.autograd.Function):
             step, neuron = (grad_out.stride(0), grad_out.stride(1)) if grad_out.dim() == 2 else (0, grad_out.stride(0))
             launch_per_neuron(ctx.kernel, {"numel": neurons, "x": rows, **ctx.tables, "grad_out": span(grad_out),
                                            "grad_step": step, "grad_neuron": neuron, "grad_x": grad_x}, ctx.backend)
-        return grad_x, None, None, None, None, None, None, None
+        return grad_x, None, None, None, None, None, None, None, None, None

@@ -27,15 +27,17 @@ class FewSpikeKernel(CKernel1D):
     template = "few_spike.cu.j2"
 
     def __init__(self, name: str, steps: int, regions: int, dtype: str, surrogate: Surrogate, sequence: bool,
-                 backward: bool):
+                 backward: bool, signed: bool = False):
         super().__init__(name)
         stored = get_dtype(dtype)
         element, compute = stored.element if stored.packed else stored.ctype, stored.compute
         self.steps, self.regions, self.dtype = steps, regions, stored
-        self.surrogate, self.sequence, self.backward = surrogate, sequence, backward
+        self.surrogate, self.sequence, self.backward, self.signed = surrogate, sequence, backward, signed
         self.add_param(f"const {element} *", "x")
         for table in ("theta", "h", "d", "thresholds"):
             self.add_param(f"const {compute.ctype} *", table)
+        if signed:
+            self.add_param(f"const {compute.ctype}", "clamp_value")
         if backward:
             self.add_param(f"const {element} *", "grad_out")
             self.add_param("const long long", "grad_step")  # grad_out's strides, in elements
@@ -48,25 +50,32 @@ class FewSpikeKernel(CKernel1D):
         grad_at = "[k * grad_step + index * grad_neuron]" if self.sequence else "[index * grad_neuron]"
         u = sympy.Symbol("u", real=True)
         context = super()._context()
+        signed = self.signed
         context.update(steps=self.steps, regions=self.regions, compute=compute.ctype, zero=compute.literal(0.0),
-                       sequence=self.sequence, backward=self.backward,
+                       one=compute.literal(1.0), sequence=self.sequence, backward=self.backward, signed=signed,
+                       clamped=compute.op("minimal", x=compute.op("maximum", x="gate", y="-clamp_value"),
+                                          y="clamp_value"),
+                       magnitude=compute.op("abs", x="clamped"),
                        load_x=fill(stored.element_load, x="x" + at),
                        load_grad=fill(stored.element_load, x="grad_out" + grad_at),
                        heaviside_u=compute.op("heaviside", x="us[k]"), heaviside_u0=compute.op("heaviside", x="u"),
-                       store_dz=fill(stored.element_store, x="d_r[k] * z"),
-                       store_total=fill(stored.element_store, x="total"), store_dv=fill(stored.element_store, x="dv"),
+                       store_dz=fill(stored.element_store, x="(d_r[k] * z) * sign" if signed else "d_r[k] * z"),
+                       store_total=fill(stored.element_store, x="total * sign" if signed else "total"),
+                       store_dv=fill(stored.element_store, x="dv"),
                        gradient=f"({print_expr(self.surrogate.gradient(u), compute.name, {u: 'u'})})")
         return context
 
 
 @functools.lru_cache(maxsize=64)
-def few_spike_kernels(steps: int, regions: int, dtype: str, surrogate: Surrogate, sequence: bool
-                      ) -> tuple[FewSpikeKernel, FewSpikeKernel]:
+def few_spike_kernels(steps: int, regions: int, dtype: str, surrogate: Surrogate, sequence: bool,
+                      signed: bool = False) -> tuple[FewSpikeKernel, FewSpikeKernel]:
     """The forward and backward kernels for K = `steps`, `regions` table rows, `dtype`, `surrogate` (a frozen one:
-    its values are the kernels') and a sequence's K inputs or one step's gate."""
+    its values are the kernels'), a sequence's K inputs or one step's gate, and (`signed`) steps on the clamped
+    gate's magnitude, the outputs signed."""
     if not 1 <= steps <= MAX_STEPS or regions < 1:
         raise ValueError(f"few-spike kernels: K must be in [1, {MAX_STEPS}] and regions >= 1, got {steps}, {regions}")
     digest = hashlib.sha1(repr(surrogate.key()).encode()).hexdigest()[:8]
-    name = f"few_spike_{get_dtype(dtype).name}_k{steps}_r{regions}_{'m' if sequence else 's'}_{digest}"
-    return (FewSpikeKernel(name, steps, regions, dtype, surrogate, sequence, False),
-            FewSpikeKernel(f"{name}_backward", steps, regions, dtype, surrogate, sequence, True))
+    kind = ("m" if sequence else "s") + ("_signed" if signed else "")
+    name = f"few_spike_{get_dtype(dtype).name}_k{steps}_r{regions}_{kind}_{digest}"
+    return (FewSpikeKernel(name, steps, regions, dtype, surrogate, sequence, False, signed),
+            FewSpikeKernel(f"{name}_backward", steps, regions, dtype, surrogate, sequence, True, signed))

@@ -9,10 +9,10 @@ z_k = Θ(v_k - θ_k), v_{k+1} = v_k - h_k·z_k, and the output Σ_k d_k·z_k (si
   runs the outlier table, the sign restored after (the gate clamped to ±clamp_value first);
 - `HGNode(tables, gate_thresholds)`: the gate's region among the thresholds picks the table.
 
-FewSpikeNode and HGNode run the few-spike kernels (`call.few_spike`: one thread per neuron, the gate, its table
-row and the K steps in registers; backward rebuilds them from x) on a GPU, for K up to 64 and a surrogate of ours or
-SpikingJelly's in its spiking form, outside torch.compile; elsewhere, and OutlierAwareThresholdNode always, a torch
-composition: a table is a different parameter at each of the K steps, which the spec language has no form for.
+The three run the few-spike kernels (`call.few_spike`: one thread per neuron, the gate, its table row and the K
+steps in registers; backward rebuilds them from x) on a GPU, for K up to 64 and a surrogate of ours or
+SpikingJelly's in its spiking form, outside torch.compile; elsewhere a torch composition: a table is a different
+parameter at each of the K steps, which the spec language has no form for.
 The constructors, buffers (names, shapes, dtypes), checks and results are SpikingJelly's; a table may be ours or
 SpikingJelly's `FewSpikeTable`; `surrogate_function` takes ours or SpikingJelly's objects.
 """
@@ -133,7 +133,8 @@ class FewSpikeNode(nn.Module):
         """The call by the few-spike kernels where they run it (`call.few_spike.run`), else composed."""
         tables = self._kernel_tables()
         if tables is not None:
-            out = few_spike.run(self._kernel_input(x), *tables, self.surrogate_function, sequence)
+            out = few_spike.run(self._kernel_input(x), *tables, self.surrogate_function, sequence,
+                                **self._kernel_options())
             if out is not None:
                 return out
         return self._from_gate(x.sum(dim=0) if sequence else x, sequence)
@@ -145,6 +146,9 @@ class FewSpikeNode(nn.Module):
     def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
         """x in the dtype the composition gives: its own (a table entry is a 0-d tensor, which does not promote)."""
         return x
+
+    def _kernel_options(self) -> dict[str, Any]:
+        return {}
 
     def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
         return self._steps(gate, self.theta, self.h, self.d, sequence)
@@ -203,8 +207,18 @@ class OutlierAwareThresholdNode(FewSpikeNode):
             self.register_buffer(f"outlier_{column}", _like(getattr(outlier_table, column), getattr(table, column)))
         self.split_threshold, self.clamp_value = split_threshold, clamp_value
 
-    def _kernel_tables(self) -> None:
-        return None  # the gate's sign and magnitude: composed in torch
+    def _kernel_tables(self) -> Tables:
+        """The inlier table, then the outlier one (the magnitude's region: above split_threshold)."""
+        stacked = [torch.stack((getattr(self, c), getattr(self, f"outlier_{c}"))) for c in ("theta", "h", "d")]
+        return stacked[0], stacked[1], stacked[2], self.theta.new_tensor([self.split_threshold])
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x in the dtype the composition gives: promoted with the tables' (each step's entries are picked per
+        element)."""
+        return x.to(torch.promote_types(x.dtype, self.theta.dtype))
+
+    def _kernel_options(self) -> dict[str, Any]:
+        return {"signed": True, "clamp_value": math.inf if self.clamp_value is None else self.clamp_value}
 
     def _from_gate(self, gate: torch.Tensor, sequence: bool) -> torch.Tensor:
         if self.clamp_value is not None:

@@ -1,4 +1,5 @@
-"""FewSpikeNode and HGNode on a GPU, in every dtype, by the few-spike kernels (`autocuda.call.few_spike`), against
+"""FewSpikeNode, HGNode and OutlierAwareThresholdNode on a GPU, in every dtype, by the few-spike kernels
+(`autocuda.call.few_spike`), against
 SpikingJelly 2.0's own classes: outputs and the input's gradient. float32 and float64 against theirs in the same
 dtype; float16 and bfloat16 against theirs in float32 from the same inputs (the kernels compute in float32: their
 composition in a half type rounds the gate and every step, so a region or a spike flips where one of those
@@ -29,12 +30,14 @@ def tables(module, scales):
 def build(module, name: str, step_mode: str):
     if name == "FewSpikeNode":
         return module.FewSpikeNode(*tables(module, [4.0]), step_mode=step_mode)
+    if name == "OutlierAwareThresholdNode":
+        return module.OutlierAwareThresholdNode(*tables(module, [4.0, 16.0]), 3.0, 9.0, step_mode=step_mode)
     return module.HGNode(tables(module, [1.0, 4.0, 16.0]), [0.0, 4.0], step_mode=step_mode)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("step_mode", ["m", "s"])
-@pytest.mark.parametrize("name", ["FewSpikeNode", "HGNode"])
+@pytest.mark.parametrize("name", ["FewSpikeNode", "HGNode", "OutlierAwareThresholdNode"])
 def test_as_spikingjelly_on_cuda(name: str, step_mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
                                  ) -> None:
     half = dtype in (torch.float16, torch.bfloat16)
