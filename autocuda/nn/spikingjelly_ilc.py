@@ -51,11 +51,27 @@ def population_connection(act_dim: int, dec_pop_dim: int) -> nn.Conv1d:
     return nn.Conv1d(act_dim, act_dim * dec_pop_dim, dec_pop_dim, groups=act_dim)
 
 
+def _per_action_map(conn: Any, act_dim: int, dec_pop_dim: int) -> bool:
+    """Whether `conn` is the grouped Conv1d `population_connection` makes (one dense map per action)."""
+    return type(conn) is nn.Conv1d and conn.in_channels == act_dim and conn.groups == act_dim \
+        and conn.out_channels == act_dim * dec_pop_dim and conn.kernel_size == (dec_pop_dim,) \
+        and conn.stride == (1,) and conn.padding == (0,) and conn.dilation == (1,) and conn.padding_mode == "zeros"
+
+
 def population_feedback(conn: nn.Conv1d, spike: torch.Tensor, act_dim: int, dec_pop_dim: int) -> torch.Tensor:
     """The next step's added input: each population's spikes through its own map, in the spike's shape and dtype.
-    The map runs in `conn`'s dtype: spikes of another dtype (float32 where a noisy node added its float32 noise to a
-    half-precision input) are cast to it, where SpikingJelly's conn raises on the mismatch."""
-    mixed = conn(spike.to(conn.weight.dtype).reshape(-1, act_dim, dec_pop_dim))
+    `conn`'s grouped convolution, whose kernel spans the population, is a matrix product per action: taken as one
+    batched product (`einsum`) with conn's weight and bias, as cheap as the spikes' traffic where cuDNN's grouped
+    convolution of a few channels over a long batch is not. The map runs in `conn`'s dtype: spikes of another dtype
+    (float32 where a noisy node added its float32 noise to a half-precision input) are cast to it, where
+    SpikingJelly's conn raises on the mismatch."""
+    populations = spike.to(conn.weight.dtype).reshape(-1, act_dim, dec_pop_dim)
+    if not _per_action_map(conn, act_dim, dec_pop_dim):  # a conn a user changed: as it is
+        return conn(populations).reshape(spike.shape).to(spike.dtype)
+    weight = conn.weight.view(act_dim, dec_pop_dim, dec_pop_dim)  # [action, out neuron, in neuron]
+    mixed = torch.einsum("baj,aij->bai", populations, weight)
+    if conn.bias is not None:
+        mixed = mixed + conn.bias.view(act_dim, dec_pop_dim)
     return mixed.reshape(spike.shape).to(spike.dtype)
 
 
