@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import profile
 
 from autocuda.call import few_spike
 from autocuda.nn import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareThresholdNode
@@ -48,9 +49,27 @@ def both_paths(layer: torch.nn.Module, x: torch.Tensor, monkeypatch: pytest.Monk
     return results
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("step_mode", ["m", "s"])
-@pytest.mark.parametrize("name", list(layers("s")))
+DTYPES = (torch.float64, torch.float32, torch.bfloat16)
+FULL = [(name, mode, dtype) for name in layers("s") for mode in ("m", "s") for dtype in DTYPES]
+# By default a covering set (the full product with --slow): each layer in both step modes, each step mode in every
+# dtype, each dtype with an unsigned and a signed (OutlierAwareThresholdNode's) kernel
+COVERING = [("FewSpikeNode", "m", torch.float64), ("FewSpikeNode", "s", torch.bfloat16),
+            ("HGNode", "m", torch.bfloat16), ("HGNode", "s", torch.float32),
+            ("OutlierAwareThresholdNode", "m", torch.float32), ("OutlierAwareThresholdNode", "s", torch.float64),
+            ("OutlierAwareThresholdNode, no clamp", "m", torch.float64),
+            ("OutlierAwareThresholdNode, no clamp", "s", torch.bfloat16)]
+CASES = FULL if profile() == "slow" else COVERING
+
+
+def test_the_covering_set_holds_its_pairs():
+    def pairs(cases):
+        return ({(n, m) for n, m, _ in cases}, {(m, d) for _, m, d in cases},
+                {(n.startswith("Outlier"), d) for n, _, d in cases})
+
+    assert set(COVERING) <= set(FULL) and pairs(COVERING) == pairs(FULL)
+
+
+@pytest.mark.parametrize(("name", "step_mode", "dtype"), CASES, ids=[f"{n}-{m}-{str(d)[6:]}" for n, m, d in CASES])
 def test_the_kernels_equal_the_composition(name, step_mode, dtype, monkeypatch):
     layer = layers(step_mode)[name].to(dtype if dtype == F64 else torch.float32)
     shape = (4, 3, 11) if step_mode == "m" else (3, 11)
