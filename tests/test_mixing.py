@@ -75,7 +75,7 @@ def test_a_zero_dimensional_bias_is_every_steps():
 
 
 @pytest.mark.parametrize("case", ["too many steps", "primitive surrogate", "not a surrogate", "cpu without host",
-                                  "weight of another size"])
+                                  "weight of another size", "weight on another device"])
 def test_calls_the_kernels_do_not_run_get_none(case):
     rows, weight, bias = inputs(4, 3, torch.float32)
     surrogate, backend = ATan(), "host"
@@ -87,6 +87,8 @@ def test_calls_the_kernels_do_not_run_get_none(case):
         surrogate = torch.nn.ReLU()
     elif case == "cpu without host":
         backend = None
+    elif case == "weight on another device":
+        weight = weight.to("meta")
     else:
         weight = weight[:3, :3]
     assert mixing.fire(rows, weight, bias, surrogate, backend=backend) is None

@@ -32,7 +32,8 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
     steps = rows.shape[0]
     chosen = spiking_surrogate(surrogate)
     if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in _DTYPES \
-            or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling():
+            or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling() \
+            or weight.device != rows.device or bias.device != rows.device:  # (torch's composition names the device)
         return None
     runs = backend or default_backend(rows.device.type)
     if runs not in ("cuda", "host") or (runs == "host") != (rows.device.type == "cpu"):
