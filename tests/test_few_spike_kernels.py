@@ -113,3 +113,12 @@ def test_calls_the_kernels_do_not_run_get_none(case):
     else:
         x = torch.randn(3, 5)
     assert few_spike.run(x, *tables, surrogate, True, backend=backend) is None
+
+
+def test_a_second_derivative_through_the_kernels_is_refused():
+    x = torch.randn(4, 5, dtype=F64, requires_grad=True)
+    out = few_spike.run(x, torch.ones(1, 4, dtype=F64), torch.ones(1, 4, dtype=F64), torch.ones(1, 4, dtype=F64),
+                        torch.empty(0, dtype=F64), Sigmoid(), True, backend="host")
+    grad_x, = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="second derivative"):  # a gradient penalty
+        ((grad_x ** 2).sum() + (x ** 2).sum()).backward()

@@ -144,3 +144,12 @@ def test_the_weights_gradient_summed_in_chunks():
     got = gradients(mixing.fire(rows, weight, bias, ATan(), backend="host"), (weight,))[0]
     want = gradients(composed(rows, weight, bias, ATan()), (weight,))[0]
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_second_derivative_through_the_kernels_is_refused():
+    """The backward kernel is differentiable once: a second derivative raises rather than miss its terms."""
+    rows, weight, bias = inputs(3, 4, F64)
+    grad_x, = torch.autograd.grad(mixing.fire(rows, weight, bias, ATan(), backend="host").sum(), rows,
+                                  create_graph=True)
+    with pytest.raises(RuntimeError, match="second derivative"):  # a gradient penalty
+        ((grad_x ** 2).sum() + (rows ** 2).sum()).backward()

@@ -15,6 +15,7 @@ import torch
 
 from ..runtime.configs import compute_dtype, default_backend
 from .mixing import launch_per_neuron, span, spiking_surrogate
+from .ops import differentiable_once
 
 __all__ = ["run"]
 
@@ -65,6 +66,7 @@ class _FewSpike(torch.autograd.Function):
         return out
 
     @staticmethod
+    @differentiable_once
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         (rows,) = ctx.saved_tensors
         grad_x = torch.empty_like(rows)

@@ -17,6 +17,7 @@ import torch
 from ..base.errors import SpecError
 from ..runtime.configs import compute_dtype, default_backend
 from ..spec.surrogate import Surrogate, get_surrogate
+from .ops import differentiable_once
 
 __all__ = ["fire"]
 
@@ -74,6 +75,7 @@ class _Fire(torch.autograd.Function):
         return spike
 
     @staticmethod
+    @differentiable_once
     def backward(ctx: Any, grad_spike: Tensor) -> tuple[Tensor | None, ...]:
         rows, weight, bias = ctx.saved_tensors
         grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)

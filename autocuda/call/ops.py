@@ -414,7 +414,7 @@ for _key in ("CPU", "CUDA"):
 
 
 # -- eager ----------------------------------------------------------------------------------------------------
-def _differentiable_once(backward):
+def differentiable_once(backward):
     """Like torch's `once_differentiable`, which guards only when the incoming gradients require grad: with
     `create_graph=True` the gradients these kernels return depend on inputs that require grad (x, learnable
     parameters) even when the incoming ones do not, and a second derivative taken through them must raise
@@ -455,7 +455,7 @@ class _Eager(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    @_differentiable_once
+    @differentiable_once
     def backward(ctx, *grads):
         _, grad_x, grad_states, _, grad_params, _, _, _, _, more = _backward(ctx, grads, _backward_impl)
         return None, None, None, None, None, grad_x, *more, *grad_states, *grad_params
