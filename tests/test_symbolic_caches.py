@@ -1,7 +1,12 @@
 """The caches that spare repeated symbolic work between the kernels of one spec (bench/derive_speed.py measures it):
 each gives what the uncached work gives, and the work is not done again. tests/test_golden.py proves the kernels'
-texts unchanged."""
+texts unchanged. And the budget's stages reuse their worker threads (tests/test_security*.py check the budget)."""
 from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+import weakref
 
 import sympy as sp
 
@@ -9,10 +14,12 @@ from autocuda.codegen import builder
 from autocuda.codegen.builder import Builder
 from autocuda.codegen.dtypes import FLOAT32, FLOAT32_UNDER_HALF, FLOAT64, get_dtype
 from autocuda.codegen.kernels import derivation
+from autocuda.codegen.layout import Layout
 from autocuda.codegen.options import KernelOptions
 from autocuda.codegen.printer import CudaPrinter
-from autocuda.spec import derive, draws
+from autocuda.spec import budget, derive, draws, surrogate
 from autocuda.spec.load import load_spec
+from autocuda.spec.surrogate import Custom, Sigmoid
 from autocuda.spec.system import step_system
 
 x, y, z = sp.symbols("x y z", real=True)
@@ -80,3 +87,65 @@ def test_kernels_of_one_derivation_hoist_and_find_draws_once(monkeypatch):
     parts = builder.invariant_parts.cache_info()
     assert hoisted("float64") == first and not walks
     assert builder.invariant_parts.cache_info().misses == parts.misses
+
+
+# -- the budget's stages: one worker thread runs them one after another ------------------------------------------
+def test_stages_one_after_another_run_in_one_worker_thread():
+    threads = [budget.bounded("<test>", "charge", threading.current_thread) for _ in range(3)]
+    assert threads[0] is not threading.current_thread() and threads[0] is threads[1] is threads[2]
+
+
+def test_an_idle_worker_keeps_nothing_of_its_stage():
+    """A stage's work and result are freed when it ends (a layer's spec must not live on in an idle thread)."""
+    class Result:
+        pass
+
+    def work(argument: Result) -> Result:
+        return argument
+
+    given = Result()
+    seen = weakref.ref(given)
+    assert budget.bounded("<test>", "charge", work, given) is given
+    del given
+    gc.collect()
+    assert seen() is None
+
+
+def test_stages_of_two_threads_at_once_run_in_two_workers():
+    inside, release = threading.Event(), threading.Event()
+    found: list[threading.Thread] = []
+
+    def waiting() -> None:
+        found.append(budget.bounded("<test>", "charge", lambda: inside.set() or release.wait(30)
+                                    and threading.current_thread()))
+
+    caller = threading.Thread(target=waiting)
+    caller.start()
+    try:
+        assert inside.wait(30)
+        other = budget.bounded("<test>", "charge", threading.current_thread)
+    finally:
+        release.set()
+        caller.join(30)
+    assert found and found[0] is not other
+
+
+# -- surrogates and layouts -----------------------------------------------------------------------------------------
+def test_a_surrogate_gradient_is_built_once_per_version():
+    sg = Sigmoid(alpha=4.0)
+    first = sg.gradient(z)
+    assert sg.gradient(z) is first
+    sg.alpha = 5.0  # a change forgets it
+    assert sg.gradient(z) == Sigmoid(alpha=5.0).gradient(z) != first
+
+
+def test_a_custom_surrogate_key_is_its_exact_text():
+    one, same, other = Custom("1 / (1 + abs(a * x))", a=2.0), Custom("1 / (1 + abs(a * x))", a=2.0), \
+        Custom("1 / (1 + abs(a * x))", a=3.0)
+    assert one.key() == same.key() == ("Custom", sp.srepr(one.gradient(surrogate._x())), (("a", 2.0),))
+    assert one == same and hash(one) == hash(same) and one != other
+
+
+def test_layout_options_are_every_field():
+    layout = Layout(lanes=4, vector=True, unroll=2)
+    assert layout.options() == dataclasses.asdict(layout)

@@ -222,8 +222,7 @@ class Builder:
             for symbol, value in replacements:
                 self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
             for (expr, symbol), value in zip(group, reduced):
-                comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
-                self._compute_once(comment, symbol, value, symbol in self.lane_free)
+                self._compute_once(_once_comment(expr), symbol, value, symbol in self.lane_free)
         return self.plan
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
@@ -306,6 +305,12 @@ def shared_subexpressions(exprs: tuple[sp.Expr, ...], prefix: str, first: int
             yield sp.Symbol(f"{prefix}{first + drawn}", real=True)
     replacements, reduced = sp.cse(list(exprs), symbols=names(), order="none")
     return tuple(replacements), tuple(reduced), drawn
+
+
+@functools.lru_cache(maxsize=4096)
+def _once_comment(expr: sp.Expr) -> str:
+    """The comment of an invariant computed once: its text where it is short."""
+    return f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
 
 
 def _nodes(expr: sp.Basic, limit: int = 100) -> int:
