@@ -24,7 +24,11 @@ time without the phases it calls:
 Each source's sha256 is compared with its pin in tests/golden/kernel_sources.sha256 (`golden_mismatches`: must
 be 0 for a change that claims byte-identical kernels).
 
-    python -m bench.derive_speed [--specs lif,alif] [--no-layouts] [--out DIR] [--label NAME] [--profile FILE]
+    python -m bench.derive_speed [--specs lif,alif] [--set pinned|no-layouts|first-use] [--out DIR] [--label NAME]
+                                 [--profile FILE]
+
+`--set first-use`: instead, each spec's two kernels of a first training call (fptt and bptt, float32, its own reset,
+the default options), as a new neuron's first use or a test process builds them.
 
 Prints a table and the JSON; writes `derive_speed.json` (or `<label>.json`) under --out. `--profile` writes the
 child's cProfile stats (every thread's, merged, in each thread's CPU time) to FILE; the profiler slows the run, so
@@ -76,6 +80,13 @@ def layouts_of(dtype: str) -> list[dict[str, Any]]:
     if dtype in ("float16", "bfloat16"):
         seen += [{"native": True}, {"native": True, "lanes": 4, "vector": True}]
     return seen
+
+
+def first_use_variants(specs: dict[str, Any]) -> list[tuple[str, str, str, str, dict[str, Any]]]:
+    """(label, spec, kind, dtype, options) of each spec's first training call: fptt and bptt in float32, the
+    default options (labelled as the pinned variant of its own reset)."""
+    return [(_label(name, kind, "float32", {"reset": spec.reset, "detach_reset": False}), name, kind, "float32", {})
+            for name, spec in specs.items() for kind in ("fptt", "bptt")]
 
 
 def variants(specs: dict[str, Any], layouts: dict[str, list[dict[str, Any]]]
@@ -168,7 +179,7 @@ def _profiled_threads(profiles: list[Any]) -> None:
     budget._Stage._work = profiled  # type: ignore[method-assign]
 
 
-def child(specs: list[str] | None, layouts: bool, profile_to: str) -> dict[str, Any]:
+def child(specs: list[str] | None, which: str, profile_to: str) -> dict[str, Any]:
     import hashlib
 
     start = time.process_time()
@@ -178,7 +189,7 @@ def child(specs: list[str] | None, layouts: bool, profile_to: str) -> dict[str, 
     from autocuda.codegen import kernels
     from autocuda.spec import load
     import_s = time.process_time() - start
-    layout_sets = {dtype: layouts_of(dtype) for dtype in DTYPES} if layouts else {}
+    layout_sets = {dtype: layouts_of(dtype) for dtype in DTYPES} if which == "pinned" else {}
     phases = _Phases()
     _instrument(phases)
     profiles: list[Any] = []
@@ -191,7 +202,7 @@ def child(specs: list[str] | None, layouts: bool, profile_to: str) -> dict[str, 
     start, wall = time.process_time(), time.perf_counter()
     names = specs or [name for name, _ in load.list_specs()]  # loads them all
     loaded = {name: load.load_spec(name) for name in names}
-    chosen = variants(loaded, layout_sets)
+    chosen = first_use_variants(loaded) if which == "first-use" else variants(loaded, layout_sets)
     texts = {label: kernels.source(loaded[name], kind, dtype, **options)
              for label, name, kind, dtype, options in chosen}
     total, wall = time.process_time() - start, time.perf_counter() - wall
@@ -219,10 +230,10 @@ def _pins() -> dict[str, str]:
 
 
 # -- the parent ------------------------------------------------------------------------------------------------
-def run(specs: list[str] | None, layouts: bool, profile: Path | None) -> dict[str, Any]:
+def run(specs: list[str] | None, which: str, profile: Path | None) -> dict[str, Any]:
     """One fresh child with an empty autocuda cache; its result (or its error)."""
     argv = [sys.executable, "-m", "bench.derive_speed", "--child", json.dumps(
-        {"specs": specs, "layouts": layouts, "profile": str(profile or "")})]
+        {"specs": specs, "set": which, "profile": str(profile or "")})]
     with tempfile.TemporaryDirectory(prefix="autocuda-derive-speed-") as cache:
         env = dict(os.environ, AUTOCUDA_CACHE_DIR=cache)
         if profile:  # the profiler's own time counts against the budget of the stages it watches
@@ -246,7 +257,8 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", help="shipped specs, comma-separated (default: all)")
-    parser.add_argument("--no-layouts", action="store_true", help="leave out the layout models' layouts")
+    parser.add_argument("--set", default="pinned", choices=("pinned", "no-layouts", "first-use"),
+                        help="the pinned variants, those without the layouts, or each spec's fptt and bptt")
     parser.add_argument("--out", type=Path, help="folder for the JSON")
     parser.add_argument("--label", default="derive_speed", help="the JSON's name under --out, and its 'label'")
     parser.add_argument("--profile", type=Path, help="file for the child's cProfile stats (slower: not timed)")
@@ -254,11 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         options = json.loads(args.child)
-        print(json.dumps(child(options["specs"], options["layouts"], options["profile"])))
+        print(json.dumps(child(options["specs"], options["set"], options["profile"])))
         return 0
     specs = args.specs.split(",") if args.specs else None
-    result = run(specs, not args.no_layouts, args.profile.resolve() if args.profile else None)
-    result |= {"label": args.label, "python": sys.version.split()[0], "cpus": os.cpu_count(),
+    result = run(specs, args.set, args.profile.resolve() if args.profile else None)
+    result |= {"label": args.label, "set": args.set, "python": sys.version.split()[0], "cpus": os.cpu_count(),
                "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                "commit": _commit()}
     if "error" not in result:

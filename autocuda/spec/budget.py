@@ -95,7 +95,9 @@ def _larger(number: sympy.Expr, bound: float) -> bool:
     """abs(number) > bound, exactly as sympy compares them: a rational's in integers (sympy's comparison of two
     numbers is slow, and checks run on every node)."""
     if number.is_Rational:
-        return abs(number.p) > Fraction(bound) * number.q  # Fraction(float): its exact value
+        whole = int(bound)
+        limit = whole if whole == bound else Fraction(bound)  # Fraction(float): its exact value
+        return abs(number.p) > limit * number.q
     return bool(abs(number) > bound)
 
 

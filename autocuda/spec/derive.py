@@ -408,8 +408,10 @@ def replaying_charge(derivation: Derivation) -> Derivation:
                                replayable=True, charge_replayed=True)
 
 
+@functools.lru_cache(maxsize=256)
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:
-    """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel)."""
+    """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel; cached: every
+    backward kernel of the system asks)."""
     if not system.levels:
         spike = fire_step(system, h_previous - system.threshold)
         return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})
