@@ -149,3 +149,15 @@ def test_a_custom_surrogate_key_is_its_exact_text():
 def test_layout_options_are_every_field():
     layout = Layout(lanes=4, vector=True, unroll=2)
     assert layout.options() == dataclasses.asdict(layout)
+
+
+def test_bounds_on_numbers_compare_as_sympy_does():
+    """The budget's limits on numbers and exponents, compared in integers for rationals, decide as sympy's comparison
+    at and around the bounds."""
+    edge = int(budget.MAX_MAGNITUDE)  # the float's exact value
+    numbers = [sp.Integer(edge), sp.Integer(edge + 1), -sp.Integer(edge + 1), sp.Rational(3 * edge + 1, 3),
+               sp.Rational(3 * edge - 1, 3), sp.Integer(64), sp.Integer(65), sp.Rational(129, 2), sp.Rational(-129, 2),
+               sp.Rational(128, 2), sp.Float(64.5), sp.Float(64.0), sp.Float(1e31)]
+    for number in numbers:
+        for bound in (budget.MAX_MAGNITUDE, budget.MAX_EXPONENT, 2.5):
+            assert budget._larger(number, bound) == bool(abs(number) > bound), (number, bound)
