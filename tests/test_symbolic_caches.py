@@ -9,6 +9,10 @@ import threading
 import weakref
 
 import sympy as sp
+from conftest import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sympy.codegen.cfunctions import expm1
 
 from autocuda.codegen import builder
 from autocuda.codegen.builder import Builder
@@ -17,7 +21,7 @@ from autocuda.codegen.kernels import derivation
 from autocuda.codegen.layout import Layout
 from autocuda.codegen.options import KernelOptions
 from autocuda.codegen.printer import CudaPrinter
-from autocuda.spec import budget, derive, draws, surrogate
+from autocuda.spec import budget, derive, draws, partials, surrogate
 from autocuda.spec.load import load_spec
 from autocuda.spec.surrogate import Custom, Sigmoid
 from autocuda.spec.system import step_system
@@ -161,3 +165,39 @@ def test_bounds_on_numbers_compare_as_sympy_does():
     for number in numbers:
         for bound in (budget.MAX_MAGNITUDE, budget.MAX_EXPONENT, 2.5):
             assert budget._larger(number, bound) == bool(abs(number) > bound), (number, bound)
+
+
+# -- partial derivatives with their large constants stood in (spec.partials) ----------------------------------------
+p, q, a = sp.symbols("p q a", real=True)
+# Subexpressions of the parameters alone, of more nodes than partials.STAND_IN_NODES (an exact ODE solution's kind)
+_ROOT = sp.sqrt(p**2 / (q * (1 + p)) + (p / (2 * q) - 1 / (2 * p)) ** 2)
+CONSTANTS = (
+    sp.Piecewise((expm1(2 * q * _ROOT) / (2 * q * _ROOT), _ROOT > 0), (q * sp.exp(-p / q), True)),
+    sp.exp(q * (-p / (2 * q) - _ROOT)) * sp.cos(p * _ROOT) + sp.log(1 + p**2) / (1 + q**2),
+)
+_LEAVES = st.sampled_from([x, y, z, a, sp.Integer(2), sp.Rational(1, 3), sp.Float(0.25), *CONSTANTS])
+_UNARY = [sp.exp, sp.sin, sp.tanh, sp.Abs, lambda e: sp.Heaviside(e, 1), lambda e: e**2, lambda e: 1 / (1 + e**2)]
+_BINARY = [sp.Add, sp.Mul, lambda e, f: sp.Max(e, f), lambda e, f: sp.Piecewise((e, f > 0), (f, True)),
+           lambda e, f: e / (2 + f**2)]
+
+
+def _expressions(children):
+    return st.one_of(st.tuples(st.sampled_from(_UNARY), children).map(lambda t: t[0](t[1])),
+                     st.tuples(st.sampled_from(_BINARY), children, children).map(lambda t: t[0](t[1], t[2])))
+
+
+@settings(deadline=None, max_examples=examples(200, 30))
+@given(st.recursive(_LEAVES, _expressions, max_leaves=12), st.sampled_from([x, y, a]))
+def test_a_derivative_with_its_constants_stood_in_is_sympys(expr, u):
+    """The same expression, term for term, as sympy's own diff (the constants are parameters' functions that the
+    derivation's expressions hold: an exact ODE solution's coefficients)."""
+    assert partials.derivative.__wrapped__(expr, u) == sp.diff(expr, u)
+
+
+def test_large_constants_stand_in_while_sympy_differentiates(monkeypatch):
+    expr = x * CONSTANTS[0] + sp.exp(x) * CONSTANTS[1] * y
+    seen = []
+    inner = sp.diff
+    monkeypatch.setattr(sp, "diff", lambda e, u: seen.append(e) or inner(e, u))
+    assert partials.derivative.__wrapped__(expr, x) == inner(expr, x)
+    assert not seen[0].has(*CONSTANTS) and len(seen) == 1

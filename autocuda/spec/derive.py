@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sympy as sp
 
 from .draws import system_draws
+from .partials import derivative
 
 if TYPE_CHECKING:
     from .surrogate import Surrogate
@@ -269,17 +270,10 @@ def _shortest(expr: sp.Expr) -> sp.Expr:
     return min(candidates, key=sp.count_ops)
 
 
-# The derivations of one system with and without detach_reset take the same partial derivatives: they are cached.
-@functools.lru_cache(maxsize=2048)
-def _diff(expr: sp.Expr, u: sp.Symbol) -> sp.Expr:
-    """sp.diff(expr, u)."""
-    return sp.diff(expr, u)
-
-
 @functools.lru_cache(maxsize=1024)
 def _charge_partial(charge: sp.Expr, x: sp.Symbol, x_value: sp.Expr | None, u: sp.Symbol) -> sp.Expr:
     """∂h/∂u, x replaced by `x_value` (x recovered from h: `recovered_input`) where it has x."""
-    partial = _diff(charge, u)
+    partial = derivative(charge, u)
     if x_value is None or not partial.has(x):
         return partial
     return _shortest(partial.subs(x, x_value))
@@ -294,25 +288,25 @@ def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
     new_states = [membrane_update(system), *system.updates]
     adjoints = [adjoint_symbol(s) for s in system.states]
     weighted = sum((lam * f for lam, f in zip(adjoints, new_states)), sp.Integer(0))
-    grad_spike_total = GRAD_SPIKE + _diff(weighted, SPIKE)
+    grad_spike_total = GRAD_SPIKE + derivative(weighted, SPIKE)
     grad_event = sp.Integer(0)
     if not detach_reset:
-        grad_spike_total += _diff(weighted, SPIKE_RESET)
-        grad_event = _diff(weighted, EVENT_RESET)
+        grad_spike_total += derivative(weighted, SPIKE_RESET)
+        grad_event = derivative(weighted, EVENT_RESET)
     levels = [((grad_spike_total * lv.weight + grad_event * abs(lv.weight)) * level_gradient_symbol(k), lv.argument)
               for k, lv in enumerate(spike_levels(system))]
 
     def through_levels(u: sp.Symbol) -> sp.Expr:
-        return sum((g * _diff(a, u) for g, a in levels), sp.Integer(0))
+        return sum((g * derivative(a, u) for g, a in levels), sp.Integer(0))
 
-    grad_h = _diff(weighted, H) + through_levels(H)
-    grad_threshold = _diff(weighted, THRESHOLD) + through_levels(THRESHOLD)
+    grad_h = derivative(weighted, H) + through_levels(H)
+    grad_threshold = derivative(weighted, THRESHOLD) + through_levels(THRESHOLD)
 
     def total(u: sp.Symbol) -> sp.Expr:
-        grad = grad_h * charge_partial(u) + grad_threshold * _diff(system.threshold, u) + through_levels(u)
+        grad = grad_h * charge_partial(u) + grad_threshold * derivative(system.threshold, u) + through_levels(u)
         # In value, the reset's spike is the spike; only its derivative differed (detach_reset). One symbol for
         # another: xreplace (subs compares every rebuilt subtree with the old one, quadratic in the size).
-        return _steps_and_kinks((grad + _diff(weighted, u)).xreplace({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
+        return _steps_and_kinks((grad + derivative(weighted, u)).xreplace({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
 
     grads = (tuple(total(u) for u in system.inputs), tuple(total(s) for s in system.states),
              tuple(total(p) for p in system.learnable))
