@@ -171,34 +171,11 @@ class Builder:
         """`expr` with its subexpressions of parameters alone (1/tau, exp(-1/tau_w), ...) replaced by registers
         computed once before the time loop: a division by a runtime value inside the loop stops the compiler
         from issuing later steps' loads early."""
-        found: dict[sp.Expr, sp.Symbol] = {}
-        kinds: dict[sp.Basic, bool | None] = {}
-
-        def kind(e: sp.Basic) -> bool | None:
-            """True: parameters alone; False: depends on the step; None: no symbols (one pass, bottom up)."""
-            if e not in kinds:
-                if e.is_Symbol:
-                    kinds[e] = e in self.invariant_symbols
-                else:
-                    parts = [kind(a) for a in e.args]
-                    kinds[e] = False if False in parts else (True if True in parts else None)
-            return kinds[e]
-
-        def take(e: sp.Basic) -> None:
-            """Hoist `e`, of parameters alone, or the largest expressions within it."""
-            if isinstance(e, sp.Expr):
-                if e.args and not (-e).is_Symbol:  # a negated parameter costs nothing in the loop
-                    found[e] = self._invariant(e)
-                return
-            for arg in e.args:
-                if kind(arg):
-                    take(arg)
-
-        def visit(e: sp.Basic) -> None:
-            for arg in e.args:
-                (take if kind(arg) else visit)(arg)
-        (take if kind(expr) else visit)(expr)
-        return expr.xreplace(found) if found else expr
+        parts = invariant_parts(expr, self.invariant_symbols)
+        if not parts:
+            return expr
+        found = {e: self._invariant(e) for e in parts}
+        return replaced(expr, tuple(found.items()))
 
     def _invariant(self, expr: sp.Expr) -> sp.Symbol:
         symbol = self.invariants.get(expr)
@@ -210,7 +187,7 @@ class Builder:
     def _name_invariant(self, symbol: sp.Symbol, value: sp.Expr) -> bool:
         """Name `symbol` for the printer: a register per thread where `value` is lane free, else one per lane.
         Returns whether it is lane free."""
-        free = value.free_symbols <= self.lane_free
+        free = free_symbols(value) <= self.lane_free
         if free:
             self.lane_free.add(symbol)
             self.printer.names[symbol] = symbol.name
@@ -245,8 +222,7 @@ class Builder:
             for symbol, value in replacements:
                 self._compute_once("parameters only, once", symbol, value, self._name_invariant(symbol, value))
             for (expr, symbol), value in zip(group, reduced):
-                comment = f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
-                self._compute_once(comment, symbol, value, symbol in self.lane_free)
+                self._compute_once(_once_comment(expr), symbol, value, symbol in self.lane_free)
         return self.plan
 
     def emit(self, exprs: list[sp.Expr], comment: str = "") -> list[str]:
@@ -265,6 +241,54 @@ class Builder:
         self.plan.body.append(Statement(target, value, declare, comment, guard, otherwise))
 
 
+# The kernels of one derivation (in every dtype, option and layout) hoist, name and print the same expressions: the
+# pure functions of an expression that they ask are cached.
+@functools.lru_cache(maxsize=8192)
+def invariant_parts(expr: sp.Expr, invariant_symbols: frozenset[sp.Symbol]) -> tuple[sp.Expr, ...]:
+    """The subexpressions of `expr` that `Builder.hoist` computes once, in the order it meets them: each largest
+    expression of `invariant_symbols` alone (and of no other symbol) that is not a symbol or its negation."""
+    found: list[sp.Expr] = []
+    kinds: dict[sp.Basic, bool | None] = {}
+
+    def kind(e: sp.Basic) -> bool | None:
+        """True: invariant symbols alone; False: depends on the step; None: no symbols (one pass, bottom up)."""
+        if e not in kinds:
+            if e.is_Symbol:
+                kinds[e] = e in invariant_symbols
+            else:
+                parts = [kind(a) for a in e.args]
+                kinds[e] = False if False in parts else (True if True in parts else None)
+        return kinds[e]
+
+    def take(e: sp.Basic) -> None:
+        """Take `e`, of invariant symbols alone, or the largest expressions within it."""
+        if isinstance(e, sp.Expr):
+            if e.args and not (-e).is_Symbol:  # a negated parameter costs nothing in the loop
+                found.append(e)
+            return
+        for arg in e.args:
+            if kind(arg):
+                take(arg)
+
+    def visit(e: sp.Basic) -> None:
+        for arg in e.args:
+            (take if kind(arg) else visit)(arg)
+    (take if kind(expr) else visit)(expr)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8192)
+def replaced(expr: sp.Expr, replacements: tuple[tuple[sp.Expr, sp.Symbol], ...]) -> sp.Expr:
+    """`expr.xreplace(dict(replacements))`."""
+    return expr.xreplace(dict(replacements))
+
+
+@functools.lru_cache(maxsize=8192)
+def free_symbols(expr: sp.Basic) -> frozenset[sp.Basic]:
+    """`expr.free_symbols` (a walk of the whole expression)."""
+    return frozenset(expr.free_symbols)
+
+
 @functools.lru_cache(maxsize=4096)
 def shared_subexpressions(exprs: tuple[sp.Expr, ...], prefix: str, first: int
                           ) -> tuple[tuple[tuple[sp.Symbol, sp.Expr], ...], tuple[sp.Expr, ...], int]:
@@ -281,6 +305,12 @@ def shared_subexpressions(exprs: tuple[sp.Expr, ...], prefix: str, first: int
             yield sp.Symbol(f"{prefix}{first + drawn}", real=True)
     replacements, reduced = sp.cse(list(exprs), symbols=names(), order="none")
     return tuple(replacements), tuple(reduced), drawn
+
+
+@functools.lru_cache(maxsize=4096)
+def _once_comment(expr: sp.Expr) -> str:
+    """The comment of an invariant computed once: its text where it is short."""
+    return f"{sp.sstr(expr)}, once" if _nodes(expr) <= 12 else "parameters only, once"
 
 
 def _nodes(expr: sp.Basic, limit: int = 100) -> int:

@@ -4,6 +4,7 @@ step) load, compute and store, written in the builder's vocabulary. Tensor names
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import sympy as sp
@@ -175,7 +176,7 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement("ac_e", spike_value(system, magnitude=True))
     for k, level in enumerate(spike_levels(system)):  # a level's own surrogate, else the kernel's
         gradient = surrogate_gradient if level.surrogate is None else level.surrogate.gradient(SURROGATE_INPUT)
-        b.statement(level_gradient_symbol(k).name, gradient.subs(SURROGATE_INPUT, level.argument))
+        b.statement(level_gradient_symbol(k).name, _substituted(gradient, SURROGATE_INPUT, level.argument))
     input_grads = (step.grad_inputs[0] + _SCALE * system.x + _SHIFT, *step.grad_inputs[1:]) if corrected \
         else step.grad_inputs
     outputs = b.emit([*input_grads, *step.grad_states, *step.grad_params], comment="adjoint of one step")
@@ -211,6 +212,13 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
+
+
+@functools.lru_cache(maxsize=1024)
+def _substituted(expr: sp.Expr, old: sp.Symbol, new: sp.Expr) -> sp.Expr:
+    """expr.subs(old, new), cached: every backward kernel of a derivation substitutes its levels' arguments into the
+    surrogate gradient."""
+    return expr.subs(old, new)
 
 
 def _sum_param_gradients(b: Builder, stored: list[tuple[sp.Symbol, str]]) -> None:

@@ -45,8 +45,8 @@ class Layout:
         return cls(**(options or {}))
 
     def options(self) -> dict[str, Any]:
-        """Every field by name: the keyword options of `kernels.neuron_kernel`."""
-        return dataclasses.asdict(self)
+        """Every field by name: the keyword options of `kernels.neuron_kernel` (numbers and flags: no deep copy)."""
+        return {name: getattr(self, name) for name in _FIELD_ORDER}
 
     def replace(self, **changes: Any) -> Layout:
         return dataclasses.replace(self, **changes)

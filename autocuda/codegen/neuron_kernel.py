@@ -102,11 +102,12 @@ def describe(spec_title: str, derivation: Derivation, options: KernelOptions) ->
 
 @functools.lru_cache(maxsize=1024)
 def _equations(system: Any, step: Any) -> tuple[str, ...]:
-    """The step's equations as comment lines (printed once per derivation: every variant repeats them)."""
-    lines = [f"h = {sp.sstr(step.charge)}", f"threshold = {sp.sstr(step.threshold)}"]
-    lines += [f"s = {sp.sstr(spike_value(system))}", f"e = {sp.sstr(spike_value(system, magnitude=True))}"] \
+    """The step's equations as comment lines (printed once per derivation: every variant repeats them), in sympy's
+    text (`sstr`), whose subexpressions the kernel names' text prints too (`value_text`)."""
+    lines = [f"h = {value_text(step.charge)}", f"threshold = {value_text(step.threshold)}"]
+    lines += [f"s = {value_text(spike_value(system))}", f"e = {value_text(spike_value(system, magnitude=True))}"] \
         if system.levels else [f"s = (h {system.fires_at} threshold)"]
-    lines += [f"{s.name}' = {sp.sstr(e)}" for s, e in zip(system.states, step.new_states)]
+    lines += [f"{s.name}' = {value_text(e)}" for s, e in zip(system.states, step.new_states)]
     renames = (("ac_h", "h"), ("ac_thr", "threshold"), ("ac_s", "s"), ("ac_e", "e"))
     return tuple(functools.reduce(lambda text, r: text.replace(*r), renames, line) for line in lines)
 

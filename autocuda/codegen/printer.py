@@ -34,9 +34,22 @@ class CudaPrinter:
     def __init__(self, dtype: DType | str, names: Mapping[sp.Symbol, str]):
         self.dtype = get_dtype(dtype)
         self.names = dict(names)
+        self._used: dict[sp.Symbol, str] = {}  # the names the expression being printed used (`__call__`)
 
     def __call__(self, expr: sp.Basic) -> str:
-        return self.print(sp.sympify(expr) if isinstance(expr, (int, float)) else expr)
+        """The text of `expr`. A text is a function of the dtype, the expression and the names of its symbols, so
+        an expression printed before (by any printer of this dtype) with the same names is not printed again: the
+        kernels of one derivation in other options, layouts or storage dtypes print the same statements."""
+        expr = sp.sympify(expr) if isinstance(expr, (int, float)) else expr
+        printed = _printed(self.dtype).setdefault(expr, [])
+        for text, names in printed:
+            if all(self.names.get(symbol) == name for symbol, name in names):
+                return text
+        self._used = {}
+        text = self.print(expr)
+        if len(printed) < MAX_NAMINGS:
+            printed.append((text, tuple(self._used.items())))
+        return text
 
     def print(self, expr: sp.Basic) -> str:
         for cls in type(expr).__mro__:
@@ -48,7 +61,8 @@ class CudaPrinter:
     # -- leaves -------------------------------------------------------------------------------------
     def _symbol(self, expr: sp.Symbol) -> str:
         try:
-            return self.names[expr]
+            name = self._used[expr] = self.names[expr]
+            return name
         except KeyError:
             raise PrintError(f"symbol {expr} has no C name in this kernel") from None
 
@@ -175,6 +189,21 @@ _HANDLERS: dict[type, Callable[[CudaPrinter, sp.Basic], str]] = {
     sp.Max: CudaPrinter._fold,
     **{cls: CudaPrinter._function for cls in _FUNCTIONS},
 }
+
+
+MAX_PRINTED = 50_000  # expressions whose texts `CudaPrinter` keeps, per dtype
+MAX_NAMINGS = 8  # texts kept per expression and dtype, each under other names of its symbols
+_PRINTED: dict[int, tuple[DType, dict[sp.Basic, list[tuple[str, tuple[tuple[sp.Symbol, str], ...]]]]]] = {}
+
+
+def _printed(dtype: DType) -> dict[sp.Basic, list[tuple[str, tuple[tuple[sp.Symbol, str], ...]]]]:
+    """The texts printed in `dtype`: expression -> [(text, the (symbol, name) pairs it was printed with)]. Kept by
+    the dtype's identity (its operations are not hashable; two records may share a name), with the record held so
+    that its id is not reused."""
+    kept = _PRINTED.get(id(dtype))
+    if kept is None or kept[0] is not dtype or len(kept[1]) >= MAX_PRINTED:
+        kept = _PRINTED[id(dtype)] = (dtype, {})
+    return kept[1]
 
 
 def print_expr(expr: sp.Basic, dtype: DType | str, names: Mapping[sp.Symbol, str]) -> str:

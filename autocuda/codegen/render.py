@@ -19,6 +19,7 @@ def environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        auto_reload=False,  # the templates are the package's own: not checked for changes at each render (a stat)
         trim_blocks=False,
         lstrip_blocks=False,
         autoescape=False,

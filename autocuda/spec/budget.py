@@ -38,11 +38,13 @@ import functools
 import itertools
 import math
 import os
+import queue
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..base.errors import SpecError
@@ -84,9 +86,19 @@ def budget_seconds() -> float:
 def check_exponent(exponent: sympy.Expr) -> str | None:
     """Why a power with this exponent may not be built, or None. Only numeric exponents are bounded: a symbolic
     one stays symbolic until a number replaces it, and the result is checked then."""
-    if exponent.is_Number and abs(exponent) > MAX_EXPONENT:
+    if exponent.is_Number and _larger(exponent, MAX_EXPONENT):
         return f"exponent {_short(exponent)} is larger than {MAX_EXPONENT} in magnitude"
     return None
+
+
+def _larger(number: sympy.Expr, bound: float) -> bool:
+    """abs(number) > bound, exactly as sympy compares them: a rational's in integers (sympy's comparison of two
+    numbers is slow, and checks run on every node)."""
+    if number.is_Rational:
+        whole = int(bound)
+        limit = whole if whole == bound else Fraction(bound)  # Fraction(float): its exact value
+        return abs(number.p) > limit * number.q
+    return bool(abs(number) > bound)
 
 
 def exp_problem(argument: sympy.Expr) -> str | None:
@@ -158,7 +170,7 @@ def _node_problem(node: sympy.Basic, bound_floats: bool) -> str | None:
 def _number_problem(number: sympy.Expr) -> str | None:
     if number.is_Rational:
         digits = len(str(abs(number.p))) + len(str(number.q))
-        if digits > 40 or abs(number) > MAX_MAGNITUDE:
+        if digits > 40 or _larger(number, MAX_MAGNITUDE):
             return f"the number {_short(number)} is larger than {MAX_MAGNITUDE:g} or too finely divided"
         return None
     if number.is_Float and not abs(float(number)) <= MAX_MAGNITUDE:
@@ -187,7 +199,8 @@ class _Stage:
     wall-clock backstop). Past the budget, the caller refuses the spec at once, and the worker is interrupted by
     an asynchronous exception, raised again every REPEAT seconds until it ends (an interruption landing in a
     finaliser is dropped by Python). Only the worker ever receives one: it lands between two bytecodes wherever
-    the worker is, cleanup code included, so it must never reach a thread that goes on with other work."""
+    the worker is, cleanup code included, so it must never reach a thread that goes on with other work: a worker
+    that was sent one ends with its stage (`_Worker`), one that was not runs the next stage."""
 
     POLL = 0.02  # seconds between two readings of the worker's clock
     REPEAT = 0.05
@@ -201,12 +214,12 @@ class _Stage:
         self.ready, self.finished = threading.Event(), threading.Event()
         self.lock = threading.Lock()  # held to set `finished` and to interrupt: never both at once
         self.cpu_time: Callable[[], float] | None = None
+        self.interrupted = False  # an interruption was sent to the worker (set under `lock`)
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> Any:
-        worker = threading.Thread(target=self._work, name="autocuda-symbolic-stage", daemon=True)
-        worker.start()
+        worker = _idle_worker().start(self)
         self.ready.wait()
         start = time.monotonic()
         while not self.finished.wait(self.POLL):
@@ -284,24 +297,91 @@ class _Stage:
             with self.lock:
                 if self.finished.is_set() or worker.ident is None:
                     return
+                self.interrupted = True
                 _set_async_exception(worker.ident, _Interrupted)
             if self.finished.wait(self.REPEAT):
                 return
 
 
+class _Worker:
+    """A daemon thread that runs stages one after another: starting a thread costs more CPU than most stages (a
+    kernel's rendering) take. After each stage it waits among the idle workers for the next, unless its stage was
+    sent an interruption: then it ends (one may still be on its way; see `_Stage`)."""
+
+    def __init__(self) -> None:
+        self.stages: queue.SimpleQueue[_Stage] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="autocuda-symbolic-stage", daemon=True)
+        self.thread.start()
+
+    def start(self, stage: _Stage) -> threading.Thread:
+        """Run `stage` in this worker's thread; returns the thread."""
+        self.stages.put(stage)
+        return self.thread
+
+    def _run(self) -> None:
+        try:
+            while not self._run_one(self.stages.get()) and _keep_idle(self):
+                pass
+        except _Interrupted:
+            pass  # one that came after its stage's end: the thread ends
+
+    @staticmethod
+    def _run_one(stage: _Stage) -> bool:
+        """Run `stage`; returns whether it was sent an interruption. Nothing of it is kept afterwards (its work
+        holds a spec)."""
+        stage._work()
+        _current.stage = None
+        return stage.interrupted
+
+
+MAX_IDLE_WORKERS = 4  # idle stage threads kept (one per thread that runs stages at the same time)
+_idle: list[_Worker] = []
+_idle_lock = threading.Lock()
+
+
+def _idle_worker() -> _Worker:
+    """An idle worker, or a new one."""
+    with _idle_lock:
+        while _idle:
+            worker = _idle.pop()
+            if worker.thread.is_alive():  # (a forked child holds its parent's workers' records)
+                return worker
+    return _Worker()
+
+
+def _keep_idle(worker: _Worker) -> bool:
+    """Put `worker` among the idle ones; False where enough are kept already (it ends)."""
+    with _idle_lock:
+        if len(_idle) < MAX_IDLE_WORKERS:
+            _idle.append(worker)
+            return True
+    return False
+
+
+def _forget_workers() -> None:
+    """In a forked child: its parent's worker threads do not exist there, and the lock may have been held."""
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers)
+
+
 def _cpu_clock_of_this_thread() -> Callable[[], float] | None:
-    """A reader of the calling thread's CPU time that another thread may call, or None where the platform has
-    none. It reads the clock by its id: after the thread ends, the reading fails (OSError) instead of reading
-    freed memory."""
+    """A reader of the calling thread's CPU time from now on, that another thread may call, or None where the
+    platform has none. It reads the clock by its id: after the thread ends, the reading fails (OSError) instead of
+    reading freed memory."""
     clock_id_of = getattr(time, "pthread_getcpuclockid", None)
     if clock_id_of is None:
         return None
     try:
         clock = clock_id_of(threading.get_ident())
-        time.clock_gettime(clock)
+        start = time.clock_gettime(clock)
     except (OSError, OverflowError):
         return None
-    return functools.partial(time.clock_gettime, clock)
+    return lambda: time.clock_gettime(clock) - start
 
 
 def _set_async_exception(thread: int, exception: type[BaseException]) -> None:

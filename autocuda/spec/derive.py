@@ -24,6 +24,7 @@ backward need not read x[t].
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sympy as sp
 
 from .draws import system_draws
+from .partials import derivative
 
 if TYPE_CHECKING:
     from .surrogate import Surrogate
@@ -224,6 +226,7 @@ def forward_step(system: StepSystem) -> ForwardStep:
     return ForwardStep(system.threshold, system.charge, (membrane, *system.updates))
 
 
+@functools.lru_cache(maxsize=256)
 def recovered_input(system: StepSystem) -> sp.Expr | None:
     """x in terms of H, the states and the parameters, for backward to use instead of reading x[t]; None where
     it may not.
@@ -267,36 +270,43 @@ def _shortest(expr: sp.Expr) -> sp.Expr:
     return min(candidates, key=sp.count_ops)
 
 
+@functools.lru_cache(maxsize=1024)
+def _charge_partial(charge: sp.Expr, x: sp.Symbol, x_value: sp.Expr | None, u: sp.Symbol) -> sp.Expr:
+    """∂h/∂u, x replaced by `x_value` (x recovered from h: `recovered_input`) where it has x."""
+    partial = derivative(charge, u)
+    if x_value is None or not partial.has(x):
+        return partial
+    return _shortest(partial.subs(x, x_value))
+
+
 def backward_step(system: StepSystem, detach_reset: bool) -> BackwardStep:
     x_value = recovered_input(system)
 
     def charge_partial(u: sp.Symbol) -> sp.Expr:
-        partial = sp.diff(system.charge, u)
-        if x_value is None or not partial.has(system.x):
-            return partial
-        return _shortest(partial.subs(system.x, x_value))
+        return _charge_partial(system.charge, system.x, x_value, u)
 
     new_states = [membrane_update(system), *system.updates]
     adjoints = [adjoint_symbol(s) for s in system.states]
     weighted = sum((lam * f for lam, f in zip(adjoints, new_states)), sp.Integer(0))
-    grad_spike_total = GRAD_SPIKE + sp.diff(weighted, SPIKE)
+    grad_spike_total = GRAD_SPIKE + derivative(weighted, SPIKE)
     grad_event = sp.Integer(0)
     if not detach_reset:
-        grad_spike_total += sp.diff(weighted, SPIKE_RESET)
-        grad_event = sp.diff(weighted, EVENT_RESET)
+        grad_spike_total += derivative(weighted, SPIKE_RESET)
+        grad_event = derivative(weighted, EVENT_RESET)
     levels = [((grad_spike_total * lv.weight + grad_event * abs(lv.weight)) * level_gradient_symbol(k), lv.argument)
               for k, lv in enumerate(spike_levels(system))]
 
     def through_levels(u: sp.Symbol) -> sp.Expr:
-        return sum((g * sp.diff(a, u) for g, a in levels), sp.Integer(0))
+        return sum((g * derivative(a, u) for g, a in levels), sp.Integer(0))
 
-    grad_h = sp.diff(weighted, H) + through_levels(H)
-    grad_threshold = sp.diff(weighted, THRESHOLD) + through_levels(THRESHOLD)
+    grad_h = derivative(weighted, H) + through_levels(H)
+    grad_threshold = derivative(weighted, THRESHOLD) + through_levels(THRESHOLD)
 
     def total(u: sp.Symbol) -> sp.Expr:
-        grad = grad_h * charge_partial(u) + grad_threshold * sp.diff(system.threshold, u) + through_levels(u)
-        # In value, the reset's spike is the spike; only its derivative differed (detach_reset).
-        return _steps_and_kinks((grad + sp.diff(weighted, u)).subs({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
+        grad = grad_h * charge_partial(u) + grad_threshold * derivative(system.threshold, u) + through_levels(u)
+        # In value, the reset's spike is the spike; only its derivative differed (detach_reset). One symbol for
+        # another: xreplace (subs compares every rebuilt subtree with the old one, quadratic in the size).
+        return _steps_and_kinks((grad + derivative(weighted, u)).xreplace({SPIKE_RESET: SPIKE, EVENT_RESET: EVENT}))
 
     grads = (tuple(total(u) for u in system.inputs), tuple(total(s) for s in system.states),
              tuple(total(p) for p in system.learnable))
@@ -320,9 +330,16 @@ def _steps_and_kinks(expr: sp.Expr) -> sp.Expr:
         z, h0 = e.args[0], (e.args[1] if len(e.args) > 1 else sp.S.Half)
         return h0 * _step(z) + (1 - h0) * (1 - _step(-z))
 
-    expr = expr.replace(sp.DiracDelta, lambda *_: sp.S.Zero)
-    expr = expr.replace(sp.sign, lambda z: _step(z) - _step(-z))
-    return expr.replace(lambda e: isinstance(e, sp.Heaviside) and (len(e.args) < 2 or e.args[1] != 1), half_step)
+    def other_step(e: sp.Basic) -> bool:
+        return isinstance(e, sp.Heaviside) and (len(e.args) < 2 or e.args[1] != 1)
+
+    # each rewriting only where its kind of node is there (one walk finds them; a rewriting walks and rebuilds)
+    found = expr.atoms(sp.DiracDelta, sp.sign, sp.Heaviside)
+    if any(isinstance(e, sp.DiracDelta) for e in found):
+        expr = expr.replace(sp.DiracDelta, lambda *_: sp.S.Zero)
+    if any(isinstance(e, sp.sign) for e in found):
+        expr = expr.replace(sp.sign, lambda z: _step(z) - _step(-z))
+    return expr.replace(other_step, half_step) if any(other_step(e) for e in found) else expr
 
 
 def derive(system: StepSystem, detach_reset: bool = False) -> Derivation:
@@ -385,8 +402,10 @@ def replaying_charge(derivation: Derivation) -> Derivation:
                                replayable=True, charge_replayed=True)
 
 
+@functools.lru_cache(maxsize=256)
 def previous_membrane(system: StepSystem, h_previous: sp.Symbol) -> sp.Expr:
-    """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel)."""
+    """v[t-1] from h[t-1] when the spike depends on parameters only (used by the backward kernel; cached: every
+    backward kernel of the system asks)."""
     if not system.levels:
         spike = fire_step(system, h_previous - system.threshold)
         return membrane_update(system).subs({SPIKE_RESET: spike, THRESHOLD: system.threshold, H: h_previous})

@@ -8,6 +8,7 @@ backward alike, from the call's seed: nothing is stored.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -77,8 +78,10 @@ def renumbered(expr: sp.Expr, first: int) -> tuple[sp.Expr, int]:
     return (expr.xreplace(moved) if first else expr), len(draws)
 
 
+@functools.lru_cache(maxsize=256)
 def system_draws(system: object) -> tuple[Draw, ...]:
-    """The draws of a `StepSystem`'s step (its charge and updates), by site."""
+    """The draws of a `StepSystem`'s step (its charge and updates), by site (cached: every kernel of a system asks,
+    and finding them walks every expression)."""
     return draws_of([system.charge, *system.updates])  # type: ignore[attr-defined]
 
 

@@ -146,7 +146,7 @@ class Surrogate:
 
     def _changed(self) -> None:
         """Forget what was worked out from the old values, take a new version, and tell the watchers."""
-        for cached in ("_gradient_x", "_primitive_x", "_frozen_copy"):
+        for cached in ("_gradient_x", "_primitive_x", "_frozen_copy", "_gradients"):
             self.__dict__.pop(cached, None)
         object.__setattr__(self, "_version", next(_VERSIONS))
         for watcher in list(self.__dict__.get("_watchers", ())):
@@ -228,8 +228,16 @@ class Surrogate:
         return {n: _number(v) for n, v in self._values}
 
     def gradient(self, z: sympy.Symbol) -> sympy.Expr:
-        """dΘ/dz as used in backward, with the parameters substituted as numbers."""
-        return self._gradient(z, **self._sympy_params())
+        """dΘ/dz as used in backward, with the parameters substituted as numbers (built once per variable and
+        version: every backward kernel asks)."""
+        gradients = self.__dict__.get("_gradients")
+        if gradients is None:
+            gradients = {}
+            object.__setattr__(self, "_gradients", gradients)
+        found = gradients.get(z)
+        if found is None:
+            found = gradients[z] = self._gradient(z, **self._sympy_params())
+        return found
 
     def primitive(self, z: sympy.Symbol) -> sympy.Expr | None:
         """The smooth surrogate function whose derivative is `gradient`, or None if none is documented."""
@@ -512,7 +520,13 @@ class Custom(Surrogate):
         raise AttributeError(f"Custom surrogates cannot be changed ({attr!r}): build a new Custom")
 
     def key(self) -> tuple:
-        return (self.name, sympy.srepr(self._expr), self._values)
+        """The gradient's exact text (srepr) and the parameters; the text made once (the object cannot change,
+        and kernels are cached by a key that hashes it)."""
+        text = self.__dict__.get("_expr_text")
+        if text is None:
+            text = sympy.srepr(self._expr)
+            object.__setattr__(self, "_expr_text", text)
+        return (self.name, text, self._values)
 
     def __repr__(self) -> str:
         extra = "".join(f", {n}={v!r}" for n, v in self._values)

@@ -1,0 +1,61 @@
+"""Partial derivatives for the derivation (`spec.derive`): sympy's `diff`, cached, with its large constants stood in.
+
+sympy's `Derivative` takes the free symbols of every subexpression it differentiates, at every level of the
+expression: each subtree is walked once per level above it. Where a large subexpression is free of the variable
+(the coefficients of an exactly integrated linear ODE, functions of the parameters alone, repeated in every term),
+that walk is most of the work, and the subexpression's derivative is 0 wherever it stands. So each subexpression
+free of the variable of at least STAND_IN_NODES nodes stands in as a symbol of its own while sympy differentiates,
+and is put back after: the derivative is the same, term for term (sympy treats a symbol and a subexpression free of
+the variable alike), and without such subexpressions `diff` runs as it is.
+"""
+from __future__ import annotations
+
+import functools
+
+import sympy as sp
+
+STAND_IN_NODES = 40  # nodes of a subexpression free of the variable, from which a symbol stands in for it
+_STAND_IN = "ac_constant_"  # generated names start with "ac_": no spec's name is one
+
+
+@functools.lru_cache(maxsize=2048)
+def derivative(expr: sp.Expr, u: sp.Symbol) -> sp.Expr:
+    """sp.diff(expr, u) (cached: the derivations of a system with and without detach_reset take the same ones)."""
+    stand_ins: dict[sp.Basic, sp.Symbol] = {}
+    smaller = _Constants(u, stand_ins).replace(expr)
+    if not stand_ins:
+        return sp.diff(expr, u)
+    return sp.diff(smaller, u).xreplace({symbol: value for value, symbol in stand_ins.items()})
+
+
+class _Constants:
+    """Replaces the large subexpressions free of `u` by symbols (`stand_ins`: subexpression -> its symbol, named
+    in the order met, so that sympy's own cache serves the same shapes again)."""
+
+    def __init__(self, u: sp.Symbol, stand_ins: dict[sp.Basic, sp.Symbol]) -> None:
+        self.u, self.stand_ins = u, stand_ins
+        self.has_u: dict[sp.Basic, bool] = {}
+        self.nodes: dict[sp.Basic, int] = {}
+
+    def replace(self, e: sp.Basic) -> sp.Basic:
+        if not e.args:
+            return e
+        if isinstance(e, sp.Expr) and not self._has_u(e) and self._nodes(e) >= STAND_IN_NODES:
+            symbol = self.stand_ins.get(e)
+            if symbol is None:
+                symbol = self.stand_ins[e] = sp.Symbol(f"{_STAND_IN}{len(self.stand_ins)}", real=True)
+            return symbol
+        args = tuple(self.replace(a) for a in e.args)
+        return e if args == e.args else e.func(*args)
+
+    def _has_u(self, e: sp.Basic) -> bool:
+        found = self.has_u.get(e)
+        if found is None:
+            found = self.has_u[e] = e == self.u or any(self._has_u(a) for a in e.args)
+        return found
+
+    def _nodes(self, e: sp.Basic) -> int:
+        found = self.nodes.get(e)
+        if found is None:
+            found = self.nodes[e] = 1 + sum(self._nodes(a) for a in e.args)
+        return found
