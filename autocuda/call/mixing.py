@@ -121,9 +121,8 @@ CHUNK = 8192
 
 def _outer_sum(grad_h: Tensor, rows: Tensor) -> Tensor:
     """grad_h @ rowsᵀ, [T, T] summed over the N neurons. cuBLAS splits so long a sum over many blocks for half
-    types; for float32 and float64 its kernel for this shape runs the sum in one block row (0.65 ms at T = 8,
-    N = 8M on an H200, against 0.25 ms for chunks), so these sum chunks of CHUNK neurons as a batch and add the
-    chunks' products."""
+    types, not for float32 and float64 (`bench/results/2026-11-29-h200-psn-kernels`), so these sum chunks of CHUNK
+    neurons as one batch and add the chunks' products."""
     neurons = rows.shape[1]
     chunks = neurons // CHUNK
     if rows.dtype in (torch.float16, torch.bfloat16) or chunks < 2:
