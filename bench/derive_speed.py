@@ -49,68 +49,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "kernel_sources.sha256"
 PHASES = ("load", "parse", "system", "derive", "plans", "cse", "printing", "naming", "describe", "render", "other")
-DTYPES = ("float32", "float16", "bfloat16", "float64")
-KINDS = ("fptt", "bptt", "step-forward", "step-backward")
-# tests/test_golden.py's options and layout models
-FORWARD_OPTIONS: tuple[dict[str, Any], ...] = (
-    {"store_state_seq": True}, {"save_for_backward": False}, {"given_inits": False}, {"final_states": False})
-BACKWARD_OPTIONS: tuple[dict[str, Any], ...] = (
-    {"grad_state_seq": True}, {"grad_finals": False}, {"given_inits": False})
-LAYOUT_MODELS = ("lif", "alif", "izhikevich")
 
 
 # -- the child -------------------------------------------------------------------------------------------------
-def _label(spec: str, kind: str, dtype: str, options: dict[str, Any]) -> str:
-    """The variant's label in the golden pins (tests/test_golden.py)."""
-    extra = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
-    return f"{spec} {kind} {dtype} {extra}".strip()
-
-
-def layouts_of(dtype: str) -> list[dict[str, Any]]:
-    """The layouts the golden pins hold for a layout model in `dtype` (tests/test_golden.py `_layouts`)."""
-    import torch
-
-    from autocuda.runtime import tuning
-
-    seen: list[dict[str, Any]] = []
-    for long in (True, False):
-        for layout in tuning.candidates(1 << 16, getattr(torch, dtype), lambda width: True, long=long):
-            if layout not in seen:
-                seen.append(layout)
-    if dtype in ("float16", "bfloat16"):
-        seen += [{"native": True}, {"native": True, "lanes": 4, "vector": True}]
-    return seen
-
-
 def first_use_variants(specs: dict[str, Any]) -> list[tuple[str, str, str, str, dict[str, Any]]]:
     """(label, spec, kind, dtype, options) of each spec's first training call: fptt and bptt in float32, the
     default options (labelled as the pinned variant of its own reset)."""
-    return [(_label(name, kind, "float32", {"reset": spec.reset, "detach_reset": False}), name, kind, "float32", {})
+    from autocuda.tools.testing.golden import label
+
+    return [(label(name, kind, "float32", {"reset": spec.reset, "detach_reset": False}), name, kind, "float32", {})
             for name, spec in specs.items() for kind in ("fptt", "bptt")]
-
-
-def variants(specs: dict[str, Any], layouts: dict[str, list[dict[str, Any]]]
-             ) -> list[tuple[str, str, str, str, dict[str, Any]]]:
-    """(label, spec, kind, dtype, options) of every pinned variant of `specs` (name: the loaded spec), the layout
-    models' under `layouts` (dtype: its layouts) too."""
-    from autocuda.spec.model import reset_rules
-
-    found = []
-    for name, spec in specs.items():
-        resets = reset_rules(spec)
-        for dtype in DTYPES:
-            for kind in KINDS:
-                for reset in resets:
-                    for detach in (False, True):
-                        options = {"reset": reset, "detach_reset": detach}
-                        found.append((_label(name, kind, dtype, options), name, kind, dtype, options))
-                for options in FORWARD_OPTIONS if kind in ("fptt", "step-forward") else BACKWARD_OPTIONS:
-                    if kind == "fptt" or "final_states" not in options:  # fptt alone may skip the final states
-                        found.append((_label(name, kind, dtype, options), name, kind, dtype, options))
-            for layout in layouts.get(dtype, []) if name in LAYOUT_MODELS else ():
-                for kind in ("fptt", "bptt"):
-                    found.append((_label(name, kind, dtype, layout), name, kind, dtype, layout))
-    return found
 
 
 class _Phases:
@@ -189,7 +137,11 @@ def child(specs: list[str] | None, which: str, profile_to: str) -> dict[str, Any
     from autocuda.codegen import kernels
     from autocuda.spec import load
     import_s = time.process_time() - start
-    layout_sets = {dtype: layouts_of(dtype) for dtype in DTYPES} if which == "pinned" else {}
+    from autocuda.tools.testing import golden
+
+    if which == "pinned":  # the layouts (the tuner's candidates) worked out before the clock starts
+        for dtype in golden.DTYPES:
+            golden.layouts(dtype)
     phases = _Phases()
     _instrument(phases)
     profiles: list[Any] = []
@@ -202,7 +154,7 @@ def child(specs: list[str] | None, which: str, profile_to: str) -> dict[str, Any
     start, wall = time.process_time(), time.perf_counter()
     names = specs or [name for name, _ in load.list_specs()]  # loads them all
     loaded = {name: load.load_spec(name) for name in names}
-    chosen = first_use_variants(loaded) if which == "first-use" else variants(loaded, layout_sets)
+    chosen = first_use_variants(loaded) if which == "first-use" else list(golden.variants(loaded.items()))
     texts = {label: kernels.source(loaded[name], kind, dtype, **options)
              for label, name, kind, dtype, options in chosen}
     total, wall = time.process_time() - start, time.perf_counter() - wall

@@ -1,6 +1,6 @@
-"""bench/derive_speed.py's logic, cheaply: the variants it builds are the golden pins' (tests/test_golden.py), and
-its phases count each wrapped function's own time. The run itself (a fresh process building every variant) is the
-benchmark's, not a test's."""
+"""bench/derive_speed.py's logic, cheaply: the variants it builds (`autocuda.tools.testing.golden`, which
+tests/test_golden.py checks too) are every pinned one, and its phases count each wrapped function's own time. The
+run itself (a fresh process building every variant) is the benchmark's, not a test's."""
 from __future__ import annotations
 
 import time
@@ -8,14 +8,14 @@ import time
 import pytest
 
 from autocuda.spec.load import load_spec
+from autocuda.tools.testing import golden
 from bench import derive_speed
 
 
 @pytest.mark.parametrize("name", ["lif", "parametric_lif"])
 def test_the_variants_are_the_pinned_ones(name: str) -> None:
     """A layout model (lif: its layouts too) and one without: the labels are those tests/golden pins, all of them."""
-    layouts = {dtype: derive_speed.layouts_of(dtype) for dtype in derive_speed.DTYPES}
-    labels = [label for label, *_ in derive_speed.variants({name: load_spec(name)}, layouts)]
+    labels = [label for label, *_ in golden.variants([(name, load_spec(name))])]
     pinned = {label for label in derive_speed._pins() if label.split(" ", 1)[0] == name}
     assert len(labels) == len(set(labels)) and set(labels) == pinned
 

@@ -23,41 +23,15 @@ import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
-import torch
 from conftest import REPRESENTATIVE_SPECS, profile
 
 from autocuda.codegen import kernels
-from autocuda.runtime import tuning
 from autocuda.spec.load import list_specs, load_spec
+from autocuda.tools.testing import golden
+from autocuda.tools.testing.golden import BACKWARD_OPTIONS, DTYPES, FORWARD_OPTIONS
 
 GOLDEN = Path(__file__).with_name("golden") / "kernel_sources.sha256"
-DTYPES = ("float32", "float16", "bfloat16", "float64")
-KINDS = ("fptt", "bptt", "step-forward", "step-backward")
-FORWARD_OPTIONS: tuple[dict[str, Any], ...] = (
-    {"store_state_seq": True}, {"save_for_backward": False}, {"given_inits": False}, {"final_states": False})
-BACKWARD_OPTIONS: tuple[dict[str, Any], ...] = (
-    {"grad_state_seq": True}, {"grad_finals": False}, {"given_inits": False})
-LAYOUT_MODELS = ("lif", "alif", "izhikevich")
-
-
-def _label(spec: str, kind: str, dtype: str, options: dict[str, Any]) -> str:
-    extra = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
-    return f"{spec} {kind} {dtype} {extra}".strip()
-
-
-def _layouts(dtype: str) -> Iterator[dict[str, Any]]:
-    torch_dtype = getattr(torch, dtype)
-    seen: list[dict[str, Any]] = []
-    for long in (True, False):
-        for layout in tuning.candidates(1 << 16, torch_dtype, lambda width: True, long=long):
-            if layout not in seen:
-                seen.append(layout)
-                yield layout
-    if dtype in ("float16", "bfloat16"):
-        yield {"native": True}
-        yield {"native": True, "lanes": 4, "vector": True}
 
 
 def _taken(whole: bool, shift: int, dtype: str, index: int) -> bool:
@@ -66,34 +40,18 @@ def _taken(whole: bool, shift: int, dtype: str, index: int) -> bool:
     return whole or DTYPES.index(dtype) == (shift + index) % len(DTYPES)
 
 
-def variants(specs: Iterable[str] | None = None, every: bool = True
-             ) -> Iterator[tuple[str, str, str, str, dict[str, Any]]]:
+def variants(specs: Iterable[str] | None = None, every: bool = True) -> Iterator[golden.Variant]:
     """(label, spec, kind, dtype, options) of every pinned variant (of the shipped specs named, default all); with
     `every=False` the covering set of them (module doc): a variant of a spec other than REPRESENTATIVE_SPECS is
     taken in the dtype its index (spec's number + the variant's number within its kind) picks, in turn."""
     all_specs = [name for name, _ in list_specs()]
-    for name in all_specs if specs is None else specs:
-        spec = load_spec(name)
-        resets = dict.fromkeys([spec.reset, "soft", "none", *(["hard"] if any(
-            p.name == "v_reset" for p in spec.params) else [])])
-        taken = functools.partial(_taken, every or name in REPRESENTATIVE_SPECS,
-                                  all_specs.index(name) if name in all_specs else 0)
-        for dtype in DTYPES:
-            for kind in KINDS:
-                for r, reset in enumerate(resets):
-                    for detach in (False, True):
-                        options = {"reset": reset, "detach_reset": detach}
-                        if taken(dtype, 2 * r + detach):
-                            yield _label(name, kind, dtype, options), name, kind, dtype, options
-                for o, options in enumerate(FORWARD_OPTIONS if kind in ("fptt", "step-forward") else BACKWARD_OPTIONS):
-                    # fptt is the only kernel that may skip the final states
-                    if (kind == "fptt" or "final_states" not in options) and taken(dtype, o):
-                        yield _label(name, kind, dtype, options), name, kind, dtype, options
-            if name in LAYOUT_MODELS:
-                for j, layout in enumerate(_layouts(dtype)):
-                    if taken(dtype, j):
-                        for kind in ("fptt", "bptt"):
-                            yield _label(name, kind, dtype, layout), name, kind, dtype, layout
+
+    def keep(name: str, dtype: str, index: int) -> bool:
+        return _taken(every or name in REPRESENTATIVE_SPECS, all_specs.index(name) if name in all_specs else 0,
+                      dtype, index)
+
+    names = all_specs if specs is None else specs
+    return golden.variants(((name, load_spec(name)) for name in names), keep)
 
 
 def sources(specs: Iterable[str] | None = None, every: bool = True) -> dict[str, str]:
