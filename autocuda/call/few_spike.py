@@ -1,6 +1,7 @@
-"""Few-spike coding as one autograd op (SpikingJelly's FewSpikeNode and HGNode, `nn.spikingjelly_few_spike`), by
-the kernels of `codegen.few_spike_kernel`: per neuron a gate (x, or the sum of a sequence's K inputs), the table
-row of the gate's region, K steps. Autograd keeps x alone; backward rebuilds the steps.
+"""Few-spike coding as one autograd op (SpikingJelly's FewSpikeNode, HGNode and OutlierAwareThresholdNode,
+`nn.spikingjelly_few_spike`), by the kernels of `codegen.few_spike_kernel`: per neuron a gate (x, or the sum of a
+sequence's K inputs), the table row of the gate's region, K steps. Autograd keeps x alone; backward rebuilds the
+steps.
 
 `run` takes a call where the kernels can run it (on a GPU with NVRTC, or `backend="host"` for tests; K up to
 `MAX_STEPS`; a surrogate of ours or SpikingJelly's in its spiking form; no torch.compile trace); elsewhere it

@@ -1,8 +1,9 @@
-"""The kernels of few-spike coding (SpikingJelly's FewSpikeNode and HGNode, `nn.spikingjelly_few_spike`): per
-neuron, a gate (x, or the sum of a sequence's K inputs), a table row picked by the gate's region, and K steps of
-z = Θ(v - θ_k), v -= h_k z, output d_k z (`templates/few_spike.cu.j2`). The backward kernel rebuilds the steps from
-x and runs them back with the surrogate's gradient (printed from its sympy form). Built once per (K, regions,
-dtype, surrogate, sequence or one step).
+"""The kernels of few-spike coding (SpikingJelly's FewSpikeNode, HGNode and OutlierAwareThresholdNode,
+`nn.spikingjelly_few_spike`): per neuron, a gate (x, or the sum of a sequence's K inputs), a table row picked by the
+gate's region, and K steps of z = Θ(v - θ_k), v -= h_k z, output d_k z (`templates/few_spike.cu.j2`); `signed`
+(OutlierAwareThresholdNode) steps the clamped gate's magnitude and signs the outputs. The backward kernel rebuilds
+the steps from x and runs them back with the surrogate's gradient (printed from its sympy form). Built once per
+(K, regions, dtype, surrogate, sequence or one step, signed).
 """
 from __future__ import annotations
 
