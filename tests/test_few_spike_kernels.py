@@ -102,6 +102,18 @@ def test_an_outlier_node_clamps_and_splits_at_its_bounds(monkeypatch):
     assert torch.equal(got, want) and torch.allclose(got_grad, want_grad, rtol=1e-13, atol=1e-15)
 
 
+def test_a_table_made_learnable_gets_its_gradient(monkeypatch):
+    """The kernels differentiate x alone: a layer whose table a user made a parameter takes the composition, whose
+    autograd gives the table its gradient too."""
+    layer = FewSpikeNode(table(4.0), step_mode="m").to(F64)
+    layer.theta = torch.nn.Parameter(layer.theta.clone())
+    original = few_spike.run
+    monkeypatch.setattr(few_spike, "run", lambda *args, **kwargs: original(*args, **{**kwargs, "backend": "host"}))
+    out = layer(torch.randn(4, 6, dtype=F64) * 3)
+    (grad,) = torch.autograd.grad(out.sum(), layer.theta)
+    assert grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("case", ["primitive surrogate", "cpu without host", "a sequence of another length"])
 def test_calls_the_kernels_do_not_run_get_none(case):
     tables = (torch.ones(1, 4), torch.ones(1, 4), torch.ones(1, 4), torch.empty(0))

@@ -37,6 +37,8 @@ def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surr
     if chosen is None or x.dtype not in _DTYPES or not 1 <= steps <= MAX_STEPS or torch.compiler.is_compiling() \
             or (sequence and (x.dim() < 1 or x.shape[0] != steps)) or thresholds.numel() != regions - 1:
         return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, h, d)):
+        return None  # a table made learnable: the kernels give x's gradient alone, the composition the table's too
     runs = backend or default_backend(x.device.type)
     if runs not in ("cuda", "host") or (runs == "host") != (x.device.type == "cpu"):
         return None
