@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from ..runtime.configs import compute_dtype, default_backend
-from .mixing import launch_per_neuron, span, spiking_surrogate
+from ..runtime.configs import compute_dtype
+from .mixing import kernel_backend, launch_per_neuron, span, spiking_surrogate
 from .ops import differentiable_once
+from .program import SUPPORTED_DTYPES
 
 __all__ = ["run"]
 
 Tensor = torch.Tensor
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surrogate: Any, sequence: bool,
@@ -34,13 +34,14 @@ def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surr
 
     chosen = spiking_surrogate(surrogate)
     regions, steps = theta.shape
-    if chosen is None or x.dtype not in _DTYPES or not 1 <= steps <= MAX_STEPS or torch.compiler.is_compiling() \
-            or (sequence and (x.dim() < 1 or x.shape[0] != steps)) or thresholds.numel() != regions - 1:
+    if chosen is None or x.dtype not in SUPPORTED_DTYPES or not 1 <= steps <= MAX_STEPS \
+            or torch.compiler.is_compiling() or (sequence and (x.dim() < 1 or x.shape[0] != steps)) \
+            or thresholds.numel() != regions - 1:
         return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, h, d)):
         return None  # a table made learnable: the kernels give x's gradient alone, the composition the table's too
-    runs = backend or default_backend(x.device.type)
-    if runs not in ("cuda", "host") or (runs == "host") != (x.device.type == "cpu"):
+    runs = kernel_backend(x, backend)
+    if runs is None:
         return None
     compute = compute_dtype(x.dtype)
     tables = [t.detach().to(device=x.device, dtype=compute).contiguous() for t in (theta, h, d)]

@@ -18,11 +18,11 @@ from ..base.errors import SpecError
 from ..runtime.configs import compute_dtype, default_backend
 from ..spec.surrogate import Surrogate, get_surrogate
 from .ops import differentiable_once
+from .program import SUPPORTED_DTYPES
 
 __all__ = ["fire"]
 
 Tensor = torch.Tensor
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str | None = None) -> Tensor | None:
@@ -32,21 +32,28 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
 
     steps = rows.shape[0]
     chosen = spiking_surrogate(surrogate)
-    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in _DTYPES \
+    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in SUPPORTED_DTYPES \
             or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling() \
             or weight.device != rows.device or bias.device != rows.device:  # (torch's composition names the device)
         return None
-    runs = backend or default_backend(rows.device.type)
-    if runs not in ("cuda", "host") or (runs == "host") != (rows.device.type == "cpu"):
+    runs = kernel_backend(rows, backend)
+    if runs is None:
         return None
     if torch.is_autocast_enabled(rows.device.type):  # as autocast runs `torch.addmm`: in its dtype
         rows = rows.to(torch.get_autocast_dtype(rows.device.type))
-        if rows.dtype not in _DTYPES:
+        if rows.dtype not in SUPPORTED_DTYPES:
             return None
     compute = compute_dtype(rows.dtype)
     biases = bias.reshape(-1, 1).expand(steps, 1).reshape(steps)  # a 0-d bias (SlidingPSN's) for every step
     return _Fire.apply(rows.contiguous(), weight.to(compute).contiguous(), biases.to(compute).contiguous(), chosen,
                        runs)
+
+
+def kernel_backend(x: Tensor, backend: str | None) -> str | None:
+    """Where kernels run a call on x: "cuda" (CUDA tensors with NVRTC), "host" (CPU tensors, asked for by name), or
+    None where `backend` (default: the device's) runs no kernels for x's device."""
+    runs = backend or default_backend(x.device.type)
+    return runs if runs in ("cuda", "host") and (runs == "host") == (x.device.type == "cpu") else None
 
 
 def spiking_surrogate(surrogate: Any) -> Surrogate | None:
