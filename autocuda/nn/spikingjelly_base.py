@@ -84,16 +84,16 @@ class _MemoryNode(Memories, MemoryBase):
         return states
 
     def single_step_forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        inputs = (x, *args)
-        states = self.materialize_states(inputs, self._memory_values(), "s")
-        outputs, states = self.single_step_functional_forward(inputs, states, **kwargs)
-        self._keep(states)
-        return outputs[0] if len(outputs) == 1 else outputs
+        return self._step_call((x, *args), "s", self.single_step_functional_forward, kwargs)
 
     def multi_step_forward(self, x_seq: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        inputs = (x_seq, *args)
-        states = self.materialize_states(inputs, self._memory_values(), "m")
-        outputs, states = self.multi_step_functional_forward(inputs, states, **kwargs)
+        return self._step_call((x_seq, *args), "m", self.multi_step_functional_forward, kwargs)
+
+    def _step_call(self, inputs: tuple[torch.Tensor, ...], step_mode: str, functional: Any,
+                   kwargs: dict[str, Any]) -> Any:
+        """A call in `step_mode` through its functional forward from the layer's memories, which keep the new states."""
+        states = self.materialize_states(inputs, self._memory_values(), step_mode)
+        outputs, states = functional(inputs, states, **kwargs)
         self._keep(states)
         return outputs[0] if len(outputs) == 1 else outputs
 
