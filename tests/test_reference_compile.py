@@ -17,6 +17,19 @@ from autocuda.spec.torch_eval import evaluate, prepare_expression
 X = sympy.Symbol("x", real=True)
 
 
+def compiled_training_call(module: torch.nn.Module, x: torch.Tensor) -> tuple:
+    """`module` compiled whole (a graph break raises, naming its reason) and its output on x after a backward of its
+    sum, with no Dynamo warning on the way (one would say, e.g., that an lru_cache was traced through)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(x)
+        got.sum().backward()
+    assert not [str(w.message) for w in caught if "Dynamo" in str(w.message)]
+    return compiled, got
+
+
 @pytest.mark.parametrize("step_mode", ["m", "s"])
 def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_mode: str) -> None:
     torch.manual_seed(0)
@@ -27,13 +40,7 @@ def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_m
     expected_grad = net[0].weight.grad.clone()
     net.zero_grad()
     net[1].reset()
-    torch._dynamo.reset()
-    compiled = torch.compile(net, fullgraph=True, backend="aot_eager")  # a graph break raises, naming its reason
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = compiled(x)
-        got.sum().backward()
-    assert not [str(w.message) for w in caught if "Dynamo" in str(w.message)]  # e.g. lru_cache traced through
+    compiled, got = compiled_training_call(net, x)
     assert torch.equal(got, expected)
     torch.testing.assert_close(net[0].weight.grad, expected_grad)
     net[1].reset()
@@ -53,13 +60,7 @@ def test_a_layer_whose_output_is_an_expression_compiles_whole(name: str) -> None
     expected.sum().backward()
     expected_grad, x.grad = x.grad, None
     layer.reset()
-    torch._dynamo.reset()
-    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")  # a graph break raises, naming its reason
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = compiled(x)
-        got.sum().backward()
-    assert not [str(w.message) for w in caught if "Dynamo" in str(w.message)]
+    _, got = compiled_training_call(layer, x)
     assert torch.equal(got, expected)
     torch.testing.assert_close(x.grad, expected_grad)
 
