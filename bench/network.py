@@ -163,12 +163,16 @@ def known(system: str) -> bool:
     return neuron_of(system) in NEURONS
 
 
-def build(system: str, device: torch.device) -> nn.Module:
+def build(system: str, device: torch.device, wrap: Callable[[nn.Module], nn.Module] | None = None) -> nn.Module:
+    """The system's model on `device`; `wrap` (DistributedDataParallel, say) is applied before torch.compile, so a
+    compiled system compiles the wrapped model."""
     model = SpikingVGG(NEURONS[neuron_of(system)]).to(device)
     if system.endswith(CHANNELS_LAST):
         model = model.to(memory_format=torch.channels_last)
     if system.startswith("ours-fused"):
         model = _ours_fused(model)
+    if wrap is not None:
+        model = wrap(model)
     mode = mode_of(system)
     if mode != "eager":
         # every row builds a new model: without a reset Dynamo counts them as recompiles of one forward, and past
@@ -179,14 +183,14 @@ def build(system: str, device: torch.device) -> nn.Module:
 
 
 def measure(system: str, T: int, B: int, precision: str, steps: int, device: torch.device,
-            warmup: int = WARMUP) -> dict:
+            warmup: int = WARMUP, wrap: Callable[[nn.Module], nn.Module] | None = None) -> dict:
     torch.manual_seed(0)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device) if cuda else 0
-    model = build(system, device)
+    model = build(system, device, wrap)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.rand(T, B, 3, 32, 32, device=device)
     if system.endswith(CHANNELS_LAST):

@@ -452,6 +452,27 @@ def test_the_network_model_is_the_same_with_our_neuron_and_the_plain_loop():
     torch.testing.assert_close(ours(x), loop(x))
 
 
+def test_ddp_rows_wrap_the_model_and_scale_against_one_process(tmp_path):
+    """bench.ddp in a process group of one (gloo): each system trains the VGG inside DistributedDataParallel, a
+    system that fails is a row saying why; the efficiency of a row is its samples/s over N times one process's."""
+    import torch.distributed as dist
+
+    from bench import ddp
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        rows = ddp.run_systems(["ours", "no-such-system"], 1, 2, "float32", 1, torch.device("cpu"), warmup=0)
+    finally:
+        dist.destroy_process_group()
+    assert rows[0]["gpus"] == 1 and rows[0]["samples_per_s"] == pytest.approx(2e3 / rows[0]["step_ms"])
+    assert "KeyError" in rows[1]["skipped"]
+    two = {**rows[0], "gpus": 2, "samples_per_s": 1.8 * rows[0]["samples_per_s"]}
+    scaled = ddp.with_efficiency([rows[0], two, rows[1]])
+    assert scaled[0]["efficiency"] == 1.0 and scaled[1]["efficiency"] == pytest.approx(0.9)
+    table = ddp.format_table(scaled)
+    assert "90.0%" in table and "skipped: KeyError" in table
+
+
 # -- the sj-classes part -----------------------------------------------------------------------------------------
 def test_the_sj_classes_part_times_both_libraries_and_says_why_a_class_cannot_run():
     """Two classes on the CPU (the online steps and the shared noise), in the report; a class that cannot be

@@ -1,0 +1,188 @@
+"""Data-parallel training of bench.network's spiking VGG: DistributedDataParallel over 1 to N GPUs of one host
+(NCCL), eager and under torch.compile, per system; samples per second and weak-scaling efficiency.
+
+    python -m bench.ddp --out DIR [--gpus 1,2,4] [--systems ours,ours-compiled,loop-compiled,sj]
+        [--shape 4x64] [--precision float32] [--steps 20] [--ddp-optimizer ddp_optimizer]
+
+Each GPU count is one `torch.distributed.run --standalone --nproc_per_node=N -m bench.ddp --worker` run that
+measures every system in turn (`bench.network.measure` with the model wrapped in DDP before torch.compile, as
+torch recommends). Weak scaling: each process trains on B samples per step (the global batch is N x B). A step's
+time is the slowest process's median step (CUDA events); samples/s = N x B / step; the efficiency at N GPUs is
+samples/s at N over N times samples/s at 1 GPU, of the same system. `--ddp-optimizer` sets Dynamo's
+`optimize_ddp` (how a compiled DDP model is split at DDP's gradient buckets; `no_optimization`: one graph, the
+gradients reduced after the whole backward). Rows go to ddp.json as each GPU count finishes; ddp.txt holds the
+table. `--device cpu` runs the logic on CPU processes over gloo (the times mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from . import network
+
+SYSTEMS = ("ours", "ours-compiled", "loop", "loop-compiled", "sj")
+DDP_OPTIMIZERS = ("ddp_optimizer", "no_optimization")
+
+
+def run_systems(systems: list[str], T: int, B: int, precision: str, steps: int, device: torch.device,
+                warmup: int = network.WARMUP) -> list[dict]:
+    """In a process of an initialised process group: each system's DDP training step measured on every process,
+    one row per system with the slowest process's step time and peak memory (the same rows on every process)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    world = dist.get_world_size()
+    ids = [device.index] if device.type == "cuda" else None
+
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        return DistributedDataParallel(model, device_ids=ids)
+
+    rows = []
+    for system in systems:
+        row: dict = {"system": system, "mode": network.mode_of(system), "gpus": world, "T": T, "B": B,
+                     "precision": precision}
+        try:
+            own = network.measure(system, T, B, precision, steps, device, warmup, wrap=wrap)
+            own["graphs"], own["graph_breaks"] = _dynamo_counts()
+        except Exception as error:  # noqa: BLE001 - a failing row is reported; the others still run
+            own = {"skipped": f"{type(error).__name__}: {str(error)[-300:]}"}
+        every: list = [None] * world
+        dist.all_gather_object(every, own)
+        row.update(_slowest(every))
+        if "step_ms" in row:
+            row["samples_per_s"] = world * B / row["step_ms"] * 1e3
+        rows.append(row)
+    return rows
+
+
+def _dynamo_counts() -> tuple[int, int]:
+    """Graphs Dynamo compiled and graph breaks it took since the last `torch._dynamo.reset()`."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values()))
+
+
+def _slowest(rows: list[dict]) -> dict:
+    """One process's row of measures: the slowest step, the most memory; skipped where any process skipped."""
+    skipped = [r["skipped"] for r in rows if "skipped" in r]
+    if skipped:
+        return {"skipped": skipped[0]}
+    slowest = max(rows, key=lambda r: r["step_ms"])
+    return {**slowest, "peak_mib": max(r["peak_mib"] for r in rows),
+            "first_step_s": max(r["first_step_s"] for r in rows)}
+
+
+def with_efficiency(rows: list[dict]) -> list[dict]:
+    """The rows with each measured row's weak-scaling efficiency against the same system's row at 1 GPU."""
+    single = {(r["system"], r["T"], r["B"], r["precision"]): r["samples_per_s"] for r in rows
+              if r["gpus"] == 1 and "samples_per_s" in r}
+    out = []
+    for r in rows:
+        base = single.get((r["system"], r["T"], r["B"], r["precision"]))
+        if "samples_per_s" in r and base:
+            r = {**r, "efficiency": r["samples_per_s"] / (r["gpus"] * base)}
+        out.append(r)
+    return out
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [f"{'gpus':>4} {'T':>3} {'B':>4} {'precision':<9} {'system':<22} {'mode':<15} {'step ms':>8} "
+             f"{'samples/s':>10} {'eff.':>6} {'graphs':>6} {'breaks':>6} {'first s':>8} {'peak MiB':>9}"]
+    for r in rows:
+        head = f"{r['gpus']:>4} {r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<22} {r['mode']:<15}"
+        if "skipped" in r:
+            lines.append(f"{head} skipped: {r['skipped'][:80]}")
+            continue
+        efficiency = f"{r['efficiency']:>6.1%}" if "efficiency" in r else f"{'':>6}"
+        lines.append(f"{head} {r['step_ms']:>8.2f} {r['samples_per_s']:>10.0f} {efficiency} {r['graphs']:>6} "
+                     f"{r['graph_breaks']:>6} {r['first_step_s']:>8.1f} {r['peak_mib']:>9.0f}")
+    return "\n".join(lines) + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for ddp.json and ddp.txt")
+    parser.add_argument("--gpus", default="1,2", help="comma list of process counts (default 1,2)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of bench.network's systems")
+    parser.add_argument("--shape", default="4x64", help="T x B per process (default 4x64)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per row (default 20)")
+    parser.add_argument("--ddp-optimizer", default="ddp_optimizer", choices=DDP_OPTIMIZERS,
+                        help="torch._dynamo.config.optimize_ddp for the compiled systems")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # a process of one run: its rows' file
+    return parser
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import torch._dynamo
+
+    torch._dynamo.config.optimize_ddp = args.ddp_optimizer
+    T, B = (int(v) for v in args.shape.split("x"))
+    rank = int(os.environ["LOCAL_RANK"])
+    if args.device == "cuda":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=5))
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    try:
+        rows = run_systems(args.systems.split(","), T, B, args.precision, args.steps, device)
+        for row in rows:
+            row["ddp_optimizer"] = args.ddp_optimizer
+        if dist.get_rank() == 0:
+            args.worker.write_text(json.dumps(rows))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        return _worker(args)
+    unknown = [s for s in args.systems.split(",") if not network.known(s)]
+    if unknown:
+        parser.error(f"--systems: unknown {unknown[0]!r} (bench.network's systems: {', '.join(network.NEURONS)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
+    rows: list[dict] = []
+    for count in (int(n) for n in args.gpus.split(",")):
+        T, B = (int(v) for v in args.shape.split("x"))
+        if count > available:
+            rows += [{"system": s, "mode": network.mode_of(s), "gpus": count, "T": T, "B": B,
+                      "precision": args.precision, "skipped": f"{count} processes, {available} devices here"}
+                     for s in args.systems.split(",")]
+            continue
+        part = args.out / f"ddp-{count}.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}",
+                   "-m", "bench.ddp", *(argv if argv is not None else sys.argv[1:]), "--worker", str(part)]
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
+                                                                                    os.environ.get("PYTHONPATH")]))}
+        finished = subprocess.run(command, env=environment)
+        if finished.returncode or not part.is_file():
+            rows += [{"system": s, "mode": network.mode_of(s), "gpus": count, "T": T, "B": B,
+                      "precision": args.precision, "skipped": f"the run exited with {finished.returncode}"}
+                     for s in args.systems.split(",")]
+        else:
+            rows += json.loads(part.read_text())
+        rows = with_efficiency(rows)
+        (args.out / "ddp.json").write_text(json.dumps({"device": network._device_name(torch.device(args.device)),
+                                                       "rows": rows}, indent=1))
+    table = format_table(rows)
+    (args.out / "ddp.txt").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
