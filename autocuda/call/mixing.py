@@ -110,7 +110,7 @@ def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str) -> None:
     if backend != "cuda":
         kernel(grid, block, args, backend=backend)
         return
-    device = args["x"].get_device()
+    device = next(value for value in args.values() if isinstance(value, Tensor)).get_device()
     values = [value.data_ptr() if isinstance(value, Tensor) else value
               for value in map(args.__getitem__, kernel.cparams)]
     kernel.cuda_launch(device)(grid, block, values, current_stream_ptr(device))

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..call import dsr
 from ..call import functional as F
 from .layer_call import BACKENDS
 from .memory import Memories, MemoryBase, MultiStepOnly
@@ -51,9 +52,14 @@ def _check_common(T: Any, v_threshold: Any, alpha: Any, v_threshold_lower_bound:
         raise ValueError(f"step_mode: the DSR neurons run in multi-step mode only ('m'), got {step_mode!r}")
 
 
+def _weight_values(steps: int, tau: float, delta_t: float) -> list[float]:
+    """The LIF's rate weights over `steps` steps, exp(-(steps - t) delta_t / tau) for t = 1..steps."""
+    return [math.exp(-(delta_t * steps - t * delta_t) / tau) for t in range(1, steps + 1)]
+
+
 def _time_weights(steps: int, tau: float, delta_t: float, like: torch.Tensor) -> torch.Tensor:
-    """The LIF's rate weights over `steps` steps, exp(-(steps - t) delta_t / tau) for t = 1..steps, as a column."""
-    weight = [math.exp(-(delta_t * steps - t * delta_t) / tau) for t in range(1, steps + 1)]
+    """`_weight_values` as a column of `like`'s dtype and device."""
+    weight = _weight_values(steps, tau, delta_t)
     return torch.tensor(weight, dtype=like.dtype, device=like.device).view(steps, *([1] * (like.dim() - 1)))
 
 
@@ -73,19 +79,33 @@ def _spikes(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, decay:
     return spikes.view(x_seq.shape)
 
 
+def _output(spikes: torch.Tensor, v_th: torch.Tensor, divisor: float, backend: str | None) -> torch.Tensor:
+    """The layer's output, s v_th / divisor: one kernel where the kernels run the call, else torch."""
+    out = dsr.output(spikes, v_th, divisor, BACKENDS[backend])
+    if out is not None:
+        return out
+    return spikes * v_th if divisor == 1.0 else spikes * v_th / divisor
+
+
 class _DSRIF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int,
                 grad_scale: float, backend: str | None) -> torch.Tensor:
         ctx.save_for_backward(x_seq, v_threshold)
         ctx.steps, ctx.grad_scale = steps, grad_scale
+        ctx.backend = backend
         v_th = v_threshold.to(x_seq.dtype)
-        return _spikes(x_seq, v_th, alpha, 1.0, 1.0, backend) * v_th
+        return _output(_spikes(x_seq, v_th, alpha, 1.0, 1.0, backend), v_th, 1.0, backend)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         x_seq, v_threshold = ctx.saved_tensors
         v_th = v_threshold.to(x_seq.dtype)
+        found = dsr.backward(x_seq, grad_out, v_th, [1.0] * ctx.steps, 1.0, ctx.steps, False, BACKENDS[ctx.backend])
+        if found is not None:
+            grad_x, partial = found
+            grad_v_th = partial.sum() * ctx.grad_scale
+            return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None
         rate = x_seq.mean(0)
         grad_sum = grad_out.mean(0) * ctx.steps  # SpikingJelly's "grad_output_coding"
         passes = (rate >= 0) & (rate <= v_th)
@@ -100,14 +120,21 @@ class _DSRLIF(torch.autograd.Function):
                 delta_t: float, grad_scale: float, backend: str | None) -> torch.Tensor:
         ctx.save_for_backward(x_seq, v_threshold)
         ctx.steps, ctx.tau, ctx.delta_t, ctx.grad_scale = steps, tau, delta_t, grad_scale
+        ctx.backend = backend
         v_th = v_threshold.to(x_seq.dtype)
         beta = math.exp(-delta_t / tau)
-        return _spikes(x_seq, v_th, alpha, beta, 1 - beta, backend) * v_th / delta_t
+        return _output(_spikes(x_seq, v_th, alpha, beta, 1 - beta, backend), v_th, delta_t, backend)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         x_seq, v_threshold = ctx.saved_tensors
         tau, delta_t = ctx.tau, ctx.delta_t
+        found = dsr.backward(x_seq, grad_out, v_threshold.to(x_seq.dtype), _weight_values(ctx.steps, tau, delta_t),
+                             tau / delta_t, tau * ctx.steps, True, BACKENDS[ctx.backend])
+        if found is not None:
+            grad_x, partial = found
+            grad_v_th = partial.sum() * delta_t * ctx.grad_scale
+            return grad_x, grad_v_th.to(v_threshold.dtype), None, None, None, None, None, None
         rate_bound = v_threshold.to(x_seq.dtype) / delta_t * tau
         rate = _weighted_rate(x_seq, tau, delta_t)
         grad_sum = _weighted_rate(grad_out, tau, delta_t) * ctx.steps
