@@ -164,9 +164,10 @@ class MaskedPSN(_QueuedPSN):
         torch.fill_(self._lambda_, value)
 
     def masked_weight(self) -> torch.Tensor:
-        if self._lambda_ >= 1.0:
-            return self.weight * self.mask0
-        return (self._lambda_ * self.mask0 + (1.0 - self._lambda_) * self.mask1) * self.weight
+        """SpikingJelly's W * mask0 once lambda_ >= 1, else W * (lambda_ mask0 + (1 - lambda_) mask1), as one
+        expression of lambda_ capped at 1 (the same values, no branch on a device value: no wait for the device)."""
+        eased = self._lambda_.clamp(max=1.0)
+        return (eased * self.mask0 + (1.0 - eased) * self.mask1) * self.weight
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         # SpikingJelly's: a step beyond T still enters the queue before the call is refused
