@@ -1,7 +1,7 @@
 """The DSR neurons' rate rule on kernels (SpikingJelly's DSRIFNode and DSRLIFNode, `nn.spikingjelly_dsr`; the
-kernels of `codegen.dsr_kernel`): the layer's output from the spikes, and the rule's backward in one pass. Each
-function returns None where the kernels do not run the call (a CPU tensor without `backend="host"`, a dtype the
-kernels lack, a torch.compile trace): the layer then composes torch ops.
+kernels of `codegen.dsr_kernel`): the layer's output from the spikes (scaled by a value read on the device), and
+the rule's backward in one pass. Each function returns None where the kernels do not run the call (a CPU tensor
+without `backend="host"`, a dtype the kernels lack, a torch.compile trace): the layer then composes torch ops.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..runtime.configs import compute_dtype
 from .mixing import kernel_backend, launch_per_neuron, span
 from .program import SUPPORTED_DTYPES
 
-__all__ = ["output", "backward"]
+__all__ = ["scaled_spikes", "backward"]
 
 Tensor = torch.Tensor
 
@@ -26,8 +26,9 @@ def _runs(x: Tensor, backend: str | None) -> str | None:
     return kernel_backend(x, backend)
 
 
-def output(spikes: Tensor, v_threshold: Tensor, divisor: float, backend: str | None) -> Tensor | None:
-    """spikes [T, *] times the threshold (a one-value tensor) over `divisor`, in the spikes' dtype; None where the
+def scaled_spikes(spikes: Tensor, v_threshold: Tensor, divisor: float, backend: str | None) -> Tensor | None:
+    """spikes [T, *] times a one-value tensor (the DSR layers' threshold; any layer's one-value parameter where its
+    output is the spike times it: `nn.output`) over `divisor`, in the spikes' dtype, without autograd; None where the
     kernels do not run it."""
     runs = _runs(spikes, backend)
     if runs is None:

@@ -57,7 +57,7 @@ class DSRKernel(CKernel1D):
 @functools.lru_cache(maxsize=8)
 def dsr_output_kernel(dtype: str) -> DSRKernel:
     """The output kernel for `dtype`."""
-    return DSRKernel(f"dsr_output_{get_dtype(dtype).name}", dtype, True)
+    return DSRKernel(f"scaled_spikes_{get_dtype(dtype).name}", dtype, True)
 
 
 @functools.lru_cache(maxsize=8)

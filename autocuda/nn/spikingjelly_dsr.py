@@ -81,7 +81,7 @@ def _spikes(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, decay:
 
 def _output(spikes: torch.Tensor, v_th: torch.Tensor, divisor: float, backend: str | None) -> torch.Tensor:
     """The layer's output, s v_th / divisor: one kernel where the kernels run the call, else torch."""
-    out = dsr.output(spikes, v_th, divisor, BACKENDS[backend])
+    out = dsr.scaled_spikes(spikes, v_th, divisor, BACKENDS[backend])
     if out is not None:
         return out
     return spikes * v_th if divisor == 1.0 else spikes * v_th / divisor
