@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autocuda.call import dsr
-from autocuda.nn import DSRIFNode, DSRLIFNode, STBIFNode, output
+from autocuda.nn import DSRIFNode, DSRLIFNode
 
 F64 = torch.float64
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}
@@ -67,22 +67,3 @@ def test_the_kernels_run_host_calls_and_leave_the_rest_to_torch() -> None:
 
     assert traced(spikes)
 
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_an_output_of_the_spike_times_one_parameter_is_one_kernel(dtype: torch.dtype,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """STBIF's output, s q_threshold, by the scaled-spike kernel where kernels run the layer (here the host runner),
-    the same values as the product in torch; a gradient to take keeps the product (the kernel has no backward)."""
-    original, ran = dsr.scaled_spikes, []
-    monkeypatch.setattr(dsr, "scaled_spikes", lambda *args: ran.append(original(*args)) or ran[-1])
-    x = (torch.randn(6, 2, 33, generator=torch.Generator().manual_seed(0)) * 0.4).to(dtype)
-    outputs = [STBIFNode(0.25, 8, sym=True, step_mode="m", backend=backend).to(dtype)(x)
-               for backend in ("host", "torch")]
-    assert ran[0] is not None and ran[1] is None  # the kernel ran the host layer; the torch one composes
-    assert outputs[0].dtype == dtype and torch.equal(outputs[0], outputs[1])
-    program = (("symbol", "s"), ("symbol", "scale"), ("mul", 0, 1))
-    spike = torch.ones(2, 3, requires_grad=True)
-    assert output.scaled_spike(program, {"s": spike, "scale": torch.tensor(2.0)}, "host") is None
-    with torch.no_grad():
-        assert torch.equal(output.scaled_spike(program, {"s": spike, "scale": torch.tensor(2.0)}, "host"),
-                           torch.full((2, 3), 2.0))

@@ -27,9 +27,8 @@ def _runs(x: Tensor, backend: str | None) -> str | None:
 
 
 def scaled_spikes(spikes: Tensor, v_threshold: Tensor, divisor: float, backend: str | None) -> Tensor | None:
-    """spikes [T, *] times a one-value tensor (the DSR layers' threshold; any layer's one-value parameter where its
-    output is the spike times it: `nn.output`) over `divisor`, in the spikes' dtype, without autograd; None where the
-    kernels do not run it."""
+    """spikes [T, *] times a one-value tensor (the threshold) over `divisor`, in the spikes' dtype, without autograd;
+    None where the kernels do not run it."""
     runs = _runs(spikes, backend)
     if runs is None:
         return None

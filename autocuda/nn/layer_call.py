@@ -284,8 +284,7 @@ def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], 
         return spike
     d = layer.__dict__
     after = {} if states is None else dict(zip(d["_state_names"], states))
-    return layer_output(layer.spec, output, inputs, spike, after, params, d["_output_program"],
-                        BACKENDS[d["backend"]])
+    return layer_output(layer.spec, output, inputs, spike, after, params, d["_output_program"])
 
 
 def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ..spec.model import SPIKE_OUTPUT, NeuronSpec, spec_text
 from ..spec.step import EXPRESSION, SPIKE, STATE, Output
 from ..toolchain import store
 
-__all__ = ["spec_output", "output_program", "layer_output", "reads_states", "scaled_spike"]
+__all__ = ["spec_output", "output_program", "layer_output", "reads_states"]
 
 
 def spec_output(spec: NeuronSpec) -> Output:
@@ -77,12 +77,11 @@ def reads_states(spec: NeuronSpec, output: Output, program: flat.Program | None)
 
 def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequence[torch.Tensor],
                  spike: torch.Tensor, after: Mapping[str, torch.Tensor], params: Mapping[str, Any],
-                 program: flat.Program | None = None, backend: str | None = None) -> torch.Tensor:
+                 program: flat.Program | None = None) -> torch.Tensor:
     """The output of a step (or of a sequence: inputs, spike and the states as [T, *] sequences) from the step
     inputs (x, or one tensor per input of a spec with several), the states after it, by name (those it reads:
     `reads_states`), and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge); an expression
-    by its `program` (`output_program`; found here where none is given). `backend`: the layer's functional
-    backend, which `scaled_spike` follows."""
+    by its `program` (`output_program`; found here where none is given)."""
     if output.kind == SPIKE:
         return spike
     if output.kind == STATE:
@@ -91,27 +90,4 @@ def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequen
     x = inputs[0]
     values = {**dict(zip(spec.inputs, inputs)), "s": spike, **after,
               **{p.name: 0.0 if params[p.name] is None else params[p.name] for p in spec.params}}
-    program = _program(spec) if program is None else program
-    scaled = scaled_spike(program, values, backend)
-    if scaled is not None:
-        return scaled.to(x.dtype).expand(x.shape)
-    return flat.run(program, values).to(x.dtype).expand(x.shape)
-
-
-def scaled_spike(program: flat.Program, values: Mapping[str, Any], backend: str | None) -> torch.Tensor | None:
-    """An output that is the spike times a parameter of one value (STBIF's s q_threshold), where no gradient is
-    taken: one kernel where kernels run the call (`call.dsr.scaled_spikes`), for torch's product with a one-value
-    device tensor is a broadcast, which torch does not vectorise. None otherwise: the program runs."""
-    if len(program) != 3 or program[2] != ("mul", 0, 1) or program[0][0] != "symbol" or program[1][0] != "symbol":
-        return None
-    names = {program[0][1], program[1][1]}
-    if "s" not in names or len(names) != 2:
-        return None
-    (other,) = names - {"s"}
-    spike, value = values["s"], values.get(other)
-    if not isinstance(value, torch.Tensor) or value.numel() != 1 or (
-            torch.is_grad_enabled() and (spike.requires_grad or value.requires_grad)):
-        return None
-    from ..call import dsr
-
-    return dsr.scaled_spikes(spike, value, 1.0, backend)
+    return flat.run(_program(spec) if program is None else program, values).to(x.dtype).expand(x.shape)
