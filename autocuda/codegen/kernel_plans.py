@@ -61,8 +61,16 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
         b.statement(c_name(s.name, "next"), value)
     for s in system.states:
         b.statement(f"{c_name(s.name)}[lane]", c_name(s.name, "next"), declare=False)
-    b.statement("ac_out_spike[lane]", "ac_s", declare=False)
-    b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
+    if system.output is None:
+        b.statement("ac_out_spike[lane]", "ac_s", declare=False)
+        b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "spike s[t]"))
+    else:  # the states' registers hold their values after the step, which the output reads
+        if saving:
+            raise ValueError("a spec that writes its output in place of the spike has no backward: its forward "
+                             "kernels run with save_for_backward=False only")
+        (written,) = b.emit([system.output], comment="the layer's output, written in place of the spike")
+        b.statement("ac_out_spike[lane]", written, declare=False)
+        b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "the layer's output at t"))
     segment = replay_steps(derivation, options)
     if keeps_h:
         if segment > 1 and b.storage is not b.compute:
@@ -110,6 +118,8 @@ def h_stored_as_decided(b: Builder) -> None:
 def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_gradient: sp.Expr) -> KernelPlan:
     """BPTT or its single step: threshold, spike and surrogate gradient recomputed from h, then the adjoint of one
     step; store the gradient of x, and those of the initial states and of the learnable parameters."""
+    if derivation.system.output is not None:
+        raise ValueError("a spec that writes its output in place of the spike has no backward kernel")
     b = Builder(derivation, options)
     system, step = derivation.system, derivation.backward
     corrected = options.gradients == "corrected"

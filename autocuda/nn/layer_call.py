@@ -10,6 +10,7 @@ that follow.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from operator import is_, itemgetter
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import torch
 
 from ..call import functional as F
-from ..call import native
+from ..call import mixing, native
 from ..call import program as programs
 from ..call.program import Program, Programs, transforms_active
+from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
 from .output import layer_output
@@ -60,12 +62,20 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
 
 
 def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
-                 params: dict[str, Any], compiling: bool) -> tuple:
+                 params: dict[str, Any], compiling: bool, written: bool = False) -> tuple:
     """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
     a call from a reset whose output is the spike and whose switches and parameters are plain objects is kept for
-    `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state."""
+    `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state. `written`
+    (`writes_output`): the kernels of the spec's variant that writes the output in place of the spike run the
+    call, and what they return as spikes is the layer's output."""
     d = layer.__dict__
     output = d["_output"]
+    if written:
+        owned = _programs(d)
+        results, _ = F.run_sequence(owned, written_spec_ref(layer), x, states, d["_surrogate_ref"],
+                                    d["detach_reset"], None, False, True, BACKENDS[d["backend"]], d["save_h"], params)
+        owned.last = None
+        return results
     keep = d["_store_v_seq"] or d["_output_reads_states"]
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
@@ -76,6 +86,32 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
                                   keep, True, BACKENDS[d["backend"]], d["save_h"], params)
     owned.last = None if ran is None or keep or output.kind != SPIKE else settle(d, *ran)
     return results
+
+
+def writes_output(layer: Neuron, x: torch.Tensor, states: Sequence[Any], params: Mapping[str, Any],
+                  compiling: bool) -> bool:
+    """Whether a multi-step call may run the kernels that write the layer's output (not the spike) themselves: an
+    output other than the spike, kernels running the call (not the reference, not a torch.compile trace), no
+    sequence to store, no gradient to take (those kernels have no backward)."""
+    d = layer.__dict__
+    if d["_output"].kind == SPIKE or compiling or d["_store_v_seq"] or d["recompute"]:
+        return False
+    if mixing.kernel_backend(x, BACKENDS[d["backend"]]) is None:
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (*states, *params.values()))):
+        return False
+    return True
+
+
+def written_spec_ref(layer: Neuron) -> str:
+    """The layer's spec as the variant whose forward kernels write its output in place of the spike, made once per
+    spec (its parse is work a layer that never takes this path does not pay)."""
+    d, spec = layer.__dict__, layer.spec
+    found = d.get("_written_spec")
+    if found is None or found[0] is not spec:
+        found = d["_written_spec"] = (spec, spec_ref(dataclasses.replace(spec, writes_output=True)))
+    return found[1]
 
 
 def run_step(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],

@@ -46,6 +46,7 @@ from .layer_call import (
     store_states,
     surrogate_state,
     sync_surrogate,
+    writes_output,
 )
 from .memory import MemoryBase, MemoryViews, detach_memories
 from .output import output_program, reads_states, spec_output
@@ -375,12 +376,14 @@ class Neuron(MemoryViews, MemoryBase):
         if x_seq.dim() == 1:
             return self._one_neuron(inputs, compiling)
         params = read_params(self, compiling)
-        spikes, finals, seqs = run_sequence(self, given, start_states(self, x_seq, 1, compiling), params, compiling)
+        states = start_states(self, x_seq, 1, compiling)
+        written = writes_output(self, x_seq, states, params, compiling)
+        spikes, finals, seqs = run_sequence(self, given, states, params, compiling, written)
         if finals is not None:  # always: this module keeps its final states
             store_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
             store_states(self, ("v_seq",), seqs[:1], compiling)
-        return call_output(self, given, spikes, seqs, params)
+        return spikes if written else call_output(self, given, spikes, seqs, params)
 
     def _one_neuron(self, inputs: tuple[torch.Tensor, ...], compiling: bool) -> torch.Tensor:
         """Step mode 'm' on x_seq of shape [T]: one neuron, as SpikingJelly takes it (its states of shape [],

@@ -61,6 +61,7 @@ class StepSystem:
     levels: tuple[SpikeLevel, ...] = ()    # a multi-level spike; () is the single spike Θ(h - thr)
     more_inputs: tuple[sp.Symbol, ...] = ()  # the step inputs after x (the first), for a spec with several
     fires_at: FiresAt = ">="               # the spike's comparison (of every level): Θ(0) = 1, or 0 for ">"
+    output: sp.Expr | None = None          # what the forward writes in place of s (states after the step): inference
 
     @property
     def inputs(self) -> tuple[sp.Symbol, ...]:
@@ -68,13 +69,14 @@ class StepSystem:
         return (self.x, *self.more_inputs)
 
     def __repr__(self) -> str:
-        """The dataclass's repr, without `levels` where there are none, `more_inputs` where there is x alone and
-        `fires_at` where it is ">=": kernel names are digests of it, and the systems without these keep theirs."""
+        """The dataclass's repr, without `levels` where there are none, `more_inputs` where there is x alone,
+        `fires_at` where it is ">=" and `output` where it is None: kernel names are digests of it, and the systems
+        without these keep theirs."""
         return self.text(repr)
 
     def text(self, field_repr: Callable[[Any], str]) -> str:
         """repr(self), each field's value spelled by `field_repr` (which must give repr's text)."""
-        return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at"), field_repr)
+        return _repr_without_defaults(self, ("levels", "more_inputs", "fires_at", "output"), field_repr)
 
 
 def _repr_without_defaults(obj: object, optional: tuple[str, ...],

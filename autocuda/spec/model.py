@@ -138,6 +138,9 @@ class NeuronSpec:
     levels: tuple[Level, ...] | None = None  # a multi-level spike; None: s = Θ(h - threshold)
     inputs: tuple[str, ...] = DEFAULT_INPUTS  # the step inputs' names, each a sequence the kernels read
     fires_at: FiresAt = ">="  # the spike's comparison: ">=" fires where h equals the threshold, ">" does not
+    # The forward kernels write the output in place of the spike (inference only: nn.output's variant for calls
+    # that take no gradient; no backward kernel is made of such a spec)
+    writes_output: bool = False
     origin: str = dataclasses.field(default="<python>", compare=False)  # file it came from, for errors
 
     def __post_init__(self) -> None:
@@ -350,9 +353,11 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 
 def spec_text(spec: NeuronSpec) -> str:
     """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
-    where it is the spike, the levels where there are none, the inputs where there is x alone and the comparison
-    where it is ">=": the specs that had none of these fields keep their text (and so their cache entries)."""
-    defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS, "fires_at": ">="}
+    where it is the spike, the levels where there are none, the inputs where there is x alone, the comparison
+    where it is ">=" and `writes_output` where it is off: the specs that had none of these fields keep their text
+    (and so their cache entries)."""
+    defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS, "fires_at": ">=",
+                "writes_output": False}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                       if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))
 

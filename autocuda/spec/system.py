@@ -66,6 +66,8 @@ def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] 
                      for i, (level, argument) in enumerate(zip(spec.levels or (), parsed.levels))),
         more_inputs=parsed.inputs[1:],
         fires_at=spec.fires_at,
+        output=prepare(parsed.output if parsed.output is not None else parsed.s, "output")
+        if spec.writes_output else None,
     )
 
 
