@@ -1,10 +1,12 @@
 """A layer's output per step, where its spec names one (`output`, docs/spec-format.md): the spike (the default),
 a state after the step (a non-spiking neuron's membrane), or an expression of x, the spike, the states after the
-step and the parameters (LIAF's analog output). The kernels run the spec as always; the output is read or
-computed from their spike and state sequences with torch after the kernel, as FlexSN's outputs are
-(`spec.step.Output`), so that autograd carries its gradient into the kernels' backward through those
-sequences. A plain name needs no sympy; an expression is parsed and lowered to a flat program (`spec.flat`) once,
-kept in the disk cache, and evaluated from it: a later process needs no sympy for it either.
+step and the parameters (LIAF's analog output). Where a call takes a gradient, the kernels run the spec as
+always and the output is read or computed from their spike and state sequences with torch after the kernel, as
+FlexSN's outputs are (`spec.step.Output`), so that autograd carries its gradient into the kernels' backward through
+those sequences; a multi-step call that takes none runs the spec's `writes_output` variant, whose kernels write the
+output themselves (`nn.layer_call.writes_output`). A plain name needs no sympy; an expression is parsed and
+lowered to a flat program (`spec.flat`) once, kept in the disk cache, and evaluated from it: a later process needs
+no sympy for it either.
 """
 from __future__ import annotations
 
