@@ -93,17 +93,12 @@ def with_efficiency(rows: list[dict]) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'gpus':>4} {'T':>3} {'B':>4} {'precision':<9} {'system':<22} {'mode':<15} {'step ms':>8} "
-             f"{'samples/s':>10} {'eff.':>6} {'graphs':>6} {'breaks':>6} {'first s':>8} {'peak MiB':>9}"]
-    for r in rows:
-        head = f"{r['gpus']:>4} {r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<22} {r['mode']:<15}"
-        if "skipped" in r:
-            lines.append(f"{head} skipped: {r['skipped'][:80]}")
-            continue
-        efficiency = f"{r['efficiency']:>6.1%}" if "efficiency" in r else f"{'':>6}"
-        lines.append(f"{head} {r['step_ms']:>8.2f} {r['samples_per_s']:>10.0f} {efficiency} {r['graphs']:>6} "
-                     f"{r['graph_breaks']:>6} {r['first_step_s']:>8.1f} {r['peak_mib']:>9.0f}")
-    return "\n".join(lines) + "\n"
+    head = [("gpus", ">4", lambda r: r["gpus"]), *network.HEAD]
+    return network.columns_table(rows, head, [
+        ("step ms", ">8", lambda r: f"{r['step_ms']:.2f}"), ("samples/s", ">10", lambda r: f"{r['samples_per_s']:.0f}"),
+        ("eff.", ">6", lambda r: f"{r['efficiency']:.1%}" if "efficiency" in r else ""),
+        ("graphs", ">6", lambda r: r["graphs"]), ("breaks", ">6", lambda r: r["graph_breaks"]),
+        ("first s", ">8", lambda r: f"{r['first_step_s']:.1f}"), ("peak MiB", ">9", lambda r: f"{r['peak_mib']:.0f}")])
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -297,17 +297,30 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def format_table(rows: list[dict]) -> str:
-    lines = [f"{'T':>3} {'B':>4} {'precision':<9} {'system':<25} {'mode':<15} {'step ms':>9} {'wall ms':>9} "
-             f"{'first s':>8} {'peak MiB':>9}"]
+# A table column: its title, its width and alignment (a format spec: ">9"), and how a row's value is spelled there
+Column = tuple[str, str, Callable[[dict], str]]
+HEAD: list[Column] = [("T", ">3", lambda r: r["T"]), ("B", ">4", lambda r: r["B"]),
+                      ("precision", "<9", lambda r: r["precision"]), ("system", "<25", lambda r: r["system"]),
+                      ("mode", "<15", lambda r: r.get("mode", ""))]
+
+
+def columns_table(rows: list[dict], head: list[Column], measures: list[Column]) -> str:
+    """One line a row: the `head` columns, then the `measures`, or for a row that was skipped, why."""
+    lines = [" ".join(f"{title:{width}}" for title, width, _ in head + measures)]
     for r in rows:
-        head = f"{r['T']:>3} {r['B']:>4} {r['precision']:<9} {r['system']:<25} {r.get('mode', ''):<15}"
+        text = " ".join(f"{value(r):{width}}" for _, width, value in head)
         if "skipped" in r:
-            lines.append(f"{head} skipped: {r['skipped'][:80]}")
+            lines.append(f"{text} skipped: {r['skipped'][:80]}")
         else:
-            lines.append(f"{head} {r['step_ms']:>9.2f} {r['wall_ms_per_step']:>9.2f} {r['first_step_s']:>8.1f} "
-                         f"{r['peak_mib']:>9.0f}")
+            lines.append(f"{text} " + " ".join(f"{value(r):{width}}" for _, width, value in measures))
     return "\n".join(lines) + "\n"
+
+
+def format_table(rows: list[dict]) -> str:
+    return columns_table(rows, HEAD, [("step ms", ">9", lambda r: f"{r['step_ms']:.2f}"),
+                                      ("wall ms", ">9", lambda r: f"{r['wall_ms_per_step']:.2f}"),
+                                      ("first s", ">8", lambda r: f"{r['first_step_s']:.1f}"),
+                                      ("peak MiB", ">9", lambda r: f"{r['peak_mib']:.0f}")])
 
 
 if __name__ == "__main__":
