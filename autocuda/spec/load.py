@@ -27,8 +27,9 @@ else:
 
 __all__ = ["is_spec_path", "list_specs", "load_spec", "spec_argument", "spec_from_toml"]
 
-# The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader)
-_TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name != "origin")
+# The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader) and `writes_output`
+# (a variant a layer makes of a spec whose output is not the spike, never a file's)
+_TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name not in ("origin", "writes_output"))
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
