@@ -6,8 +6,11 @@ output gradient given in full and for an expanded one (a sum's); a trace by torc
 `backend="host"`, composes."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda.call import dsr
 from autocuda.nn import DSRIFNode, DSRLIFNode
@@ -23,10 +26,11 @@ def layer(kind: type, backend: str, dtype: torch.dtype) -> torch.nn.Module:
     return kind(T=8, v_threshold=1.0, backend=backend, **kwargs).to(dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("kind", [DSRIFNode, DSRLIFNode], ids=lambda k: k.__name__)
-@pytest.mark.parametrize("expanded", [False, True], ids=["weighted", "sum"])
-def test_kernels_equal_the_composition(kind: type, dtype: torch.dtype, expanded: bool) -> None:
+DTYPES = (torch.float64, torch.float32, torch.bfloat16)
+
+
+def inputs(kind: type, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and the output's weights for a layer of `kind` in `dtype`."""
     generator = torch.Generator().manual_seed(0)
     if kind is DSRIFNode:  # eighths: some neurons' rates are exactly 0 or 1, where the IF's closed bounds pass
         x = torch.randint(-4, 13, (8, 3, 67), generator=generator) / 8
@@ -36,7 +40,25 @@ def test_kernels_equal_the_composition(kind: type, dtype: torch.dtype, expanded:
     else:
         low, high = INPUTS[kind]
         x = (torch.rand(8, 3, 67, generator=generator, dtype=F64) * 2 * high - high / 2 + low).to(dtype)
-    weights = torch.randn(x.shape, generator=generator, dtype=F64).to(dtype)
+    return x, torch.randn(x.shape, generator=generator, dtype=F64).to(dtype)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the cases below, compiled up front many to a compiler run (`conftest.compile_launched`)."""
+    def calls(kind: type, dtype: torch.dtype) -> None:
+        leaf = inputs(kind, dtype)[0].requires_grad_(True)
+        layer(kind, "host", dtype)(leaf).sum().backward()
+
+    return compile_launched(*(functools.partial(calls, kind, dtype) for kind in (DSRIFNode, DSRLIFNode)
+                              for dtype in DTYPES))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", [DSRIFNode, DSRLIFNode], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("expanded", [False, True], ids=["weighted", "sum"])
+def test_kernels_equal_the_composition(kind: type, dtype: torch.dtype, expanded: bool) -> None:
+    x, weights = inputs(kind, dtype)
     results = []
     for backend, precision in (("host", dtype), ("torch", F64)):  # the judge: the composition in float64
         node = layer(kind, backend, precision)

@@ -6,9 +6,11 @@ spike and torch's output; the variant has no backward kernel; the pinned kernels
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda.codegen.kernels import neuron_kernel
 from autocuda.nn import LIAFNode, Neuron, STBIFNode
@@ -22,10 +24,27 @@ LAYERS = {"STBIFNode": lambda backend: STBIFNode(0.25, 8, sym=True, step_mode="m
           "Neuron(liaf)": lambda backend: Neuron("liaf", step_mode="m", backend=backend)}
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+DTYPES = (torch.float64, torch.float32)
+
+
+def inputs(dtype: torch.dtype) -> torch.Tensor:
+    return (torch.randn(6, 2, 33, generator=torch.Generator().manual_seed(0), dtype=F64) * 0.8 + 0.3).to(dtype)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of the cases below, compiled up front many to a compiler run (`conftest.compile_launched`)."""
+    def calls(name: str, dtype: torch.dtype) -> None:
+        with torch.no_grad():
+            LAYERS[name]("host").to(dtype)(inputs(dtype))
+
+    return compile_launched(*(functools.partial(calls, name, dtype) for name in LAYERS for dtype in DTYPES))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_an_inference_call_writes_the_output_in_the_kernel(name: str, dtype: torch.dtype) -> None:
-    x = (torch.randn(6, 2, 33, generator=torch.Generator().manual_seed(0), dtype=F64) * 0.8 + 0.3).to(dtype)
+    x = inputs(dtype)
     results = []
     for backend in ("host", "torch"):
         layer = LAYERS[name](backend).to(dtype)
