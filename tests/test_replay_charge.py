@@ -1,13 +1,22 @@
 """A replayed charge (`save_h=False`): forward saves no h, only every state every K steps, and backward replays each
 segment's steps from x. The replay must rebuild forward's values bit for bit (the spikes it decides are forward's),
-so the gradients are those of the kernels that save h, up to the rounding of backward's own coefficients."""
+so the gradients are those of the kernels that save h, up to the rounding of backward's own coefficients.
+
+With --slow every shipped spec replays its charge in float64; by default a covering set of them does
+(`replay_specs`): conftest's REPRESENTATIVE_SPECS, the low-precision test's specs, and specs added in turn until
+every fact of a spec that shapes the replay's code (`replay_facts`: how many states and inputs it has, its reset
+rule, multi-level spikes, an output other than the spike, per-neuron tensors, state updates, derived values, an ODE
+solved exactly, jumps) that some shipped spec has is held by one of them
+(`test_the_default_specs_hold_every_replay_fact_of_the_shipped_specs`). The replay prints forward's step with
+forward's printer (`kernel_plans._replay_charge`), so what one spec's equations add beyond these facts is checked by
+test_host_neurons on every spec's forward kernel; the slow profile replays each."""
 from __future__ import annotations
 
 import functools
 
 import pytest
 import torch
-from conftest import compile_launched, profile
+from conftest import REPRESENTATIVE_SPECS, compile_launched, profile
 
 import autocuda.call.functional as F
 from autocuda.codegen.kernels import source
@@ -20,6 +29,32 @@ from autocuda.tools.testing.named_launch import backward, forward
 K = REPLAY_STEPS
 # a spec that draws cannot replay its charge (the replay would not make the draws again): refused, by design
 SPECS = [name for name, _ in list_specs() if not makes_draws(load_spec(name))]
+LOW_PRECISION_SPECS = ["lif", "alif", "izhikevich", "ternary_lif"]
+
+
+def replay_facts(name: str) -> frozenset[tuple[str, object]]:
+    """The facts of a spec that change the code of its replay (the histories kept, the inputs loaded, the reset,
+    the spike's levels and the step's parts), read from the spec alone (no derivation)."""
+    spec = load_spec(name)
+    return frozenset({("states", min(len(spec.states), 3)), ("inputs", min(len(spec.inputs), 2)),
+                      ("reset", spec.reset), ("levels", bool(spec.levels)), ("output is the spike", spec.output == "s"),
+                      ("tensor parameters", any(p.kind == "tensor" for p in spec.params)),
+                      ("updates", bool(spec.updates)), ("derived", bool(spec.derived)), ("ode", bool(spec.ode)),
+                      ("jumps", bool(spec.jumps))})
+
+
+def replay_specs() -> list[str]:
+    """The specs whose charge the profile replays (module doc): all with --slow; by default the representative and
+    low-precision specs, then, in SPECS' order, each spec that holds a fact none of those before it holds."""
+    if profile() == "slow":
+        return SPECS
+    chosen = [name for name in SPECS if name in REPRESENTATIVE_SPECS or name in LOW_PRECISION_SPECS]
+    held = set().union(*map(replay_facts, chosen))
+    for name in SPECS:
+        if not replay_facts(name) <= held:
+            chosen.append(name)
+            held |= replay_facts(name)
+    return [name for name in SPECS if name in chosen]
 
 
 def _run(name: str, dtype: torch.dtype, steps: int, replay_charge: bool, store_state_seq: bool = False) -> dict:
@@ -40,13 +75,13 @@ def _run(name: str, dtype: torch.dtype, steps: int, replay_charge: bool, store_s
 
 SEGMENT_STEPS = (1, K - 1, K + 1, 3 * K + 5)  # sequences around the segment size
 LOW_PRECISION = [torch.float32, torch.bfloat16, torch.float16]
-LOW_PRECISION_SPECS = ["lif", "alif", "izhikevich", "ternary_lif"]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
     """The kernels `_run` launches below, compiled up front many to a compiler run (`conftest.compile_launched`)."""
-    runs = [(name, torch.float64, steps, replay) for name in SPECS for steps in SEGMENT_STEPS for replay in (0, 1)]
+    runs = [(name, torch.float64, steps, replay) for name in replay_specs() for steps in SEGMENT_STEPS
+            for replay in (0, 1)]
     runs += [(name, dtype, 2 * K + 3, replay) for name in LOW_PRECISION_SPECS for dtype in LOW_PRECISION
              for replay in (0, 1)]
     calls = [functools.partial(_run, name, dtype, steps, bool(replay)) for name, dtype, steps, replay in runs]
@@ -55,7 +90,10 @@ def compiled_kernels() -> int:
 
 @pytest.mark.parametrize("name", SPECS)
 def test_every_shipped_spec_replays_its_charge(name):
-    """float64, sequences around the segment size: forward's outputs bitwise, gradients to rounding."""
+    """float64, sequences around the segment size: forward's outputs bitwise, gradients to rounding (by default
+    the specs of `replay_specs`; every spec with --slow)."""
+    if name not in replay_specs():
+        pytest.skip("the default specs hold its replay's facts (module doc): runs with --slow")
     for steps in SEGMENT_STEPS:
         saved, replayed = _run(name, torch.float64, steps, False), _run(name, torch.float64, steps, True)
         assert "h_seq" in saved and "h_seq" not in replayed
@@ -67,6 +105,17 @@ def test_every_shipped_spec_replays_its_charge(name):
                 torch.testing.assert_close(replayed[key], value, rtol=1e-12, atol=1e-12, equal_nan=True, msg=key)
             else:
                 assert torch.allclose(replayed[key], value, rtol=0, atol=0, equal_nan=True), (name, steps, key)
+
+
+def test_the_default_specs_hold_every_replay_fact_of_the_shipped_specs():
+    """Every fact of `replay_facts` that a shipped spec has, a spec the default profile replays has too, and the
+    default specs are the representative and low-precision specs and one more spec per fact they lack at most."""
+    default = [name for name in SPECS if name in REPRESENTATIVE_SPECS or name in LOW_PRECISION_SPECS]
+    chosen = replay_specs()
+    assert set(default) <= set(chosen) <= set(SPECS)
+    held = set().union(*map(replay_facts, chosen))
+    assert held == set().union(*map(replay_facts, SPECS))
+    assert profile() == "slow" or len(chosen) - len(default) <= len(held - set().union(*map(replay_facts, default)))
 
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
