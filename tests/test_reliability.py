@@ -7,8 +7,8 @@
 2. Untrusted specs: hypothesis fuzzing of every spec field (TOML text, as a spec file is read). Property: a
    SpecError naming the field, or an accepted spec whose CUDA source carries nothing of the raw text outside
    sanitised `//` comments and compiles with nvcc (a sample of accepted specs, batched into few nvcc calls).
-3. The host runner's disk cache under faults: 8 processes compiling the same and different kernels into one fresh
-   folder, corrupted entries (bit flips, truncation, missing or damaged checksums), a read-only folder.
+3. The host runner's disk cache under faults: 8 processes (4 by default) compiling the same and different kernels into
+   one fresh folder, corrupted entries (bit flips, truncation, missing or damaged checksums), a read-only folder.
 4. Determinism: two host runs give bitwise-identical outputs and gradients, learnable parameters included.
 
 Regression tests of the bugs this fuzzing and fault injection found come with each part (double backward,
@@ -899,8 +899,15 @@ def with_shim(cache_root: Path, shim: Path) -> None:
     shutil.copytree(shim, cache_root / "host" / shim.name, dirs_exist_ok=True)
 
 
+# Processes in the race below: the count is not the point, the race is (four race as eight do).
+RACERS = 8 if profile() == "slow" else 4
+
+
 @needs_host
 def test_eight_processes_compiling_at_once_leave_a_valid_cache(tmp_path, monkeypatch, shim_folder):
+    """Racing processes, half of them asking for the shared kernel first and half last, over a folder with a
+    corrupt entry and a stale temporary file: eight with --slow, by default four (`RACERS`), which race alike: two
+    in each order on the shared entry, each with a kernel of its own."""
     cache_root = tmp_path / "cache"
     monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(cache_root))
     with_shim(cache_root, shim_folder)
@@ -916,13 +923,13 @@ def test_eight_processes_compiling_at_once_leave_a_valid_cache(tmp_path, monkeyp
     go = tmp_path / "go"
     env = _worker_env(cache_root)
     procs = []
-    for i in range(8):  # every worker: the shared kernel and one of its own (half of them in the other order)
+    for i in range(RACERS):  # every worker: the shared kernel and one of its own (half of them in the other order)
         kernels = shared + [[f"rel_own_{i}", 10.0 + i]] if i % 2 else [[f"rel_own_{i}", 10.0 + i]] + shared
         procs.append(subprocess.Popen([sys.executable, str(worker), json.dumps(kernels),
                                        str(tmp_path / f"ready{i}"), str(go)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready{i}").exists() for i in range(8)) and time.monotonic() < deadline:
+    while not all((tmp_path / f"ready{i}").exists() for i in range(RACERS)) and time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
             break
         time.sleep(0.01)
@@ -933,25 +940,25 @@ def test_eight_processes_compiling_at_once_leave_a_valid_cache(tmp_path, monkeyp
         assert p.returncode == 0, err
         reports.append(json.loads(out.strip().splitlines()[-1]))
     obtained = sum(sum(r["stats"].values()) for r in reports)
-    assert obtained == 8 * 2 and all(not r["warnings"] for r in reports)
+    assert obtained == RACERS * 2 and all(not r["warnings"] for r in reports)
     # Afterwards: one library and one matching checksum per kernel, nothing half-written beside them.
     folder = cache_root / "host"
     libraries = _entries(folder)
-    assert len(libraries) == 1 + 8
+    assert len(libraries) == 1 + RACERS
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [stale.name]
     for library in libraries:
         assert host_cache._verified(library), f"{library.name} does not match its checksum"
         assert library.with_name(library.name + ".sha256").read_text().strip() == \
             hashlib.sha256(library.read_bytes()).hexdigest()
     assert entry.read_bytes() != corrupt  # the bit-flipped entry was rebuilt
-    names = {f"rel_own_{i}" for i in range(8)} | {n for n, _ in shared}
+    names = {f"rel_own_{i}" for i in range(RACERS)} | {n for n, _ in shared}
     for library in libraries:  # every entry loads and holds one of the kernels
         loaded = ctypes.CDLL(str(library))
         assert sum(hasattr(loaded, f"{n}__host_launch") for n in names) == 1
     before = dict(host_runner.stats)
-    for i in range(8):
+    for i in range(RACERS):
         here.run(f"rel_own_{i}", 10.0 + i)  # from disk in this process, with correct results
-    assert host_runner.stats["disk"] - before.get("disk", 0) == 8
+    assert host_runner.stats["disk"] - before.get("disk", 0) == RACERS
     assert host_runner.stats["compiled"] == before.get("compiled", 0)
 
 
