@@ -249,12 +249,27 @@ def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
 
 
 # -- host kernels compiled ahead -------------------------------------------------------------------------------
+# Most kernels in one compiler run of kernels compiled up front. Each run pays a fixed cost (the compiler's start,
+# the shim's precompiled header, the link: about a third of a second) beside the kernels' own, so a fixture's
+# kernels compile in as few runs as keep this process's cores busy (`host_group`), not in load_kernels' default
+# groups; a run of this many takes a few hundred MB.
+HOST_UNIT = 256
+
+
+def host_group(count: int) -> int:
+    """Kernels per compiler run for `count` kernels compiled up front: one run per core of this process (`cores`),
+    or more where that would put more than HOST_UNIT kernels in a run."""
+    runs = max(cores(), math.ceil(count / HOST_UNIT))
+    return max(1, math.ceil(count / runs))
+
+
 def compile_launched(*calls: Callable[[], object]) -> int:
     """Compile the host kernels that `calls` launch through the Python launch path up front, many to a compiler run
-    and a run per core of this process (`autocuda.toolchain.host.load_kernels`, `cores`); the number of kernels. The
-    calls run with each host launch recorded instead of run: their outputs are left unwritten, so a call that fails on
-    what it reads is stopped there, and a kernel it did not reach compiles when the test launches it. For a module
-    fixture: the tests would compile each kernel in a compiler run of its own. (The native call path loads its own.)"""
+    (`host_group`) and a run per core of this process (`autocuda.toolchain.host.load_kernels`, `cores`); the number
+    of kernels. The calls run with each host launch recorded instead of run: their outputs are left unwritten, so a
+    call that fails on what it reads is stopped there, and a kernel it did not reach compiles when the test launches
+    it. For a module fixture: the tests would compile each kernel in a compiler run of its own. (The native call path
+    loads its own.)"""
     import autocuda.toolchain.host
 
     jobs: dict[str, tuple] = {}
@@ -272,7 +287,7 @@ def compile_launched(*calls: Callable[[], object]) -> int:
                 pass
     finally:
         autocuda.toolchain.host.launch = launch
-    autocuda.toolchain.host.load_kernels(jobs.values(), workers=cores())
+    autocuda.toolchain.host.load_kernels(jobs.values(), group=host_group(len(jobs)), workers=cores())
     return len(jobs)
 
 

@@ -15,8 +15,8 @@ oracle), for setups of shipped spec x {float32, float64, float16, bfloat16} x {h
   run every explicit example in every setup.
 
 Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
-disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, 32 to a compiler run, as
-many runs at once as this process has cores (`conftest.cores`). The explicit examples share their kernels where
+disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, in a compiler run per core
+of this process at once (`conftest.host_group`, `conftest.cores`). The explicit examples share their kernels where
 they can: a T below a replay segment compiles a kernel replaying T steps, so they take two values of T, not three.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPRESENTATIVE_SPECS, cores, examples, profile
+from conftest import REPRESENTATIVE_SPECS, cores, examples, host_group, profile
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 
 from autocuda.codegen.neuron_kernel import NeuronKernel
@@ -162,12 +162,13 @@ def default_path_setups() -> tuple[Setup, ...]:
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
     """Compile the kernels of the property's examples and of `default_path_setups` up front, many to a compiler run
-    and a run per core of this process (`load_kernels`, `conftest.cores`); the cases would compile them one kernel
-    a run. The other tests go through check_spec, which compiles its cases' kernels up front itself."""
+    (`conftest.host_group`) and a run per core of this process (`load_kernels`, `conftest.cores`); the cases would
+    compile them one kernel a run. The other tests go through check_spec, which compiles its cases' kernels up front
+    itself."""
     kernels = [k for key in CHOSEN for k in _kernels(Setup(load_spec(key[0]), *key[1:]), examples_of(key))]
     kernels += [k for setup in default_path_setups() for k in _kernels(setup, default_path_examples())]
     jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values())) for k in kernels}
-    load_kernels(jobs.values(), workers=cores())
+    load_kernels(jobs.values(), group=host_group(len(jobs)), workers=cores())
     return len(jobs)
 
 
