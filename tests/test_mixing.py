@@ -4,8 +4,11 @@ dtype: the same spikes, and the gradients of x, the weights and the biases; wher
 `fire` says so (None) and the layers compose torch ops."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda.call import mixing
 from autocuda.codegen.mixing_kernel import MAX_STEPS, mixing_kernels
@@ -41,6 +44,20 @@ def gradients(out, wrt, seed=1):
 CASES = [(torch.float64, 8, 37, ATan()), (torch.float32, 8, 37, Sigmoid(alpha=2.5)), (torch.float16, 8, 37, ATan()),
          (torch.bfloat16, 8, 37, Sigmoid(alpha=2.5)), (torch.float64, 1, 5, Sigmoid(alpha=2.5)),
          (torch.float32, 3, 0, ATan())]
+
+
+def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate) -> None:
+    rows, weight, bias = inputs(steps, 3, dtype)
+    gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows, weight, bias))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The forward and backward kernels of the calls below (a kernel per steps, dtype and surrogate), compiled up
+    front many to a compiler run (`conftest.compile_launched`): the calls would compile them one a run."""
+    runs = [(steps, dtype, surrogate) for dtype, steps, _, surrogate in CASES]
+    runs += [(4, F64, ATan(alpha=2.0)), (4, F64, ATan(alpha=5.0)), *((steps, F64, ATan()) for steps in (2, 3, 4, 5))]
+    return compile_launched(*(functools.partial(_fire_and_gradients, *run) for run in runs))
 
 
 @pytest.mark.parametrize(("dtype", "steps", "neurons", "surrogate"), CASES,
