@@ -4,9 +4,11 @@ OutlierAwareThresholdNode (with and without its clamp) in both step modes, the s
 calls the kernels cannot run are composed."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from conftest import profile
+from conftest import compile_launched, profile
 
 from autocuda.call import few_spike
 from autocuda.nn import FewSpikeNode, FewSpikeTable, HGNode, OutlierAwareThresholdNode
@@ -59,6 +61,32 @@ COVERING = [("FewSpikeNode", "m", torch.float64), ("FewSpikeNode", "s", torch.bf
             ("OutlierAwareThresholdNode, no clamp", "m", torch.float64),
             ("OutlierAwareThresholdNode, no clamp", "s", torch.bfloat16)]
 CASES = FULL if profile() == "slow" else COVERING
+
+
+def _on_host(name: str, step_mode: str, dtype: torch.dtype) -> None:
+    """The kernels' call of a layer of `layers` and its input gradient, on the host runner."""
+    layer = layers(step_mode)[name].to(dtype if dtype == F64 else torch.float32)
+    x = torch.zeros((4, 3, 11) if step_mode == "m" else (3, 11), dtype=dtype, requires_grad=True)
+    original = few_spike.run
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(few_spike, "run", lambda *args, **kwargs: original(*args, **{**kwargs, "backend": "host"}))
+        torch.autograd.grad(layer(x).sum(), x)
+
+
+def _second_derivative_call() -> None:
+    x = torch.zeros(4, 5, dtype=F64, requires_grad=True)
+    out = few_spike.run(x, torch.ones(1, 4, dtype=F64), torch.ones(1, 4, dtype=F64), torch.ones(1, 4, dtype=F64),
+                        torch.empty(0, dtype=F64), Sigmoid(), True, backend="host")
+    torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The kernels of the tests' calls, compiled up front many to a compiler run (`conftest.compile_launched`): the
+    calls would compile them one a run."""
+    runs = {*CASES, ("HGNode", "s", F64), ("OutlierAwareThresholdNode", "s", F64)}
+    return compile_launched(*(functools.partial(_on_host, *run) for run in sorted(runs, key=str)),
+                            _second_derivative_call)
 
 
 def test_the_covering_set_holds_its_pairs():
