@@ -79,13 +79,21 @@ LOW_PRECISION = [torch.float32, torch.bfloat16, torch.float16]
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """The kernels `_run` launches below, compiled up front many to a compiler run (`conftest.compile_launched`)."""
+    """The kernels `_run` launches below, and those of the functional and layer tests (their calls, run with the
+    launches recorded), compiled up front many to a compiler run (`conftest.compile_launched`)."""
     runs = [(name, torch.float64, steps, replay) for name in replay_specs() for steps in SEGMENT_STEPS
             for replay in (0, 1)]
     runs += [(name, dtype, 2 * K + 3, replay) for name in LOW_PRECISION_SPECS for dtype in LOW_PRECISION
              for replay in (0, 1)]
     calls = [functools.partial(_run, name, dtype, steps, bool(replay)) for name, dtype, steps, replay in runs]
-    return compile_launched(*calls, functools.partial(_run, "izhikevich", torch.float32, 3 * K + 2, True, True))
+    calls += [functools.partial(_run, "izhikevich", torch.float32, 3 * K + 2, True, True),
+              test_functional_save_h_keeps_x_not_h, test_layers_take_save_h,
+              *(functools.partial(test_calls_shorter_than_a_segment_replay_one_segment, steps) for steps in (4, K + 4)),
+              *(functools.partial(test_fused_batchnorm_replays_h_in_float32_and_keeps_it_in_half, dtype, 0)
+                for dtype in (torch.float32, torch.bfloat16)),
+              *(functools.partial(test_functional_save_h_with_several_inputs_and_recompute, recompute)
+                for recompute in (False, True))]
+    return compile_launched(*calls)
 
 
 @pytest.mark.parametrize("name", SPECS)
