@@ -5,11 +5,12 @@ reference and the kernels run on the CPU (forward and backward), and the two nev
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import sympy as sp
 import torch
-from conftest import compile_together, profile
+from conftest import compile_launched, compile_together, profile
 
 import autocuda.nn as ann
 from autocuda.base.errors import PrintError, SpecError
@@ -146,6 +147,19 @@ HOST_CASES = [(fires_at, dtype) for fires_at in (">=", ">")
               if profile() == "slow" or dtype == torch.float32 or (fires_at, dtype) == (">", torch.float16)]
 
 
+@pytest.fixture(scope="module")
+def compiled_kernels() -> int:
+    """The host kernels of the tests below, compiled up front many to a compiler run (their host calls run with the
+    launches recorded: `conftest.compile_launched`); the calls would compile them one a run."""
+    runs = {*HOST_CASES, (">=", torch.float32), (">", torch.float32)}
+    calls = [functools.partial(_layer_run, if_spec(fires_at), "host", dtype)
+             for fires_at, dtype in sorted(runs, key=str)]
+    calls.append(functools.partial(_layer_run, if_spec(">"), "host", torch.float32, "s"))
+    return compile_launched(*calls, *(functools.partial(test_native_packed_kernels_run_strict, dtype)
+                                      for dtype in NATIVE_DTYPES))
+
+
+@pytest.mark.usefixtures("compiled_kernels")
 @pytest.mark.parametrize(("fires_at", "dtype"), HOST_CASES, ids=str)
 def test_host_kernels_match_the_reference_on_the_threshold(fires_at, dtype):
     spec = if_spec(fires_at)
@@ -156,6 +170,7 @@ def test_host_kernels_match_the_reference_on_the_threshold(fires_at, dtype):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.usefixtures("compiled_kernels")
 def test_single_step_kernels_compare_strictly():
     spec = if_spec(">")
     got, want = _layer_run(spec, "host", torch.float32, "s"), _layer_run(spec, "torch", torch.float32, "s")
@@ -164,13 +179,18 @@ def test_single_step_kernels_compare_strictly():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.usefixtures("compiled_kernels")
 def test_backward_differs_between_the_comparisons():
     """Where h meets the threshold the spike, so the hard reset's path, differs: so do the input's gradients."""
     ge, gt = _layer_run(if_spec(">="), "host", torch.float32), _layer_run(if_spec(">"), "host", torch.float32)
     assert not torch.equal(ge[2], gt[2])
 
 
-@pytest.mark.parametrize("dtype", [torch.float16] + ([torch.bfloat16] if profile() == "slow" else []), ids=str)
+NATIVE_DTYPES = [torch.float16] + ([torch.bfloat16] if profile() == "slow" else [])
+
+
+@pytest.mark.usefixtures("compiled_kernels")
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES, ids=str)
 def test_native_packed_kernels_run_strict(dtype):
     """The half2 / bfloat162 arithmetic (`native`): two neurons a word; one on the threshold, one above it."""
     spec = if_spec(">")
