@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import HOST_PARAM_CLASS, examples, profile
+from conftest import HOST_PARAM_CLASS, compile_launched, examples, profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
@@ -61,6 +62,21 @@ NAN, INF = float("nan"), float("inf")
 HOST_MISSING = toolchain.missing()
 needs_host = pytest.mark.skipif(HOST_MISSING is not None, reason=f"host runner unavailable: {HOST_MISSING}")
 BACKENDS = [pytest.param("host", marks=needs_host), "reference"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels() -> int:
+    """The host kernels of section 1's tests, compiled up front many to a compiler run (their host calls run with
+    the launches recorded: `conftest.compile_launched`); the calls would compile them one a run."""
+    if HOST_MISSING is not None:
+        return 0
+    calls = [functools.partial(test_odd_layouts_give_the_results_of_contiguous_copies, "host", layout)
+             for layout in _layouts()]
+    calls += [functools.partial(test_nan_and_inf_propagate_as_in_the_reference, *case) for case in SPECIAL_CASES]
+    calls += [functools.partial(_training_step, name, dtype, "host") for name, dtype in REPRODUCED]
+    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
+        return compile_launched(*calls, functools.partial(test_channels_last_through_a_single_step_module, "host"),
+                                test_initial_states_requiring_grad_get_gradients)
 
 
 def seq(*shape: int, dtype: torch.dtype = F32, seed: int = 0, low: float = -0.3, high: float = 1.5) -> torch.Tensor:
@@ -270,9 +286,11 @@ def _special_case(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[tor
     return x, states, tau
 
 
+SPECIAL_CASES = [("lif", "hard", F32), ("lif", "hard", F64), ("lif", "soft", F32), ("alif", "hard", F32)]
+
+
 @needs_host
-@pytest.mark.parametrize(("name", "reset", "dtype"), [("lif", "hard", F32), ("lif", "hard", F64),
-                                                      ("lif", "soft", F32), ("alif", "hard", F32)], ids=str)
+@pytest.mark.parametrize(("name", "reset", "dtype"), SPECIAL_CASES, ids=str)
 def test_nan_and_inf_propagate_as_in_the_reference(name, reset, dtype):
     x, states, tau = _special_case(name, dtype)
     runs = {}
@@ -1087,9 +1105,11 @@ def _training_step(name: str, dtype: torch.dtype, backend: str) -> list[torch.Te
     return [o.detach() for o in outputs] + list(grads)
 
 
+REPRODUCED = [("parametric_lif", F32), ("parametric_lif", torch.float16), ("alif", F32)]
+
+
 @needs_host
-@pytest.mark.parametrize(("name", "dtype"), [("parametric_lif", F32), ("parametric_lif", torch.float16),
-                                             ("alif", F32)], ids=str)
+@pytest.mark.parametrize(("name", "dtype"), REPRODUCED, ids=str)
 def test_host_runs_are_bitwise_reproducible(name, dtype):
     first, second = _training_step(name, dtype, "host"), _training_step(name, dtype, "host")
     for i, (a, b) in enumerate(zip(first, second)):
