@@ -25,6 +25,7 @@ from conftest import compile_launched  # noqa: E402
 
 from autocuda.nn import IFNode, LIFNode, Neuron, ParametricLIFNode  # noqa: E402
 from autocuda.spec import NeuronSpec  # noqa: E402
+from autocuda.toolchain.host import cxx as toolchain  # noqa: E402
 from autocuda.tools.nir import NIRModule, from_nir, to_nir  # noqa: E402
 
 DT = 1e-4
@@ -375,18 +376,29 @@ def _gradient_run(graph: nir.NIRGraph, x: torch.Tensor, method: str, backend: st
     return model, [x_b.grad, *(p.grad for p in model.parameters())]
 
 
-@pytest.fixture(scope="module")
-def gradient_kernels() -> int:
-    """The host kernels of the gradient test's graphs, compiled up front many to a compiler run
-    (`conftest.compile_launched`): each case would compile its own in a compiler run of their own."""
+@pytest.fixture(scope="module", autouse=True)
+def host_kernels(tmp_path_factory: pytest.TempPathFactory) -> int:
+    """The host kernels of the gradient test's graphs and of the other tests' host runs (their calls, run with the
+    launches recorded), compiled up front many to a compiler run (`conftest.compile_launched`): each would compile
+    its own in a compiler run of their own."""
+    if toolchain.missing() is not None:
+        return 0
     cases = [(*_gradient_case(recurrent), method) for recurrent in (False, True) for method in METHODS]
-    return compile_launched(*(functools.partial(_gradient_run, graph, x, method, "host") for graph, x, method in cases))
+    calls = [functools.partial(_gradient_run, graph, x, method, "host") for graph, x, method in cases]
+    calls += [functools.partial(test, "host") for test in (
+        test_snntorch_and_norse_style_graph_matches_nir_equations, test_exact_method_matches_exact_solution,
+        test_spikingjelly_cuba_lif_loads_with_semi_implicit_method)]
+    calls += [functools.partial(test_round_trip_through_a_file, "host", tmp_path_factory.mktemp("nir")),
+              *(functools.partial(test_spikingjelly_export_loads_with_same_outputs, "host", decay_input,
+                                  tmp_path_factory.mktemp("nir")) for decay_input in (True, False))]
+    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
+        return compile_launched(*calls)
 
 
 @NEEDS_HOST
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("recurrent", [False, True])
-def test_gradients_of_host_kernels_match_reference(method: str, recurrent: bool, gradient_kernels: int) -> None:
+def test_gradients_of_host_kernels_match_reference(method: str, recurrent: bool) -> None:
     """Backward through the generated kernels (fused over T, or single steps in a recurrent graph)."""
     graph, x = _gradient_case(recurrent)
     grads = []
