@@ -3,9 +3,11 @@ kernels on the host runner against the torch reference fed the same draws (forwa
 the learnable noise scale, the single step), for any layout."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from conftest import compile_together, profile
+from conftest import compile_launched, compile_together, profile
 
 from autocuda.base.errors import SpecError
 from autocuda.codegen import noise
@@ -15,6 +17,7 @@ from autocuda.spec.derive import derive, replaying_charge
 from autocuda.spec.draws import system_draws
 from autocuda.spec.load import spec_from_toml
 from autocuda.spec.system import step_system
+from autocuda.toolchain.host import cxx as toolchain
 from autocuda.tools.testing.named_launch import backward, forward
 
 NOISY_LIF = """
@@ -82,6 +85,20 @@ def test_draws_are_refused_outside_the_step_and_in_what_backward_replays():
     with pytest.raises(ValueError, match="native"):
         forward(config, x, {"v": torch.zeros(4, dtype=x.dtype)}, {**SCALARS, **noise.Seed(1).arguments()},
                 backend="host", layout={"native": True, "lanes": 2})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_kernels() -> int:
+    """The host kernels of the tests' host runs (their calls, run with the launches recorded), compiled up front
+    many to a compiler run (`conftest.compile_launched`): the calls would compile them one a run."""
+    if toolchain.missing() is not None:
+        return 0
+    calls = [functools.partial(test_host_forward_equals_reference, F64),
+             test_backward_gives_the_noise_scale_its_gradient,
+             test_same_seed_same_draws_for_any_layout_and_the_single_step, test_an_explicit_generator_seeds_the_calls,
+             *(functools.partial(test_layers_take_their_seed_from_torch, mode) for mode in ("m", "s"))]
+    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
+        return compile_launched(*calls)
 
 
 def run_reference(spec, x, v0, seed, sigma):
