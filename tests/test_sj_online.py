@@ -4,12 +4,16 @@ traces, the memories and each step's input gradient; evaluation steps; reset; on
 runner; the refusals (skipped where SpikingJelly does not import)."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from backends import NEEDS_HOST
+from conftest import compile_launched
 from sj_signatures import assert_signature_is_theirs_then_backend
 
 import autocuda.nn as our
+from autocuda.toolchain.host import cxx as toolchain
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based.neuron import online_learning as sj_online
@@ -33,6 +37,17 @@ def steps(layer: torch.nn.Module, xs: list[torch.Tensor]) -> list[list[torch.Ten
         (out[0] * (t + 1 + torch.arange(out[0].numel(), dtype=F64).view_as(out[0]))).sum().backward()
         results.append([o.detach() for o in out])
     return results
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_kernels() -> int:
+    """The host kernels of the host cases (their calls, run with the launches recorded), compiled up front many to
+    a compiler run (`conftest.compile_launched`): the calls would compile them one a run."""
+    if toolchain.missing() is not None:
+        return 0
+    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
+        return compile_launched(*(functools.partial(test_online_nodes_as_theirs, name, kwargs, "host")
+                                  for name, kwargs in CASES))
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("host", marks=NEEDS_HOST)])
