@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import HOST_PARAM_CLASS
+from conftest import HOST_PARAM_CLASS, cores, host_group
 
 import autocuda.toolchain.host as host
 import autocuda.toolchain.host.cache as host_cache
+import autocuda.toolchain.host.cxx as host_cxx
 import autocuda.toolchain.host.runner as runner
 from autocuda.codegen import cfunction
 from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
@@ -70,6 +71,19 @@ def scan(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
         out.append(step + out[-1])
     result = torch.stack(out)
     return result.flip(0) if reverse else result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def seed_kernels_compiled(cache_dir: Path) -> int:
+    """The seeds' and the emitters' kernels of the tests below, compiled up front many to a compiler run (as
+    `conftest.compile_launched` does): the tests would compile them one a run. (The compile paths themselves are
+    the other tests'.)"""
+    if host_cxx.missing() is not None:
+        return 0
+    kernels = [heaviside(d) for d in DTYPES] + [cumsum(d, r) for d in DTYPES for r in (False, True)]
+    kernels += [emitted(d) for d in DTYPES]
+    host.load_kernels([job(k) for k in kernels], group=host_group(len(kernels)), workers=cores())
+    return len(kernels)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
