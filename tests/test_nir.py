@@ -391,8 +391,7 @@ def host_kernels(tmp_path_factory: pytest.TempPathFactory) -> int:
     calls += [functools.partial(test_round_trip_through_a_file, "host", tmp_path_factory.mktemp("nir")),
               *(functools.partial(test_spikingjelly_export_loads_with_same_outputs, "host", decay_input,
                                   tmp_path_factory.mktemp("nir")) for decay_input in (True, False))]
-    with torch.random.fork_rng():  # the tests' draws from the global generator stay as they were
-        return compile_launched(*calls)
+    return compile_launched(*calls)
 
 
 @NEEDS_HOST
