@@ -388,7 +388,7 @@ def test_units_include_the_shim_precompiled_once_and_rebuilt_when_damaged(tmp_pa
     real_compile = runner._compile
 
     def recording(unit, source, name, output):
-        sources.append(runner._shim_header())
+        sources.append(runner._shim_header(runner.shim_of(unit)))
         return real_compile(unit, source, name, output)
 
     monkeypatch.setattr(runner, "_compile", recording)
@@ -408,7 +408,7 @@ def test_units_include_the_shim_precompiled_once_and_rebuilt_when_damaged(tmp_pa
     precompiled = folder / "shim.h.gch"
     # The compiler reads a private copy of the verified bytes, never the cache's files by name.
     (header,) = sources
-    assert not header.is_relative_to(tmp_path) and header.read_text() == runner.SHIM
+    assert not header.is_relative_to(tmp_path) and header.read_text() == runner.SHIM_PLAIN  # a double kernel's
     assert header.with_name("shim.h.gch").read_bytes() == precompiled.read_bytes() and precompiled.stat().st_size
     precompiled.write_bytes(precompiled.read_bytes()[:1000])  # truncated: g++ would stop on it
     runner._private_headers.clear()  # as in a fresh process

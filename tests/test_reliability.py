@@ -899,21 +899,24 @@ def _flip_bit(path: Path, offset: int | None = None, bit: int = 0) -> None:
 
 
 @pytest.fixture(scope="module")
-def shim_folder(tmp_path_factory) -> Path:
-    """The host runner's precompiled shim (a folder of the cache), built once for the file and copied by
-    `with_shim` into the fresh cache folders of the tests below: what they test is the kernels' entries, and
-    building the shim again in each folder costs a second of CPU."""
+def shim_folder(tmp_path_factory) -> list[Path]:
+    """The host runner's precompiled shims (with and without the half-precision headers: folders of the cache),
+    built once for the file and copied by `with_shim` into the fresh cache folders of the tests below: what they
+    test is the kernels' entries, and building the shims again in each folder costs a second of CPU."""
     root = tmp_path_factory.mktemp("shim-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOCUDA_CACHE_DIR", str(root))
-        host_runner._shim_header()
-    (folder,) = (root / "host").glob("shim-*")
-    return folder
+        for shim in (host_runner.SHIM, host_runner.SHIM_PLAIN):
+            host_runner._shim_header(shim)
+    folders = sorted((root / "host").glob("shim-*"))
+    assert len(folders) == 2
+    return folders
 
 
-def with_shim(cache_root: Path, shim: Path) -> None:
-    """`cache_root` holding the precompiled shim (as a cache a process has compiled into before)."""
-    shutil.copytree(shim, cache_root / "host" / shim.name, dirs_exist_ok=True)
+def with_shim(cache_root: Path, shims: list[Path]) -> None:
+    """`cache_root` holding the precompiled shims (as a cache a process has compiled into before)."""
+    for shim in shims:
+        shutil.copytree(shim, cache_root / "host" / shim.name, dirs_exist_ok=True)
 
 
 # Processes in the race below: the count is not the point, the race is (four race as eight do).

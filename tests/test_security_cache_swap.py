@@ -122,7 +122,7 @@ def test_a_host_library_replaced_after_its_verification_is_not_loaded(tmp_path, 
         host_runner._compile(unit, source(factor), name, out)
         return host_runner._digest(unit), out.read_bytes()
 
-    monkeypatch.setattr(host_runner, "_shim_header", lambda: None)  # seconds to build; not what is tested
+    monkeypatch.setattr(host_runner, "_shim_header", lambda shim=None: None)  # seconds to build; not what is tested
     key, verified = built(3.0)
     _, planted = built(5.0)  # the same kernel name, another body: what the other user puts in its place
     (library,) = host_cache.store_library([key], verified)

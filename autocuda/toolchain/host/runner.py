@@ -44,6 +44,11 @@ class KernelParam(Protocol):
 
 
 SHIM = Path(__file__).with_name("shim.h").read_text()
+# The shim for a kernel with no half or bfloat16 value: without CUDA's half-precision headers (`shim_for`)
+SHIM_PLAIN = "#define AUTOCUDA_HOST_NO_HALF\n" + SHIM
+# Text that may name a half-precision type or header: a source holding none takes SHIM_PLAIN (any of them, even in a
+# comment, takes the whole shim: slower, never wrong)
+_HALF_WORDS = ("half", "bfloat16", "cuda_fp16", "cuda_bf16")
 MAX_THREADS_PER_BLOCK = 1024  # the GPU's limit: a launch the GPU would refuse is refused here too
 
 # How compiled kernels were obtained in this process: "memory", "disk" (cache hit) or "compiled".
@@ -55,6 +60,17 @@ _LAUNCH_PARAMS = ("unsigned ac_host_gx, unsigned ac_host_gy, unsigned ac_host_gz
                   "        unsigned ac_host_bx, unsigned ac_host_by, unsigned ac_host_bz, void** ac_host_args")
 
 
+def shim_for(source: str) -> str:
+    """The shim a kernel's unit starts with: SHIM_PLAIN where its source names no half-precision type or header,
+    else SHIM."""
+    return SHIM if any(word in source for word in _HALF_WORDS) else SHIM_PLAIN
+
+
+def shim_of(unit: str) -> str | None:
+    """The shim `unit` starts with (SHIM or SHIM_PLAIN), or None."""
+    return next((shim for shim in (SHIM, SHIM_PLAIN) if unit.startswith(shim)), None)
+
+
 def translation_unit(source: str, name: str, params: Sequence[KernelParam]) -> str:
     """The C++ text compiled for one kernel: the shim, the kernel, and a wrapper that unpacks each parameter by
     its declaration, under a name of its own, and runs every thread in turn. #line makes compiler messages cite
@@ -64,7 +80,7 @@ def translation_unit(source: str, name: str, params: Sequence[KernelParam]) -> s
     args = [f"ac_host_arg{i}" for i in range(len(params))]
     sizes = "".join(f"sizeof({'void*' if p.pointer else p.ctype}), " for p in params)
     code = Code()
-    code.line(SHIM)
+    code.line(shim_for(source))
     code.line(f'#line 1 "{name}.cu"')
     code.line(source)
     code.line(f'#line 1 "{name}__host_wrapper.cpp"')
@@ -184,7 +200,8 @@ def _compile_group(jobs: list[tuple[str, str, tuple]]) -> None:
 
     units = [translation_unit(*job) for job in jobs]
     if len(jobs) > 1:
-        unit = SHIM + "".join(u[len(SHIM):] for u in units)
+        shims = [shim_of(u) or "" for u in units]
+        unit = (SHIM if SHIM in shims else SHIM_PLAIN) + "".join(u[len(shim):] for u, shim in zip(units, shims))
         try:
             paths, data = cache.build_shared([_digest(u) for u in units],
                                              lambda out: _compile(unit, unit, "group", out))
@@ -210,14 +227,14 @@ def _check_name(name: object) -> None:
         raise ValueError(f"kernel name {name!r:.80}: expected a C identifier ({KERNEL_NAME.pattern})")
 
 
-def _shim_header() -> Path | None:
+def _shim_header(shim: str = SHIM) -> Path | None:
     """The shim as a header beside its precompiled form (`shim.h.gch`): the precompiled form is built once per
     toolchain into the host cache, and each process copies the verified bytes into its private folder, where the
     compiler reads both (the compiler never reads the cache by name). A unit that includes it does not parse the
     CUDA half-precision headers again; a compiler that does not read `.gch` files parses the header, as it would
     the shim inline. None where none could be built, written or copied (the shim folder refused, the disk full):
     units then carry the shim."""
-    digest = hashlib.sha256(f"{cxx.identity()}\n{SHIM}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{cxx.identity()}\n{shim}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
     copy = _private_headers.get(folder)
     if copy is not None and copy.is_file() and copy.with_name(PRECOMPILED).is_file():
@@ -226,8 +243,8 @@ def _shim_header() -> Path | None:
         return None
     try:
         store.private_folder(folder)  # a link or another user's folder in its place is refused, never read
-        precompiled = _verified_precompiled(folder) or _precompile(folder)
-        copy = None if precompiled is None else cache.private_copies({"shim.h": SHIM.encode(),
+        precompiled = _verified_precompiled(folder, shim) or _precompile(folder, shim)
+        copy = None if precompiled is None else cache.private_copies({"shim.h": shim.encode(),
                                                                       PRECOMPILED: precompiled}) / "shim.h"
     except OSError:
         copy = None
@@ -238,28 +255,28 @@ def _shim_header() -> Path | None:
     return copy
 
 
-def _verified_precompiled(folder: Path) -> bytes | None:
+def _verified_precompiled(folder: Path, shim: str = SHIM) -> bytes | None:
     """The precompiled shim's bytes in the cache's shim folder, verified with its header (a damaged .gch would
     stop g++), or None."""
     header, precompiled = folder / "shim.h", folder / PRECOMPILED
     try:
-        if store.verified_bytes(header) == SHIM.encode():
+        if store.verified_bytes(header) == shim.encode():
             return store.verified_bytes(precompiled)
     except OSError:
         pass
     return None
 
 
-def _precompile(folder: Path) -> bytes | None:
+def _precompile(folder: Path, shim: str = SHIM) -> bytes | None:
     """The precompiled shim, built and stored into the cache's shim folder; None when the compiler refuses
     (OSError when it cannot be written)."""
     with tempfile.TemporaryDirectory(prefix="autocuda-pch-") as tmp:
         source, built = Path(tmp) / "shim.h", Path(tmp) / PRECOMPILED
-        source.write_text(SHIM)
+        source.write_text(shim)
         if subprocess.run(cxx.precompile_command(source, built), capture_output=True).returncode != 0:
             return None
         data = built.read_bytes()
-    store.write(folder / "shim.h", SHIM.encode())
+    store.write(folder / "shim.h", shim.encode())
     store.write(folder / PRECOMPILED, data)
     return data
 
@@ -272,8 +289,9 @@ _unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
     from ...base.errors import CompileError
 
-    header = _shim_header() if unit.startswith(SHIM) else None
-    text = f'#include "{header}"{unit[len(SHIM):]}' if header is not None else unit
+    shim = shim_of(unit)
+    header = _shim_header(shim) if shim is not None else None
+    text = f'#include "{header}"{unit[len(shim or ""):]}' if header is not None else unit
     with tempfile.TemporaryDirectory(prefix="autocuda-host-") as folder:
         path = Path(folder) / f"{name}.cpp"
         path.write_text(text)

@@ -11,13 +11,19 @@
 // __host__ and __forceinline__ a host meaning under g++/clang (empty / always_inline). Their half2 and
 // __nv_bfloat162 arithmetic, comparisons and conversions have host definitions; the math functions
 // (h2exp, ...) do not, and are supplied below.
+// A unit whose kernel has no half or bfloat16 value defines AUTOCUDA_HOST_NO_HALF first (`runner.shim_for`): it takes
+// CUDA's vector types alone, not the half-precision headers, which are most of a unit's compile time.
+#ifndef AUTOCUDA_HOST_NO_HALF
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#else
+#include <vector_types.h>
+#endif
 
 // The conversions between float and the half types are large bit-twiddling functions on the host: made calls, not
 // inlined into every load and store of a kernel (a kernel's compile would spend most of its time on their copies).
 // Redeclared without `static`, so whatever linkage the CUDA headers gave them is kept.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(AUTOCUDA_HOST_NO_HALF)
 __attribute__((noinline)) __half __float2half_rn(const float a);
 __attribute__((noinline)) float __half2float(const __half a);
 __attribute__((noinline)) __nv_bfloat16 __float2bfloat16_rn(const float a);
@@ -72,6 +78,7 @@ static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // Clamp to [0, 1]; NaN gives 0 as on the GPU (both comparisons are false).
 static inline float __saturatef(float x) { return x >= 1.0f ? 1.0f : (x > 0.0f ? x : 0.0f); }
 
+#ifndef AUTOCUDA_HOST_NO_HALF
 // Packed half2 / __nv_bfloat162 math is device-only in cuda_fp16.hpp / cuda_bf16.hpp: compute each
 // lane in float and round back to nearest, which is what the GPU versions approximate.
 static inline float ac_host_rcpf(float x) { return 1.0f / x; }
@@ -102,6 +109,7 @@ AC_HOST_LANEWISE(h2ceil, ceilf)
 AC_HOST_LANEWISE(h2trunc, truncf)
 AC_HOST_LANEWISE(h2rint, rintf)
 #undef AC_HOST_LANEWISE
+#endif
 
 // Launch arguments arrive as an array of pointers to packed values (pointers as 64-bit addresses, scalars
 // in their declared width). A slot converts to whatever type the wrapper declares, so the declaration
