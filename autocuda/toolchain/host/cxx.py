@@ -16,8 +16,8 @@ from pathlib import Path
 # (kernels keep NaN/Inf semantics, no reassociation); -fno-builtin: no library call is folded at compile time or
 # replaced (a libm call whose argument an optimisation made constant would otherwise be evaluated by the compiler,
 # correctly rounded, where glibc's is not). With these every level computes the same values, so the level is the
-# one that compiles fastest: -O0 (a unit of 78 test kernels: 2.2 s against -O1's 4.8; a host call's time is
-# mostly torch's around the launch, the same at either level). Hidden visibility
+# one that compiles fastest: -O0 (a host call's time is torch's around the launch more than the kernel's, at any
+# level; bench/results/2026-11-29-cpu2-test-time-9 has the measures). Hidden visibility
 # keeps the kernel's extern "C" symbol bound inside its own library (no interposition by a same-named symbol
 # loaded earlier).
 CXX_FLAGS = ("-std=c++17", "-O0", "-fno-builtin", "-shared", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off")
