@@ -119,7 +119,10 @@ def test_noisy_non_spiking_if_as_theirs(decode: str | None) -> None:
         torch.testing.assert_close(got, expected, **TOL)
     weighted_sum(torch.stack(a)).backward(), weighted_sum(torch.stack(b)).backward()
     torch.testing.assert_close(y.grad, x.grad, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(mine.sigma.grad, theirs.sigma.grad, rtol=1e-5, atol=1e-5)  # float32, as theirs
+    # float32, as theirs: each library sums the noise's products with the gradient (terms up to a few units) in its
+    # own order, and the noise is drawn afresh each run (SpikingJelly's cannot be seeded), so the sums differ by a
+    # few units of float32's rounding of the terms, not of the result: up to ~1.5e-5 where they cancel
+    torch.testing.assert_close(mine.sigma.grad, theirs.sigma.grad, rtol=1e-5, atol=1e-4)
     assert theirs.sigma.grad.abs().sum() > 0
 
 
