@@ -13,7 +13,6 @@ import torch
 
 from ..runtime.configs import compute_dtype
 from .mixing import kernel_backend, launch_per_neuron, span
-from .program import SUPPORTED_DTYPES
 
 __all__ = ["scaled_spikes", "backward"]
 
@@ -21,9 +20,7 @@ Tensor = torch.Tensor
 
 
 def _runs(x: Tensor, backend: str | None) -> str | None:
-    if x.dtype not in SUPPORTED_DTYPES or x.dim() < 1 or torch.compiler.is_compiling():
-        return None
-    return kernel_backend(x, backend)
+    return None if x.dim() < 1 else kernel_backend(x, backend)
 
 
 def scaled_spikes(spikes: Tensor, v_threshold: Tensor, divisor: float, backend: str | None) -> Tensor | None:

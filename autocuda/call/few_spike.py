@@ -17,7 +17,6 @@ import torch
 from ..runtime.configs import compute_dtype
 from .mixing import kernel_backend, launch_per_neuron, span, spiking_surrogate
 from .ops import differentiable_once
-from .program import SUPPORTED_DTYPES
 
 __all__ = ["run"]
 
@@ -34,8 +33,7 @@ def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surr
 
     chosen = spiking_surrogate(surrogate)
     regions, steps = theta.shape
-    if chosen is None or x.dtype not in SUPPORTED_DTYPES or not 1 <= steps <= MAX_STEPS \
-            or torch.compiler.is_compiling() or (sequence and (x.dim() < 1 or x.shape[0] != steps)) \
+    if chosen is None or not 1 <= steps <= MAX_STEPS or (sequence and (x.dim() < 1 or x.shape[0] != steps)) \
             or thresholds.numel() != regions - 1:
         return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, h, d)):

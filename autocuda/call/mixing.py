@@ -32,8 +32,7 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
 
     steps = rows.shape[0]
     chosen = spiking_surrogate(surrogate)
-    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or rows.dtype not in SUPPORTED_DTYPES \
-            or tuple(weight.shape) != (steps, steps) or torch.compiler.is_compiling() \
+    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) \
             or weight.device != rows.device or bias.device != rows.device:  # (torch's composition names the device)
         return None
     runs = kernel_backend(rows, backend)
@@ -51,7 +50,10 @@ def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: st
 
 def kernel_backend(x: Tensor, backend: str | None) -> str | None:
     """Where kernels run a call on x: "cuda" (CUDA tensors with NVRTC), "host" (CPU tensors, asked for by name), or
-    None where `backend` (default: the device's) runs no kernels for x's device."""
+    None where `backend` (default: the device's) runs no kernels for x's device, where x's dtype is none the kernels
+    take, and under a torch.compile trace (Dynamo would stop at the kernels' launch)."""
+    if x.dtype not in SUPPORTED_DTYPES or torch.compiler.is_compiling():
+        return None
     runs = backend or default_backend(x.device.type)
     return runs if runs in ("cuda", "host") and (runs == "host") == (x.device.type == "cpu") else None
 

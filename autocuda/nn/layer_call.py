@@ -66,24 +66,20 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
     a call from a reset whose output is the spike and whose switches and parameters are plain objects is kept for
     `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state. `written`
-    (`writes_output`): the kernels of the spec's variant that writes the output in place of the spike run the
-    call, and what they return as spikes is the layer's output."""
+    (`writes_output`, never under torch.compile or with recompute): the kernels of the spec's variant that writes
+    the output in place of the spike run the call, and what they return as spikes is the layer's output (a call
+    not settled: its output is not the spike)."""
     d = layer.__dict__
     output = d["_output"]
-    if written:
-        owned = _programs(d)
-        results, _ = F.run_sequence(owned, written_spec_ref(layer), x, states, d["_surrogate_ref"],
-                                    d["detach_reset"], None, False, True, BACKENDS[d["backend"]], d["save_h"], params)
-        owned.last = None
-        return results
-    keep = d["_store_v_seq"] or d["_output_reads_states"]
+    keep = not written and (d["_store_v_seq"] or d["_output_reads_states"])
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
                             store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
                             save_h=d["save_h"], **params)
     owned = _programs(d)
-    results, ran = F.run_sequence(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
-                                  keep, True, BACKENDS[d["backend"]], d["save_h"], params)
+    spec = written_spec_ref(layer) if written else d["_spec_ref"]
+    results, ran = F.run_sequence(owned, spec, x, states, d["_surrogate_ref"], d["detach_reset"], None, keep, True,
+                                  BACKENDS[d["backend"]], d["save_h"], params)
     owned.last = None if ran is None or keep or output.kind != SPIKE else settle(d, *ran)
     return results
 

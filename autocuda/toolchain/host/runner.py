@@ -255,7 +255,7 @@ def _shim_header(shim: str = SHIM) -> Path | None:
     return copy
 
 
-def _verified_precompiled(folder: Path, shim: str = SHIM) -> bytes | None:
+def _verified_precompiled(folder: Path, shim: str) -> bytes | None:
     """The precompiled shim's bytes in the cache's shim folder, verified with its header (a damaged .gch would
     stop g++), or None."""
     header, precompiled = folder / "shim.h", folder / PRECOMPILED
@@ -267,7 +267,7 @@ def _verified_precompiled(folder: Path, shim: str = SHIM) -> bytes | None:
     return None
 
 
-def _precompile(folder: Path, shim: str = SHIM) -> bytes | None:
+def _precompile(folder: Path, shim: str) -> bytes | None:
     """The precompiled shim, built and stored into the cache's shim folder; None when the compiler refuses
     (OSError when it cannot be written)."""
     with tempfile.TemporaryDirectory(prefix="autocuda-pch-") as tmp:
