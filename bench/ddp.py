@@ -140,6 +140,13 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _skipped(args: argparse.Namespace, count: int, why: str) -> list[dict]:
+    """A row for each system of a GPU count not measured, saying why."""
+    T, B = (int(v) for v in args.shape.split("x"))
+    return [{"system": s, "mode": network.mode_of(s), "gpus": count, "T": T, "B": B, "precision": args.precision,
+             "skipped": why} for s in args.systems.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -152,11 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     available = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count() or 1
     rows: list[dict] = []
     for count in (int(n) for n in args.gpus.split(",")):
-        T, B = (int(v) for v in args.shape.split("x"))
         if count > available:
-            rows += [{"system": s, "mode": network.mode_of(s), "gpus": count, "T": T, "B": B,
-                      "precision": args.precision, "skipped": f"{count} processes, {available} devices here"}
-                     for s in args.systems.split(",")]
+            rows += _skipped(args, count, f"{count} processes, {available} devices here")
             continue
         part = args.out / f"ddp-{count}.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={count}",
@@ -165,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                                     os.environ.get("PYTHONPATH")]))}
         finished = subprocess.run(command, env=environment)
         if finished.returncode or not part.is_file():
-            rows += [{"system": s, "mode": network.mode_of(s), "gpus": count, "T": T, "B": B,
-                      "precision": args.precision, "skipped": f"the run exited with {finished.returncode}"}
-                     for s in args.systems.split(",")]
+            rows += _skipped(args, count, f"the run exited with {finished.returncode}")
         else:
             rows += json.loads(part.read_text())
         rows = with_efficiency(rows)
