@@ -250,7 +250,7 @@ def nvcc(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
 
 # -- host kernels compiled ahead -------------------------------------------------------------------------------
 # Most kernels in one compiler run of kernels compiled up front. Each run pays a fixed cost (the compiler's start,
-# the shim's precompiled header, the link: about a third of a second) beside the kernels' own, so a fixture's
+# the shim's precompiled header, the link) beside the kernels' own, so a fixture's
 # kernels compile in as few runs as keep this process's cores busy (`host_group`), not in load_kernels' default
 # groups; a run of this many takes a few hundred MB.
 HOST_UNIT = 256
