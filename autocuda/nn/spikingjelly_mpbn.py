@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..call import mpbn
+from .layer_call import BACKENDS
 from .neuron import SIGMOID
 from .spikingjelly_base import BaseNode
 
@@ -91,6 +93,19 @@ class MPBNLIFNode(MPBNBaseNode):
                          out_features, out_channels, learnable_vth, bn_momentum, bn_decay_momentum,
                          bn_min_momentum)
         self.tau, self.decay_input = float(tau), decay_input
+        self.backend = None
+
+    @property
+    def backend(self) -> str | None:
+        """Where multi-step calls run: None, the kernels where the device has them; "torch" the composition;
+        "host" the kernels on the CPU (the host runner, for tests). Read at every call."""
+        return self.__dict__["_backend"]
+
+    @backend.setter
+    def backend(self, value: str | None) -> None:
+        if value not in BACKENDS:
+            raise ValueError(f"backend: expected one of {sorted(map(str, BACKENDS))}, got {value!r}")
+        self.__dict__["_backend"] = value
 
     def _statistics(self) -> dict[str, Any]:
         """What a call reads and updates of the normalisation: copies of the BatchNorm's running statistics, and
@@ -116,8 +131,31 @@ class MPBNLIFNode(MPBNBaseNode):
 
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        kwargs.setdefault("_mpbn_stats", self._statistics())
+        stats = kwargs.setdefault("_mpbn_stats", self._statistics())
+        found = self._kernel_steps(inputs, states, stats)
+        if found is not None:
+            return found
         return super().multi_step_functional_forward(inputs, states, **kwargs)
+
+    def _kernel_steps(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], stats: dict[str, Any]
+                      ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]] | None:
+        """A multi-step call on the MPBN kernels (`call.mpbn`): a BatchNorm with running statistics and a momentum,
+        neither folded nor with a learned threshold; None where they do not run it (the composition does)."""
+        vbn = self.vbn
+        if (len(inputs) != 1 or len(states) != 1 or not isinstance(vbn, nn.modules.batchnorm._BatchNorm)
+                or vbn.momentum is None or stats["running_mean"] is None or self.learnable_vth
+                or self.normalize_residual or not isinstance(self.v_threshold, float)):
+            return None
+        settings = mpbn.Settings(self.tau, bool(self.decay_input), self.v_threshold, self.v_reset,
+                                 bool(self.detach_reset), self.training, float(vbn.momentum), float(vbn.eps),
+                                 self.surrogate_function)
+        found = mpbn.run(inputs[0], states[0], vbn.weight, vbn.bias, stats["running_mean"], stats["running_var"],
+                         settings, BACKENDS[self.backend])
+        if found is None:
+            return None
+        if self.training:
+            stats["num_batches_tracked"].add_(inputs[0].shape[0])
+        return (found[0],), (found[1],)
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
