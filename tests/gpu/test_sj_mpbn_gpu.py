@@ -1,5 +1,7 @@
 """The MPBN LIF neuron on a GPU (`call.mpbn`'s kernels) in every dtype against the same layer composed of torch ops in
-float64 on the CPU: spikes, final membrane, gradients and running statistics after two calls in a row."""
+float64 on the CPU: spikes, final membrane, gradients and running statistics after two calls in a row. In half
+precision a spike flipped by rounding moves its channel's statistics at that step and after, so the judge there is
+the composition on the GPU in the same dtype: the kernels' distance from float64 within twice the composition's."""
 from __future__ import annotations
 
 import pytest
@@ -17,8 +19,9 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 def run(node: our.MPBNLIFNode, x: torch.Tensor) -> list[torch.Tensor]:
     first, second = x[:4].clone().requires_grad_(True), x[4:].clone().requires_grad_(True)
     spikes = torch.cat([node(first), node(second)])
-    weights = torch.linspace(-1.0, 1.0, spikes.numel(), dtype=x.dtype, device=x.device).view_as(spikes)
-    grads = torch.autograd.grad((spikes * weights).sum() + (node.v.float() ** 2).sum(),
+    # the loss in float32 and small: float16's sums of so many terms overflow
+    weights = torch.linspace(-1.0, 1.0, spikes.numel(), device=x.device).view_as(spikes) / 256
+    grads = torch.autograd.grad((spikes.float() * weights).sum() + (node.v.float() ** 2).sum() / 256,
                                 [first, second, *node.parameters()])
     return [spikes, node.v, *grads, node.vbn.running_mean, node.vbn.running_var]
 
@@ -32,17 +35,21 @@ def test_mpbn_on_cuda_as_on_the_cpu(dtype: torch.dtype, kwargs: dict, monkeypatc
     monkeypatch.setattr(mpbn, "run", lambda *args: ran.append(kernels(*args)) or ran[-1])
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(8, 8, 16, 13, 17, generator=generator, dtype=F64) + 0.5
-    nodes = [our.MPBNLIFNode(step_mode="m", **kwargs).to(F64), our.MPBNLIFNode(step_mode="m", **kwargs).to("cuda", dtype)]
-    for node in nodes:
+    nodes = [our.MPBNLIFNode(step_mode="m", **kwargs).to(device, precision)
+             for device, precision in (("cpu", F64), ("cuda", dtype), ("cuda", dtype))]
+    for node, backend in zip(nodes, ("torch", None, "torch")):
+        node.backend = backend
         with torch.no_grad():
             for p in node.parameters():
                 p.copy_(torch.linspace(0.5, 1.5, p.numel()).view_as(p))
-    nodes[0].backend = "torch"
-    cpu, gpu = run(nodes[0], x), run(nodes[1], x.to("cuda", dtype))
-    assert len(ran) == 4 and ran[2] is not None and ran[3] is not None  # the GPU's calls on the kernels
-    differ = float((gpu[0].cpu().to(F64) != cpu[0]).double().mean())
+    exact, ours, composed = (run(node, x.to(node.vbn.weight.device, node.vbn.weight.dtype)) for node in nodes)
+    assert [found is not None for found in ran] == [False, False, True, True, False, False]
+    differ = float((ours[0].cpu().to(F64) != exact[0]).double().mean())
     assert differ <= {F64: 0.0, torch.float32: 1e-4}.get(dtype, 1e-2), differ
-    tolerance = {F64: 1e-11, torch.float32: 1e-4}.get(dtype, 6e-2)
-    for a, b in zip(cpu[2:], gpu[2:]):
+    for a, b, c in zip(exact[2:], ours[2:], composed[2:]):
         assert b.dtype == dtype
-        assert (b.cpu().to(F64) - a).norm() <= tolerance * (a.norm() + 1.0)
+        error = float((b.cpu().to(F64) - a).norm() / (a.norm() + 1.0))
+        if dtype in (F64, torch.float32):
+            assert error <= (1e-11 if dtype == F64 else 1e-4), error
+        else:
+            assert error <= 2 * float((c.cpu().to(F64) - a).norm() / (a.norm() + 1.0)) + 1e-3, error
