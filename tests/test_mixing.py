@@ -129,9 +129,9 @@ def test_the_layers_take_the_kernels_where_they_run(layer, monkeypatch):
     x = (torch.randn(6, 4, 5, dtype=F64) * 1.5).requires_grad_()
     original, ran = mixing.fire, []
 
-    def on_host(rows, weight, bias, surrogate, backend=None):
-        ran.append(rows.shape)
-        return original(rows, weight, bias, surrogate, backend="host")
+    def on_host(x_seq, weight, bias, surrogate, backend=None):
+        ran.append(x_seq.shape)
+        return original(x_seq, weight, bias, surrogate, backend="host")
 
     monkeypatch.setattr(mixing, "fire", on_host)
     got = ours(x)
@@ -139,7 +139,7 @@ def test_the_layers_take_the_kernels_where_they_run(layer, monkeypatch):
     monkeypatch.setattr(mixing, "fire", lambda *args, **kwargs: None)
     want = ours(x)
     want_grads = gradients(want, (x, *ours.parameters()))
-    assert ran == [(6, 20)] and torch.equal(got, want)
+    assert ran == [(6, 4, 5)] and torch.equal(got, want)
     for g, w in zip(got_grads, want_grads):
         assert torch.allclose(g, w, rtol=1e-12, atol=1e-14)
 

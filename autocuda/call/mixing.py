@@ -25,27 +25,25 @@ __all__ = ["fire"]
 Tensor = torch.Tensor
 
 
-def fire(rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str | None = None) -> Tensor | None:
-    """Θ(weight @ rows + bias) for rows [T, N], weight [T, T] and bias broadcast to [T, 1], with `surrogate`'s
-    gradient in backward, by the mixing kernels; None where they do not run this call (see the module)."""
+def fire(x: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str | None = None) -> Tensor | None:
+    """Θ(weight @ rows + bias) in x's shape, for x [T, *] (its rows [T, N]), weight [T, T] and bias broadcast to
+    [T, 1], with `surrogate`'s gradient in backward, by the mixing kernels; None where they do not run this call
+    (see the module). One autograd node: the weight's and bias's conversions and x's rows are made inside it."""
     from ..codegen.mixing_kernel import MAX_STEPS  # the kernels' builder (sympy, jinja2): on the first call only
 
-    steps = rows.shape[0]
+    steps = x.shape[0] if x.dim() else 0
     chosen = spiking_surrogate(surrogate)
-    if chosen is None or rows.dim() != 2 or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) \
-            or weight.device != rows.device or bias.device != rows.device:  # (torch's composition names the device)
-        return None
-    runs = kernel_backend(rows, backend)
+    if chosen is None or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) \
+            or bias.numel() not in (1, steps) or weight.device != x.device or bias.device != x.device:
+        return None  # (torch's composition names what is wrong)
+    runs = kernel_backend(x, backend)
     if runs is None:
         return None
-    if torch.is_autocast_enabled(rows.device.type):  # as autocast runs `torch.addmm`: in its dtype
-        rows = rows.to(torch.get_autocast_dtype(rows.device.type))
-        if rows.dtype not in SUPPORTED_DTYPES:
+    if torch.is_autocast_enabled(x.device.type):  # as autocast runs `torch.addmm`: in its dtype
+        x = x.to(torch.get_autocast_dtype(x.device.type))
+        if x.dtype not in SUPPORTED_DTYPES:
             return None
-    compute = compute_dtype(rows.dtype)
-    biases = bias.reshape(-1, 1).expand(steps, 1).reshape(steps)  # a 0-d bias (SlidingPSN's) for every step
-    return _Fire.apply(rows.contiguous(), weight.to(compute).contiguous(), biases.to(compute).contiguous(), chosen,
-                       runs)
+    return _Fire.apply(x, weight, bias, chosen, runs)
 
 
 def kernel_backend(x: Tensor, backend: str | None) -> str | None:
@@ -69,36 +67,44 @@ def spiking_surrogate(surrogate: Any) -> Surrogate | None:
 
 class _Fire(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, rows: Tensor, weight: Tensor, bias: Tensor, surrogate: Surrogate, backend: str
-                ) -> Tensor:
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, surrogate: Surrogate, backend: str) -> Tensor:
         from ..codegen.mixing_kernel import mixing_kernels
 
-        forward, backward = mixing_kernels(rows.shape[0], str(rows.dtype).removeprefix("torch."), surrogate)
+        steps, compute = x.shape[0], compute_dtype(x.dtype)
+        rows = x.reshape(steps, -1).contiguous()
+        weights = weight.detach().to(compute).contiguous()
+        biases = bias.detach().reshape(-1).expand(steps).to(compute).contiguous()  # one bias (SlidingPSN's): each step
+        forward, backward = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate)
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            launch_per_neuron(forward, {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "spike": spike},
-                              backend)
-        ctx.save_for_backward(rows, weight, bias)
-        ctx.kernel, ctx.backend = backward, backend
-        return spike
+            launch_per_neuron(forward, {"numel": neurons, "x": rows, "weight": weights, "bias": biases,
+                                        "spike": spike}, backend)
+        ctx.save_for_backward(rows, weights, biases)
+        ctx.kernel, ctx.backend, ctx.shapes = backward, backend, (x.shape, weight.dtype, bias.shape, bias.dtype)
+        return spike.view(x.shape)
 
     @staticmethod
     @differentiable_once
     def backward(ctx: Any, grad_spike: Tensor) -> tuple[Tensor | None, ...]:
         rows, weight, bias = ctx.saved_tensors
+        shape, weight_dtype, bias_shape, bias_dtype = ctx.shapes
+        gradient = grad_spike.reshape(rows.shape)  # a view where its strides allow (a sum's expanded one's do)
         grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
             launch_per_neuron(ctx.kernel, {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
-                                           "grad_spike": span(grad_spike), "grad_step": grad_spike.stride(0),
-                                           "grad_neuron": grad_spike.stride(1), "grad_h": grad_h, "grad_x": grad_x},
+                                            "grad_spike": span(gradient), "grad_step": gradient.stride(0),
+                                            "grad_neuron": gradient.stride(1), "grad_h": grad_h, "grad_x": grad_x},
                               ctx.backend)
         else:
             grad_h.zero_()
-        grad_weight = _outer_sum(grad_h, rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
-        grad_bias = grad_h.sum(1, dtype=bias.dtype) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_bias, None, None
+        grad_weight = _outer_sum(grad_h, rows).to(weight_dtype) if ctx.needs_input_grad[1] else None
+        grad_bias = None
+        if ctx.needs_input_grad[2]:
+            sums = grad_h.sum(1, dtype=bias.dtype)
+            grad_bias = (sums.sum() if len(sums) != bias_shape.numel() else sums).reshape(bias_shape).to(bias_dtype)
+        return grad_x.view(shape), grad_weight, grad_bias, None, None
 
 
 def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str) -> None:

@@ -56,11 +56,14 @@ def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
     return x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
 
 
-def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Θ(weight @ rows + bias) with `surrogate`'s gradient: by the mixing kernels where they run the call
-    (`call.mixing.fire`), else as SpikingJelly composes it (`torch.addmm`, then the surrogate)."""
-    spikes = mixing.fire(rows, weight, bias, surrogate)
-    return surrogate(torch.addmm(bias, weight, rows)) if spikes is None else spikes
+def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch.Tensor, steps: int | None,
+          layer: str) -> torch.Tensor:
+    """Θ(weight @ rows + bias) over x_seq's rows [T, N] (T checked against `steps`), in x_seq's shape, with
+    `surrogate`'s gradient: by the mixing kernels where they run the call (`call.mixing.fire`), else as SpikingJelly
+    composes it (`torch.addmm`, then the surrogate)."""
+    rows = _rows(x_seq, steps, layer)
+    spikes = mixing.fire(x_seq, weight, bias, surrogate)
+    return (surrogate(torch.addmm(bias, weight, rows)) if spikes is None else spikes).view(x_seq.shape)
 
 
 class PSN(MultiStepOnly, nn.Module):
@@ -77,7 +80,7 @@ class PSN(MultiStepOnly, nn.Module):
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
-        return _fire(self.surrogate_function, self.weight, self.bias, _rows(x_seq, self.T, "PSN")).view(x_seq.shape)
+        return _fire(self.surrogate_function, self.weight, self.bias, x_seq, self.T, "PSN")
 
     def extra_repr(self) -> str:
         return f"T={self.T}"
@@ -191,9 +194,8 @@ class MaskedPSN(_QueuedPSN):
 
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        x_seq = inputs[0]
-        rows = _rows(x_seq, self.T, "MaskedPSN")
-        return (_fire(self.surrogate_function, self.masked_weight(), self.bias, rows).view(x_seq.shape),), tuple(states)
+        return (_fire(self.surrogate_function, self.masked_weight(), self.bias, inputs[0], self.T, "MaskedPSN"),), \
+            tuple(states)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, T={self.T}, lambda_={float(self._lambda_)}, step_mode={self._step_mode!r}"
@@ -238,9 +240,10 @@ class SlidingPSN(_QueuedPSN):
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         x_seq = inputs[0]
-        rows = _rows(x_seq, None, "SlidingPSN")
-        spikes = _fire(self.surrogate_function, self.gen_gemm_weight(x_seq.shape[0]), self.bias, rows)
-        return (spikes.view(x_seq.shape),), tuple(states)
+        if not isinstance(x_seq, torch.Tensor) or x_seq.dim() < 1:
+            _rows(x_seq, None, "SlidingPSN")  # refused, naming what is wrong
+        return (_fire(self.surrogate_function, self.gen_gemm_weight(x_seq.shape[0]), self.bias, x_seq, None,
+                      "SlidingPSN"),), tuple(states)
 
     def extra_repr(self) -> str:
         return f"order={self.k}, step_mode={self._step_mode!r}"
