@@ -221,6 +221,16 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None
     return {label: message for label, message in results if message is not None}
 
 
+def first_arch_by_default() -> tuple[str, ...] | None:
+    """The architectures for a check whose point is not the architecture (a printed expression, a command's output, a
+    spec's draws): None (CHECK_ARCHS, every one) with --slow, the first alone by default. The front end decides
+    per architecture only the CUDA headers' paths under __CUDA_ARCH__ (cuda_bf16's native arithmetic on sm_90, say),
+    and tests/test_neuron_compile.py checks those for every dtype and kernel option on every architecture."""
+    from autocuda.toolchain.compile import CHECK_ARCHS
+
+    return None if profile() == "slow" else tuple(CHECK_ARCHS[:1])
+
+
 def compile_together(check: Callable[..., dict[str, str]], sources: Mapping[str, str], **options: object
                      ) -> dict[str, str]:
     """`check` (the `nvcc` fixture) on the labelled sources joined into one translation unit: one nvcc run, not
