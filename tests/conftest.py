@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -278,6 +278,39 @@ def host_group(count: int) -> int:
     or more where that would put more than HOST_UNIT kernels in a run."""
     runs = max(cores(), math.ceil(count / HOST_UNIT))
     return max(1, math.ceil(count / runs))
+
+
+def compile_checked(*calls: Callable[[], object]) -> int:
+    """Compile the host kernels that `calls` of `autocuda.tools.testing.check_spec` compile up front (each call
+    compiles its cases' kernels in a compiler run of its own, before it runs a case) together, many to a compiler run
+    (`host_group`) and a run per core of this process; the number of kernels. Each call is stopped where it would
+    compile, and runs whole when its test calls it. For a module fixture of tests that each call check_spec."""
+    import autocuda.toolchain.host
+    from autocuda.toolchain.host import cxx
+
+    if cxx.missing() is not None:  # no host compiler: the tests that launch skip themselves
+        return 0
+    jobs: dict[str, tuple] = {}
+
+    class Recorded(Exception):
+        """A call's kernels are recorded: it is stopped."""
+
+    def record(found: Iterable[tuple], *args: object, **kwargs: object) -> list:
+        jobs.update((job[1], tuple(job)) for job in found)
+        raise Recorded
+
+    load = autocuda.toolchain.host.load_kernels
+    autocuda.toolchain.host.load_kernels = record
+    try:
+        for call in calls:
+            try:
+                call()
+            except Recorded:
+                pass
+    finally:
+        autocuda.toolchain.host.load_kernels = load
+    load(jobs.values(), group=host_group(len(jobs)), workers=cores())
+    return len(jobs)
 
 
 def compile_launched(*calls: Callable[[], object]) -> int:
