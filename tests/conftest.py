@@ -48,20 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # own. tests/test_schedule.py pins the list against the files' torch.compile calls.
 INDUCTOR_FILES = ("test_batchnorm.py", "test_gradient_passes.py", "test_memory_order.py", "test_recompute.py",
                   "test_replay_charge.py")
-# Test files that trace with Dynamo and compile with no Inductor: torch.compile with the "eager" or "aot_eager"
-# backend, torch.library.opcheck (its AOTAutograd checks) or the benchmark's compiled loop. A process's first trace
-# pays seconds of Dynamo's and AOTAutograd's imports and set-up that later traces reuse, so these files are in the
-# Inductor files' unit (whose first compile pays them too). tests/test_schedule.py pins the list.
-DYNAMO_FILES = ("test_benchmark.py", "test_functional.py", "test_nn.py", "test_noise_specs.py", "test_ops.py",
-                "test_reference_compile.py")
-INDUCTOR_SCOPE = "torch.compile (Dynamo, Inductor)"
+INDUCTOR_SCOPE = "torch.compile with Inductor"
 
 
 def schedule_scope(nodeid: str) -> str:
-    """The unit of work a test belongs to under xdist: its file, or INDUCTOR_SCOPE for the INDUCTOR_FILES and the
-    DYNAMO_FILES."""
+    """The unit of work a test belongs to under xdist: its file, or INDUCTOR_SCOPE for the INDUCTOR_FILES."""
     path = nodeid.split("::", 1)[0]
-    return INDUCTOR_SCOPE if path.rsplit("/", 1)[-1] in (*INDUCTOR_FILES, *DYNAMO_FILES) else path
+    return INDUCTOR_SCOPE if path.rsplit("/", 1)[-1] in INDUCTOR_FILES else path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -81,8 +74,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 def pytest_configure(config: pytest.Config) -> None:
     controller = getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ
     if controller and config.option.dist in ("no", "load"):
-        # Each file runs whole on one worker (its tests share module state and fixtures), the torch.compile users
-        # all on one (pytest_xdist_make_scheduler), and workers take the files in the order one process runs them. Set
+        # Each file runs whole on one worker (its tests share module state and fixtures), the Inductor users all
+        # on one (pytest_xdist_make_scheduler), and workers take the files in the order one process runs them. Set
         # here, not in addopts: without xdist (the GPU machine) the options would not parse.
         config.option.dist = "loadfile"
         config.option.loadscopereorder = False

@@ -1,12 +1,11 @@
 """How xdist shares the test files out (tests/conftest.py): a file is one unit of work, and the files that compile
-with Inductor or trace with Dynamo are one unit together, so that one worker alone pays Inductor's first-compile
-set-up and Dynamo's first trace."""
+with Inductor are one unit together, so that one worker alone pays Inductor's first-compile set-up."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from conftest import DYNAMO_FILES, INDUCTOR_FILES, INDUCTOR_SCOPE, schedule_scope
+from conftest import INDUCTOR_FILES, INDUCTOR_SCOPE, schedule_scope
 
 TESTS = Path(__file__).resolve().parent
 NOT_INDUCTOR = {"eager", "aot_eager"}  # torch.compile backends that generate no code
@@ -29,27 +28,6 @@ def test_the_inductor_files_are_those_that_compile_with_inductor() -> None:
     assert users == sorted(INDUCTOR_FILES)
 
 
-def _traces_with_dynamo(path: Path) -> bool:
-    """Whether the file calls torch.compile (any backend), an opcheck (torch.library.opcheck: its AOTAutograd checks
-    import Dynamo) or the benchmark's compiled loop (bench.systems.compiled)."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if (owner, name) in (("torch", "compile"), ("systems", "compiled")) or name == "opcheck":
-            return True
-    return False
-
-
-def test_the_dynamo_files_are_those_that_trace_with_dynamo_and_compile_with_no_inductor() -> None:
-    users = sorted(path.name for path in TESTS.glob("test_*.py")
-                   if _traces_with_dynamo(path) and not _compiles_with_inductor(path))
-    assert users == sorted(DYNAMO_FILES)
-    assert all(_traces_with_dynamo(TESTS / name) for name in INDUCTOR_FILES)
-
-
 def test_the_scan_sees_inductor_calls(tmp_path: Path) -> None:
     cases = {"torch.compile(f)": True, "torch.compile(f, backend=name)": True, "torch.compile(f, mode='x')": True,
              "torch.compile(f, backend='aot_eager')": False, "torch.compile(f, backend='eager')": False,
@@ -59,16 +37,7 @@ def test_the_scan_sees_inductor_calls(tmp_path: Path) -> None:
         assert _compiles_with_inductor(tmp_path / "test_case.py") is expected, source
 
 
-def test_the_scan_sees_dynamo_traces(tmp_path: Path) -> None:
-    cases = {"torch.compile(f, backend='eager')": True, "torch.library.opcheck(op, args)": True,
-             "opcheck(op, args)": True, "systems.compiled(case)": True, "re.compile('x')": False,
-             "systems.eager(case)": False}
-    for source, expected in cases.items():
-        (tmp_path / "test_case.py").write_text(source + "\n")
-        assert _traces_with_dynamo(tmp_path / "test_case.py") is expected, source
-
-
 def test_each_file_is_a_unit_and_the_inductor_files_one_together() -> None:
-    assert schedule_scope("tests/test_parse.py::test_a[x::y]") == "tests/test_parse.py"
+    assert schedule_scope("tests/test_ops.py::test_a[x::y]") == "tests/test_ops.py"
     assert schedule_scope("tests/gpu/test_ops_gpu.py::test_b") == "tests/gpu/test_ops_gpu.py"
-    assert {schedule_scope(f"tests/{name}::test_c") for name in (*INDUCTOR_FILES, *DYNAMO_FILES)} == {INDUCTOR_SCOPE}
+    assert {schedule_scope(f"tests/{name}::test_c") for name in INDUCTOR_FILES} == {INDUCTOR_SCOPE}
