@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -221,6 +221,16 @@ def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None
     return {label: message for label, message in results if message is not None}
 
 
+def first_arch_by_default() -> tuple[str, ...] | None:
+    """The architectures for a check whose point is not the architecture (a printed expression, a command's output, a
+    spec's draws): None (CHECK_ARCHS, every one) with --slow, the first alone by default. The front end decides
+    per architecture only the CUDA headers' paths under __CUDA_ARCH__ (cuda_bf16's native arithmetic on sm_90, say),
+    and tests/test_neuron_compile.py checks those for every dtype and kernel option on every architecture."""
+    from autocuda.toolchain.compile import CHECK_ARCHS
+
+    return None if profile() == "slow" else tuple(CHECK_ARCHS[:1])
+
+
 def compile_together(check: Callable[..., dict[str, str]], sources: Mapping[str, str], **options: object
                      ) -> dict[str, str]:
     """`check` (the `nvcc` fixture) on the labelled sources joined into one translation unit: one nvcc run, not
@@ -261,6 +271,39 @@ def host_group(count: int) -> int:
     or more where that would put more than HOST_UNIT kernels in a run."""
     runs = max(cores(), math.ceil(count / HOST_UNIT))
     return max(1, math.ceil(count / runs))
+
+
+def compile_checked(*calls: Callable[[], object]) -> int:
+    """Compile the host kernels that `calls` of `autocuda.tools.testing.check_spec` compile up front (each call
+    compiles its cases' kernels in a compiler run of its own, before it runs a case) together, many to a compiler run
+    (`host_group`) and a run per core of this process; the number of kernels. Each call is stopped where it would
+    compile, and runs whole when its test calls it. For a module fixture of tests that each call check_spec."""
+    import autocuda.toolchain.host
+    from autocuda.toolchain.host import cxx
+
+    if cxx.missing() is not None:  # no host compiler: the tests that launch skip themselves
+        return 0
+    jobs: dict[str, tuple] = {}
+
+    class Recorded(Exception):
+        """A call's kernels are recorded: it is stopped."""
+
+    def record(found: Iterable[tuple], *args: object, **kwargs: object) -> list:
+        jobs.update((job[1], tuple(job)) for job in found)
+        raise Recorded
+
+    load = autocuda.toolchain.host.load_kernels
+    autocuda.toolchain.host.load_kernels = record
+    try:
+        for call in calls:
+            try:
+                call()
+            except Recorded:
+                pass
+    finally:
+        autocuda.toolchain.host.load_kernels = load
+    load(jobs.values(), group=host_group(len(jobs)), workers=cores())
+    return len(jobs)
 
 
 def compile_launched(*calls: Callable[[], object]) -> int:

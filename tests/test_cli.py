@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from conftest import first_arch_by_default
 
 from autocuda import __version__
 from autocuda.spec.load import list_specs
@@ -67,7 +68,7 @@ def test_show_prints_plain_compilable_source_when_piped(nvcc, cli):
     source = result.stdout
     assert "\x1b[" not in source, "escape codes in piped output"
     assert 'extern "C" __global__ void lif_bptt_float16' in source
-    assert nvcc({"lif bptt float16": source}) == {}
+    assert nvcc({"lif bptt float16": source}, archs=first_arch_by_default()) == {}
 
 
 def test_show_and_check_a_spec_with_several_inputs(capsys):

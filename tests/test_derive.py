@@ -12,6 +12,7 @@ import zlib
 import pytest
 import sympy as sp
 import torch
+from conftest import first_arch_by_default
 
 from autocuda.codegen import noise
 from autocuda.codegen.kernels import derivation, neuron_kernel
@@ -95,9 +96,9 @@ def _kinked_nvcc_failures(nvcc, update: str) -> dict[str, str]:
                        for dtype in ("float32", "float64")] + [spec.source("bptt", "float16", native=True)]
                for reset in KINK_RESETS}
     every = dict.fromkeys(source for kernels in sources.values() for source in kernels)  # each kernel once
-    if not nvcc({"kinked": "\n".join(every)}):
+    if not nvcc({"kinked": "\n".join(every)}, archs=first_arch_by_default()):
         return {}
-    return nvcc({reset: "\n".join(kernels) for reset, kernels in sources.items()})
+    return nvcc({reset: "\n".join(kernels) for reset, kernels in sources.items()}, archs=first_arch_by_default())
 
 
 @pytest.mark.parametrize("update", KINKED)

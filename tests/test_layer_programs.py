@@ -7,10 +7,12 @@ changed call runs it. On the host runner, every result and gradient equals the u
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 
 import pytest
 import torch
+from conftest import compile_launched
 
 from autocuda.call import native, program
 from autocuda.nn import LIFNode, Neuron
@@ -144,6 +146,25 @@ def check_change(change, monkeypatch, layer, x):
         assert "NeuronCall" not in got[0].grad_fn.name() and got[0].grad_fn.name() != "_EagerBackward"
     if layer.store_v_seq:
         assert layer.v_seq.shape == changed.shape
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_kernels() -> int:
+    """The host kernels of the tests' calls, compiled up front many to a compiler run (`conftest.compile_launched`,
+    on the Python path: a native plan loads the same kernels, the bound launches' own): the calls would compile them
+    one or a few a run."""
+    def changed(change: str) -> None:
+        layer = Neuron(GAIN_LIF, step_mode="m", backend="host")
+        x = x_of(grad=change != "grad again")
+        outcome(layer, x)
+        outcome(layer, CHANGES[change][0](layer, x))
+
+    def lif(shape: tuple[int, ...], grad: bool) -> None:
+        outcome(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad))
+
+    return compile_launched(*(functools.partial(changed, change) for change in CHANGES),
+                            *(functools.partial(lif, shape, grad) for shape in ((5, 12), (5, 3, 4))
+                              for grad in (False, True)))
 
 
 @pytest.mark.parametrize("change", list(CHANGES))

@@ -7,7 +7,7 @@ import functools
 
 import pytest
 import torch
-from conftest import compile_launched, compile_together, profile
+from conftest import compile_launched, compile_together, first_arch_by_default, profile
 
 from autocuda.base.errors import SpecError
 from autocuda.codegen import noise
@@ -208,7 +208,7 @@ def test_kernels_that_draw_compile_for_the_gpu(nvcc):
     kernel kind: tests/gpu/test_noise_gpu.py.)"""
     spec = spec_from_toml(JITTERY_ALIF)
     sources = {"fptt float32": spec.source("fptt", "float32"), "bptt float64": spec.source("bptt", "float64")}
-    assert compile_together(nvcc, sources) == {}
+    assert compile_together(nvcc, sources, archs=first_arch_by_default()) == {}
 
 
 def test_python_steps_trace_randn_like_into_a_draw():

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import sympy
 import torch
+from conftest import examples
 from sympy.codegen.cfunctions import expm1
 
 import autocuda
@@ -15,6 +16,9 @@ from autocuda.nn import LIFNode, Neuron
 from autocuda.spec.torch_eval import evaluate, prepare_expression
 
 X = sympy.Symbol("x", real=True)
+# Time steps of the multi-step calls traced (Dynamo unrolls the reference's loop: its trace grows with each step): by
+# default two, the fewest where a step reads the state another step left; with --slow each test's own count.
+STEPS = 2
 
 
 def compiled_training_call(module: torch.nn.Module, x: torch.Tensor) -> tuple:
@@ -34,8 +38,9 @@ def compiled_training_call(module: torch.nn.Module, x: torch.Tensor) -> tuple:
 def test_layers_on_the_reference_compile_without_graph_breaks_or_warnings(step_mode: str) -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 6), LIFNode(step_mode=step_mode, backend="reference"))
-    x = torch.randn(3, 2, 6) if step_mode == "m" else torch.randn(2, 6)
+    x = torch.randn(examples(3, STEPS), 2, 6) * 3 if step_mode == "m" else torch.randn(2, 6)
     expected = net(x)
+    assert step_mode == "s" or expected.sum() > 0  # a spike: the reset's path is in the graph
     expected.sum().backward()
     expected_grad = net[0].weight.grad.clone()
     net.zero_grad()
@@ -55,7 +60,7 @@ def test_a_layer_whose_output_is_an_expression_compiles_whole(name: str) -> None
     disk cache nor sympy."""
     torch.manual_seed(0)
     layer = Neuron(name, step_mode="m", backend="reference")
-    x = torch.randn(4, 2, 6, requires_grad=True)
+    x = torch.randn(examples(4, STEPS), 2, 6, requires_grad=True)
     expected = layer(x)
     expected.sum().backward()
     expected_grad, x.grad = x.grad, None
@@ -120,7 +125,7 @@ def test_a_layer_compiled_before_any_eager_call_traces_whole() -> None:
     torch._dynamo.reset()
     spec = autocuda.load_spec("lif").with_defaults(tau=3.25)  # a spec, so a plan, that no other test built
     layer = Neuron(spec, step_mode="m", backend="reference")
-    x = torch.rand(4, 3, requires_grad=True)
+    x = torch.rand(examples(4, STEPS), 3, requires_grad=True)
     got = torch.compile(layer, fullgraph=True, backend="aot_eager")(x)
     got.sum().backward()
     layer.reset()

@@ -380,10 +380,10 @@ def test_double_backward_through_the_reference_is_differentiable():
 # 2. Untrusted specs: fuzzing every field
 # =====================================================================================================================
 # Examples per field (parse-level property; ~4 ms each): fields whose text can reach the CUDA source get
-# FUZZ_EXAMPLES (100 with --slow, 40 by default), fields with a few valid values (reset, kind, option values, ...)
+# FUZZ_EXAMPLES (100 with --slow, 20 by default), fields with a few valid values (reset, kind, option values, ...)
 # half as many. Raise it with AUTOCUDA_FUZZ_EXAMPLES (300: about a minute more on 2 cores). Each field has its own
 # fixed seed: CI sees the same examples every run, and no two fields the same draws.
-FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", examples(100, 40)))
+FUZZ_EXAMPLES = int(os.environ.get("AUTOCUDA_FUZZ_EXAMPLES", examples(100, 20)))
 RENDER_PER_FIELD = 1     # accepted specs per field whose kernels are rendered and checked (derivation: ~0.3 s)
 FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
 

@@ -7,6 +7,7 @@ a regression shows up as a failure, not as a suite that never ends.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import examples
+from conftest import compile_launched, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,7 +134,8 @@ def test_symbolic_work_past_the_budget_is_refused_naming_the_field(monkeypatch):
 def test_a_budget_never_interrupts_the_caller(monkeypatch):
     monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.001")
     refused = 0
-    for size in [2_000, 200_000, 2_000_000] * 40:  # stages ending before, about at, and after their budget
+    # stages ending before, about at, and after their budget: 20 rounds by default, 40 with --slow
+    for size in [2_000, 200_000, 2_000_000] * examples(40, 20):
         try:
             budget.bounded("<test>", "charge", _spin, size)
         except SpecError:
@@ -608,6 +610,7 @@ def test_accepted_fuzzed_specs_compile_and_match_their_reference(fuzz_log):
     except RuntimeError as error:
         if "nvcc was not found" not in str(error):
             raise
+    compile_launched(*(functools.partial(_assert_kernels_match_reference, spec) for spec in sample))
     for spec in sample:
         _assert_kernels_match_reference(spec)
 

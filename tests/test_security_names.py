@@ -13,11 +13,11 @@ import dataclasses
 import functools
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from conftest import compile_together, profile
+from conftest import compile_checked, compile_together, profile
 
 from autocuda.base.errors import SpecError
 from autocuda.codegen.kernels import neuron_kernel
@@ -30,7 +30,7 @@ from autocuda.toolchain.cnames import USER_PREFIX, c_name
 from autocuda.toolchain.host import cxx as toolchain
 from autocuda.toolchain.host.runner import SHIM
 from autocuda.tools.cli import main
-from autocuda.tools.testing import check_spec
+from autocuda.tools.testing import Report, check_spec
 
 ALTERNATIVE_TOKENS = ["xor", "bitand", "bitor", "compl", "not_eq", "and_eq", "or_eq", "xor_eq"]
 HEADER_MACROS = ["M_LN2", "MAXFLOAT", "RAND_MAX", "INT_MAX", "CHAR_BIT", "FP_NAN", "HUGE_VALF", "M_SQRT2", "CUDARTAPI",
@@ -166,16 +166,31 @@ def test_no_user_name_reaches_ptx(nvcc, tmp_path):
     assert not re.findall(rf"\b{USER_PREFIX}\w+", ptx)
 
 
+def checks(which: str) -> list[Callable[[], Report]]:
+    """The host checks of one role's spec: every role's plain run, and for states0 its inputs staged in registers
+    named after the states."""
+    spec = role_spec(which)
+    found = [functools.partial(check_spec, spec, "host", dtypes=("float32",), resets=("hard",), detach=(False,),
+                               examples=2, max_steps=6, max_neurons=9)]
+    if which == "states0":
+        found.append(functools.partial(check_spec, spec, "host", dtypes=("float32",), resets=("hard",),
+                                       detach=(False,), examples=1, layout={"lanes": 2, "vector": True, "staged": 2},
+                                       max_steps=6, max_neurons=8))
+    return found
+
+
+@pytest.fixture(scope="module")
+def checked_kernels() -> int:
+    """The host kernels of every role's checks, compiled up front many to a compiler run (`conftest.compile_checked`):
+    each check would compile its own in a run of its own."""
+    return compile_checked(*(check for which in SPECS for check in checks(which)))
+
+
 @needs_host
 @pytest.mark.parametrize("which", SPECS)
-def test_kernels_with_these_names_run_as_the_reference(which):
-    spec = role_spec(which)
-    report = check_spec(spec, "host", dtypes=("float32",), resets=("hard",), detach=(False,), examples=2,
-                        max_steps=6, max_neurons=9)
-    assert report.passed, report.summary()
-    if which == "states0":  # inputs staged in registers named after the states
-        report = check_spec(spec, "host", dtypes=("float32",), resets=("hard",), detach=(False,), examples=1,
-                            layout={"lanes": 2, "vector": True, "staged": 2}, max_steps=6, max_neurons=8)
+def test_kernels_with_these_names_run_as_the_reference(which, checked_kernels):
+    for check in checks(which):
+        report = check()
         assert report.passed, report.summary()
 
 

@@ -7,10 +7,11 @@ tests/test_neuron_compile.py nvcc-checks the zoo's kernels by default; here ever
 """
 from __future__ import annotations
 
+import functools
 import textwrap
 
 import pytest
-from conftest import compile_together, profile
+from conftest import compile_checked, compile_together, profile
 
 from autocuda.codegen.dtypes import DTYPES
 from autocuda.codegen.kernels import neuron_kernel
@@ -85,8 +86,10 @@ def test_the_zoo_kernels_are_in_the_default_nvcc_check():
 
 
 def test_zoo_kernels_match_reference_on_host():
-    """(check_spec compiles the kernels of a spec's cases up front, many to a compiler run.)"""
-    for spec in [load_spec(name) for name in ZOO]:
+    """(The kernels of every spec's cases compiled up front, many to a compiler run: `conftest.compile_checked`.)"""
+    specs = [load_spec(name) for name in ZOO]
+    compile_checked(*(functools.partial(check_spec, spec, backend="host", **HOST) for spec in specs))
+    for spec in specs:
         report = check_spec(spec, backend="host", **HOST)
         assert report.passed, report.describe()
 

@@ -236,6 +236,14 @@ def _shim_header(shim: str = SHIM) -> Path | None:
     units then carry the shim."""
     digest = hashlib.sha256(f"{cxx.identity()}\n{shim}".encode()).hexdigest()
     folder = cache.cache_dir() / f"shim-{digest[:16]}"
+    with _loading_guard:
+        lock = _header_locks.setdefault(folder, threading.Lock())
+    with lock:  # threads that compile at once (load_kernels' groups) wait for one header, not each build it
+        return _shim_header_in(folder, shim)
+
+
+def _shim_header_in(folder: Path, shim: str) -> Path | None:
+    """`_shim_header` for the cache's shim folder `folder` (the caller holds its lock)."""
     copy = _private_headers.get(folder)
     if copy is not None and copy.is_file() and copy.with_name(PRECOMPILED).is_file():
         return copy
@@ -284,6 +292,7 @@ def _precompile(folder: Path, shim: str) -> bytes | None:
 PRECOMPILED = "shim.h.gch"
 _private_headers: dict[Path, Path] = {}  # a shim folder of the cache -> the verified header's private copy
 _unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in this process: units carry the shim
+_header_locks: dict[Path, threading.Lock] = {}  # a shim folder of the cache -> the lock of its header's making
 
 
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
