@@ -47,23 +47,24 @@ def _fixed(name: str) -> property:
     return property(get, refuse)
 
 
-def _rows(x_seq: torch.Tensor, steps: int | None, layer: str) -> torch.Tensor:
-    """x_seq [T, *] as [T, N], T checked against the layer's."""
+def _sequence(x_seq: Any, steps: int | None, layer: str) -> torch.Tensor:
+    """x_seq, checked as a [T, *] tensor with T the layer's `steps` (any T where None)."""
     if not isinstance(x_seq, torch.Tensor):
         raise TypeError(f"{layer}: x_seq: expected a tensor of shape [T, *], got {type(x_seq).__name__}")
     if x_seq.dim() < 1 or (steps is not None and x_seq.shape[0] != steps):
         raise ValueError(f"{layer}: x_seq: expected shape [T, *] with T = {steps}, got {tuple(x_seq.shape)}")
-    return x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
+    return x_seq
 
 
-def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch.Tensor, steps: int | None,
-          layer: str) -> torch.Tensor:
-    """Θ(weight @ rows + bias) over x_seq's rows [T, N] (T checked against `steps`), in x_seq's shape, with
+def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch.Tensor) -> torch.Tensor:
+    """Θ(weight @ rows + bias) over the rows [T, N] of a checked x_seq (`_sequence`), in x_seq's shape, with
     `surrogate`'s gradient: by the mixing kernels where they run the call (`call.mixing.fire`), else as SpikingJelly
-    composes it (`torch.addmm`, then the surrogate)."""
-    rows = _rows(x_seq, steps, layer)
+    composes it (`torch.addmm` on the rows, then the surrogate)."""
     spikes = mixing.fire(x_seq, weight, bias, surrogate)
-    return (surrogate(torch.addmm(bias, weight, rows)) if spikes is None else spikes).view(x_seq.shape)
+    if spikes is not None:
+        return spikes
+    rows = x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
+    return surrogate(torch.addmm(bias, weight, rows)).view(x_seq.shape)
 
 
 class PSN(MultiStepOnly, nn.Module):
@@ -80,7 +81,7 @@ class PSN(MultiStepOnly, nn.Module):
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
-        return _fire(self.surrogate_function, self.weight, self.bias, x_seq, self.T, "PSN")
+        return _fire(self.surrogate_function, self.weight, self.bias, _sequence(x_seq, self.T, "PSN"))
 
     def extra_repr(self) -> str:
         return f"T={self.T}"
@@ -194,8 +195,8 @@ class MaskedPSN(_QueuedPSN):
 
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        return (_fire(self.surrogate_function, self.masked_weight(), self.bias, inputs[0], self.T, "MaskedPSN"),), \
-            tuple(states)
+        x_seq = _sequence(inputs[0], self.T, "MaskedPSN")
+        return (_fire(self.surrogate_function, self.masked_weight(), self.bias, x_seq),), tuple(states)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, T={self.T}, lambda_={float(self._lambda_)}, step_mode={self._step_mode!r}"
@@ -239,11 +240,9 @@ class SlidingPSN(_QueuedPSN):
 
     def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                       **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        x_seq = inputs[0]
-        if not isinstance(x_seq, torch.Tensor) or x_seq.dim() < 1:
-            _rows(x_seq, None, "SlidingPSN")  # refused, naming what is wrong
-        return (_fire(self.surrogate_function, self.gen_gemm_weight(x_seq.shape[0]), self.bias, x_seq, None,
-                      "SlidingPSN"),), tuple(states)
+        x_seq = _sequence(inputs[0], None, "SlidingPSN")
+        return (_fire(self.surrogate_function, self.gen_gemm_weight(x_seq.shape[0]), self.bias, x_seq),), \
+            tuple(states)
 
     def extra_repr(self) -> str:
         return f"order={self.k}, step_mode={self._step_mode!r}"
