@@ -53,10 +53,10 @@ def run(x: Tensor, v: Tensor | float, weight: Tensor | None, bias: Tensor | None
         return None
     if isinstance(v, Tensor) and (v.shape != x.shape[1:] or v.device != x.device):
         return None
+    if any(s.shape != (channels,) for s in (running_mean, running_var)):
+        return None
     compute = compute_dtype(x.dtype)
     stats = [s.to(device=x.device, dtype=compute).contiguous() for s in (running_mean, running_var)]
-    if any(s.shape != (channels,) for s in stats):
-        return None
     gamma = torch.ones(channels, dtype=compute, device=x.device) if weight is None else weight.to(compute)
     beta = torch.zeros(channels, dtype=compute, device=x.device) if bias is None else bias.to(compute)
     if isinstance(v, Tensor):
@@ -87,7 +87,8 @@ def _common(plan: _Plan, steps: int, neurons: int) -> dict[str, Any]:
     s = plan.settings
     return {"numel": neurons, "steps": steps, "inner": plan.inner, "channels": plan.channels,
             "count": float(neurons // plan.channels), "training": int(s.training), "decay_input": int(s.decay_input),
-            "hard": int(s.v_reset is not None), "tau": s.tau, "v_reset": 0.0 if s.v_reset is None else s.v_reset,
+            "hard": int(s.v_reset is not None), "tau": s.tau,
+            "v_reset": 0.0 if s.v_reset is None else s.v_reset,  # the charge's rest too (0 under a soft reset)
             "v_threshold": s.v_threshold}
 
 
@@ -104,10 +105,10 @@ class _Steps(torch.autograd.Function):
         spikes, final = torch.empty_like(x), x.new_empty(neurons)
         sums = torch.zeros(steps, 2, plan.channels, dtype=torch.float64, device=x.device)
         mean, invstd = (torch.empty(steps, plan.channels, dtype=compute, device=x.device) for _ in range(2))
-        count = neurons // plan.channels
-        args = _common(plan, steps, neurons) | {
-            "v0_per_neuron": int(plan.per_neuron),
-            "v_rest": 0.0 if s.v_reset is None else s.v_reset, "eps": s.eps, "momentum": s.momentum,
+        args = _common(plan, steps, neurons)
+        count = args["count"]
+        args |= {
+            "v0_per_neuron": int(plan.per_neuron), "eps": s.eps, "momentum": s.momentum,
             "unbias": count / (count - 1) if count > 1 else 1.0, "x": x, "v0": initial, "h": h, "spike": spikes,
             "v_final": final, "sums": sums, "mean": mean, "invstd": invstd, "running_mean": plan.stats[0],
             "running_var": plan.stats[1], "gamma": gamma, "beta": beta}

@@ -40,7 +40,7 @@ class MPBNKernel(CKernel1D):
         for name in _BACKWARD_FLAGS if backward else _FORWARD_FLAGS:
             self.add_param("const int", name)
         scalars = ("tau", "v_reset", "v_threshold") if backward else (
-            "tau", "v_reset", "v_rest", "v_threshold", "eps", "momentum", "unbias")
+            "tau", "v_reset", "v_threshold", "eps", "momentum", "unbias")
         for name in scalars:
             self.add_param(f"const {compute}", name)
         if backward:
