@@ -143,6 +143,7 @@ def examples(full: int, default: int) -> int:
 
 
 # -- the gpu marker -----------------------------------------------------------------------------------
+@functools.cache
 def gpu_missing() -> str | None:
     """Why GPU tests cannot run here, or None when they can."""
     import torch
@@ -156,7 +157,34 @@ def gpu_missing() -> str | None:
     return None
 
 
+GPU_TESTS = Path(__file__).parent / "gpu"  # modules of gpu-marked tests alone
+
+
+class SkippedGpuModule(pytest.Module):
+    """A module of GPU_TESTS where GPU tests cannot run: skipped whole, with the reason, before it is imported (its
+    imports and its hundreds of skipped tests would cost each xdist worker seconds)."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        raise pytest.skip.Exception(gpu_missing() or "", allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if module_path.parent == GPU_TESTS and gpu_missing():
+        return SkippedGpuModule.from_parent(parent, path=module_path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """A SkippedGpuModule's report: skipped, at the module's path, with the reason."""
+    if not isinstance(collector, SkippedGpuModule):
+        return None
+    return pytest.CollectReport(collector.nodeid, "skipped", (str(collector.path), 1, f"Skipped: {gpu_missing()}"),
+                                [])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """gpu-marked tests outside GPU_TESTS skip one by one, with the reason, where GPU tests cannot run."""
     marked = [item for item in items if item.get_closest_marker("gpu") is not None]
     reason = gpu_missing() if marked else None
     if reason:
