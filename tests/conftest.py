@@ -42,19 +42,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"(as {SLOW_VARIABLE}=1)")
 
 
-# Test files that compile with Inductor (torch.compile's default backend) in some profile. Each process's first
-# Inductor compile pays seconds of set-up (its C++ toolchain checks and headers) that later compiles reuse, so with
-# xdist one worker takes all these files, as one unit of work (`schedule_scope`); every other file is a unit of its
-# own. tests/test_schedule.py pins the list against the files' torch.compile calls.
-INDUCTOR_FILES = ("test_batchnorm.py", "test_gradient_passes.py", "test_memory_order.py", "test_recompute.py",
-                  "test_replay_charge.py")
-INDUCTOR_SCOPE = "torch.compile with Inductor"
+# Test files that call torch.compile (with any backend, Inductor in some profile). A process's first compile pays
+# seconds of set-up that later compiles reuse (Dynamo's and AOTAutograd's, ~3.5 CPU-s; Inductor's, its C++ toolchain
+# checks and headers, more), so with xdist one worker takes all these files, as one unit of work (`schedule_scope`);
+# every other file is a unit of its own. tests/test_schedule.py pins the list against the files' torch.compile calls.
+COMPILE_FILES = ("test_batchnorm.py", "test_functional.py", "test_gradient_passes.py", "test_memory_order.py",
+                 "test_nn.py", "test_noise_specs.py", "test_recompute.py", "test_reference_compile.py",
+                 "test_replay_charge.py")
+COMPILE_SCOPE = "torch.compile"
 
 
 def schedule_scope(nodeid: str) -> str:
-    """The unit of work a test belongs to under xdist: its file, or INDUCTOR_SCOPE for the INDUCTOR_FILES."""
+    """The unit of work a test belongs to under xdist: its file, or COMPILE_SCOPE for the COMPILE_FILES."""
     path = nodeid.split("::", 1)[0]
-    return INDUCTOR_SCOPE if path.rsplit("/", 1)[-1] in INDUCTOR_FILES else path
+    return COMPILE_SCOPE if path.rsplit("/", 1)[-1] in COMPILE_FILES else path
 
 
 @pytest.hookimpl(optionalhook=True)
