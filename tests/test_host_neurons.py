@@ -14,6 +14,13 @@ oracle), for setups of shipped spec x {float32, float64, float16, bfloat16} x {h
   (`test_the_default_setups_hold_every_pair_of_the_full_product` checks it); conftest's REPRESENTATIVE_SPECS
   run every explicit example in every setup.
 
+Each setup's multi-step kernels run on every example. Its single-step kernels (step-forward -> step-backward) with
+--slow, for REPRESENTATIVE_SPECS and in each spec's float64 setup; by default not in a spec's other setups: a
+single-step kernel prints the spec's equations as one step of the multi-step kernels of its setup does (checked
+there), within a skeleton that the equations do not change (checked in every setup of REPRESENTATIVE_SPECS, in every
+dtype), and `test_kernels_without_state_sequences` runs the single step in another setup of each spec
+(`single_step_checked`).
+
 Cost is compilation: kernels do not depend on shapes or values, so each (setup, kernel) compiles once (cached on
 disk under $AUTOCUDA_CACHE_DIR/host); a module fixture compiles them all up front, in a compiler run per core
 of this process at once (`conftest.host_group`, `conftest.cores`). The explicit examples share their kernels where
@@ -128,16 +135,25 @@ def examples_of(key: CaseKey) -> tuple[tuple[int, int], ...]:
     return EXAMPLES[1:]
 
 
-def _kernels(setup: Setup, shapes: tuple[tuple[int, int], ...] = EXAMPLES) -> list[NeuronKernel]:
+def single_step_checked(key: CaseKey) -> bool:
+    """Whether the property runs a setup's single-step kernels too (module doc)."""
+    return profile() == "slow" or key[0] in REPRESENTATIVE_SPECS or key[1] == "float64"
+
+
+def _kernels(setup: Setup, shapes: tuple[tuple[int, int], ...] = EXAMPLES, single_step: bool = True
+             ) -> list[NeuronKernel]:
     """The kernels check_case launches for `setup` on cases of these shapes (with the options runtime.neuron_launch
     passes): its forced layout, else the launch layer's fixed rule for too few neurons for two per thread (every
-    case here), whose time-loop kernels replay one segment of T steps where T is shorter than a segment."""
+    case here), whose time-loop kernels replay one segment of T steps where T is shorter than a segment; the
+    single-step kernels where `single_step`."""
     config, seqs = setup.config(), setup.store_state_seq
     kernels = []
     for steps, neurons in shapes:
         layout = dict(setup.layout) or fixed_layout(neurons, steps).options()  # type: ignore[union-attr]
         kernels += [config.kernel("fptt", setup.dtype, store_state_seq=seqs, save_for_backward=True, **layout),
                     config.kernel("bptt", setup.dtype, grad_state_seq=seqs, **layout)]
+    if not single_step:
+        return kernels
     layout = dict(setup.layout) or fixed_layout(1, None).options()  # type: ignore[union-attr]
     return kernels + [
         config.kernel("step-forward", setup.dtype, store_state_seq=False, save_for_backward=True, **layout),
@@ -165,7 +181,8 @@ def compiled_kernels() -> int:
     (`conftest.host_group`) and a run per core of this process (`load_kernels`, `conftest.cores`); the cases would
     compile them one kernel a run. The other tests go through check_spec, which compiles its cases' kernels up front
     itself."""
-    kernels = [k for key in CHOSEN for k in _kernels(Setup(load_spec(key[0]), *key[1:]), examples_of(key))]
+    kernels = [k for key in CHOSEN
+               for k in _kernels(Setup(load_spec(key[0]), *key[1:]), examples_of(key), single_step_checked(key))]
     kernels += [k for setup in default_path_setups() for k in _kernels(setup, default_path_examples())]
     jobs = {k.kernel_name: (k.full_codes, k.kernel_name, tuple(k.cparams.values())) for k in kernels}
     load_kernels(jobs.values(), group=host_group(len(jobs)), workers=cores())
@@ -176,9 +193,10 @@ def compiled_kernels() -> int:
                          ids=[f"{n}-{r}-{d}-{'detach_reset' if x else 'attached'}" for n, d, r, x in CHOSEN])
 def test_kernels_match_reference(name: str, dtype: str, reset: str, detach_reset: bool) -> None:
     setup = Setup(load_spec(name), dtype, reset, detach_reset)
+    single_step = single_step_checked((name, dtype, reset, detach_reset))
 
     def check(case):
-        report = check_case(case)
+        report = check_case(case, single_step=single_step)
         assert report.passed, report.describe()
 
     for shape in examples_of((name, dtype, reset, detach_reset)):  # as @example decorators
@@ -284,6 +302,9 @@ def test_the_default_path_setups_cover_every_spec_and_share_the_single_step_kern
         assert single_step == {k.kernel_name for k in _kernels(dataclasses.replace(setup, store_state_seq=True))[-2:]}
     for name in SPECS:
         assert any(key[0] == name and EXAMPLES[0] in examples_of(key) for key in CHOSEN), name
+        # the single step: in the spec's float64 setup of the property, and (spec outside REPRESENTATIVE_SPECS) on
+        # its default-path setup here
+        assert any(key[:2] == (name, "float64") and single_step_checked(key) for key in CHOSEN), name
 
 
 def test_shared_learnable_parameter() -> None:

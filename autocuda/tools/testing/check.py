@@ -232,9 +232,10 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
     return results, int((~clean).sum())
 
 
-def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = None) -> CaseReport:
+def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = None, single_step: bool = True
+               ) -> CaseReport:
     """Compare the kernels of `case.setup` (or those of `config`, e.g. a test's mutated kernels) with the
-    reference on the case's multi-step run and single step."""
+    reference on the case's multi-step run and (unless `single_step` is False) its single step."""
     setup = case.setup
     config = config or setup.config()
     dtype = get_dtype(setup.dtype)
@@ -246,7 +247,7 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
     neurons = case.multi.x.shape[1]
     system = config.derivation().system
     comparisons, ambiguous = [], 0
-    for single, inputs in ((False, case.multi), (True, case.single)):
+    for single, inputs in ((False, case.multi), (True, case.single))[:2 if single_step else 1]:
         inputs = _rounded(inputs, storage)
         learnable = {p.name: _rounded_param(case.params[p.name], compute).expand(neurons).clone().requires_grad_(True)
                      for p in system.learnable}
