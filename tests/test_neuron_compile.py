@@ -24,11 +24,12 @@ options interact, which is what the slow profile checks. Translation units of `C
 
 Architectures and stages: with --slow every kernel is compiled to SASS for each of CHECK_ARCHS. By default the
 representative specs' kernels (every dtype and option combination of the default set) are compiled to SASS for the
-first architecture (sm_80) and to PTX for the others: what ptxas decides, such as a block's shared memory (48 KB
-of static shared memory a block on every architecture checked), follows the kernel's dtype and options and is
-decided on sm_80; what nvcc compiles differently for another architecture, the CUDA headers' paths under
-__CUDA_ARCH__ and the half and bfloat16 intrinsics, the front end and cicc decide, and they run for each
-architecture; ptxas assembling another architecture's PTX of the same kernel adds no verdict on the generator's
+first architecture (sm_80), and those of the half types to PTX for the others: what ptxas decides, such as a
+block's shared memory (48 KB of static shared memory a block on every architecture checked), follows the kernel's
+dtype and options and is decided on sm_80; what nvcc compiles differently for another architecture, the CUDA
+headers' paths under __CUDA_ARCH__ and the half and bfloat16 intrinsics, the front end and cicc decide, and they
+run for each architecture on the kernels that include those headers (`HEADER_DTYPES`: float32 and float64 kernels
+include none); ptxas assembling another architecture's PTX of the same kernel adds no verdict on the generator's
 code (the slow profile runs it, and test_nvrtc assembles a multi-step kernel of every spec for sm_90 through
 NVRTC). The other specs' kernels (their equations, in each arithmetic type) are compiled to PTX for the first
 architecture: the front end and cicc, which decide whether a spec's equations are valid CUDA, run; ptxas, which
@@ -132,27 +133,35 @@ CHUNK = 512  # kernels per translation unit, of every dtype: each nvcc run pays 
 # (the default set is one unit per architecture; the slow set a few, since units check in parallel)
 
 
-def _units(representative: bool | None = None) -> dict[str, str]:
-    """The translation units of `CHUNK` sources each (`_sources` of every dtype, in turn)."""
-    sources = [source for dtype in DTYPES for source in _sources(dtype, representative)]
+# The dtypes whose kernels include CUDA headers (cuda_fp16.h, cuda_bf16.h): the only code of a generated kernel that
+# the front end compiles differently per architecture (its paths under __CUDA_ARCH__); float32 and float64 kernels
+# include none and test `defined(__CUDA_ARCH__)` alone (device against host), never its value.
+HEADER_DTYPES = tuple(dtype for dtype in DTYPES if get_dtype(dtype).headers)
+
+
+def _units(representative: bool | None = None, dtypes: tuple[str, ...] = tuple(DTYPES)) -> dict[str, str]:
+    """The translation units of `CHUNK` sources each (`_sources` of each of `dtypes`, in turn)."""
+    sources = [source for dtype in dtypes for source in _sources(dtype, representative)]
     return {f"unit #{i // CHUNK}": "\n".join(sources[i:i + CHUNK]) for i in range(0, len(sources), CHUNK)}
 
 
 def test_every_variant_of_every_shipped_spec_compiles(nvcc):
     """Every kernel to SASS for each of CHECK_ARCHS with --slow; by default the representative specs' to SASS for
-    the first architecture and to PTX for the others, the other specs' to PTX for the first (module doc)."""
+    the first architecture and (those of HEADER_DTYPES) to PTX for the others, the other specs' to PTX for the first
+    (module doc)."""
     if profile() == "slow":
         failures = nvcc(_units(), archs=CHECK_ARCHS)
     else:
         failures = nvcc(_units(representative=True), archs=CHECK_ARCHS[:1])
-        for archs, representative in ((CHECK_ARCHS[1:], True), (CHECK_ARCHS[:1], False)):
+        for archs, units in ((CHECK_ARCHS[1:], _units(True, HEADER_DTYPES)), (CHECK_ARCHS[:1], _units(False))):
             failures |= {f"{name} (to PTX, {', '.join(archs)})": message for name, message
-                         in nvcc(_units(representative=representative), archs=archs, assemble=False).items()}
+                         in nvcc(units, archs=archs, assemble=False).items()}
     assert not failures, "\n\n".join(f"{d}:\n{m[:3000]}" for d, m in failures.items())
 
 
 def test_the_representative_kernels_hold_every_option_combination_of_the_default_set():
-    """What the other architectures check by default holds each (kernel kind, dtype, options) of the default set."""
+    """What is assembled to SASS by default (and, of the half types, checked for the other architectures) holds
+    each (kernel kind, dtype, options) of the default set."""
     for dtype in DTYPES:
         default = {signature(v, dtype) for v in default_set(dtype)}
         assert default == {signature(v, dtype) for v in default_set(dtype) if v[0] in REPRESENTATIVE_SPECS}
