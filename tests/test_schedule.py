@@ -11,14 +11,14 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _compiles(node: ast.AST) -> bool:
-    """Whether the node is a call of torch.compile (with any backend) or of opcheck (torch.library's, by any name
-    that ends in it)."""
+    """Whether the node is a call of torch.compile (with any backend; or of the benchmark's systems.compiled, which
+    calls it) or of opcheck (torch.library's, by any name that ends in it)."""
     if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Attribute):
-        return (func.attr == "compile" and isinstance(func.value, ast.Name) and func.value.id == "torch") \
-            or func.attr == "opcheck"
+        owner = func.value.id if isinstance(func.value, ast.Name) else None
+        return (func.attr, owner) in {("compile", "torch"), ("compiled", "systems")} or func.attr == "opcheck"
     return isinstance(func, ast.Name) and func.id == "opcheck"
 
 
@@ -34,7 +34,8 @@ def test_the_compile_files_are_those_that_call_torch_compile_or_opcheck() -> Non
 def test_the_scan_sees_torch_compile_and_opcheck_calls(tmp_path: Path) -> None:
     cases = {"torch.compile(f)": True, "torch.compile(f, backend=name)": True, "torch.compile(f, mode='x')": True,
              "torch.compile(f, backend='aot_eager')": True, "torch.library.opcheck(op, args)": True,
-             "opcheck(op, args)": True, "re.compile('x')": False, "compile('1', 'f', 'eval')": False}
+             "opcheck(op, args)": True, "systems.compiled(case, backend='eager')": True, "re.compile('x')": False,
+             "compile('1', 'f', 'eval')": False, "other.compiled(case)": False}
     for source, expected in cases.items():
         (tmp_path / "test_case.py").write_text(source + "\n")
         assert _calls_torch_compile(tmp_path / "test_case.py") is expected, source
