@@ -17,8 +17,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstring>
@@ -26,11 +28,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Where a kernel argument's value comes from, and how it is written into its 8-byte slot.
@@ -284,37 +287,47 @@ at::Tensor readable(const at::Tensor& grad, at::IntArrayRef sizes, const Plan& p
   return dense;
 }
 
-struct NeuronCall : torch::autograd::Function<NeuronCall> {
-  static variable_list forward(AutogradContext* ctx, int64_t number, const at::Tensor& x,
-                               const std::vector<double>& numbers, at::IntArrayRef final_sizes) {
-    const Plan& plan = plan_numbered(number);
-    variable_list outputs = run(plan, plan.forward, {x}, numbers, final_sizes);
-    variable_list saved;
-    for (int64_t at : plan.saved) saved.push_back(at == 0 ? x : outputs[at - 1]);
-    ctx->save_for_backward(saved);
-    ctx->saved_data["plan"] = number;
-    ctx->saved_data["numbers"] = c10::List<double>(numbers);
-    ctx->set_materialize_grads(false);
-    variable_list hidden;
-    for (int64_t at : plan.hidden) hidden.push_back(outputs[at]);
-    ctx->mark_non_differentiable(hidden);
-    return outputs;
+// A new autograd node: torch owns nodes by std::shared_ptr before 2.12, by c10::intrusive_ptr from then on
+// (`Node::getptr` returns the owner's kind in both).
+using NodePointer = decltype(std::declval<torch::autograd::Node&>().getptr());
+template <typename T>
+auto make_node() {
+  if constexpr (std::is_same_v<NodePointer, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>();
+  } else {
+    return c10::make_intrusive<T>();
+  }
+}
+
+// A training call's autograd node, a plain torch::autograd::Node as torch's own backward nodes are (not a
+// torch::autograd::Function, whose templates would be a third of the library's build): the backward runs the plan's
+// backward launch, with the final states' gradients where any arrived, on the tensors the forward saved. Its inputs are the
+// call's outputs in order; an output it does not differentiate (`Plan::hidden`) holds its slot, undefined.
+struct NeuronCallBackward final : torch::autograd::Node {
+  int64_t number = 0;
+  std::vector<double> numbers;
+  std::vector<torch::autograd::SavedVariable> saved;
+
+  std::string name() const override { return "autocuda::NeuronCallBackward"; }
+
+  void release_variables() override {
+    saved.clear();
+    saved.shrink_to_fit();
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Plan& plan = plan_numbered(ctx->saved_data["plan"].toInt());
-    auto list = ctx->saved_data["numbers"].toDoubleList();
-    std::vector<double> numbers(list.begin(), list.end());
+  variable_list apply(variable_list&& grads) override {
+    const Plan& plan = plan_numbered(number);
     bool finals = false;
     for (int64_t at : plan.finals) finals = finals || grads[at].defined();
     std::vector<at::Tensor> tensors{readable(grads[plan.spike_at], {plan.steps, plan.neurons}, plan)};
     if (finals) {
       for (int64_t at : plan.finals) tensors.push_back(readable(grads[at], {plan.neurons}, plan));
     }
-    for (const auto& kept : ctx->get_saved_variables()) tensors.push_back(kept);
+    NodePointer self = getptr();
+    for (const auto& kept : saved) tensors.push_back(kept.unpack(self));
     const Launch& launch = finals ? plan.backward_finals : plan.backward;
     at::Tensor grad_x = run(plan, launch, tensors, numbers)[finals ? plan.grad_x_at_finals : plan.grad_x_at];
-    if (!ctx->needs_input_grad(0)) grad_x = at::Tensor();  // edges are the tensor arguments only: x
+    if (!task_should_compute_output(0)) grad_x = at::Tensor();
     if (grad_x.defined() && at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
       at::Tensor leaf = grad_x.detach().requires_grad_(true);
       grad_x = torch::autograd::DelayedError(
@@ -322,9 +335,38 @@ struct NeuronCall : torch::autograd::Function<NeuronCall> {
                    "is not available; use backend='reference' for higher-order gradients", 1)
                    .apply({leaf})[0];
     }
-    return {at::Tensor(), grad_x, at::Tensor(), at::Tensor()};
+    return {grad_x};
   }
 };
+
+// A training call's outputs (x fits the plan), run without recording, then, where x records a graph, given the node:
+// the differentiable outputs take it as their history, and it saves what its backward reads (x and outputs).
+variable_list recorded_call(int64_t number, const Plan& plan, const at::Tensor& x, const std::vector<double>& numbers,
+                            at::IntArrayRef final_sizes) {
+  variable_list outputs;
+  {
+    at::AutoGradMode off(false);
+    outputs = run(plan, plan.forward, {x}, numbers, final_sizes);
+  }
+  if (!(at::GradMode::is_enabled() && x.requires_grad())) return outputs;
+  auto node = make_node<NeuronCallBackward>();
+  node->number = number;
+  node->numbers = numbers;
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  std::vector<bool> hidden(outputs.size(), false);
+  for (int64_t at : plan.hidden) hidden[at] = true;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (hidden[i]) {
+      node->add_input_metadata(torch::autograd::Node::undefined_input());
+    } else {
+      torch::autograd::set_history(outputs[i], node);
+    }
+  }
+  for (int64_t at : plan.saved) {  // an output that has this node as its history is saved as its output
+    node->saved.emplace_back(at == 0 ? x : outputs[at - 1], at != 0 && !hidden[at - 1]);
+  }
+  return outputs;
+}
 
 int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes) {
   auto plan = read_plan(words, dtypes);
@@ -355,7 +397,7 @@ std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Ten
   at::Tensor rows = flat ? x : x.view({plan.steps, plan.neurons});
   at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : x.sizes().slice(1);
   if (!plan.trains) return run(plan, plan.forward, {rows}, numbers, final_sizes);
-  return NeuronCall::apply(number, rows, numbers, final_sizes);
+  return recorded_call(number, plan, rows, numbers, final_sizes);
 }
 
 // A program's call: the forward outputs for x [steps, *], the sequences as [steps, neurons] rows, the final states
