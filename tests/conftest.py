@@ -225,21 +225,26 @@ def nvcc_identity() -> str:
 
 
 def compile_batch(sources: Mapping[str, str], archs: Sequence[str] | None = None,
-                  passed: Path | None = None, assemble: bool = True) -> dict[str, str]:
-    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`; to PTX only where not
-    `assemble`) for `archs` (default CHECK_ARCHS); the failures as label -> nvcc's message. Sources recorded in the
-    folder `passed` are taken as accepted; those accepted now are recorded there."""
+                  passed: Path | None = None, assemble: bool | None = None) -> dict[str, str]:
+    """nvcc-check each labelled source (in parallel, without optimisation: see `nvcc_check`) for `archs` (default
+    CHECK_ARCHS), to SASS where `assemble`, to PTX where it is False; by default (None) to SASS for every
+    architecture with --slow, for the first alone otherwise, the others stopping at PTX: ptxas assembling another
+    architecture's PTX of the same source adds no verdict on the generator's code, while the front end and cicc,
+    which decide the CUDA headers' paths under __CUDA_ARCH__, run for each (tests/test_neuron_compile.py's module
+    doc). The failures as label -> nvcc's message. Sources recorded in the folder `passed` are taken as accepted;
+    those accepted now are recorded there."""
     from autocuda.toolchain.compile import CHECK_ARCHS, CompileError, nvcc_check
 
     archs = CHECK_ARCHS if archs is None else archs
+    assembled = (True if profile() == "slow" else tuple(archs[:1])) if assemble is None else assemble
 
     def check(item: tuple[str, str]) -> tuple[str, str | None]:
-        key = f"{nvcc_identity()}\n{archs}\nunoptimised{'' if assemble else ' ptx'}\n{item[1]}"
+        key = f"{nvcc_identity()}\n{archs}\nunoptimised, assembled: {assembled}\n{item[1]}"
         record = passed and passed / hashlib.sha256(key.encode()).hexdigest()
         if record and record.is_file():
             return item[0], None
         try:
-            nvcc_check(item[1], archs, optimise=False, assemble=assemble)
+            nvcc_check(item[1], archs, optimise=False, assemble=assembled)
         except CompileError as error:
             return item[0], str(error)
         if record:

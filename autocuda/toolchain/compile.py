@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 import torch
@@ -95,7 +95,7 @@ def unoptimised_flags(nvcc: str) -> tuple[str, ...]:
 
 
 def nvcc_check(source: str, archs: Iterable[str] = CHECK_ARCHS, optimise: bool = True,
-               assemble: bool = True) -> None:
+               assemble: bool | Collection[str] = True) -> None:
     """Compile `source` for each architecture with nvcc (no GPU needed); raise CompileError on failure.
 
     `optimise=False` compiles as fast as nvcc can (most of cicc's and ptxas's optimisations off). The verdict (does
@@ -105,8 +105,11 @@ def nvcc_check(source: str, archs: Iterable[str] = CHECK_ARCHS, optimise: bool =
 
     `assemble=False` stops at PTX for each architecture (the front end and cicc run, ptxas does not: about half the
     time): for checks of what the front end alone decides, such as the names a source declares (PTX names kernel
-    parameters by position and values by register, so no name of the source's but the kernels' reaches ptxas)."""
-    gencode = [f"-gencode=arch=compute_{a[3:]},code={a if assemble else f'compute_{a[3:]}'}" for a in archs]
+    parameters by position and values by register, so no name of the source's but the kernels' reaches ptxas).
+    `assemble` may also name the architectures assembled to SASS, the others stopping at PTX."""
+    archs = tuple(archs)
+    assembled = set(archs if assemble is True else () if assemble is False else assemble)
+    gencode = [f"-gencode=arch=compute_{a[3:]},code={a if a in assembled else f'compute_{a[3:]}'}" for a in archs]
     nvcc = nvcc_path()
     flags = () if optimise else unoptimised_flags(nvcc)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
