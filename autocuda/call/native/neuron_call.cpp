@@ -300,9 +300,10 @@ auto make_node() {
 }
 
 // A training call's autograd node, a plain torch::autograd::Node as torch's own backward nodes are (not a
-// torch::autograd::Function, whose templates would be a third of the library's build): the backward runs the plan's
-// backward launch, with the final states' gradients where any arrived, on the tensors the forward saved. Its inputs are the
-// call's outputs in order; an output it does not differentiate (`Plan::hidden`) holds its slot, undefined.
+// torch::autograd::Function, whose templates would be a third of the library's build): the backward runs the
+// plan's backward launch, with the final states' gradients where any arrived, on the tensors the forward saved.
+// Its inputs are the call's outputs in order; an output it does not differentiate (`Plan::hidden`) holds its slot,
+// undefined.
 struct NeuronCallBackward final : torch::autograd::Node {
   int64_t number = 0;
   std::vector<double> numbers;
