@@ -376,8 +376,9 @@ def test_fuse_batchnorm_patterns_found_and_left() -> None:
 # ---- torch.compile and bad input -------------------------------------------------------------------------
 # Dynamo's graph of the layer and AOTAutograd's trace of it (the running statistics' updates functionalised, our op's
 # fake kernel) are the "aot_eager" backend's as they are Inductor's; Inductor's code for the statistics beside our
-# op, compiled by the host's C++ compiler (about 15 CPU-s on a cold cache), runs with --slow. Our op inside an
-# Inductor graph by default: tests/test_memory_order.py's test_compiled_fullgraph_on_channels_last_equals_eager.
+# op, compiled by the host's C++ compiler (its precompiled header first: most of a cold run's Inductor cost), runs
+# with --slow. Our op inside an Inductor graph by default: tests/test_memory_order.py's
+# test_compiled_fullgraph_on_channels_last_equals_eager.
 COMPILER = "inductor" if profile() == "slow" else "aot_eager"
 
 
