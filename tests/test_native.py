@@ -112,6 +112,18 @@ def test_a_call_unlike_its_plan_is_refused_by_the_operator():
         native.call(number, x, [0.0])
 
 
+def test_a_meta_tensor_of_a_planned_key_is_refused_as_the_host_runner_refuses_it():
+    """Host calls take the native path for CPU tensors only: a meta x, whose plan's words would be the CPU call's,
+    takes the bound launch, which names the device."""
+    program.PROGRAMS.clear()
+    for _ in range(2):  # the second call makes the CPU call's plan
+        F.multi_step("lif", torch.rand(4, 3), backend="host")
+    assert any(p.native is not None for p in program.PROGRAMS.values())
+    for _ in range(2):
+        with pytest.raises(ValueError, match="runs kernels on CPU tensors; got tensors on meta"):
+            F.multi_step("lif", torch.rand(4, 3, device="meta"), backend="host")
+
+
 @pytest.mark.parametrize("cut", [1, 7, 30])
 def test_malformed_plans_are_refused_naming_the_plan(cut):
     program.PROGRAMS.clear()

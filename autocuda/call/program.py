@@ -225,13 +225,14 @@ class Program:
     def bind(self, form: ops.ForwardForm, x: Tensor, numbers: Sequence[float], n: int, given: Tensor) -> None:
         """Bind the forward launch of a call of numbers only (x: its rows; `given`: x as the call gave it) to the
         program's input class (a contiguous x), and say whether its calls may take the native path: a CUDA call,
-        or a host call where `native.HOST` asks, of no state sequences."""
+        or a host call on CPU tensors where `native.HOST` asks (a meta tensor's takes the bound launch, which refuses
+        it), of no state sequences."""
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
         self.launch = form.kernel.bind((x, *numbers), x, n, None if form.single else x.shape[0], backend)
         self.bound_form, self.seen = form, input_class(given)
-        self.native_wanted = (x.is_cuda or native.HOST) and not form.seqs and not form.single
+        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not form.single
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
