@@ -125,19 +125,16 @@ FORCED_LAYOUTS = [("alif", "float32", {"lanes": 4, "vector": True, "prefetch": 2
 EXAMPLES = ((1, 7), (6, 1), (6, 601))
 
 
-def examples_of(key: CaseKey) -> tuple[tuple[int, int], ...]:
-    """The explicit examples of a setup: all of them with --slow, for REPRESENTATIVE_SPECS (every dtype, reset and
-    detach_reset) and for each other spec's float64 setup; by default the other setups leave out T = 1 (kernels
-    of their own, replaying one step)."""
-    name, dtype, _, _ = key
-    if profile() == "slow" or name in REPRESENTATIVE_SPECS or dtype == "float64":
-        return EXAMPLES
-    return EXAMPLES[1:]
-
-
 def single_step_checked(key: CaseKey) -> bool:
-    """Whether the property runs a setup's single-step kernels too (module doc)."""
+    """Whether a setup is checked whole: all the explicit examples and the single-step kernels (module doc). With
+    --slow, for REPRESENTATIVE_SPECS (every dtype, reset and detach_reset) and for each other spec's float64 setup."""
     return profile() == "slow" or key[0] in REPRESENTATIVE_SPECS or key[1] == "float64"
+
+
+def examples_of(key: CaseKey) -> tuple[tuple[int, int], ...]:
+    """The explicit examples of a setup: all of them where it is checked whole (`single_step_checked`); the other
+    setups leave out T = 1 (kernels of their own, replaying one step)."""
+    return EXAMPLES if single_step_checked(key) else EXAMPLES[1:]
 
 
 def _kernels(setup: Setup, shapes: tuple[tuple[int, int], ...] = EXAMPLES, single_step: bool = True

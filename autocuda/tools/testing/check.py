@@ -247,7 +247,8 @@ def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = 
     neurons = case.multi.x.shape[1]
     system = config.derivation().system
     comparisons, ambiguous = [], 0
-    for single, inputs in ((False, case.multi), (True, case.single))[:2 if single_step else 1]:
+    runs = ((False, case.multi), (True, case.single)) if single_step else ((False, case.multi),)
+    for single, inputs in runs:
         inputs = _rounded(inputs, storage)
         learnable = {p.name: _rounded_param(case.params[p.name], compute).expand(neurons).clone().requires_grad_(True)
                      for p in system.learnable}
