@@ -1,5 +1,5 @@
 """Programs (`autocuda.call.program`): a multi_step call like an earlier one runs the program built for that one (its
-bound launch, for calls of numbers only). On the host runner: every program's call equals the unbound path's
+bound launch, for calls whose states are numbers and whose tensor parameters hold one value each). On the host runner: every program's call equals the unbound path's
 bitwise (outputs and gradients), repeats build no program, and bad input is still refused by name on a known key."""
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ CASES = [
     ("izhikevich", (-0.5, 1), {"store_state_seq": True}),
     ("alif", (), {"detach_reset": True}),
     ("lif", (), {"tau": 2.0, "surrogate": "atan", "reset": "soft"}),
+    # tensor parameters of one value each (bound too): a 0-d one, and a [1] one that needs a gradient
+    ("lif", (), {"tau": torch.tensor(2.0), "v_threshold": torch.tensor([0.75], requires_grad=True)}),
 ]
 
 
@@ -133,6 +135,29 @@ def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
     assert built == [], "a number's value is no part of the key: every call ran the first call's program"
     assert len(calls) == 2, "the bound program ran at once (`Program.run_bound`); only the unbound calls built a Call"
     assert F.multi_step("lif", x, 0.5, tau=2, **HOST)[0].shape == x.shape and len(built) == 1, "an int: a new key"
+
+
+def test_one_value_tensor_parameters_run_the_bound_launch_and_are_read_at_each_call(monkeypatch):
+    """A call whose tensor parameters hold one value each runs its program's bound launch, which reads them at
+    every call (a value changed in place counts); a parameter of another alignment is another key."""
+    x = torch.rand(4, 10, dtype=torch.float64) * 2
+    wants = [F.multi_step("lif", x, tau=value, **HOST) for value in (2.0, 5.0)]
+    tau = torch.tensor([0.0, 2.0], dtype=torch.float64)[1:]  # [1], 8 bytes past its allocation's start
+    program.PROGRAMS.clear()  # (a cache: the programs below are this test's)
+    F.multi_step("lif", x, tau=tau, **HOST)
+    owned = [p for p in program.PROGRAMS.values() if p.tensors]
+    assert owned and all(p.launch is not None and p.bindable for p in owned), "bound with its tensor parameter"
+    calls = []
+    call = program.Call.__init__
+    monkeypatch.setattr(program.Call, "__init__", lambda self, *a, **k: (calls.append(a), call(self, *a, **k))[1])
+    for value, (want_spikes, (want_v,), _) in zip((2.0, 5.0), wants):
+        tau.fill_(value)
+        spikes, (v,), _ = F.multi_step("lif", x, tau=tau, **HOST)
+        assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), value
+    assert calls == [], "the bound program ran at once (`Program.run_bound`)"
+    aligned = torch.tensor([5.0], dtype=torch.float64)
+    assert torch.equal(F.multi_step("lif", x, tau=aligned, **HOST)[0], wants[1][0]) and len(calls) == 1, \
+        "another alignment: another key (the launch was bound to the layout the first call's tensors allow)"
 
 
 def test_keys_tell_apart_what_the_full_path_decides():

@@ -119,6 +119,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
     """`multi_step`'s results (no recompute) through the programs of `programs` (a layer's own, or functional
     calls'), and the bound program that ran them with the parameters' values (None where none did). A call of a
     bound program's key runs it at once (`Program.run_bound`)."""
+    found = None  # the program of the call's key where it was looked up: `Call` need not work the key out again
     if type(x_seq) is Tensor and _FLOAT.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
             torch.compiler.is_compiling() or transforms_active()):
         options = (False, store_state_seq, final_states)
@@ -128,6 +129,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
         except TypeError:  # the checks below name the argument
             program = None
         ran = None if program is None or program.launch is None else program.run_bound(x_seq, initial_states, params)
+        found = program
         if ran is not None:
             sizes = x_seq.shape
             results = sequence_results(ran[0], program.bound_form.positions,  # type: ignore[union-attr]
@@ -147,7 +149,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                     None if seqs is None else tuple(map(order.sequence, seqs))), None
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
     call = Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
-                len(inputs), save_h, programs, (False, store_state_seq, final_states))
+                len(inputs), save_h, programs, (False, store_state_seq, final_states), found)
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None

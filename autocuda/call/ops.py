@@ -503,8 +503,8 @@ def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: l
 def run(form: ForwardForm, program: Any, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
         tensor_params: Sequence[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor],
         final_shape: Sequence[int] | None) -> list[Tensor]:
-    """The forward kernel's outputs: the program's bound launch (a call of numbers only), else the form's."""
+    """The forward kernel's outputs: the program's bound launch (states of numbers), else the form's."""
     launch = None if program is None else program.launch
     if launch is not None:
-        return launch((x, *initial, *scalars), x, final_shape)
+        return launch((x, *initial, *tensor_params, *scalars), x, final_shape)
     return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)

@@ -5,9 +5,10 @@ of its key and kept by its owner (a layer's `Programs`, or `functional`'s for fu
 
 A program holds what the configuration decides, worked out and checked once (the configuration's key, the
 parameters' defaults and domain checks, the scalars' order, each state's initial rule), the forward op's form
-for its inputs, the forward launch bound to x's shape, device and alignment (calls whose states and parameters
-are numbers), the backward launches bound at the first backward, and a native plan where the native operator is
-loaded (`autocuda.native`): such a call then runs no Python between torch and its launches.
+for its inputs, the forward launch bound to x's shape, device and alignment (calls whose states are numbers and
+whose tensor parameters, if any, hold one value each), the backward launches bound at the first backward, and a
+native plan where the native operator is loaded (`autocuda.native`; calls of numbers only): such a call then runs
+no Python between torch and its launches.
 
 `call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
 call's arguments checked against its program, ready to launch (`Call.launch`).
@@ -57,7 +58,8 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
     """What may differ between two calls that one program runs (the one place it is decided): the spec and the
     surrogate by identity (a Surrogate by id and version; a spec file as its text is now), the switches and
     `options` (single step, store_state_seq, final_states), the parameters' names and types, the values of
-    compile-time constants and, of tensors, how they spread and whether they need a gradient; and the input class:
+    compile-time constants and, of tensors, how they spread, whether they need a gradient and their alignment; and
+    the input class:
     x's shape, dtype, device, address alignment and contiguity, whether the call records a graph, and the initial
     states' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
     if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
@@ -102,9 +104,11 @@ def _surrogate_identity(surrogate: Any) -> Any:
 
 
 def _tensor_facts(params: dict[str, Any]) -> tuple:
+    """Of each tensor parameter: how it spreads, whether it needs a gradient, its address alignment (a bound launch
+    takes the layout its first call's tensors allow)."""
     grad = torch.is_grad_enabled()
-    return tuple((_spread(value), grad and value.requires_grad) if isinstance(value, torch.Tensor) else None
-                 for value in params.values())
+    return tuple((_spread(value), grad and value.requires_grad, value.data_ptr() & 15)
+                 if isinstance(value, torch.Tensor) else None for value in params.values())
 
 
 class Programs(dict):
@@ -142,7 +146,7 @@ class Programs(dict):
 # -- the program ---------------------------------------------------------------------------------------------------
 class Program:
     """One layer configuration run on one input class: what the configuration decides (checked once), the
-    forward op's forms, and for calls of numbers only the bound launches and the native plan."""
+    forward op's forms, and for calls whose states are numbers the bound launches and the native plan."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                  x: Tensor, params: dict[str, Any], save_h: bool = True, eager: bool = True):
@@ -168,6 +172,8 @@ class Program:
         self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                               self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
+        # whether a call may run the bound launch: its tensor parameters (if any) hold one value each
+        self.bindable = all(kind == SHARED for _, kind in self.tensors)
         # a call's scalars in kernel order; this program's parameter types are fixed (part of its key)
         self.scalar_values = _reader(self.scalars, eager and all(type(values.get(n)) is float for n in self.scalars))
         self.draws = DRAW_KEYS[0] in self.scalars  # each call takes a seed (`spec.draws`, `noise.Seed`)
@@ -180,7 +186,7 @@ class Program:
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
-        self.launch: Any = None  # the forward launch bound to the input class (calls of numbers only)
+        self.launch: Any = None  # the forward launch bound to the input class (states of numbers, `bindable`)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
         self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
@@ -222,31 +228,34 @@ class Program:
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
 
     # -- bound launches and the native plan --------------------------------------------------------------------
-    def bind(self, form: ops.ForwardForm, x: Tensor, numbers: Sequence[float], n: int, given: Tensor) -> None:
-        """Bind the forward launch of a call of numbers only (x: its rows; `given`: x as the call gave it) to the
-        program's input class (a contiguous x), and say whether its calls may take the native path: a CUDA call,
-        or a host call on CPU tensors where `native.HOST` asks (a meta tensor's takes the bound launch, which refuses
-        it), of no state sequences."""
+    def bind(self, form: ops.ForwardForm, x: Tensor, args: Sequence[Any], n: int, given: Tensor) -> None:
+        """Bind the forward launch of a call whose states are numbers (x: its rows; `args`: the initial states,
+        the tensor parameters, the scalars; `given`: x as the call gave it) to the program's input class (a
+        contiguous x), and say whether its calls may take the native path: a CUDA call, or a host call on CPU
+        tensors where `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state
+        sequences and no tensor parameters."""
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
-        self.launch = form.kernel.bind((x, *numbers), x, n, None if form.single else x.shape[0], backend)
+        self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
         self.bound_form, self.seen = form, input_class(given)
-        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not form.single
+        self.native_wanted = ((x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not form.single
+                              and not self.tensors)
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
-        """A bound program's call of its key (x contiguous, states and parameters numbers): the forward op's
-        outputs and the parameters' values; None while the native plan is still to be made (`Call.launch` makes
-        it)."""
+        """A bound program's call of its key (x contiguous, states numbers): the forward op's outputs and the
+        parameters' values; None while the native plan is still to be made (`Call.launch` makes it)."""
         if self.native_wanted and native.USE and self.plannable():
             return None
-        values = self.values(params, x, self.seen[0][1:])
+        shape = self.seen[0][1:]
+        values = self.values(params, x, shape)
         initial = list(map(float, states))
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        return self.run_numbers(x, [*initial, *self.scalar_values(values)]), values
+        tensors = self.tensor_args(values, x, shape) if self.tensors else ()
+        return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
     def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
         """A layer's call like the one it settled (`nn.layer_call.rerun`): the spikes in x's shape, then the final
@@ -257,14 +266,33 @@ class Program:
         outputs, form = self.run_numbers(x, numbers), self.bound_form
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
 
-    def run_numbers(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """The forward op's outputs for x of the program's input class and `numbers` (the initial states, then the
-        scalars): by the native plan where one is made, else by the bound launch."""
+    def run_numbers(self, x: Tensor, numbers: list[float], tensors: Sequence[Tensor] = ()) -> list[Tensor]:
+        """The forward op's outputs for x of the program's input class, `numbers` (the initial states, then the
+        scalars) and the tensor parameters as the kernels take them (`tensor_args`): by the native plan where one
+        is made, else by the bound launch."""
         if self.native is not None and native.USE:
             return self.native_call(self.native, x, numbers)
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
         k = len(self.state_names)
-        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
+        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
+                                 self)
+
+    def tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
+        """The tensor parameters as the kernels take them, in the compute dtype: one per neuron ([N], `shape`
+        being the neuron shape), one per channel, or one value ([1]); a tensor parameter left at its default as
+        one value."""
+        out = []
+        compute = compute_dtype(x.dtype)
+        for name, kind in self.tensors:
+            value = values[name]
+            if not isinstance(value, torch.Tensor):
+                value = torch.full((1,), float(value), dtype=compute, device=x.device)
+            value = value.to(compute)
+            if kind == PER_CHANNEL:
+                out.append(value.reshape(-1))
+            else:
+                out.append(value.expand(shape).reshape(_numel(shape)) if kind else value.reshape(1))
+        return out
 
     def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], numbers: Sequence[float]
                       ) -> None:
@@ -339,12 +367,13 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 # -- a call --------------------------------------------------------------------------------------------------------
 class Call:
     """One call's arguments checked, defaults filled in, and matched to its program (found in `programs`, the
-    owner's; built for this call alone under torch.compile, whose Dynamo traces the construction)."""
+    owner's, unless the caller found it there: `found`; built for this call alone under torch.compile, whose Dynamo
+    traces the construction)."""
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
                  num_inputs: int = 1, save_h: bool = True, programs: Programs | None = None,
-                 options: tuple[bool, bool, bool] = (False, False, True)):
+                 options: tuple[bool, bool, bool] = (False, False, True), found: Program | None = None):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         # asked once per call: the answer decides both the program's lookup and the op's path
@@ -353,6 +382,8 @@ class Call:
         if not self.owned:
             program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
                               eager=not self.compiling)
+        elif found is not None:  # the caller looked up the call's key in `programs`
+            program = found
         else:
             program = (programs if programs is not None else PROGRAMS).find(
                 spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
@@ -406,18 +437,7 @@ class Call:
         return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
 
     def tensor_args(self) -> list[Tensor]:
-        out = []
-        compute = compute_dtype(self.x.dtype)
-        for name, kind in self.program.tensors:
-            value = self.values[name]
-            if not isinstance(value, torch.Tensor):  # a tensor parameter left at its default
-                value = torch.full((1,), float(value), dtype=compute, device=self.x.device)
-            value = value.to(compute)
-            if kind == PER_CHANNEL:
-                out.append(value.reshape(-1))
-            else:
-                out.append(value.expand(self.shape).reshape(self.numel) if kind else value.reshape(1))
-        return out
+        return self.program.tensor_args(self.values, self.x, self.shape)
 
     def channel_sizes(self) -> list[float]:
         """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
@@ -429,8 +449,9 @@ class Call:
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
-        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of numbers only runs
-        its program's bound launch, or its native plan (which takes x in any shape of its rows)."""
+        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call whose states are numbers
+        runs its program's bound launch where the program is `bindable`, or its native plan (which takes x in any
+        shape of its rows)."""
         program = self.program
         tensors = self.tensor_args() if program.tensors else []
         states: list[Tensor]
@@ -448,15 +469,15 @@ class Call:
                                                         store_state_seq, save, final_states, list(more))
             return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
         form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial, final_states)
-        if initial and not tensors and not more and ENABLED and self.owned and self.x.is_contiguous():
+        if initial and program.bindable and not more and ENABLED and self.owned and self.x.is_contiguous():
             numbers = [*initial, *given]
             if program.launch is None:
-                program.bind(form, x, numbers, self.numel, self.x)
+                program.bind(form, x, [*initial, *tensors, *given], self.numel, self.x)
             if program.native is None and program.native_wanted and native.USE:
                 program.native_plan(form, x, len(numbers))
             if program.native is not None and native.USE:
                 return program.native_call(program.native, self.x, numbers), form.positions
-            return ops.forward_eager(form, x, [], initial, [], given, (), self.shape, program), form.positions
+            return ops.forward_eager(form, x, [], initial, tensors, given, (), self.shape, program), form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:

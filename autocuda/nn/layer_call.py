@@ -140,9 +140,10 @@ def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple |
     operator, or the program's bound launch), the kernel's scalars, the switches' and parameters' objects, which
     must be the same objects for these to hold, and whether the runner is the native operator. None where a
     parameter is not a plain attribute (a parameter, a buffer or a property, which can change without a new object
-    in the dict), the program has no bound launch, or its step draws."""
+    in the dict), the program has no bound launch, takes tensor parameters (the settled call runs numbers
+    only), or its step draws."""
     names = d["_param_names"]
-    if bound.launch is None or bound.draws or not all(name in d for name in names):
+    if bound.launch is None or bound.draws or bound.tensors or not all(name in d for name in names):
         return None  # (a call that draws takes a new seed: its scalars are not the last call's)
     native_runner = bound.native is not None and native.USE
     run, first = (native.operator("layer_call"), bound.native) if native_runner else (Program.rerun, bound)
