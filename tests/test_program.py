@@ -1,6 +1,7 @@
 """Programs (`autocuda.call.program`): a multi_step call like an earlier one runs the program built for that one (its
-bound launch, for calls whose states are numbers and whose tensor parameters hold one value each). On the host runner: every program's call equals the unbound path's
-bitwise (outputs and gradients), repeats build no program, and bad input is still refused by name on a known key."""
+bound launch, for calls whose states are numbers and whose tensor parameters hold one value each). On the host
+runner: every program's call equals the unbound path's bitwise (outputs and gradients), repeats build no program,
+and bad input is still refused by name on a known key."""
 from __future__ import annotations
 
 import functools

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -170,6 +171,38 @@ def test_an_abandoned_stage_is_stopped(monkeypatch):
         budget.bounded("<test>", "charge", endless)
     seen[0].join(CEILING)
     assert not seen[0].is_alive()
+
+
+def test_an_interruption_that_lands_in_a_finaliser_is_dropped_silently(monkeypatch):
+    """Python cannot raise an exception from a finaliser: it hands it to sys.unraisablehook, whose default prints
+    "Exception ignored in ..." on stderr. An interruption landing there is dropped without a word, and the next
+    one ends the stage."""
+    import weakref
+
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "0.05")
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    seen = []
+
+    def finalised_while_interrupted() -> None:
+        seen.append(threading.current_thread())
+        holder = type("Holder", (), {})()
+        weakref.finalize(holder, _spin_for, 0.5)  # runs at the `del`, in this thread, past the budget
+        del holder
+        _endless()
+
+    with pytest.raises(SpecError, match="budget of 0.05 s of CPU time"):
+        budget.bounded("<test>", "charge", finalised_while_interrupted)
+    seen[0].join(CEILING)
+    assert not seen[0].is_alive()
+    assert not reported, [str(r.exc_value) or r.exc_type for r in reported]
+
+
+def _spin_for(seconds: float) -> None:
+    """CPU work for `seconds` of this thread's time, one bytecode after another (an interruption can land)."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        _spin(1000)
 
 
 def test_stages_in_threads_have_their_own_budgets(monkeypatch):

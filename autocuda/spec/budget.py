@@ -293,6 +293,8 @@ class _Stage:
                     continue
 
     def _interrupt(self, worker: threading.Thread) -> None:
+        if not getattr(sys.unraisablehook, "drops_interruptions", False):
+            sys.unraisablehook = _dropping_interruptions(sys.unraisablehook)
         for _ in range(self.MAX_REPEATS):
             with self.lock:
                 if self.finished.is_set() or worker.ident is None:
@@ -301,6 +303,20 @@ class _Stage:
                 _set_async_exception(worker.ident, _Interrupted)
             if self.finished.wait(self.REPEAT):
                 return
+
+
+def _dropping_interruptions(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    """`previous` (sys.unraisablehook), less the interruptions of stages: one that lands in a finaliser, or anywhere
+    else Python cannot raise it from, is dropped there (the stage sends it again until the worker ends), and
+    Python would print it as "Exception ignored in ..." on the user's stderr."""
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, _Interrupted) or (
+                isinstance(unraisable.exc_type, type) and issubclass(unraisable.exc_type, _Interrupted)):
+            return
+        previous(unraisable)
+
+    hook.drops_interruptions = True  # type: ignore[attr-defined]
+    return hook
 
 
 class _Worker:
