@@ -3,6 +3,7 @@
 
     python -m bench.ddp --out DIR [--gpus 1,2,4] [--systems ours,ours-compiled,loop-compiled,sj]
         [--shape 4x64] [--precision float32] [--steps 20] [--ddp-optimizer ddp_optimizer]
+        [--bucket-view] [--no-sync-buffers]
 
 Each GPU count is one `torch.distributed.run --standalone --nproc_per_node=N -m bench.ddp --worker` run that
 measures every system in turn (`bench.network.measure` with the model wrapped in DDP before torch.compile, as
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,21 +36,25 @@ DDP_OPTIMIZERS = ("ddp_optimizer", "no_optimization")
 
 
 def run_systems(systems: list[str], T: int, B: int, precision: str, steps: int, device: torch.device,
-                warmup: int = network.WARMUP) -> list[dict]:
+                warmup: int = network.WARMUP, bucket_view: bool = False, sync_buffers: bool = True
+                ) -> list[dict]:
     """In a process of an initialised process group: each system's DDP training step measured on every process,
-    one row per system with the slowest process's step time and peak memory (the same rows on every process)."""
+    one row per system with the slowest process's step time and peak memory (the same rows on every process).
+    `bucket_view`: DDP's gradient_as_bucket_view; `sync_buffers`: whether each forward broadcasts the buffers
+    (BatchNorm's running statistics) from the first process (`buffer_option`)."""
     from torch.nn.parallel import DistributedDataParallel
 
     world = dist.get_world_size()
     ids = [device.index] if device.type == "cuda" else None
 
     def wrap(model: torch.nn.Module) -> torch.nn.Module:
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=bucket_view,
+                                       **buffer_option(sync_buffers))
 
     rows = []
     for system in systems:
         row: dict = {"system": system, "mode": network.mode_of(system), "gpus": world, "T": T, "B": B,
-                     "precision": precision}
+                     "precision": precision, "gradient_as_bucket_view": bucket_view, "sync_buffers": sync_buffers}
         try:
             own = network.measure(system, T, B, precision, steps, device, warmup, wrap=wrap)
             own["graphs"], own["graph_breaks"] = _dynamo_counts()
@@ -60,6 +67,16 @@ def run_systems(systems: list[str], T: int, B: int, precision: str, steps: int, 
             row["samples_per_s"] = world * B / row["step_ms"] * 1e3
         rows.append(row)
     return rows
+
+
+def buffer_option(sync: bool) -> dict[str, Any]:
+    """DDP's option that syncs the buffers at each forward: forward_sync_buffers from torch 2.13 on (which deprecates
+    broadcast_buffers; off, the buffers are still synced once, when DDP is built), else broadcast_buffers (off: never
+    synced; a model built from one seed starts with equal buffers anyway)."""
+    from torch.nn.parallel import distributed
+
+    names = inspect.signature(distributed.DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers": sync}
 
 
 def _dynamo_counts() -> tuple[int, int]:
@@ -111,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per row (default 20)")
     parser.add_argument("--ddp-optimizer", default="ddp_optimizer", choices=DDP_OPTIMIZERS,
                         help="torch._dynamo.config.optimize_ddp for the compiled systems")
+    parser.add_argument("--bucket-view", action="store_true",
+                        help="DDP's gradient_as_bucket_view=True (gradients are views of the reduction buckets)")
+    parser.add_argument("--no-sync-buffers", action="store_true",
+                        help="the buffers (BatchNorm's running statistics) synced once, not at each forward "
+                             "(DDP's forward_sync_buffers=False; broadcast_buffers=False before torch 2.13)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # a process of one run: its rows' file
     return parser
@@ -130,7 +152,8 @@ def _worker(args: argparse.Namespace) -> int:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
     try:
-        rows = run_systems(args.systems.split(","), T, B, args.precision, args.steps, device)
+        rows = run_systems(args.systems.split(","), T, B, args.precision, args.steps, device,
+                           bucket_view=args.bucket_view, sync_buffers=not args.no_sync_buffers)
         for row in rows:
             row["ddp_optimizer"] = args.ddp_optimizer
         if dist.get_rank() == 0:

@@ -452,18 +452,31 @@ def test_the_network_model_is_the_same_with_our_neuron_and_the_plain_loop():
     torch.testing.assert_close(ours(x), loop(x))
 
 
-def test_ddp_rows_wrap_the_model_and_scale_against_one_process(tmp_path):
-    """bench.ddp in a process group of one (gloo): each system trains the VGG inside DistributedDataParallel, a
-    system that fails is a row saying why; the efficiency of a row is its samples/s over N times one process's."""
+def test_ddp_rows_wrap_the_model_and_scale_against_one_process(tmp_path, monkeypatch):
+    """bench.ddp in a process group of one (gloo): each system trains the VGG inside DistributedDataParallel (with
+    the DDP options asked for), a system that fails is a row saying why; the efficiency of a row is its samples/s
+    over N times one process's."""
     import torch.distributed as dist
 
     from bench import ddp
 
+    wrapped = []
+
+    class Recorded(torch.nn.parallel.DistributedDataParallel):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            wrapped.append((self.gradient_as_bucket_view, kwargs))
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", Recorded)
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        rows = ddp.run_systems(["ours", "no-such-system"], 1, 2, "float32", 1, torch.device("cpu"), warmup=0)
+        rows = ddp.run_systems(["ours", "no-such-system"], 1, 2, "float32", 1, torch.device("cpu"), warmup=0,
+                               bucket_view=True, sync_buffers=False)
     finally:
         dist.destroy_process_group()
+    assert len(wrapped) == 1 and wrapped[0][0]  # DDP's options reach the model; the unknown system builds none
+    assert ddp.buffer_option(False).items() <= wrapped[0][1].items()
+    assert rows[0]["gradient_as_bucket_view"] and not rows[0]["sync_buffers"]
     assert rows[0]["gpus"] == 1 and rows[0]["samples_per_s"] == pytest.approx(2e3 / rows[0]["step_ms"])
     assert "KeyError" in rows[1]["skipped"]
     two = {**rows[0], "gpus": 2, "samples_per_s": 1.8 * rows[0]["samples_per_s"]}
