@@ -1,10 +1,11 @@
 """A noisy LIF's kernels against the noiseless LIF's (issue 46: within 10% of its time), and the generator alone.
 
-The noisy LIF is LIF with `sigma * randn()` in its charge (sigma learnable, docs/spec-format.md "Random draws"): each
-neuron-step makes one Philox4x32-10 call and a Box-Muller transform in the kernel, forward and again in backward,
-and moves no more bytes than LIF. Rows: inference (forward, no gradient) and training (forward + backward of the
-spikes), per dtype, at (T, N); the ratio noisy / noiseless; and the generator's own rate (`noise.DrawKernel`,
-normal draws per second in float and double).
+The noisy LIF is LIF with `sigma * randn()` in its charge (sigma learnable, docs/spec-format.md "Random draws"): the
+kernels' time loop makes a Philox4x32-10 call every four steps (two in float64) and a Box-Muller transform every two
+per neuron, forward and again in backward, and moves no more bytes than LIF. Rows: inference (forward, no gradient)
+and training (forward + backward of the spikes), per dtype, at (T, N); the ratio noisy / noiseless; and the
+generator's own rate making one draw per call (`noise.DrawKernel`: a Philox call and a transform each; normal draws
+per second in float and double).
 
     python -m bench.noise [--steps 8] [--neurons 8388608] [--dtypes float32,bfloat16] [--quick] [--out DIR]
 
@@ -83,7 +84,7 @@ def table(result: dict) -> str:
              f"{'dtype':<10} {'mode':<10} {'T':>3} {'N':>9} {'lif ms':>9} {'noisy ms':>9} {'ratio':>6}"]
     lines += [f"{r['dtype']:<10} {r['mode']:<10} {r['steps']:>3} {r['neurons']:>9} {r['lif_ms']:>9.3f} "
               f"{r['noisy_lif_ms']:>9.3f} {r['ratio']:>6.3f}" for r in result["rows"]]
-    lines += ["generator alone (normal draws):"]
+    lines += ["generator alone (normal draws, one a call: a Philox call and a transform each):"]
     lines += [f"  {g['precision']:<7} {g['draws']:>10} draws {g['ms']:>8.3f} ms  {g['draws_per_s'] / 1e9:.1f} G/s"
               for g in result["generator"]]
     return "\n".join(lines)

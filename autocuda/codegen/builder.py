@@ -23,7 +23,7 @@ from ..toolchain.cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
 from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
 from .ckernel import CParam
 from .dtypes import fill
-from .noise import draw_function
+from .noise import cached_draw_function, draw_function
 from .options import KernelOptions, KernelPlan, Statement, Transfer
 from .printer import CudaPrinter
 
@@ -146,12 +146,16 @@ class Builder:
         if self.native:
             raise ValueError("a step with random draws (randn(), rand()) runs in float arithmetic: native packed "
                              "arithmetic (native=True) makes no draws")
-        self.plan.draws = "double" if self.compute.name == "float64" else "float"
-        step = "ac_step0 + t" if self.multi else "ac_step0"
+        precision = self.plan.draws = "double" if self.compute.name == "float64" else "float"
         for i, draw in enumerate(draws):
             self.printer.names[draw.symbol] = draw.symbol.name
-            self.statement(draw.symbol.name, f"{draw_function(draw.kind, self.plan.draws)}(ac_n0 + lane, {step}, "
-                                             f"{draw.site}u, ac_seed_lo, ac_seed_hi)",
+            if self.multi:  # a time loop keeps each site's group of draws per lane (`noise.cached_draw_function`)
+                cache = f"ac_draw_cache{draw.site}"
+                self.plan.draw_caches.append(cache)
+                call = f"{cached_draw_function(draw.kind, precision)}({cache}[lane], ac_n0 + lane, ac_step0 + t, "
+            else:
+                call = f"{draw_function(draw.kind, precision)}(ac_n0 + lane, ac_step0, "
+            self.statement(draw.symbol.name, f"{call}{draw.site}u, ac_seed_lo, ac_seed_hi)",
                            comment="random draws" if i == 0 else "")
 
     def param_gradient(self, param: sp.Symbol, register: str) -> Transfer:

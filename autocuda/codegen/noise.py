@@ -1,27 +1,33 @@
 """Random draws for specs: Philox4x32-10 and its uniform and normal transforms, the same bits in torch and in C.
 
 A draw is one number per (neuron, step, call site) of a spec's step (`randn()`, `rand()`: docs/spec-format.md).
-It is made by a counter-based generator, so any thread may make any draw without a state to carry:
+It is made by a counter-based generator, so any thread may make any draw without a state to carry. One Philox call
+serves a group of consecutive steps (G = 4 in float arithmetic, 2 in double: every bit of its four words is used):
 
-    words = Philox4x32-10(counter = (neuron & 0xffffffff, neuron >> 32, step, site), key = (seed lo, seed hi))
+    words = Philox4x32-10(counter = (neuron & 0xffffffff, neuron >> 32, (step >> log2 G) mod 2**32, site),
+                          key = (seed lo, seed hi))
 
-`step` is the call's first step (its offset) plus t, modulo 2**32; `seed` is 64 bits. The transforms use the
-words as follows, in the arithmetic type of the kernel (float for float32, float16 and bfloat16; double for
-float64):
+`step` is the call's first step (its offset) plus t; the step's place in its group is k = step mod G. The words
+give G integers, in the arithmetic type of the kernel (float for float32, float16 and bfloat16; double for float64):
+float: integer i = w[i] >> 8 (24 bits); double: integer i = (w[2i] >> 5)·2^26 + (w[2i + 1] >> 6) (53 bits). Then:
 
-- uniform [0, 1): float: (w0 >> 8)·2^-24; double: ((w0 >> 5)·2^26 + (w1 >> 6))·2^-53 (exact);
-- normal: Box-Muller's z = sqrt(-2 log u1)·cos(2π u2), u1 in (0, 1] (the uniform's integer + 1) from w0 (and w1),
-  u2 from w1 (float) or w2, w3 (double). The cosine's argument is reduced exactly on u2's integer (quadrant,
-  then folded to [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
+- uniform [0, 1): integer k · 2^-bits (exact);
+- normal: Box-Muller on the group's pair p = k >> 1: r = sqrt(-2 log u1) with u1 = (integer 2p + 1)·2^-bits in
+  (0, 1], and the turn j = integer 2p + 1; the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits) for
+  odd k (the pair's two independent normals). The angle is reduced exactly on j (quadrant, then folded to
+  [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
   2s·Σ s^2k/(2k+1), s = (m-1)/(m+1).
+
+A kernel's time loop keeps each call site's group (its words, and the pair it last transformed) per neuron, so a
+Philox call serves G steps and a Box-Muller transform two, in either direction (`cached_draw_function`).
 
 Bitwise the same on the host runner, on any GPU and in torch: only integer operations, frexp (exact) and correctly
 rounded + - * / and sqrt, each rounded on its own (no contraction into fused multiply-adds: the C uses the `_rn`
 intrinsics on the GPU and the host runner compiles with -ffp-contract=off; torch runs one operation per kernel, and
 takes the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
 Accuracy (tests/test_noise.py, against float64 math): log within 8 units of 2^-24 (float) or 2^-53 (double)
-relative to |log u| (measured 3.3 and 4.2), cos within 8 such units of 1 (measured 1.5 and 6): a normal draw is
-within a few units in the last place of exact Box-Muller of the same uniforms.
+relative to |log u| (measured 3.3 and 4.2), cos and sin within 8 such units of 1 (measured 1.5 and 6): a normal draw
+is within a few units in the last place of exact Box-Muller of the same uniforms.
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ from .dtypes import get_dtype
 from .render import render
 
 __all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
-           "DrawKernel", "Seed", "step_values", "draw_function", "using_generator"]
+           "DrawKernel", "Seed", "step_values", "draw_function", "cached_draw_function", "draw_cache_type",
+           "draw_cache_init", "using_generator"]
 
 KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
 _MASK = 0xFFFFFFFF
@@ -97,6 +104,11 @@ class Precision:
     bits: int                      # bits of a uniform's integer: 24 or 53
     log_terms: int                 # terms of the series of log(m)
     trig_terms: int                # terms of the Taylor series of cos and sin
+    group_shift: int               # log2 of the steps one Philox call serves: its words hold 4 (float) or 2 integers
+
+    @property
+    def group(self) -> int:
+        return 1 << self.group_shift
 
     def rounded(self, value: float | Fraction) -> float:
         return float(np.float32(float(value))) if self.name == "float" else float(value)
@@ -142,8 +154,8 @@ def _clear_low_bits(value: float, precision: Precision) -> float:
     return math.ldexp(math.floor(math.ldexp(mantissa, keep)), exponent - keep)
 
 
-PRECISIONS = {"float": Precision("float", torch.float32, 24, 6, 7),
-              "double": Precision("double", torch.float64, 53, 12, 10)}
+PRECISIONS = {"float": Precision("float", torch.float32, 24, 6, 7, 2),
+              "double": Precision("double", torch.float64, 53, 12, 10, 1)}
 
 
 def precision_of(dtype: torch.dtype | str) -> Precision:
@@ -152,11 +164,20 @@ def precision_of(dtype: torch.dtype | str) -> Precision:
 
 
 # -- the transforms in torch, operation for operation as the C ------------------------------------------------------
-def _uniform_integer(words: tuple[torch.Tensor, ...], first: int, p: Precision) -> torch.Tensor:
-    """The uniform's integer j in [0, 2^bits) from words[first] (float) or words[first], words[first + 1] (double)."""
+def _integer(words: tuple[torch.Tensor, ...], index: int, p: Precision) -> torch.Tensor:
+    """Integer `index` (in [0, 2^bits)) of a group's words: words[index] (float) or words[2 index], words[2 index + 1]
+    (double)."""
     if p.bits == 24:
-        return words[first] >> 8
-    return ((words[first] >> 5) << 26) | (words[first + 1] >> 6)
+        return words[index] >> 8
+    return ((words[2 * index] >> 5) << 26) | (words[2 * index + 1] >> 6)
+
+
+def _chosen(k: torch.Tensor, values: list[torch.Tensor]) -> torch.Tensor:
+    """values[k] elementwise."""
+    out = values[-1]
+    for i in reversed(range(len(values) - 1)):
+        out = torch.where(k == i, values[i], out)
+    return out
 
 
 def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
@@ -179,8 +200,8 @@ def _log(u: torch.Tensor, p: Precision) -> torch.Tensor:
     return e * hi + (e * lo + (s + s) * series)
 
 
-def _cos_turns(j: torch.Tensor, p: Precision) -> torch.Tensor:
-    """cos(2π j 2^-bits) for integers j in [0, 2^bits), as the C's ac_cos_turns."""
+def _cos_sin_turns(j: torch.Tensor, p: Precision) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of 2π j 2^-bits for integers j in [0, 2^bits), as the C's ac_draw_cos_sin_turns."""
     quarter = 1 << (p.bits - 2)
     quadrant, r = j >> (p.bits - 2), j & (quarter - 1)
     folded = r > quarter // 2
@@ -189,8 +210,8 @@ def _cos_turns(j: torch.Tensor, p: Precision) -> torch.Tensor:
     x = a * a
     cos_a, sin_a = _horner(x, p.cos_series), a * _horner(x, p.sin_series)
     cos_t, sin_t = torch.where(folded, sin_a, cos_a), torch.where(folded, cos_a, sin_a)
-    return torch.where(quadrant == 0, cos_t, torch.where(quadrant == 1, -sin_t,
-                                                         torch.where(quadrant == 2, -cos_t, sin_t)))
+    return (_chosen(quadrant, [cos_t, -sin_t, -cos_t, sin_t]),   # 2π j 2^-bits = quadrant·π/2 + a
+            _chosen(quadrant, [sin_t, cos_t, -sin_t, -cos_t]))
 
 
 def _sqrt(x: torch.Tensor) -> torch.Tensor:
@@ -205,15 +226,18 @@ def _uniform(j: torch.Tensor, p: Precision) -> torch.Tensor:
     return j.to(p.torch_dtype) * math.ldexp(1.0, -p.bits)
 
 
-def transform(kind: str, words: tuple[torch.Tensor, ...], p: Precision) -> torch.Tensor:
-    """A draw of `kind` from Philox's four words, in precision `p`."""
+def transform(kind: str, words: tuple[torch.Tensor, ...], k: torch.Tensor, p: Precision) -> torch.Tensor:
+    """The draw of `kind` at place k (step mod G) of the group whose Philox words are `words`, in precision `p`."""
     if kind == "uniform":
-        return _uniform(_uniform_integer(words, 0, p), p)
+        return _uniform(_chosen(k, [_integer(words, i, p) for i in range(p.group)]), p)
     if kind != "normal":
         raise ValueError(f"unknown kind of draw {kind!r}; expected one of {KINDS}")
-    u1 = _uniform(_uniform_integer(words, 0, p) + 1, p)
-    radius = _sqrt(_log(u1, p) * -2.0)
-    return radius * _cos_turns(_uniform_integer(words, 1 if p.bits == 24 else 2, p), p)
+    pair = k >> 1
+    first = _chosen(pair, [_integer(words, 2 * q, p) for q in range(p.group // 2)])
+    turn = _chosen(pair, [_integer(words, 2 * q + 1, p) for q in range(p.group // 2)])
+    radius = _sqrt(_log(_uniform(first + 1, p), p) * -2.0)
+    cos, sin = _cos_sin_turns(turn, p)
+    return radius * torch.where((k & 1) == 0, cos, sin)
 
 
 def draws(kind: str, seed: int, neurons: torch.Tensor | int, step: torch.Tensor | int, site: int,
@@ -221,11 +245,14 @@ def draws(kind: str, seed: int, neurons: torch.Tensor | int, step: torch.Tensor 
     """The draws of call site `site` for neuron indices `neurons` at `step` (broadcast against each other), in the
     arithmetic type of `dtype` (float64 for float64, else float32): what a kernel of that dtype draws."""
     p = precision_of(dtype)
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of draw {kind!r}; expected one of {KINDS}")
+    key = seed_words(seed)
     n = torch.as_tensor(neurons, dtype=torch.int64)
     t = torch.as_tensor(step, dtype=torch.int64, device=n.device)
     n, t = torch.broadcast_tensors(n, t)
-    counter = (n & _MASK, n >> 32, t & _MASK, torch.full_like(n, site & _MASK))
-    return transform(kind, philox4x32_10(counter, seed_words(seed)), p)
+    counter = (n & _MASK, n >> 32, (t >> p.group_shift) & _MASK, torch.full_like(n, site & _MASK))
+    return transform(kind, philox4x32_10(counter, key), t & (p.group - 1), p)
 
 
 def draw(kind: str, seed: int, neuron: int, step: int, site: int, dtype: torch.dtype | str = torch.float32) -> float:
@@ -236,6 +263,20 @@ def draw(kind: str, seed: int, neuron: int, step: int, site: int, dtype: torch.d
 def draw_function(kind: str, precision: str) -> str:
     """The C function (of `c_source(precision)`) making a draw of `kind`: (neuron, step, site, seed lo, seed hi)."""
     return f"ac_draw_{kind}_{precision[0]}"
+
+
+def cached_draw_function(kind: str, precision: str) -> str:
+    """The C function making the same draw through a time loop's cache of one call site and neuron (its first
+    argument, a `draw_cache_type`, initialised by `draw_cache_init`): (cache, neuron, step, site, seed lo, seed hi)."""
+    return f"ac_draw_{kind}_cached_{precision[0]}"
+
+
+def draw_cache_type(precision: str) -> str:
+    return f"ac_draw_cache_{precision[0]}"
+
+
+def draw_cache_init(precision: str) -> str:
+    return f"ac_draw_cache_init_{precision[0]}"
 
 
 @functools.lru_cache(maxsize=4)
@@ -250,7 +291,7 @@ def c_source(precision: str) -> str:
                   log_series=[lit(c) for c in p.log_series], cos_series=[lit(c) for c in p.cos_series],
                   sin_series=[lit(c) for c in p.sin_series], ln2_hi=lit(hi), ln2_lo=lit(lo),
                   sqrt_half=lit(p.sqrt_half), angle_step=lit(p.angle_step), one=lit(1.0), two=lit(2.0),
-                  minus_two=lit(-2.0), unit=lit(math.ldexp(1.0, -p.bits)))
+                  minus_two=lit(-2.0), unit=lit(math.ldexp(1.0, -p.bits)), group=p.group, shift=p.group_shift)
 
 
 class DrawKernel(CKernel1D):

@@ -182,6 +182,7 @@ class KernelPlan:
     replay_loads: list[Transfer] = field(default_factory=list)
     replay_body: list[Statement] = field(default_factory=list)
     draws: str = ""  # the arithmetic ("float", "double") of the step's random draws; "" where it makes none
+    draw_caches: list[str] = field(default_factory=list)  # per call site of a time loop: its groups' cache, per lane
 
 
 def replay_steps(derivation: Derivation, options: KernelOptions) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..toolchain.code import Code
 from .broadcast import CHANNEL_RUN, channel_run
+from .noise import draw_cache_init, draw_cache_type
 from .options import VECTOR_CTYPES, KernelOptions, KernelPlan, Statement, Transfer, pair_copies
 
 _ROW = "const long long ac_row = t * N + ac_n0;"
@@ -84,6 +85,10 @@ class BodyWriter:
         for name in plan.histories:
             code.line(f"{self.compute_t} {name}[{plan.segment}][{self.words}];  // per step of a segment, kept by "
                       "its replay")
+        for cache in plan.draw_caches:
+            code.line(f"{draw_cache_type(plan.draws)} {cache}[{self.words}];  // a call site's draws, per lane")
+            code.line("#pragma unroll")
+            code.line(f"for (int lane = 0; lane < {self.words}; ++lane) {draw_cache_init(plan.draws)}({cache}[lane]);")
         for constant in plan.constants:
             code.line(f"// {constant.comment}")
             code.line(f"const {self.compute_t} {constant.target} = {constant.value};")
