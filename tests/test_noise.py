@@ -40,13 +40,15 @@ def draw_kernels():
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("kind", noise.KINDS)
 def test_host_runner_equals_torch_bitwise(draw_kernels, kind, precision):
-    """Neuron indices past 2^32 (the counter's second word), a step past 2^32 (taken modulo 2^32) and the largest
-    seed: the C and the torch reference give the same bits."""
+    """Neuron indices past 2^32 (the counter's second word), steps whose group is past 2^32 (taken modulo 2^32) at
+    an odd and an even place in their group (a sine and a cosine draw; in float the second pair of the group), and
+    the largest seed: the C and the torch reference give the same bits."""
     dtype, _ = PRECISIONS[precision]
-    count, first, step, seed = 20000, 2**32 - 7000, 2**32 + 5, 2**64 - 1
-    got = draw_kernels[kind, precision].draws(seed, count, step=step, site=3, neuron0=first, backend="host")
-    expected = noise.draws(kind, seed, torch.arange(count) + first, step, 3, dtype)
-    assert torch.equal(bits(got), bits(expected))
+    count, first, seed = 20000, 2**32 - 7000, 2**64 - 1
+    for step in (2**34 + 5, 2**34 + 2):
+        got = draw_kernels[kind, precision].draws(seed, count, step=step, site=3, neuron0=first, backend="host")
+        expected = noise.draws(kind, seed, torch.arange(count) + first, step, 3, dtype)
+        assert torch.equal(bits(got), bits(expected))
 
 
 def test_streams_are_independent_of_each_other():
