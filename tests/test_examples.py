@@ -71,6 +71,18 @@ def test_train_digits_with_a_new_spec_file(tmp_path: Path, run) -> None:
     assert "test accuracy" in out
 
 
+def test_train_vgg_ddp_quick(run) -> None:
+    """The DDP example as a process group of one (gloo): it trains, prints rank 0's test accuracy and leaves no
+    process group behind."""
+    pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install -e '.[examples]')")
+    import torch.distributed as dist
+
+    out = run("train_vgg_ddp.py", "--cpu", "--epochs", "1", "--quick", "--steps", "2")
+    assert out.startswith("epoch 1: 1 process(es), train loss ")
+    assert 0.0 <= float(out.split("test accuracy ")[1].split(",")[0]) <= 1.0
+    assert not dist.is_initialized()
+
+
 def test_flexsn_lif(run) -> None:
     pytest.importorskip("spikingjelly", reason="the example's core is SpikingJelly's (its surrogate module)")
     out = run("flexsn_lif.py", "--steps", "30")
