@@ -12,8 +12,8 @@ give G integers, in the arithmetic type of the kernel (float for float32, float1
 float: integer i = w[i] >> 8 (24 bits); double: integer i = (w[2i] >> 5)·2^26 + (w[2i + 1] >> 6) (53 bits). Then:
 
 - uniform [0, 1): integer k · 2^-bits (exact);
-- normal: Box-Muller on the group's pair p = k >> 1: r = sqrt(-2 log u1) with u1 = (integer 2p + 1)·2^-bits in
-  (0, 1], and the turn j = integer 2p + 1; the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits) for
+- normal: Box-Muller on the group's pair p = k >> 1: r = sqrt(-2 log u1) with u1 = (1 + integer 2p)·2^-bits in
+  (0, 1], and the turn j = integer (2p + 1); the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits) for
   odd k (the pair's two independent normals). The angle is reduced exactly on j (quadrant, then folded to
   [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
   2s·Σ s^2k/(2k+1), s = (m-1)/(m+1).
