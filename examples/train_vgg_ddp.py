@@ -16,7 +16,7 @@ What each process does (docs/distributed.md): it takes its GPU before anything e
 model (one seed everywhere), wraps it in DistributedDataParallel with `gradient_as_bucket_view=True` (the
 gradients are views of the buckets DDP reduces: no copies), resets the neuron states before every batch, and
 trains on its slice of each batch; DDP averages the gradients. `--compile` compiles the DDP model with
-`mode="reduce-overhead"` on GPUs (CUDA graphs: the fastest of our DDP models, `bench/results/...-ddp-reduce-overhead`).
+`mode="reduce-overhead"` on GPUs (CUDA graphs: the fastest of our DDP models, docs/distributed.md "Which to pick").
 Rank 0 evaluates and prints.
 """
 from __future__ import annotations
