@@ -1,6 +1,7 @@
-"""autocuda.spec.flat: an expression lowered to a flat program evaluates, without sympy, to exactly what
-`torch_eval.evaluate` gives for the expression (dtype, values, nan and inf included); a program read back is
-checked instruction by instruction; FlexSN keeps its expression outputs' programs on disk."""
+"""autocuda.spec.flat: an expression lowered to a flat program evaluates, without sympy, to exactly what the walk
+over the expression (`torch_eval.walk`) gives (dtype, values, nan and inf included), and `torch_eval.evaluate` runs
+the program outside a torch.compile trace; a program read back is checked instruction by instruction; FlexSN keeps
+its expression outputs' programs on disk."""
 from __future__ import annotations
 
 import math
@@ -17,7 +18,7 @@ from autocuda.nn import FlexSN, flexsn
 from autocuda.spec import flat
 from autocuda.spec.parse import parse_expression
 from autocuda.spec.surrogate import Sigmoid
-from autocuda.spec.torch_eval import evaluate, lower
+from autocuda.spec.torch_eval import evaluate, lower, walk
 from autocuda.toolchain import store
 
 NAMES = ("x", "v", "s", "p")
@@ -67,8 +68,9 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> None:
 def _check_text(text: str, kind: str) -> None:
     expr = parse_expression(text, SYMBOLS)
     values = _values(kind)
-    expected = evaluate(expr, {SYMBOLS[n]: v for n, v in values.items()})
+    expected = walk(expr, {SYMBOLS[n]: v for n, v in values.items()})
     _same(flat.run(flat.from_json(flat.to_json(lower(expr)), NAMES), values), expected)
+    _same(evaluate(expr, {SYMBOLS[n]: v for n, v in values.items()}), expected)  # which runs the program
 
 
 # Every operation of the language alone, on tensors and on numbers.
@@ -95,6 +97,30 @@ def test_a_lowered_program_evaluates_as_the_expression(text: str, kind: str) -> 
     _check_text(text, kind)
 
 
+def test_evaluate_runs_the_lowered_program_once_lowered_and_walks_under_a_trace(monkeypatch) -> None:
+    """Outside a trace `evaluate` lowers an expression once and runs its program (the walk is not taken); under a
+    torch.compile trace it walks; a missing value is named by the walk either way."""
+    from autocuda.spec import torch_eval
+
+    x, v = SYMBOLS["x"], SYMBOLS["v"]
+    expr = sympy.exp(x * v) + sympy.Max(x, v)
+    values = {x: torch.linspace(-1, 1, 5, dtype=torch.float64), v: 0.25}
+    expected = walk(expr, values)
+    walked: list[int] = []
+    original = torch_eval._Walker.eval
+    monkeypatch.setattr(torch_eval._Walker, "eval", lambda self, e: walked.append(1) or original(self, e))
+    torch_eval._lowered.cache_clear()
+    _same(evaluate(expr, values), expected)
+    _same(evaluate(expr, values), expected)
+    assert not walked and torch_eval._lowered.cache_info().misses == 1
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    _same(evaluate(expr, values), expected)
+    assert walked
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="no value given for symbol v"):
+        evaluate(expr, {x: values[x]})
+
+
 def test_numbers_and_logic_round_trip_exactly() -> None:
     x, v = SYMBOLS["x"], SYMBOLS["v"]
     expr = sympy.Piecewise((sympy.Rational(1, 3) * x, sympy.And(x > 0, sympy.Not(v < 1))),
@@ -103,7 +129,7 @@ def test_numbers_and_logic_round_trip_exactly() -> None:
     program = lower(expr)
     values = _values("finite")
     _same(flat.run(flat.from_json(flat.to_json(program), NAMES), values),
-          evaluate(expr, {SYMBOLS[n]: u for n, u in values.items()}))
+          walk(expr, {SYMBOLS[n]: u for n, u in values.items()}))
 
 
 @pytest.mark.parametrize("program, problem", [
@@ -177,7 +203,7 @@ def test_a_layer_output_expression_is_kept_as_a_program(threshold_related: bool,
     after = {s.name: torch.randn(4, 6, dtype=torch.float64) for s in spec.states}
     params = {p.name: (None if p.name == "v_reset" else float(p.default)) for p in spec.params}
     parsed = spec.parsed()
-    expected = evaluate(parsed.expand(parsed.output), {
+    expected = walk(parsed.expand(parsed.output), {
         **dict(zip(parsed.inputs, (x,))), parsed.s: spike,
         **{symbol: after[n] for n, symbol in parsed.state_symbols.items()},
         **{symbol: 0.0 if params[n] is None else params[n] for n, symbol in parsed.param_symbols.items()}})

@@ -2,7 +2,9 @@
 
 A table-driven walk over the sympy tree (no lambdify: it would exec generated Python text). Tensors keep
 their dtype and broadcast; Python floats stay scalars so they do not promote a float16 tensor to float32.
-Subexpressions are memoised per call, so common subexpressions are computed once.
+Subexpressions are memoised per call, so common subexpressions are computed once. Outside a torch.compile trace an
+expression is lowered once (`lower`) and its flat program run (`spec.flat.run`: the same operations in the same
+order, without the walk's per-node dispatch); a trace takes the walk.
 """
 from __future__ import annotations
 
@@ -16,14 +18,14 @@ import torch
 from mpmath.libmp import to_float  # type: ignore[import-untyped]
 from sympy.codegen.cfunctions import expm1
 
-from .flat import Evaluation, Program
+from .flat import Evaluation, Program, run, symbols_of
 from .flat import maximum as _maximum
 from .flat import minimum as _minimum
 from .flat import reciprocal as _reciprocal
 from .flat import scalar_of as _scalar
 from .flat import sign as _sign
 
-__all__ = ["evaluate", "prepare_expression", "lower"]
+__all__ = ["evaluate", "walk", "prepare_expression", "lower"]
 
 Value = Union[torch.Tensor, float, bool]  # noqa: UP007 - used at runtime on py3.10 too
 
@@ -35,6 +37,20 @@ def evaluate(expr: sympy.Basic, values: Mapping[sympy.Symbol, torch.Tensor | flo
     between a spec's parse and its derivation), and torch.compile looks sympy objects up in a dict by identity,
     so a lookup by object would find the value in eager mode and miss it in a compiled one."""
     named = {symbol.name: value for symbol, value in values.items()}
+    if not torch.compiler.is_compiling():  # (Dynamo traces the walk: it does not look up a cache keyed by sympy)
+        lowered = _lowered(expr)
+        if lowered is not None and lowered[1] <= named.keys():  # else the walk names what is missing
+            return run(lowered[0], named)  # the same torch operations in the same order (tests/test_flat.py)
+    return _walk(expr, named)
+
+
+def walk(expr: sympy.Basic, values: Mapping[sympy.Symbol, torch.Tensor | float]) -> torch.Tensor:
+    """`evaluate` by the walk over the tree alone (what a torch.compile trace takes; the definition that lowered
+    programs are held to)."""
+    return _walk(expr, {symbol.name: value for symbol, value in values.items()})
+
+
+def _walk(expr: sympy.Basic, named: Mapping[str, torch.Tensor | float]) -> torch.Tensor:
     tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors], torch.bool)
     if not dtype.is_floating_point:  # all-integer or no tensor inputs: compute in torch's default float
@@ -44,6 +60,17 @@ def evaluate(expr: sympy.Basic, values: Mapping[sympy.Symbol, torch.Tensor | flo
     if isinstance(result, torch.Tensor):
         return result if result.is_floating_point() or result.dtype == torch.bool else result.to(dtype)
     return torch.tensor(result, dtype=torch.bool if isinstance(result, bool) else dtype, device=device)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lowered(expr: sympy.Basic) -> tuple[Program, frozenset[str]] | None:
+    """`expr` lowered once (`lower`), with the names it reads: evaluating its program skips the walk's per-node
+    dispatch and sympy lookups; None where a node cannot be evaluated (the walk then raises, naming it)."""
+    try:
+        program = lower(expr)
+    except TypeError:
+        return None
+    return program, frozenset(symbols_of(program))
 
 
 def prepare_expression(expr: sympy.Basic) -> sympy.Basic:
