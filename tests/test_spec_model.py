@@ -174,6 +174,18 @@ def test_load_by_path(tmp_path):
     assert load_spec("ParametricLIF").name == "parametric_lif"
 
 
+def test_the_shipped_specs_are_listed_once_a_process(monkeypatch):
+    """A spec loaded by name does not list the package's spec folder again (a glob and a sort per layer built)."""
+    from pathlib import Path
+
+    load_spec("lif")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the shipped specs were listed again")
+    monkeypatch.setattr(Path, "glob", refuse)
+    assert load_spec("Izhikevich").name == "izhikevich" and load_spec("lif").name == "lif"
+
+
 def test_new_neuron_in_fifteen_lines_of_toml(tmp_path):
     text = """\
         doc = "Resonate-and-fire: a damped oscillator (v, u) that fires near the peak of v"

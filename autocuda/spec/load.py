@@ -83,7 +83,10 @@ def _load_path(path: Path, source: str) -> NeuronSpec:
     return _load_file(path.resolve(), source, (stat.st_mtime_ns, stat.st_size))
 
 
+@functools.cache
 def _shipped() -> dict[str, Path]:
+    """The shipped specs' files by name key, listed once a process (the folder is part of the package; a file's
+    contents are read again when it changes: `_load_path`)."""
     return {_key(p.stem): p for p in sorted(resource_dir("neuron_specs").glob("*.toml"))}
 
 
