@@ -6,7 +6,9 @@ expression: each subtree is walked once per level above it. Where a large subexp
 that walk is most of the work, and the subexpression's derivative is 0 wherever it stands. So each subexpression
 free of the variable of at least STAND_IN_NODES nodes stands in as a symbol of its own while sympy differentiates,
 and is put back after: the derivative is the same, term for term (sympy treats a symbol and a subexpression free of
-the variable alike), and without such subexpressions `diff` runs as it is.
+the variable alike), and without such subexpressions `diff` runs as it is. A stand-in is real, as every value of a
+kernel is: where sympy cannot tell that a constant is real (a square root of a difference), its own derivative of
+|x + c| holds re(c); the stand-in's is the same with re(c) = c and im(c) = 0 (no re or im reaches a printer).
 """
 from __future__ import annotations
 
