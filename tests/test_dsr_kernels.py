@@ -84,3 +84,16 @@ def test_the_kernels_run_host_calls_and_leave_the_rest_to_torch(monkeypatch: pyt
     assert dsr.backward(x, torch.ones_like(x), v_th, [1.0] * 3, 1.0, 4.0, False, "host") is None  # T weights
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # a trace: Dynamo would stop at the launch
     assert dsr.scaled_spikes(spikes, v_th, 4.0, "host") is None
+
+
+def test_the_if_output_is_written_by_its_spike_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DSRIFNode's forward on the kernels: the `dsr` spec's kernels write its output, s v_threshold, in place of the
+    spike (no output kernel reads the spikes back), equal to the composition; the LIF's output (s v_threshold /
+    delta_t) takes the output kernel."""
+    x = inputs(DSRIFNode, F64)[0]
+    expected = DSRIFNode(T=8, v_threshold=0.75, backend="torch").to(F64)(x)
+    monkeypatch.setattr(dsr, "scaled_spikes", lambda *args: pytest.fail("the IF's output took the output kernel"))
+    out = DSRIFNode(T=8, v_threshold=0.75, backend="host").to(F64)(x)
+    assert torch.equal(out, expected) and int((out == 0.75).sum()) > 0
+    with pytest.raises(pytest.fail.Exception, match="output kernel"):
+        layer(DSRLIFNode, "host", F64)(inputs(DSRLIFNode, F64)[0])

@@ -10,13 +10,15 @@ time-sum where the input's mean exceeds v_threshold. The LIF weights both means 
 exp(-(T - t) delta_t / tau) (SpikingJelly's `weight_rate_spikes`).
 
 A gradient rule over the whole sequence is not a recurrence, which the spec language describes: the forward is
-the `dsr` spec (on the generated kernels for CUDA tensors), the backward a torch composition (a few reductions
-over time) in an autograd function; with SpikingJelly's
+the `dsr` spec (on the generated kernels for CUDA tensors, the IF's writing its output), the backward the rate rule's
+kernel (`call.dsr`) or a torch composition (a few reductions over time) in an autograd function; with SpikingJelly's
 constructors, checks (as `ValueError`s naming the argument), parameter (`v_threshold`, a 0-d `nn.Parameter`
 when `v_threshold_training`) and results. The outputs keep the input's dtype (SpikingJelly's are float32).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -25,6 +27,9 @@ from torch import nn
 
 from ..call import dsr
 from ..call import functional as F
+from ..call.mixing import kernel_backend
+from ..runtime.configs import spec_ref
+from ..spec.load import load_spec
 from .layer_call import BACKENDS
 from .memory import Memories, MemoryBase, MultiStepOnly
 
@@ -70,13 +75,21 @@ def _weighted_rate(seq: torch.Tensor, tau: float, delta_t: float) -> torch.Tenso
 
 
 def _spikes(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, decay: float, gain: float,
-            backend: str | None) -> torch.Tensor:
+            backend: str | None, spec: str = "dsr") -> torch.Tensor:
     """The forward's spikes (0 or 1), from the `dsr` spec (by default the generated kernels for CUDA tensors, the
-    reference elsewhere); no final state is kept (each call starts at v = 0)."""
+    reference elsewhere); no final state is kept (each call starts at v = 0). With `spec` the variant of `dsr` whose
+    kernels write its output in place of the spike (`_written_dsr`; kernels only), s v_threshold."""
     steps = x_seq.shape[0]
-    spikes, _, _ = F.multi_step("dsr", x_seq.reshape(steps, -1), decay=decay, gain=gain, v_threshold=v_threshold,
+    spikes, _, _ = F.multi_step(spec, x_seq.reshape(steps, -1), decay=decay, gain=gain, v_threshold=v_threshold,
                                 alpha=alpha, final_states=False, backend=BACKENDS[backend])
     return spikes.view(x_seq.shape)
+
+
+@functools.cache
+def _written_dsr() -> str:
+    """The `dsr` spec as the variant whose forward kernels write its output, s v_threshold, in place of the spike:
+    the IF's output without a spike tensor written and read back."""
+    return spec_ref(dataclasses.replace(load_spec("dsr"), writes_output=True))
 
 
 def _output(spikes: torch.Tensor, v_th: torch.Tensor, divisor: float, backend: str | None) -> torch.Tensor:
@@ -95,6 +108,8 @@ class _DSRIF(torch.autograd.Function):
         ctx.steps, ctx.grad_scale = steps, grad_scale
         ctx.backend = backend
         v_th = v_threshold.to(x_seq.dtype)
+        if kernel_backend(x_seq, BACKENDS[backend]) is not None:  # the output s v_threshold in one launch
+            return _spikes(x_seq, v_th, alpha, 1.0, 1.0, backend, _written_dsr())
         return _output(_spikes(x_seq, v_th, alpha, 1.0, 1.0, backend), v_th, 1.0, backend)
 
     @staticmethod
