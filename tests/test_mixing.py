@@ -4,6 +4,7 @@ dtype: the same spikes, and the gradients of x, the weights and the biases; wher
 `fire` says so (None) and the layers compose torch ops."""
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from conftest import compile_launched
 
 from autocuda.call import mixing
-from autocuda.codegen.mixing_kernel import MAX_STEPS, mixing_kernels
+from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, mixing_kernels
 from autocuda.nn import PSN, MaskedPSN, SlidingPSN
 from autocuda.spec.surrogate import ATan, Sigmoid
 
@@ -40,29 +41,50 @@ def gradients(out, wrt, seed=1):
     return torch.autograd.grad((out * weights).sum(), wrt)
 
 
-# every dtype, both surrogates in a tight and a half dtype, one step, no neurons
+# every dtype, both surrogates in a tight and a half dtype, one step, no neurons, beyond FUSED_STEPS
 CASES = [(torch.float64, 8, 37, ATan()), (torch.float32, 8, 37, Sigmoid(alpha=2.5)), (torch.float16, 8, 37, ATan()),
          (torch.bfloat16, 8, 37, Sigmoid(alpha=2.5)), (torch.float64, 1, 5, Sigmoid(alpha=2.5)),
-         (torch.float32, 3, 0, ATan())]
+         (torch.float32, 3, 0, ATan()), (torch.float32, FUSED_STEPS + 1, 37, ATan())]
 
 
-def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate) -> None:
+@pytest.fixture(params=["fused", "deterministic"])
+def backward(request):
+    """The backward kernel: the fused one (the weights' and biases' gradients summed in the kernel) where T allows,
+    or, under torch's deterministic algorithms, the one writing grad_h (the sums by torch)."""
+    with deterministic(request.param == "deterministic"):
+        yield request.param
+
+
+@contextlib.contextmanager
+def deterministic(on: bool):
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate, fused: bool = True) -> None:
     rows, weight, bias = inputs(steps, 3, dtype)
-    gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows, weight, bias))
+    with deterministic(not fused):
+        gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows, weight, bias))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled_kernels() -> int:
-    """The forward and backward kernels of the calls below (a kernel per steps, dtype and surrogate), compiled up
-    front many to a compiler run (`conftest.compile_launched`): the calls would compile them one a run."""
-    runs = [(steps, dtype, surrogate) for dtype, steps, _, surrogate in CASES]
-    runs += [(4, F64, ATan(alpha=2.0)), (4, F64, ATan(alpha=5.0)), *((steps, F64, ATan()) for steps in (2, 3, 4, 5))]
+    """The forward and backward kernels of the calls below (a kernel per steps, dtype and surrogate, both backward
+    kernels of each case), compiled up front many to a compiler run (`conftest.compile_launched`): the calls would
+    compile them one a run."""
+    runs = [(steps, dtype, surrogate, fused) for dtype, steps, _, surrogate in CASES for fused in (True, False)]
+    runs += [(4, F64, ATan(alpha=2.0)), (4, F64, ATan(alpha=5.0)), *((steps, F64, ATan()) for steps in (2, 3, 4, 5)),
+             (2, F64, ATan(), False), (4, F64, ATan(), False)]
     return compile_launched(*(functools.partial(_fire_and_gradients, *run) for run in runs))
 
 
 @pytest.mark.parametrize(("dtype", "steps", "neurons", "surrogate"), CASES,
                          ids=[f"{str(c[0])[6:]}-T{c[1]}-N{c[2]}-{c[3].name}" for c in CASES])
-def test_the_kernels_equal_the_composition(dtype, steps, neurons, surrogate):
+def test_the_kernels_equal_the_composition(dtype, steps, neurons, surrogate, backward):
     rows, weight, bias = inputs(steps, neurons, dtype)
     got = mixing.fire(rows, weight, bias, surrogate, backend="host")
     want = composed(rows, weight, bias, surrogate)
@@ -156,11 +178,30 @@ def test_a_gradient_is_read_through_its_strides(given):
 
 
 def test_the_weights_gradient_summed_in_chunks():
-    """float32 and float64 sum the weights' gradient in chunks of CHUNK neurons, and the rest after them."""
+    """Without the fused kernel, float32 and float64 sum the weights' gradient in chunks of CHUNK neurons, and the
+    rest after them."""
     rows, weight, bias = inputs(2, 2 * mixing.CHUNK + 5, F64)
-    got = gradients(mixing.fire(rows, weight, bias, ATan(), backend="host"), (weight,))[0]
+    with deterministic(True):
+        got = gradients(mixing.fire(rows, weight, bias, ATan(), backend="host"), (weight,))[0]
     want = gradients(composed(rows, weight, bias, ATan()), (weight,))[0]
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "deterministic"])
+def test_each_backward_kernel_runs_where_it_should(fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused backward kernel for T up to FUSED_STEPS (no grad_h, no matrix product); the kernel writing grad_h
+    and torch's matrix product beyond it and under torch's deterministic algorithms (the fused kernel's atomics add
+    in any order)."""
+    launched = []
+    original = mixing.launch_per_neuron
+    monkeypatch.setattr(mixing, "launch_per_neuron", lambda kernel, *a, **k: launched.append(kernel.kernel_name)
+                        or original(kernel, *a, **k))
+    for steps in (4, FUSED_STEPS + 1):
+        rows, weight, bias = inputs(steps, 3, F64)
+        with deterministic(not fused):
+            gradients(mixing.fire(rows, weight, bias, ATan(), backend="host"), (rows, weight, bias))
+    backward = [name for name in launched if "backward" in name]
+    assert [name.endswith("_fused") for name in backward] == [fused, False]
 
 
 def test_a_second_derivative_through_the_kernels_is_refused():

@@ -1,7 +1,9 @@
 """A mixing over time then a threshold as one autograd op (SpikingJelly's parallel spiking neurons, `nn.psn`):
-S = Θ(W X + b) over [T, N] rows, by the kernels of `codegen.mixing_kernel`. Backward runs one kernel (grad_h and grad_x,
-H rebuilt from X) and takes the weights' and biases' gradients as torch's matrix product and sum over the
-neurons, so autograd keeps X alone (which its producer keeps anyway, where it trains).
+S = Θ(W X + b) over [T, N] rows, by the kernels of `codegen.mixing_kernel`. Backward runs one kernel (H rebuilt from
+X): for T up to `FUSED_STEPS` it gives grad_x and the weights' and biases' gradients (summed over the neurons in
+the kernel), else grad_h and grad_x, and torch's matrix product and sum give those (also under torch's
+deterministic algorithms: the fused kernel's atomics add in any order). Autograd keeps X alone (which its
+producer keeps anyway, where it trains).
 
 `fire` runs a call where the kernels can: rows on a GPU with NVRTC (or `backend="host"`: CPU rows through the host
 runner, for tests), T up to `MAX_STEPS`, a surrogate of ours or SpikingJelly's in its spiking form, no
@@ -10,6 +12,7 @@ torch ops (`torch.addmm`, then the surrogate), as SpikingJelly does.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -74,14 +77,15 @@ class _Fire(torch.autograd.Function):
         rows = x.reshape(steps, -1).contiguous()
         weights = weight.detach().to(compute).contiguous()
         biases = bias.detach().reshape(-1).expand(steps).to(compute).contiguous()  # one bias (SlidingPSN's): each step
-        forward, backward = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate)
+        forward, backward, fused = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate)
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
             launch_per_neuron(forward, {"numel": neurons, "x": rows, "weight": weights, "bias": biases,
                                         "spike": spike}, backend)
         ctx.save_for_backward(rows, weights, biases)
-        ctx.kernel, ctx.backend, ctx.shapes = backward, backend, (x.shape, weight.dtype, bias.shape, bias.dtype)
+        ctx.kernels, ctx.backend, ctx.shapes = (backward, fused), backend, (x.shape, weight.dtype, bias.shape,
+                                                                           bias.dtype)
         return spike.view(x.shape)
 
     @staticmethod
@@ -90,27 +94,43 @@ class _Fire(torch.autograd.Function):
         rows, weight, bias = ctx.saved_tensors
         shape, weight_dtype, bias_shape, bias_dtype = ctx.shapes
         gradient = grad_spike.reshape(rows.shape)  # a view where its strides allow (a sum's expanded one's do)
-        grad_h, grad_x = torch.empty_like(rows), torch.empty_like(rows)
-        neurons = rows.shape[1]
+        grad_x = torch.empty_like(rows)
+        steps, neurons = rows.shape
+        args = {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "grad_step": gradient.stride(0),
+                "grad_neuron": gradient.stride(1), "grad_x": grad_x}
         if neurons:
-            launch_per_neuron(ctx.kernel, {"numel": neurons, "x": rows, "weight": weight, "bias": bias,
-                                            "grad_spike": span(gradient), "grad_step": gradient.stride(0),
-                                            "grad_neuron": gradient.stride(1), "grad_h": grad_h, "grad_x": grad_x},
-                              ctx.backend)
+            args["grad_spike"] = span(gradient)
+        backward, fused = ctx.kernels
+        grad_w: Tensor | None
+        grad_b: Tensor | None
+        if fused is not None and not torch.are_deterministic_algorithms_enabled():  # its atomics add in any order
+            square = steps * steps
+            sums = torch.zeros(square + steps, dtype=weight.dtype, device=rows.device)  # grad_W, then grad_b
+            grad_w, grad_b = sums[:square].view(steps, steps), sums[square:]
+            if neurons:
+                launch_per_neuron(fused, args | {"grad_weight": grad_w, "grad_bias": grad_b}, ctx.backend,
+                                  grid_stride=True)
         else:
-            grad_h.zero_()
-        grad_weight = _outer_sum(grad_h, rows).to(weight_dtype) if ctx.needs_input_grad[1] else None
+            grad_h = torch.empty_like(rows)
+            if neurons:
+                launch_per_neuron(backward, args | {"grad_h": grad_h}, ctx.backend)
+            else:
+                grad_h.zero_()
+            grad_w = _outer_sum(grad_h, rows) if ctx.needs_input_grad[1] else None
+            grad_b = grad_h.sum(1, dtype=bias.dtype) if ctx.needs_input_grad[2] else None
+        grad_weight = grad_w.to(weight_dtype) if grad_w is not None and ctx.needs_input_grad[1] else None
         grad_bias = None
-        if ctx.needs_input_grad[2]:
-            sums = grad_h.sum(1, dtype=bias.dtype)
-            grad_bias = (sums.sum() if len(sums) != bias_shape.numel() else sums).reshape(bias_shape).to(bias_dtype)
+        if grad_b is not None and ctx.needs_input_grad[2]:
+            grad_bias = (grad_b.sum() if len(grad_b) != bias_shape.numel() else grad_b).reshape(bias_shape) \
+                .to(bias_dtype)
         return grad_x.view(shape), grad_weight, grad_bias, None, None
 
 
-def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str) -> None:
+def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str, grid_stride: bool = False) -> None:
     """One thread per neuron. On a GPU straight to the kernel's launcher with the arguments in parameter order
     (the caller makes every tensor: contiguous, of the kernel's dtypes, on one device); the host runner through
-    the builder's checked call."""
+    the builder's checked call. `grid_stride`: a kernel whose threads loop over the neurons, launched on the GPU
+    with at most GRID_STRIDE_BLOCKS blocks per multiprocessor."""
     from ..codegen.ckernel import launch_shape
     from ..toolchain.launch import current_stream_ptr
 
@@ -119,9 +139,19 @@ def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str) -> None:
         kernel(grid, block, args, backend=backend)
         return
     device = next(value for value in args.values() if isinstance(value, Tensor)).get_device()
+    if grid_stride:
+        grid = (min(grid[0], GRID_STRIDE_BLOCKS * _multiprocessors(device)),)
     values = [value.data_ptr() if isinstance(value, Tensor) else value
               for value in map(args.__getitem__, kernel.cparams)]
     kernel.cuda_launch(device)(grid, block, values, current_stream_ptr(device))
+
+
+GRID_STRIDE_BLOCKS = 4  # blocks per multiprocessor of a grid-stride kernel: each block's sums take one atomic each
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def span(t: Tensor) -> Tensor:

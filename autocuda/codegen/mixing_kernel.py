@@ -5,7 +5,11 @@
 The forward kernel writes the spikes. The backward kernel rebuilds H from x (nothing is saved but x), and writes
 grad_h = grad_spike · σ'(H) (σ' the surrogate's gradient, printed from its sympy form) and grad_x = Wᵀ grad_h:
 the weights' and biases' gradients are reductions over the neurons, grad_h xᵀ and Σ grad_h, which the caller takes
-with torch's matrix product and sum. Two of these kernels per (T, dtype, surrogate), built once.
+with torch's matrix product and sum. For T up to FUSED_STEPS the fused backward kernel takes those reductions itself
+and writes no grad_h: each thread sums its neurons' terms (a grid-stride loop), a block sums its threads' (warp
+shuffles, then shared memory) and adds them into the [T, T] and [T] gradients with one atomic each (the order of
+those additions varies from run to run: the caller takes the other kernel under torch's deterministic algorithms).
+Three of these kernels per (T, dtype, surrogate), built once.
 """
 from __future__ import annotations
 
@@ -19,9 +23,10 @@ from .ckernel import CKernel1D
 from .dtypes import fill, get_dtype
 from .printer import print_expr
 
-__all__ = ["MixingKernel", "mixing_kernels"]
+__all__ = ["FUSED_STEPS", "MixingKernel", "mixing_kernels"]
 
 MAX_STEPS = 64  # the rows' values of one neuron are held in registers: longer sequences compose torch ops
+FUSED_STEPS = 8  # the fused backward holds T² + T sums per thread in registers: up to T = 8
 
 
 class MixingKernel(CKernel1D):
@@ -29,11 +34,11 @@ class MixingKernel(CKernel1D):
 
     template = "mixing.cu.j2"
 
-    def __init__(self, name: str, steps: int, dtype: str, surrogate: Surrogate, backward: bool):
+    def __init__(self, name: str, steps: int, dtype: str, surrogate: Surrogate, backward: bool, fused: bool = False):
         super().__init__(name)
         stored = get_dtype(dtype)
         element, compute = stored.element if stored.packed else stored.ctype, stored.compute
-        self.steps, self.dtype, self.surrogate, self.backward = steps, stored, surrogate, backward
+        self.steps, self.dtype, self.surrogate, self.backward, self.fused = steps, stored, surrogate, backward, fused
         self.add_param(f"const {element} *", "x")
         self.add_param(f"const {compute.ctype} *", "weight")
         self.add_param(f"const {compute.ctype} *", "bias")
@@ -41,8 +46,11 @@ class MixingKernel(CKernel1D):
             self.add_param(f"const {element} *", "grad_spike")
             self.add_param("const long long", "grad_step")  # grad_spike's strides, in elements
             self.add_param("const long long", "grad_neuron")
-        for name in ("grad_h", "grad_x") if backward else ("spike",):
+        for name in ("grad_x",) if fused else ("grad_h", "grad_x") if backward else ("spike",):
             self.add_param(f"{element} *", name)
+        if fused:  # the sums over the neurons, added into (zeroed by the caller)
+            self.add_param(f"{compute.ctype} *", "grad_weight")
+            self.add_param(f"{compute.ctype} *", "grad_bias")
 
     def _context(self) -> dict:
         stored, compute = self.dtype, self.dtype.compute
@@ -53,7 +61,8 @@ class MixingKernel(CKernel1D):
 
         h = sympy.Symbol("h", real=True)
         context = super()._context()
-        context.update(steps=self.steps, compute=compute.ctype, backward=self.backward, zero=compute.literal(0.0),
+        context.update(steps=self.steps, compute=compute.ctype, backward=self.backward, fused=self.fused,
+                       zero=compute.literal(0.0),
                        load_x=load("x"), load_grad_spike=load("grad_spike", "[t * grad_step + index * grad_neuron]"),
                        store_spike=fill(stored.element_store, x=compute.op("heaviside", x="h")),
                        store_grad_h=fill(stored.element_store, x="grad_hs[t]"),
@@ -63,12 +72,15 @@ class MixingKernel(CKernel1D):
 
 
 @functools.lru_cache(maxsize=64)
-def mixing_kernels(steps: int, dtype: str, surrogate: Surrogate) -> tuple[MixingKernel, MixingKernel]:
-    """The forward and backward kernels for T = `steps` rows of `dtype` and `surrogate` (a frozen one: its values
-    are the kernels')."""
+def mixing_kernels(steps: int, dtype: str, surrogate: Surrogate
+                   ) -> tuple[MixingKernel, MixingKernel, MixingKernel | None]:
+    """The forward, backward and fused backward (None beyond FUSED_STEPS) kernels for T = `steps` rows of `dtype`
+    and `surrogate` (a frozen one: its values are the kernels')."""
     if not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"mixing kernels: T must be in [1, {MAX_STEPS}], got {steps}")
     digest = hashlib.sha1(repr(surrogate.key()).encode()).hexdigest()[:8]
     name = f"mixing_{get_dtype(dtype).name}_t{steps}_{digest}"
+    fused = MixingKernel(f"{name}_backward_fused", steps, dtype, surrogate, True, True) if steps <= FUSED_STEPS \
+        else None
     return (MixingKernel(name, steps, dtype, surrogate, False),
-            MixingKernel(f"{name}_backward", steps, dtype, surrogate, True))
+            MixingKernel(f"{name}_backward", steps, dtype, surrogate, True), fused)

@@ -10,6 +10,7 @@ import torch
 
 import autocuda.nn as our
 from autocuda.call import mixing
+from autocuda.spec.surrogate import ATan
 
 pytestmark = pytest.mark.gpu
 
@@ -60,3 +61,28 @@ def test_cuda_against_cpu_float64(name: str, args: tuple, kwargs: dict) -> None:
     on_cpu = ours.to("cpu", torch.float64)(x.double())
     mismatched = (on_gpu.cpu().double() != on_cpu).float().mean().item()
     assert mismatched < 1e-3  # spikes flip only where h lands within float32's rounding of the threshold
+
+
+@pytest.mark.parametrize("steps", [4, 8])
+def test_the_fused_backward_sums_many_neurons_a_thread(steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More neurons than the fused backward kernel's grid has threads (each thread sums several): its gradients of x,
+    the weights and the biases equal those of the kernel writing grad_h with torch's matrix product (taken under
+    torch's deterministic algorithms), in float64."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS under deterministic algorithms asks for it
+    threads = mixing.GRID_STRIDE_BLOCKS * torch.cuda.get_device_properties(CUDA).multi_processor_count * 256
+    generator = torch.Generator(CUDA).manual_seed(0)
+    rows = torch.randn(steps, 3 * threads + 17, device=CUDA, dtype=torch.float64, generator=generator)
+    weight = torch.randn(steps, steps, device=CUDA, dtype=torch.float64, generator=generator)
+    bias = torch.randn(steps, 1, device=CUDA, dtype=torch.float64, generator=generator)
+    grad = torch.randn(rows.shape, device=CUDA, dtype=torch.float64, generator=generator)
+    results = []
+    for deterministic in (False, True):
+        leaves = [t.clone().requires_grad_(True) for t in (rows, weight, bias)]
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            out = mixing.fire(*leaves, ATan())
+            results.append(torch.autograd.grad(out, leaves, grad))
+        finally:
+            torch.use_deterministic_algorithms(False)
+    for fused, reference in zip(*results):
+        assert torch.allclose(fused, reference, rtol=1e-10, atol=1e-10)
