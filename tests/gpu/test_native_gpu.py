@@ -39,8 +39,8 @@ def test_native_calls_equal_the_python_path_on_the_gpu(spec, dtype, monkeypatch)
         assert any(p.native is not None for p in program.PROGRAMS.values())
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            side = run(spec, x, finals_in_loss)
+        with torch.cuda.stream(stream):  # a leaf of its own: its gradient accumulates on the side stream
+            side = run(spec, x.detach().requires_grad_(train), finals_in_loss)
         torch.cuda.current_stream().wait_stream(stream)
         monkeypatch.setattr(program, "ENABLED", False)
         want = run(spec, x, finals_in_loss)

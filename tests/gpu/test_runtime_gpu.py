@@ -620,8 +620,8 @@ def test_bound_programs_equal_the_unbound_path_on_the_gpu(name, dtype, monkeypat
         got = run(x)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            side = run(x)
+        with torch.cuda.stream(stream):  # a leaf of its own: its gradient accumulates on the side stream
+            side = run(x.detach().requires_grad_(train))
         stream.synchronize()
         monkeypatch.setattr(program, "ENABLED", False)
         want = run(x)
