@@ -6,6 +6,7 @@ loads this file too, runs no test, and would import them (seconds of CPU) before
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import hashlib
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -373,6 +374,20 @@ def compile_launched(*calls: Callable[[], object]) -> int:
         autocuda.toolchain.host.launch = launch
     autocuda.toolchain.host.load_kernels(jobs.values(), group=host_group(len(jobs)), workers=cores())
     return len(jobs)
+
+
+# -- torch's deterministic algorithms ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool = True) -> Iterator[None]:
+    """torch.use_deterministic_algorithms(on) within the block, then as it was."""
+    import torch
+
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 # -- the native call path -----------------------------------------------------------------------------------

@@ -4,12 +4,12 @@ dtype: the same spikes, and the gradients of x, the weights and the biases; wher
 `fire` says so (None) and the layers compose torch ops."""
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import pytest
 import torch
 from conftest import compile_launched
+from conftest import deterministic_algorithms as deterministic
 
 from autocuda.call import mixing
 from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, mixing_kernels
@@ -53,16 +53,6 @@ def backward(request):
     or, under torch's deterministic algorithms, the one writing grad_h (the sums by torch)."""
     with deterministic(request.param == "deterministic"):
         yield request.param
-
-
-@contextlib.contextmanager
-def deterministic(on: bool):
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(on)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
 
 
 def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate, fused: bool = True) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import deterministic_algorithms
 
 import autocuda.nn as our
 from autocuda.call import mixing
@@ -78,11 +79,8 @@ def test_the_fused_backward_sums_many_neurons_a_thread(steps: int, monkeypatch: 
     results = []
     for deterministic in (False, True):
         leaves = [t.clone().requires_grad_(True) for t in (rows, weight, bias)]
-        torch.use_deterministic_algorithms(deterministic)
-        try:
+        with deterministic_algorithms(deterministic):
             out = mixing.fire(*leaves, ATan())
             results.append(torch.autograd.grad(out, leaves, grad))
-        finally:
-            torch.use_deterministic_algorithms(False)
     for fused, reference in zip(*results):
         assert torch.allclose(fused, reference, rtol=1e-10, atol=1e-10)

@@ -12,17 +12,16 @@ Memory: the largest test holds about 34 GB at its peak (they run one after anoth
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import deterministic_algorithms
 
 from autocuda import nn as ann
 from autocuda.call import functional as F
@@ -142,14 +141,6 @@ def _training_step(name: str, dtype: torch.dtype, per_neuron: bool = False) -> l
     return [o.detach() for o in outputs] + list(grads)
 
 
-@contextlib.contextmanager
-def _deterministic() -> Iterator[None]:
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
 
 
 @pytest.mark.parametrize("dtype", [F32, F16], ids=str)
@@ -157,7 +148,7 @@ def _deterministic() -> Iterator[None]:
 def test_two_runs_are_bitwise_identical(name, dtype):
     """Under torch.use_deterministic_algorithms(True), every output and gradient, the per-channel parameter's
     included (read per neuron then, and summed by torch rather than with atomics)."""
-    with _deterministic():
+    with deterministic_algorithms():
         first, second = _training_step(name, dtype), _training_step(name, dtype)
     assert first[0].sum() > 0 and first[-1].abs().sum() > 0  # spikes, and a learnable gradient
     for i, (a, b) in enumerate(zip(first, second)):
@@ -174,7 +165,7 @@ def test_per_channel_sums_agree_with_the_deterministic_path(name, dtype):
     signs): about 1e3 atomic additions per channel here, each of relative error 2**-24, so within 1e-4 of each
     channel's sum of |partials| (a neuron's partial is its own gradient when the parameter is one per neuron)."""
     fast = _training_step(name, dtype)
-    with _deterministic():
+    with deterministic_algorithms():
         exact = _training_step(name, dtype)
         partials = _training_step(name, dtype, per_neuron=True)[-1]
     for i, (a, b) in enumerate(zip(fast[:-1], exact[:-1])):
