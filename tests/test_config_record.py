@@ -67,7 +67,7 @@ def test_the_record_round_trips(case, monkeypatch):
     x = torch.rand(3, 8, dtype=torch.float64)
     numbers = [(f"{s}_init", 0.0) for s in config.state_names] + [(n, 1.0) for n in config.op_scalars]
     bound = form.kernel.bind((x, *(v for _, v in numbers)), x, 8, 3, "host")  # the recipe bound to the op's order
-    words = native_plan.plan_words(x, len(numbers), bound, form, None, None, "").words
+    words = native_plan.plan_words(x, [], len(numbers), bound, form, None, None, ()).words
     slots = words[len(words) - 3 * len(bound.binding.order):]
     names = [name for _, name, _ in bound.recipe.sources]
     read = {names[i]: numbers[slots[3 * i + 1]][0] for i in range(len(names)) if slots[3 * i] == native_plan.NUMBER}

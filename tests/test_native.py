@@ -74,6 +74,60 @@ def test_native_calls_equal_the_python_path(spec, params, dtype, monkeypatch):
                 assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
 
 
+def run_steps(spec: str, x: torch.Tensor, train: bool, finals_in_loss: bool) -> list[torch.Tensor]:
+    """T single steps from the spec's initial numbers (each later step starts from the last one's state tensors),
+    then a multi-step call from those states: every output, and (training) the gradients of x and of the states
+    the multi-step call started from, of a loss that weighs every step differently."""
+    x = x.clone().requires_grad_(train)
+    states: tuple = ()
+    outputs = []
+    for t in range(x.shape[0]):
+        spike, states = F.single_step(spec, x[t], *states, backend="host")
+        outputs += [spike * (t + 1), *(states if finals_in_loss else ())]
+    start = tuple(s.detach().requires_grad_(train) for s in states)
+    spikes, finals, _ = F.multi_step(spec, x, *start, backend="host")
+    outputs += [spikes, *(finals if finals_in_loss else ())]
+    if not train:
+        return outputs
+    grads = torch.autograd.grad(sum(o.sum() for o in outputs), (x, *start))
+    return [o.detach() for o in outputs] + list(grads)
+
+
+@pytest.mark.parametrize("spec", ["lif", "alif"])
+def test_single_steps_and_calls_from_state_tensors_take_the_native_path(spec, monkeypatch):
+    """Single steps (from numbers, then from state tensors) and a multi-step call from state tensors, in inference
+    and in training (the states' gradients too, and the final states' in the loss or not): bitwise the Python
+    path's, and native plans ran them, a single step's among them."""
+    x = torch.rand(4, 2, 48, dtype=torch.float64) * 2
+    for train, finals_in_loss in ((False, False), (True, False), (True, True)):
+        monkeypatch.setattr(program, "ENABLED", False)
+        want = run_steps(spec, x, train, finals_in_loss)
+        monkeypatch.setattr(program, "ENABLED", True)
+        program.PROGRAMS.clear()
+        run_steps(spec, x, train, finals_in_loss)  # builds the programs (training ones bind backward)
+        got = run_steps(spec, x, train, finals_in_loss)
+        planned = [p for p in program.PROGRAMS.values() if p.native is not None]
+        assert any(p.bound_form.single for p in planned) and any(p.bound_form.given_inits for p in planned)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+
+
+def test_a_state_tensor_unlike_the_plans_takes_a_program_of_its_own():
+    """A state's alignment and need of a gradient are part of a call's key: a state whose address is not the
+    first call's (a view one element in) runs a program bound to it, with the Python path's results."""
+    program.PROGRAMS.clear()
+    x = torch.rand(3, 64) * 2
+    aligned, shifted = torch.zeros(64), torch.zeros(65)[1:]
+    results = [F.multi_step("lif", x, v, backend="host")[0] for v in (aligned, aligned, shifted, shifted)]
+    assert len({key for key in program.PROGRAMS}) == 2
+    program.ENABLED = False
+    try:
+        want = F.multi_step("lif", x, torch.zeros(64), backend="host")[0]
+    finally:
+        program.ENABLED = True
+    assert all(torch.equal(r, want) for r in results)
+
+
 def test_a_native_training_call_records_a_cpp_node_whose_second_derivative_fails():
     x = (torch.rand(4, 64, dtype=torch.float64) * 2).requires_grad_()
     F.multi_step("lif", x, backend="host")[0].sum().backward()  # binds the backward launches
@@ -107,9 +161,11 @@ def test_a_call_unlike_its_plan_is_refused_by_the_operator():
         F.multi_step("lif", x, backend="host")
     number = next(p.native for p in program.PROGRAMS.values() if p.seen[0] == (4, 64) and p.native is not None)
     with pytest.raises(RuntimeError, match="is not the call plan"):
-        native.call(number, torch.rand(4, 65), [0.0, 2.0, 1.0, 0.0])
+        native.call(number, torch.rand(4, 65), [], [0.0, 2.0, 1.0, 0.0])
+    with pytest.raises(RuntimeError, match="is not the call plan"):  # a state tensor where its plan takes numbers
+        native.call(number, x, [torch.zeros(64)], [2.0, 1.0, 0.0])
     with pytest.raises(RuntimeError, match="numbers"):
-        native.call(number, x, [0.0])
+        native.call(number, x, [], [0.0])
 
 
 def test_a_meta_tensor_of_a_planned_key_is_refused_as_the_host_runner_refuses_it():
@@ -132,12 +188,16 @@ def test_malformed_plans_are_refused_naming_the_plan(cut):
         F.multi_step("lif", x, backend="host")[0].sum().backward()
     found = next(p for p in program.PROGRAMS.values() if p.native is not None)
     numbers = [0.0, *found.scalar_values(found.values({}, x, (64,)))]
-    words = native_plan.plan_words(x.detach(), len(numbers), found.launch, found.bound_form, *found.backward)
+    words = native_plan.plan_words(x.detach(), [], len(numbers), found.launch, found.bound_form, *found.backward)
     assert native.make_plan(words.words, words.dtypes) == found.native  # identical plans are one plan
     with pytest.raises(RuntimeError, match="autocuda native plan"):
         native.make_plan(words.words[:-cut], words.dtypes)
     bad = list(words.words)
     bad[2] = -1  # numbers: every number slot then reads out of range
+    with pytest.raises(RuntimeError, match="autocuda native plan"):
+        native.make_plan(bad, words.dtypes)
+    bad = list(words.words)
+    bad[3] = 2  # inputs: a call giving a state tensor the forward launch does not take
     with pytest.raises(RuntimeError, match="autocuda native plan"):
         native.make_plan(bad, words.dtypes)
 

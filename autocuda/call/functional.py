@@ -9,7 +9,7 @@ Everything that depends only on the layer's configuration (spec, reset, which pa
 resolved once per process into a `NeuronConfig` (see `autocuda.runtime.configs`), outside what torch.compile
 traces, so a compiled model sees shape checks, reshapes and one custom op per layer. In eager mode a call runs its
 `Program` (`autocuda.call.program`: one per configuration and input class, built on the key's first call), which skips
-the dispatcher and, for calls of numbers only, runs its bound launch or its native plan.
+the dispatcher and runs its bound launch or its native plan (calls of one step input).
 """
 from __future__ import annotations
 

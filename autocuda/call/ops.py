@@ -101,7 +101,7 @@ class ForwardForm:
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True):
         e = entry(key)
-        self.key, self.config, self.single, self.save = key, e, single, save
+        self.key, self.config, self.single, self.save, self.given_inits = key, e, single, save, given_inits
         self.n_states = len(e.state_names)
         self.n_more = len(e.input_keys) - 1  # step inputs after x
         inputs = e.op_inputs
@@ -503,8 +503,8 @@ def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: l
 def run(form: ForwardForm, program: Any, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
         tensor_params: Sequence[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor],
         final_shape: Sequence[int] | None) -> list[Tensor]:
-    """The forward kernel's outputs: the program's bound launch (states of numbers), else the form's."""
+    """The forward kernel's outputs: the program's bound launch where it has one, else the form's."""
     launch = None if program is None else program.launch
     if launch is not None:
-        return launch((x, *initial, *tensor_params, *scalars), x, final_shape)
+        return launch((x, *(states or initial), *tensor_params, *scalars), x, final_shape)
     return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)

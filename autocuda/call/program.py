@@ -5,10 +5,11 @@ of its key and kept by its owner (a layer's `Programs`, or `functional`'s for fu
 
 A program holds what the configuration decides, worked out and checked once (the configuration's key, the
 parameters' defaults and domain checks, the scalars' order, each state's initial rule), the forward op's form
-for its inputs, the forward launch bound to x's shape, device and alignment (calls whose states are numbers and
-whose tensor parameters, if any, hold one value each), the backward launches bound at the first backward, and a
-native plan where the native operator is loaded (`autocuda.native`; calls of numbers only): such a call then runs
-no Python between torch and its launches.
+for its inputs, the forward launch bound to x's shape, device and alignment (calls of one input whose tensor
+parameters, if any, hold one value each; the initial states numbers, or tensors of the neuron shape), the backward
+launches bound at the first backward, and a native plan where the native operator is loaded (`autocuda.native`;
+calls without tensor parameters or state sequences, multi-step or single): such a call then runs no Python between
+torch and its launches.
 
 `call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
 call's arguments checked against its program, ready to launch (`Call.launch`).
@@ -61,7 +62,8 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
     compile-time constants and, of tensors, how they spread, whether they need a gradient and their alignment; and
     the input class:
     x's shape, dtype, device, address alignment and contiguity, whether the call records a graph, and the initial
-    states' types. TypeError for a spec of the wrong type; the key may hold unhashable values."""
+    states' types (of tensors also their alignment and whether they need a gradient). TypeError for a spec of the
+    wrong type; the key may hold unhashable values."""
     if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
         spec = load_spec(spec)
     spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
@@ -74,7 +76,17 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
             detach_reset, reset, backend, save_h, options, tuple(params), types,
             () if _PLAIN.issuperset(types) else _tensor_facts(params),
             tuple(params.get(n) for n in constants[1]) if constants[1] else (), x.shape, x.dtype, x.device,
-            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad, tuple(map(type, states)))
+            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad, _state_class(states))
+
+
+def _state_class(states: Sequence[Any]) -> tuple:
+    """The initial states' types; where any is a tensor, with each tensor's alignment and need of a gradient (a
+    program binds its launch to its first call's)."""
+    types = tuple(map(type, states))
+    if _FLOAT.issuperset(types):
+        return types
+    grad = torch.is_grad_enabled()
+    return types, tuple((s.data_ptr() & 15, grad and s.requires_grad) for s in states if isinstance(s, Tensor))
 
 
 def input_class(x: Tensor) -> tuple:
@@ -146,7 +158,7 @@ class Programs(dict):
 # -- the program ---------------------------------------------------------------------------------------------------
 class Program:
     """One layer configuration run on one input class: what the configuration decides (checked once), the
-    forward op's forms, and for calls whose states are numbers the bound launches and the native plan."""
+    forward op's forms, and for calls of one input the bound launches and the native plan."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                  x: Tensor, params: dict[str, Any], save_h: bool = True, eager: bool = True):
@@ -189,7 +201,7 @@ class Program:
         self.launch: Any = None  # the forward launch bound to the input class (states of numbers, `bindable`)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
-        self.native_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = native.call
+        self.native_call: Callable[[int, Tensor, Sequence[Tensor], Sequence[float]], list[Tensor]] = native.call
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
@@ -229,18 +241,17 @@ class Program:
 
     # -- bound launches and the native plan --------------------------------------------------------------------
     def bind(self, form: ops.ForwardForm, x: Tensor, args: Sequence[Any], n: int, given: Tensor) -> None:
-        """Bind the forward launch of a call whose states are numbers (x: its rows; `args`: the initial states,
-        the tensor parameters, the scalars; `given`: x as the call gave it) to the program's input class (a
-        contiguous x), and say whether its calls may take the native path: a CUDA call, or a host call on CPU
-        tensors where `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state
-        sequences and no tensor parameters."""
+        """Bind the forward launch of a call (x: its rows; `args`: the initial states, numbers or [N] tensors, the
+        tensor parameters, the scalars; `given`: x as the call gave it) to the program's input class (a contiguous
+        x), and say whether its calls may take the native path: a CUDA call, or a host call on CPU tensors where
+        `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state sequences and no
+        tensor parameters."""
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
         self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
         self.bound_form, self.seen = form, input_class(given)
-        self.native_wanted = ((x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not form.single
-                              and not self.tensors)
+        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not self.tensors
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
@@ -271,7 +282,7 @@ class Program:
         scalars) and the tensor parameters as the kernels take them (`tensor_args`): by the native plan where one
         is made, else by the bound launch."""
         if self.native is not None and native.USE:
-            return self.native_call(self.native, x, numbers)
+            return self.native_call(self.native, x, (), numbers)
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
         k = len(self.state_names)
         return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
@@ -302,27 +313,29 @@ class Program:
         if self.backward is not None:
             return
         grad = torch.zeros(*meta[:1], dtype=meta[1], device=meta[2])  # no random generator drawn from
-        steps, n = grad.shape
+        n, steps = grad.shape[-1], None if form.single else grad.shape[0]
         backend = "cuda" if grad.is_cuda else "host"
         launches = []
         for finals in (False, True) if form.finals else (False,):
-            backward = ops.backward_form(form.key, False, False, False, finals)
+            backward = ops.backward_form(form.key, form.single, form.given_inits, False, finals)
             given = [grad.new_zeros(n) for _ in form.finals] if finals else []
             launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
-        self.backward = (launches[0], launches[1] if len(launches) > 1 else None, backward.returns[0])
+        # the gradients the native node returns: x's, then each initial state's where they are tensors
+        grads = backward.returns[:1 + (form.n_states if form.given_inits else 0)]
+        self.backward = (launches[0], launches[1] if len(launches) > 1 else None, grads)
 
     def plannable(self) -> bool:
         """Whether the native plan can be made now: the operator is loaded, and a training program's backward
         launches are bound (at its first backward)."""
         return (not self.bound_form.save or self.backward is not None) and native.loaded()
 
-    def native_plan(self, form: ops.ForwardForm, rows: Tensor, count: int) -> None:
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, states: Sequence[Tensor], count: int) -> None:
         """Make the native plan on the first call that finds it `plannable` (none for a call the plan's words
-        cannot express)."""
+        cannot express): x's rows, the initial states where they are tensors, the count of numbers."""
         if self.plannable():
             self.native_wanted = False  # asked once
             try:
-                words = plan_words(rows, count, self.launch, form, *(self.backward or (None, None, "")))
+                words = plan_words(rows, states, count, self.launch, form, *(self.backward or (None, None, ())))
             except Unplannable:
                 return
             self.native = native.make_plan(words.words, words.dtypes)
@@ -449,9 +462,9 @@ class Call:
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
         """The forward op's outputs, and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
-        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call whose states are numbers
+        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of one contiguous input
         runs its program's bound launch where the program is `bindable`, or its native plan (which takes x in any
-        shape of its rows)."""
+        shape of its rows, and the initial states where they are tensors as [N] rows)."""
         program = self.program
         tensors = self.tensor_args() if program.tensors else []
         states: list[Tensor]
@@ -469,15 +482,16 @@ class Call:
                                                         store_state_seq, save, final_states, list(more))
             return outputs, ops.form_layout(self.key, single_step, store_state_seq, save, not initial, final_states)[0]
         form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial, final_states)
-        if initial and program.bindable and not more and ENABLED and self.owned and self.x.is_contiguous():
+        if program.bindable and not more and ENABLED and self.owned and self.x.is_contiguous():
             numbers = [*initial, *given]
             if program.launch is None:
-                program.bind(form, x, [*initial, *tensors, *given], self.numel, self.x)
+                program.bind(form, x, [*(initial or states), *tensors, *given], self.numel, self.x)
             if program.native is None and program.native_wanted and native.USE:
-                program.native_plan(form, x, len(numbers))
+                program.native_plan(form, x, states, len(numbers))
             if program.native is not None and native.USE:
-                return program.native_call(program.native, self.x, numbers), form.positions
-            return ops.forward_eager(form, x, [], initial, tensors, given, (), self.shape, program), form.positions
+                return program.native_call(program.native, self.x, states, numbers), form.positions
+            return ops.forward_eager(form, x, states, initial, tensors, given, (), self.shape, program), \
+                form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:

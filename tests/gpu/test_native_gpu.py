@@ -1,6 +1,7 @@
 """The native call path on CUDA: programs' calls through the C++ operator and node give the Python path's results
 bitwise, in four dtypes, on a side stream, with backward on autograd's device thread, under CUDA graph capture
-of an inference program's call; and the driver launches what the plan says (a vector layout at N = 2**14)."""
+of an inference program's call; single steps and calls from state tensors; and the driver launches what the plan
+says (a vector layout at N = 2**14)."""
 from __future__ import annotations
 
 import pytest
@@ -79,3 +80,39 @@ def test_a_native_backward_runs_on_autograds_device_thread_and_in_a_captured_gra
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, F.multi_step("lif", inputs)[0])
+
+
+def run_steps(spec: str, x: torch.Tensor, train: bool) -> list[torch.Tensor]:
+    """T single steps from the spec's initial numbers, then from the last step's state tensors a multi-step call:
+    the outputs and (training) the gradients of x and of the states the multi-step call started from."""
+    x = x.detach().requires_grad_(train)
+    states: tuple = ()
+    outputs = []
+    for t in range(x.shape[0]):
+        spike, states = F.single_step(spec, x[t], *states)
+        outputs += [spike * (t + 1), *states]
+    start = tuple(s.detach().requires_grad_(train) for s in states)
+    spikes, finals, _ = F.multi_step(spec, x, *start)
+    outputs += [spikes, *finals]
+    if not train:
+        return outputs
+    grads = torch.autograd.grad(sum(o.float().sum() for o in outputs), (x, *start))
+    return [o.detach() for o in outputs] + list(grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("spec", ["lif", "alif"])
+def test_single_steps_and_calls_from_state_tensors_equal_the_python_path_on_the_gpu(spec, dtype, monkeypatch):
+    x = (torch.rand(4, 3, 4097, device=CUDA) * 2).to(dtype)
+    for train in (False, True):
+        monkeypatch.setattr(program, "ENABLED", False)
+        want = run_steps(spec, x, train)
+        monkeypatch.setattr(program, "ENABLED", True)
+        program.PROGRAMS.clear()
+        run_steps(spec, x, train)  # builds the programs (training ones bind backward)
+        got = run_steps(spec, x, train)
+        planned = [p for p in program.PROGRAMS.values() if p.native is not None]
+        assert any(p.bound_form.single for p in planned) and any(p.bound_form.given_inits for p in planned)
+        torch.cuda.synchronize()
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)

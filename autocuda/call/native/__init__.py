@@ -109,15 +109,17 @@ def status() -> str:
     return f"{_state['phase']}{': ' + _state['why'] if _state['why'] else ''}"
 
 
-def call(plan: int, x: torch.Tensor, numbers: Sequence[float]) -> list[torch.Tensor]:
-    """The plan's forward outputs (an autograd node recorded where the plan trains)."""
-    return _CALL(plan, x, numbers)  # type: ignore[misc]
+def call(plan: int, x: torch.Tensor, states: Sequence[torch.Tensor], numbers: Sequence[float]) -> list[torch.Tensor]:
+    """The plan's forward outputs for x and the initial states where they are tensors ([N] each; [] where they are
+    among the numbers), an autograd node recorded where the plan trains."""
+    return _CALL(plan, x, states, numbers)  # type: ignore[misc]
 
 
-def operator(name: str = "call") -> Callable[[int, torch.Tensor, Sequence[float]], list[torch.Tensor]]:
-    """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`,
-    or `layer_call`, a layer's repeated call, which gives the spikes in x's shape and the final states in its
-    neuron shape, or an empty list for an x the plan was not made for."""
+def operator(name: str = "call") -> Callable[..., list[torch.Tensor]]:
+    """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`
+    (as `call` above), or `layer_call` (plan, x, numbers), a layer's repeated multi-step call from states of
+    numbers, which gives the spikes in x's shape and the final states in its neuron shape, or an empty list for an x
+    the plan was not made for."""
     if name not in _OPERATORS:
         raise RuntimeError(f"the native operator is not loaded ({status()})")
     return _OPERATORS[name]

@@ -72,17 +72,22 @@ struct Launch {
   int64_t function = 0, context = 0, grid = 0, block = 0;
   std::vector<Output> outputs;
   std::vector<Slot> slots;
-  int64_t tensors = 0;  // tensors the call gives (forward: x; backward: the gradients, then the saved tensors)
+  int64_t tensors = 0;  // tensors the call gives (forward: x, its states; backward: the gradients, the saved ones)
 };
+
+// A call gives x ([steps, *], or for a single step (steps = kSingle) the neuron shape) and its initial states when
+// they are tensors ([N] each, the plan's `inputs` after x); numbers otherwise.
+constexpr int64_t kSingle = -1;
 
 struct Plan {
   Launch forward, backward, backward_finals;  // backward_finals: runner kNone where the call writes no final state
-  int64_t steps = 0, neurons = 0, numbers = 0, alignment = 0;
+  int64_t steps = 0, neurons = 0, numbers = 0, inputs = 1, alignment = 0;  // alignment: the call tensors' ORed
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
   bool trains = false;
-  int64_t spike_at = 0, grad_x_at = 0, grad_x_at_finals = 0;
-  std::vector<int64_t> finals, saved, hidden;  // saved: positions in (x, *forward outputs)
+  int64_t spike_at = 0;
+  std::vector<int64_t> finals, saved, hidden;  // saved: positions in (the call's tensors, *forward outputs)
+  std::vector<int64_t> grads, grads_finals;  // of each backward launch: where grad_x, then each state's, stand
   Driver driver;
 };
 
@@ -152,7 +157,10 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   plan->steps = in.next();
   plan->neurons = in.next();
   plan->numbers = in.next();
+  plan->inputs = in.next();
   plan->alignment = in.next();
+  TORCH_CHECK(plan->steps >= kSingle && plan->neurons >= 0 && plan->inputs >= 1 && plan->inputs <= 64,
+              "autocuda native plan: steps ", plan->steps, ", neurons ", plan->neurons, ", inputs ", plan->inputs);
   int64_t dtype = in.next();
   TORCH_CHECK(dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: dtype ", dtype);
   plan->dtype = dtypes[dtype];
@@ -163,8 +171,8 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   plan->finals = in.list();
   plan->saved = in.list();
   plan->hidden = in.list();
-  plan->grad_x_at = in.next();
-  plan->grad_x_at_finals = in.next();
+  plan->grads = in.list();
+  plan->grads_finals = in.list();
   plan->driver.launch = reinterpret_cast<CuLaunchKernel>(in.next());
   plan->driver.get_current = reinterpret_cast<CuCtxGetCurrent>(in.next());
   plan->driver.set_current = reinterpret_cast<CuCtxSetCurrent>(in.next());
@@ -175,13 +183,18 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   check_positions({plan->spike_at}, produced, "spikes");
   check_positions(plan->finals, produced, "final state");
   check_positions(plan->hidden, produced, "hidden output");
-  check_positions(plan->saved, produced + 1, "saved tensor");
+  check_positions(plan->saved, plan->inputs + produced, "saved tensor");
+  TORCH_CHECK(plan->forward.tensors == plan->inputs, "autocuda native plan: the forward takes ", plan->forward.tensors,
+              " tensors of a call that gives ", plan->inputs);
   if (plan->trains) {
+    TORCH_CHECK(int64_t(plan->grads.size()) == plan->inputs, "autocuda native plan: ", plan->grads.size(),
+                " gradients for ", plan->inputs, " inputs");
     plan->backward = read_launch(in, dtypes, plan->numbers);
-    check_positions({plan->grad_x_at}, plan->backward.outputs.size(), "grad_x");
+    check_positions(plan->grads, plan->backward.outputs.size(), "gradient");
     if (!plan->finals.empty()) {
+      TORCH_CHECK(plan->grads_finals.size() == plan->grads.size(), "autocuda native plan: gradients with finals");
       plan->backward_finals = read_launch(in, dtypes, plan->numbers);
-      check_positions({plan->grad_x_at_finals}, plan->backward_finals.outputs.size(), "grad_x");
+      check_positions(plan->grads_finals, plan->backward_finals.outputs.size(), "gradient");
     }
   }
   TORCH_CHECK(in.at == words.size(), "autocuda native plan: ", words.size() - in.at, " words left over");
@@ -308,6 +321,7 @@ struct NeuronCallBackward final : torch::autograd::Node {
   int64_t number = 0;
   std::vector<double> numbers;
   std::vector<torch::autograd::SavedVariable> saved;
+  std::vector<std::vector<int64_t>> shapes;  // of x as the kernels read it, then of each state
 
   std::string name() const override { return "autocuda::NeuronCallBackward"; }
 
@@ -320,40 +334,52 @@ struct NeuronCallBackward final : torch::autograd::Node {
     const Plan& plan = plan_numbered(number);
     bool finals = false;
     for (int64_t at : plan.finals) finals = finals || grads[at].defined();
-    std::vector<at::Tensor> tensors{readable(grads[plan.spike_at], {plan.steps, plan.neurons}, plan)};
+    std::vector<int64_t> rows{plan.neurons};
+    if (plan.steps != kSingle) rows.insert(rows.begin(), plan.steps);
+    std::vector<at::Tensor> tensors{readable(grads[plan.spike_at], rows, plan)};
     if (finals) {
       for (int64_t at : plan.finals) tensors.push_back(readable(grads[at], {plan.neurons}, plan));
     }
     NodePointer self = getptr();
     for (const auto& kept : saved) tensors.push_back(kept.unpack(self));
     const Launch& launch = finals ? plan.backward_finals : plan.backward;
-    at::Tensor grad_x = run(plan, launch, tensors, numbers)[finals ? plan.grad_x_at_finals : plan.grad_x_at];
-    if (!task_should_compute_output(0)) grad_x = at::Tensor();
-    if (grad_x.defined() && at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
-      at::Tensor leaf = grad_x.detach().requires_grad_(true);
-      grad_x = torch::autograd::DelayedError(
+    std::vector<at::Tensor> produced = run(plan, launch, tensors, numbers);
+    variable_list out;
+    for (size_t i = 0; i < plan.grads.size(); ++i) {  // grad_x, then each state's, as views of the inputs' shapes
+      at::Tensor grad = produced[(finals ? plan.grads_finals : plan.grads)[i]];
+      out.push_back(task_should_compute_output(i) ? grad.view(shapes[i]) : at::Tensor());
+    }
+    if (at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
+      for (at::Tensor& grad : out) {
+        if (!grad.defined()) continue;
+        at::Tensor leaf = grad.detach().requires_grad_(true);
+        grad = torch::autograd::DelayedError(
                    "autocuda kernels are differentiable once: a second derivative (double backward) through them "
                    "is not available; use backend='reference' for higher-order gradients", 1)
                    .apply({leaf})[0];
+      }
     }
-    return {grad_x};
+    return out;
   }
 };
 
 // A training call's outputs (x fits the plan), run without recording, then, where x records a graph, given the node:
 // the differentiable outputs take it as their history, and it saves what its backward reads (x and outputs).
-variable_list recorded_call(int64_t number, const Plan& plan, const at::Tensor& x, const std::vector<double>& numbers,
-                            at::IntArrayRef final_sizes) {
+variable_list recorded_call(int64_t number, const Plan& plan, const std::vector<at::Tensor>& inputs,
+                            const std::vector<double>& numbers, at::IntArrayRef final_sizes) {
   variable_list outputs;
   {
     at::AutoGradMode off(false);
-    outputs = run(plan, plan.forward, {x}, numbers, final_sizes);
+    outputs = run(plan, plan.forward, inputs, numbers, final_sizes);
   }
-  if (!(at::GradMode::is_enabled() && x.requires_grad())) return outputs;
+  bool records = false;
+  for (const at::Tensor& input : inputs) records = records || input.requires_grad();
+  if (!(at::GradMode::is_enabled() && records)) return outputs;
   auto node = make_node<NeuronCallBackward>();
   node->number = number;
   node->numbers = numbers;
-  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  for (const at::Tensor& input : inputs) node->shapes.push_back(input.sizes().vec());
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   std::vector<bool> hidden(outputs.size(), false);
   for (int64_t at : plan.hidden) hidden[at] = true;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -363,8 +389,9 @@ variable_list recorded_call(int64_t number, const Plan& plan, const at::Tensor& 
       torch::autograd::set_history(outputs[i], node);
     }
   }
+  const int64_t given = plan.inputs;
   for (int64_t at : plan.saved) {  // an output that has this node as its history is saved as its output
-    node->saved.emplace_back(at == 0 ? x : outputs[at - 1], at != 0 && !hidden[at - 1]);
+    node->saved.emplace_back(at < given ? inputs[at] : outputs[at - given], at >= given && !hidden[at - given]);
   }
   return outputs;
 }
@@ -380,34 +407,51 @@ int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes
   return number;
 }
 
-// Whether x is a tensor the plan's kernels were bound for: x [steps, *] of the plan's neuron count, dtype and
-// device, contiguous, with the address alignment its layout was chosen for.
-bool fits(const Plan& plan, const at::Tensor& x) {
-  return x.dim() >= 2 && x.size(0) == plan.steps && x.numel() == plan.steps * plan.neurons &&
-         x.scalar_type() == plan.dtype && x.device() == plan.device && x.is_contiguous() &&
-         int64_t(reinterpret_cast<uint64_t>(x.data_ptr()) & 15) == plan.alignment;
+// Whether x and the states are tensors the plan's kernels were bound for: x [steps, *] (a single step's: the neuron
+// shape) and states [N] of the plan's neuron count, dtype and device, contiguous, with the address alignment the
+// layout was chosen for.
+bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& states) {
+  bool single = plan.steps == kSingle;
+  if (!(single || (x.dim() >= 2 && x.size(0) == plan.steps)) ||
+      x.numel() != (single ? 1 : plan.steps) * plan.neurons || int64_t(states.size()) + 1 != plan.inputs) {
+    return false;
+  }
+  uint64_t addresses = reinterpret_cast<uint64_t>(x.data_ptr());
+  for (const at::Tensor& state : states) {
+    if (state.dim() != 1 || state.numel() != plan.neurons || state.scalar_type() != plan.dtype ||
+        state.device() != plan.device || !state.is_contiguous()) {
+      return false;
+    }
+    addresses |= reinterpret_cast<uint64_t>(state.data_ptr());
+  }
+  return x.scalar_type() == plan.dtype && x.device() == plan.device && x.is_contiguous() &&
+         int64_t(addresses & 15) == plan.alignment;
 }
 
-// The plan's forward outputs for x (which fits the plan): the kernels run on x as [steps, neurons] rows, and the
-// final states come out in x's neuron shape.
+// The plan's forward outputs for x and the states (which fit the plan): the kernels run on x as [steps, neurons]
+// rows (a single step's as [neurons]), and the final states come out in x's neuron shape.
 std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& x,
-                                 const std::vector<double>& numbers) {
+                                 const std::vector<at::Tensor>& states, const std::vector<double>& numbers) {
   TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
               " numbers, got ", numbers.size());
-  bool flat = x.dim() == 2;
-  at::Tensor rows = flat ? x : x.view({plan.steps, plan.neurons});
-  at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : x.sizes().slice(1);
-  if (!plan.trains) return run(plan, plan.forward, {rows}, numbers, final_sizes);
-  return recorded_call(number, plan, rows, numbers, final_sizes);
+  bool single = plan.steps == kSingle;
+  bool flat = x.dim() == (single ? 1 : 2);
+  std::vector<at::Tensor> inputs{flat ? x : single ? x.view({plan.neurons}) : x.view({plan.steps, plan.neurons})};
+  inputs.insert(inputs.end(), states.begin(), states.end());
+  at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : single ? x.sizes() : x.sizes().slice(1);
+  if (!plan.trains) return run(plan, plan.forward, inputs, numbers, final_sizes);
+  return recorded_call(number, plan, inputs, numbers, final_sizes);
 }
 
-// A program's call: the forward outputs for x [steps, *], the sequences as [steps, neurons] rows, the final states
-// in x's neuron shape.
-std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+// A program's call: the forward outputs for x [steps, *] (or a single step's x) and the initial states where they
+// are tensors ([N] each), the sequences as [steps, neurons] rows (a single step's as [neurons]), the final states in
+// x's neuron shape.
+std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> states,
+                             std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
-  TORCH_CHECK(fits(plan, x), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
-              " is not the call plan ", number, " was made for");
-  return run_call(number, plan, x, numbers);
+  TORCH_CHECK(fits(plan, x, states), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
+              " with ", states.size(), " state tensor(s) is not the call plan ", number, " was made for");
+  return run_call(number, plan, x, states, numbers);
 }
 
 // A layer's repeated call (nn.Neuron): the spikes in x's shape, then each final state in x's neuron shape. An x the
@@ -415,8 +459,8 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<do
 // layer takes its full path.
 std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
-  if (!fits(plan, x) || (at::GradMode::is_enabled() && x.requires_grad()) != plan.trains) return {};
-  std::vector<at::Tensor> outputs = run_call(number, plan, x, numbers);
+  if (!fits(plan, x, {}) || (at::GradMode::is_enabled() && x.requires_grad()) != plan.trains) return {};
+  std::vector<at::Tensor> outputs = run_call(number, plan, x, {}, numbers);
   std::vector<at::Tensor> results{x.dim() == 2 ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
   for (int64_t at : plan.finals) results.push_back(outputs[at]);
   return results;
@@ -426,6 +470,6 @@ std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vec
 
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
-  m.def("call(int plan, Tensor x, float[] numbers) -> Tensor[]", &call);
+  m.def("call(int plan, Tensor x, Tensor[] states, float[] numbers) -> Tensor[]", &call);
   m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
 }

@@ -2,14 +2,16 @@
 worked out from the kernels bound to the call's shape (`neuron_launch.BoundLaunch`) and its forward form.
 
 A plan holds, per launch, where each kernel parameter's 8-byte slot is filled from: a constant (N, T), an output
-it allocates, a tensor of the call (forward: x; backward: the spikes' gradient, the final states' gradients, then
-the saved tensors) or one of the call's numbers (the initial states, then the scalars: the order of the
-configuration's op arguments, `NeuronConfig.op_inputs`). A call the words cannot express raises `Unplannable`; it
-takes the Python path.
+it allocates, a tensor of the call (forward: x, then the initial states where they are tensors; backward: the
+spikes' gradient, the final states' gradients, then the saved tensors) or one of the call's numbers (the initial
+states where they are numbers, then the scalars: the order of the configuration's op arguments,
+`NeuronConfig.op_inputs`). A single step's plan has steps SINGLE. A call the words cannot express raises
+`Unplannable`; it takes the Python path.
 """
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ RUNNERS = {"cuda": 1, "host": 2}
 SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "unsigned int": 4,
               "unsigned char": 5, "bool": 5}
 POINTER = 2  # an address, 8 bytes
+SINGLE = -1  # a single step's `steps`: x is the neuron shape, its sequences one value per neuron
 
 
 class Unplannable(AutocudaError):
@@ -54,7 +57,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
     runner, function, context = _kernel_function(bound)
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
     # -1: [N]; -2: a final state, allocated in the call's neuron shape (`neuron_call.cpp`'s `run`); else [rows, N]
-    rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": bound.steps or 0}
+    rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": -1 if bound.steps is None else bound.steps}
     if kernel.checkpoint_steps:
         rows["checkpoints"] = (bound.steps or 0) // kernel.checkpoint_steps
     out.add(len(recipe.allocations))
@@ -94,22 +97,28 @@ def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
     return RUNNERS["host"], ctypes.cast(host.function, ctypes.c_void_p).value or 0, 0
 
 
-def plan_words(x: torch.Tensor, numbers: int, forward: BoundLaunch, form: Any, backward: BoundLaunch | None,
-               backward_finals: BoundLaunch | None, grad_x: str) -> Words:
-    """The plan of a program's call on x [T, N] with `numbers` numbers: its forward launch and `form` (an
-    `ops.ForwardForm`: output positions, what autograd saves, which outputs are hidden); where it trains, the
-    backward launches without and with the final states' gradients, and the name of grad_x among their outputs."""
+def plan_words(x: torch.Tensor, states: Sequence[torch.Tensor], numbers: int, forward: BoundLaunch, form: Any,
+               backward: BoundLaunch | None, backward_finals: BoundLaunch | None, grads: Sequence[str]) -> Words:
+    """The plan of a program's call on x [T, N] (a single step's [N]) and `states` (the initial states where they
+    are tensors, [N] each) with `numbers` numbers: its forward launch and `form` (an `ops.ForwardForm`: output
+    positions, what autograd saves, which outputs are hidden); where it trains, the backward launches without and
+    with the final states' gradients, and the names of grad_x and of each state's gradient among their outputs."""
     out = Words()
-    steps, neurons = x.shape
+    neurons = x.shape[-1]
+    steps = SINGLE if form.single else x.shape[0]
     trains = backward is not None
-    out.add(steps, neurons, numbers, x.data_ptr() & 15, out.dtype(x.dtype), x.get_device() if x.is_cuda else -1,
-            trains, form.spike_at)
+    addresses = x.data_ptr()
+    for state in states:
+        addresses |= state.data_ptr()
+    out.add(steps, neurons, numbers, 1 + len(states), addresses & 15, out.dtype(x.dtype),
+            x.get_device() if x.is_cuda else -1, trains, form.spike_at)
     for positions in (form.finals, form.picks if trains else (), form.hidden if trains else ()):
         out.add(len(positions), *positions)
-    grad_at = [b.recipe.outputs.index(grad_x) if b is not None else 0 for b in (backward, backward_finals)]
-    out.add(*grad_at)
+    for launch in (backward, backward_finals if form.finals else None):
+        at = [launch.recipe.outputs.index(name) for name in grads] if launch is not None else []
+        out.add(len(at), *at)
     out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))
-    add_launch(out, forward, 1, numbers)
+    add_launch(out, forward, 1 + len(states), numbers)
     if backward is not None:
         add_launch(out, backward, 1 + len(form.picks), numbers)
         if form.finals:
