@@ -66,6 +66,24 @@ def test_masked_psn_multi_step(lambda_init: float) -> None:
         ours(torch.zeros(4, 2))
 
 
+def test_a_changed_lambda_or_mask_takes_effect_at_the_next_call() -> None:
+    """The eased mask is kept between calls: a new lambda_ (its setter fills the buffer in place), a mask changed in
+    place and a mask replaced each take effect at the next call, as SpikingJelly reads them at every call."""
+    theirs, ours = pair("MaskedPSN", 2, 4, lambda_init=0.3, step_mode="m")
+    x = sequence(4, 3)
+    check_same(theirs, ours, [x])
+    theirs.lambda_, ours.lambda_ = 0.7, 0.7
+    check_same(theirs, ours, [x])
+    for layer in (theirs, ours):
+        with torch.no_grad():
+            layer.mask1[0, 3] = 0.0
+    check_same(theirs, ours, [x])
+    for layer in (theirs, ours):
+        layer.mask0 = torch.ones(4, 4, dtype=F64)
+    check_same(theirs, ours, [x])
+    assert torch.equal(ours.masked_weight(), theirs.masked_weight())
+
+
 def test_masked_psn_single_steps_keep_its_queue_and_refuse_the_step_after_t() -> None:
     theirs, ours = pair("MaskedPSN", 3, 4, lambda_init=0.2)
     x = sequence(4, 6)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any
 
 import torch
@@ -128,6 +129,35 @@ def _band(steps: int, k: int, device: torch.device) -> torch.Tensor:
     return torch.where((lag >= 0) & (lag < k), k - lag, 0).to(device)
 
 
+def _eased_mask(lambda_: torch.Tensor, mask0: torch.Tensor, mask1: torch.Tensor) -> torch.Tensor:
+    eased = lambda_.clamp(max=1.0)
+    return eased * mask0 + (1.0 - eased) * mask1
+
+
+@functools.lru_cache(maxsize=64)
+def _placement(steps: int, k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[k, T²]: 1 where an entry of SlidingPSN's [T, T] matrix (flat) holds weight i (`_band`), else 0."""
+    band = _band(steps, k, device).reshape(1, -1)
+    return (band == torch.arange(1, k + 1, device=device).unsqueeze(1)).to(dtype)
+
+
+class _Banded(torch.autograd.Function):
+    """SlidingPSN's [T, T] matrix of its k weights: the gather of `_band` forward; backward sums each weight's
+    entries as one product with the band's 0/1 placement (`_placement`), where the gather's own backward
+    accumulates through a sort and several more operations."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, steps: int) -> torch.Tensor:
+        k = weight.shape[0]
+        ctx.shape = (steps, k)
+        return torch.cat((weight.new_zeros(1), weight))[_band(steps, k, weight.device)]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        steps, k = ctx.shape
+        return _placement(steps, k, grad.device, grad.dtype) @ grad.reshape(-1), None
+
+
 def _pushed(queue: Any, x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
     """The queue of recent inputs (flattened, oldest first) with x appended, the oldest dropped beyond `keep`."""
     pushed = (*queue, x.flatten())
@@ -169,9 +199,17 @@ class MaskedPSN(_QueuedPSN):
 
     def masked_weight(self) -> torch.Tensor:
         """SpikingJelly's W * mask0 once lambda_ >= 1, else W * (lambda_ mask0 + (1 - lambda_) mask1), as one
-        expression of lambda_ capped at 1 (the same values, no branch on a device value: no wait for the device)."""
-        eased = self._lambda_.clamp(max=1.0)
-        return (eased * self.mask0 + (1.0 - eased) * self.mask1) * self.weight
+        expression of lambda_ capped at 1 (the same values, no branch on a device value: no wait for the device).
+        The eased mask is made again only where lambda_ or a mask is another tensor or was changed in place since
+        (their version counters): a call then multiplies W alone."""
+        buffers = (self._lambda_, self.mask0, self.mask1)
+        if torch.compiler.is_compiling() or any(t.requires_grad or t.is_inference() for t in buffers):
+            return _eased_mask(*buffers) * self.weight
+        versions = tuple(t._version for t in buffers)
+        kept = self.__dict__.get("_eased")
+        if kept is None or not all(map(operator.is_, kept[0], buffers)) or kept[1] != versions:
+            kept = self.__dict__["_eased"] = (buffers, versions, _eased_mask(*buffers))
+        return kept[2] * self.weight
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         # SpikingJelly's: a step beyond T still enters the queue before the call is refused
@@ -226,9 +264,8 @@ class SlidingPSN(_QueuedPSN):
 
     def gen_gemm_weight(self, T: int) -> torch.Tensor:
         """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t (one
-        gather from the weights after a zero, which fills the rest)."""
-        padded = torch.cat((self.weight.new_zeros(1), self.weight))
-        return padded[_band(T, self.k, self.weight.device)]
+        gather from the weights after a zero, which fills the rest; `_Banded`)."""
+        return _Banded.apply(self.weight, T)
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:

@@ -41,15 +41,16 @@ for name, (build, online) in CASES.items():
         calls = {"ours": steps_call(build(our).cuda(), x, online),
                  "sj": steps_call(build(sj).cuda(), x, online)}
         times = {"programs off": [], "programs on": [], "sj": []}
-        for rep in range(33):
-            for mode in times:
+        modes = list(times)
+        for rep in range(36):
+            for mode in modes[rep % 3:] + modes[:rep % 3]:  # each mode in each place of the order
                 program.ENABLED = mode != "programs off"
                 call = calls["sj" if mode == "sj" else "ours"]
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 call()
                 torch.cuda.synchronize()
-                if rep >= 3:
+                if rep >= 6:
                     times[mode].append(time.perf_counter() - t)
         med = {m: statistics.median(v) * 1e3 for m, v in times.items()}
         print(f"{name} | {str(dtype)[6:]} | N={N} | off {med['programs off']:.3f} ms | on {med['programs on']:.3f} ms"
