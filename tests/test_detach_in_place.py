@@ -1,7 +1,7 @@
 """`detach()` cuts the states' graphs in place (SpikingJelly's `detach_()`), on every path of the kernels: a state
 tensor held from before `functional.detach_net` loses its graph too. The kernels write the final states into
 tensors of the neuron shape, never views of flat outputs (which torch cannot detach in place), for inputs of any
-number of neuron dims, through the unbound Python path, a program's bound launch and the native settled call, in single
+number of neuron dims, through the unbound Python path, a program's bound launch and the native keyed call, in single
 steps and sequences, with and without grad, for every state of a multi-state neuron and for FlexSN; detaching
 changes no value of the next chunk."""
 from __future__ import annotations
@@ -45,8 +45,8 @@ def compiled_kernels() -> int:
 
 @pytest.fixture(params=["python", "native", "full"])
 def path(request, monkeypatch):
-    """The call path: the program's bound Python launch, the native operator (the program's and the settled
-    call's), or the full path (nothing bound)."""
+    """The call path: the program's bound Python launch, the native operator (the program's, also for the
+    keyed call), or the full path (nothing bound)."""
     if request.param == "native":
         request.getfixturevalue("native_on_host")  # host calls through the native operator (conftest)
     else:
@@ -91,7 +91,7 @@ def run(layer: torch.nn.Module, x: torch.Tensor, mode: str) -> torch.Tensor:
 def test_detach_net_cuts_the_graph_of_states_held_from_before(kind, grad, mode, shape, path):
     layer, twin = LAYERS[kind](mode), LAYERS[kind](mode)
     layer.to(torch.float64), twin.to(torch.float64)
-    for _ in range(3):  # the same call again: the program's bound launch, then the settled call
+    for _ in range(3):  # the same call again: the program's bound launch, then the keyed call
         functional.reset_net(layer), functional.reset_net(twin)
         first = chunk(0, shape, grad)
         run(layer, first, mode), run(twin, first, mode)

@@ -1,9 +1,10 @@
 """A layer's programs (`autocuda.call.program`, owned by the layer: `layer._programs`): a layer's call like an earlier
 one runs that call's program; any change of what the key holds (the layer's switches, the compile-time constants'
 values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the program the
-change asks for. A layer whose switches and parameters are the objects they were, called from a reset, reruns its
-settled call (`nn.layer_call.rerun`: the native operator, which checks x, or the program's bound launch), and no
-changed call runs it. On the host runner, every result and gradient equals the unbound path's bitwise."""
+change asks for. A layer whose switches and parameters are the objects they were, called from a reset, finds its
+program by the key with the configuration's part it kept (`nn.layer_call.run_keyed`; the program runs the native
+operator or its bound launch), and no changed call takes that path. On the host runner, every result and gradient
+equals the unbound path's bitwise."""
 from __future__ import annotations
 
 import copy
@@ -53,7 +54,7 @@ def outcome(layer, x):
 
 
 def full_path(layer, x, monkeypatch):
-    """The call's results through no bound launch, native plan or settled call (`program.ENABLED` off)."""
+    """The call's results through no bound launch, native plan or kept configuration (`program.ENABLED` off)."""
     monkeypatch.setattr(program, "ENABLED", False)
     try:
         return outcome(layer, x)
@@ -96,33 +97,30 @@ CHANGES = {
     "as many elements, another step count": (lambda layer, x: x.detach().reshape(1, -1).requires_grad_(), True),
     "tau, the same float object": (lambda layer, x: (setattr(layer, "tau", layer.tau), x)[1], False),
 }
-# the changes after which the layer's settled call still serves: nothing it was made from changed (x's neuron shape
-# only shapes the results, which the native operator gives in x's shape; the bound launch serves its input class)
-SERVED = {"another shape, as many neurons", "tau, the same float object"}
-SERVED_BOUND = {"tau, the same float object"}
+# the changes after which the layer's keyed call still serves: nothing its kept configuration was worked out from
+# changed, and x is of a class it has a program for
+SERVED = {"tau, the same float object"}
 
 
-def settled_runs(layer):
-    """The list that each run of the layer's settled call with results (an x it fits) appends to, and whether the
-    call is the native operator's (else the program's bound launch)."""
-    last = layer._programs.last
-    assert last is not None, "a layer called from a reset settles its call"
+def keyed_runs(monkeypatch):
+    """The list that each keyed call of a layer (`nn.layer_call.run_keyed`: its program's `run_layer`) with results
+    appends to: x's shape, and whether the native operator ran it (else the program's bound launch)."""
     ran = []
-    run, *rest = last
+    original = program.Program.run_layer
 
-    def spy(first, x, numbers):
-        results = run(first, x, numbers)
+    def spy(self, x, numbers):
+        results = original(self, x, numbers)
         if results:
-            ran.append(tuple(x.shape))
+            ran.append((tuple(x.shape), self.native is not None and native.USE))
         return results
 
-    layer._programs.last = (spy, *rest)
-    return ran, run is not program.Program.rerun
+    monkeypatch.setattr(program.Program, "run_layer", spy)
+    return ran
 
 
 def needs_the_native_operator():
     if not native.USE:
-        pytest.skip("the native call path is off (AUTOCUDA_NATIVE=0): a layer settles native calls only")
+        pytest.skip("the native call path is off (AUTOCUDA_NATIVE=0)")
     if not native.ensure():
         pytest.skip(f"the native operator is not loaded ({native.status()})")
 
@@ -130,14 +128,14 @@ def needs_the_native_operator():
 def check_change(change, monkeypatch, layer, x):
     """Two calls of `layer` on x, then `change` and two more: each equal to the full path's."""
     make, another = CHANGES[change]
-    for _ in range(2):  # builds the program (and its native plan, after the first backward), then settles
+    for _ in range(2):  # builds the program (and its native plan, after the first backward), then keeps its key
         assert_same(outcome(layer, x), full_path(layer, x, monkeypatch), "before")
     before = set(map(id, layer._programs.values()))
-    ran, native_runner = settled_runs(layer)
+    ran = keyed_runs(monkeypatch)
     changed = make(layer, x)
     got = outcome(layer, changed)
     built = [p for p in layer._programs.values() if id(p) not in before]
-    served = change in (SERVED if native_runner else SERVED_BOUND)  # the settled call ran: no other program asked
+    served = change in SERVED  # the keyed call ran: no other program asked
     assert bool(ran) == served, change
     assert bool(built) == (another and not served), change
     assert_same(got, full_path(layer, changed, monkeypatch), change)
@@ -205,64 +203,83 @@ def test_copies_of_a_layer_start_without_its_programs():
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     want = outcome(layer, x)
-    assert layer._programs and layer._programs.last is not None
+    assert layer._programs and layer._programs.configured is not None
     for copied in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
-        assert copied._programs is not layer._programs and not copied._programs and copied._programs.last is None
+        assert copied._programs is not layer._programs and not copied._programs
+        assert copied._programs.configured is None
         assert_same(outcome(copied, x), want, type(copied))
     old = pickle.loads(pickle.dumps(layer))
     del old.__dict__["_programs"]  # a layer pickled before layers kept their programs
     assert_same(outcome(old, x), want, "no _programs")
 
 
-def check_settled(layer, x, monkeypatch, native_runner=True):
-    """A layer called from a reset on x settles its call (`native_runner`: the native operator's, made at the call
-    after the program's first backward where x records a graph), then runs it, building no key, with the full
-    path's results."""
+def check_keyed(layer, x, monkeypatch, native_runner=True):
+    """A layer called from a reset on x keeps its configuration's part of the key, then finds its program by the
+    key and runs it (`native_runner`: the native operator, made at the call after the program's first backward
+    where x records a graph; else the bound launch), working out no configuration again, with the full path's
+    results."""
     want = full_path(layer, x, monkeypatch)
     for _ in range(2 if x.requires_grad and native_runner else 1):
-        assert_same(outcome(layer, x), want, "settles")
-    ran, native_ran = settled_runs(layer)
-    assert native_ran == native_runner
-    keys = []
-    original = program.call_key
-    monkeypatch.setattr(program, "call_key", lambda *a: (keys.append(a), original(*a))[1])
+        assert_same(outcome(layer, x), want, "builds")
+    ran = keyed_runs(monkeypatch)
+    configurations = []
+    original = program.configuration_key
+    monkeypatch.setattr(program, "configuration_key", lambda *a: (configurations.append(a), original(*a))[1])
     for _ in range(3):
         got = outcome(layer, x)
         assert_same(got, want, "again")
         assert layer.v.shape == x.shape[1:] and (got[0].grad_fn is not None) == x.requires_grad
-    assert ran == [tuple(x.shape)] * 3 and keys == [], "three calls, each the settled call's, none built a key"
+    assert ran == [(tuple(x.shape), native_runner)] * 3, "three calls, each its program's by the kept key"
+    assert configurations == [], "no configuration worked out again"
 
 
 @pytest.mark.parametrize("native_runner", [True, False], ids=["native", "bound"])
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("shape", [(5, 12), (5, 3, 4)])
-def test_a_layer_called_from_a_reset_reruns_its_settled_call(shape, grad, native_runner, monkeypatch):
+def test_a_layer_called_from_a_reset_finds_its_program_by_the_kept_key(shape, grad, native_runner, monkeypatch):
     if native_runner:
         needs_the_native_operator()
     monkeypatch.setattr(native, "USE", native_runner)
-    check_settled(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch, native_runner)
+    check_keyed(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch, native_runner)
 
 
-def settled_layer():
-    """A LIF layer that has settled its call on x (no grad), x, the call's results and the settled call's runs."""
+def test_alternating_input_classes_each_find_their_program(monkeypatch):
+    """Two input classes in turn (a batch size and another, say): each call's key finds its own program."""
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    xs = [x_of((5, 3, 4), grad=False), x_of((5, 2, 4), grad=False)]
+    wants = [full_path(layer, x, monkeypatch) for x in xs]
+    for x, want in zip(xs, wants):
+        assert_same(outcome(layer, x), want, "builds")
+    ran = keyed_runs(monkeypatch)
+    for x, want in zip(xs * 2, wants * 2):
+        assert_same(outcome(layer, x), want, "again")
+    assert ran == [((5, 3, 4), True), ((5, 2, 4), True)] * 2
+
+
+def keyed_layer(monkeypatch):
+    """A LIF layer that keeps its configuration from a call on x (no grad), x, the call's results and the keyed
+    calls' runs from now on."""
     needs_the_native_operator()
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     want = outcome(layer, x)
-    return layer, x, want, settled_runs(layer)[0]
+    return layer, x, want, keyed_runs(monkeypatch)
 
 
-@pytest.mark.parametrize("switch", ["program.ENABLED", "native.USE"])
-def test_the_switches_turn_the_settled_call_off(switch, monkeypatch):
-    layer, x, want, ran = settled_layer()
-    module, name = switch.split(".")
-    monkeypatch.setattr({"program": program, "native": native}[module], name, False)
-    assert_same(outcome(layer, x), want, switch)
-    assert ran == []
+def test_the_switches_turn_the_keyed_call_off_or_to_the_bound_launch(monkeypatch):
+    """`program.ENABLED` off: no program runs the call; `native.USE` off: the program's bound launch runs it."""
+    layer, x, want, ran = keyed_layer(monkeypatch)
+    monkeypatch.setattr(native, "USE", False)
+    assert_same(outcome(layer, x), want, "native.USE")
+    assert ran == [(tuple(x.shape), False)]
+    monkeypatch.setattr(program, "ENABLED", False)
+    assert_same(outcome(layer, x), want, "program.ENABLED")
+    assert ran == [(tuple(x.shape), False)]
 
 
-def test_a_state_that_is_not_a_float_leaves_the_settled_call(monkeypatch):
-    layer, x, _, ran = settled_layer()
+def test_a_state_that_is_not_a_float_leaves_the_keyed_call(monkeypatch):
+    layer, x, _, ran = keyed_layer(monkeypatch)
     for value in (0.25, 1, torch.tensor(0.25, dtype=torch.float64)):  # a float, an int, a 0-d tensor
         layer.reset()
         layer.v = value
@@ -271,11 +288,11 @@ def test_a_state_that_is_not_a_float_leaves_the_settled_call(monkeypatch):
         monkeypatch.setattr(program, "ENABLED", False)
         assert torch.equal(got, layer(x)), value
         monkeypatch.setattr(program, "ENABLED", True)
-    assert ran == [(5, 3, 4)], "only the float state ran the settled call"
+    assert ran == [((5, 3, 4), True)], "only the float state took the keyed call"
 
 
-def test_functorch_transforms_leave_the_settled_call():
-    layer, x, _, ran = settled_layer()
+def test_functorch_transforms_leave_the_keyed_call(monkeypatch):
+    layer, x, _, ran = keyed_layer(monkeypatch)
 
     def loss(inp):
         layer.reset()
@@ -324,16 +341,14 @@ def test_the_references_a_layer_passes_decide_its_call(monkeypatch):
 
 
 def test_without_the_native_operator_the_bound_launch_serves(monkeypatch):
-    """Where the native operator cannot be loaded (no compiler, a failed build), a layer's settled call is its
-    program's bound launch, and it serves every call like the last (training included) with the full path's
-    results."""
+    """Where the native operator cannot be loaded (no compiler, a failed build), a layer's keyed call runs its
+    program's bound launch, for every call like the last (training included) with the full path's results."""
     monkeypatch.setattr(native, "loaded", lambda: False)
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of()
     want = full_path(layer, x, monkeypatch)
-    assert_same(outcome(layer, x), want, "settles")
-    ran, native_runner = settled_runs(layer)
-    assert not native_runner
+    assert_same(outcome(layer, x), want, "builds")
+    ran = keyed_runs(monkeypatch)
     for _ in range(2):
         assert_same(outcome(layer, x), want, "again")
-    assert ran == [tuple(x.shape)] * 2
+    assert ran == [(tuple(x.shape), False)] * 2

@@ -17,6 +17,7 @@ call's arguments checked against its program, ready to launch (`Call.launch`).
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,7 +45,8 @@ from . import native, ops
 from .memory_order import broadcasts
 from .native.plan import Unplannable, plan_words
 
-__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "sequence_results"]
+__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "configuration_key", "configuration_number",
+           "program_key", "sequence_results"]
 
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
@@ -56,14 +58,21 @@ transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transf
 # -- the key -------------------------------------------------------------------------------------------------------
 def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool, reset: str | None,
              backend: str | None, save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
-    """What may differ between two calls that one program runs (the one place it is decided): the spec and the
-    surrogate by identity (a Surrogate by id and version; a spec file as its text is now), the switches and
-    `options` (single step, store_state_seq, final_states), the parameters' names and types, the values of
-    compile-time constants and, of tensors, how they spread, whether they need a gradient and their alignment; and
-    the input class:
-    x's shape, dtype, device, address alignment and contiguity, whether the call records a graph, and the initial
-    states' types (of tensors also their alignment and whether they need a gradient). TypeError for a spec of the
-    wrong type; the key may hold unhashable values."""
+    """What may differ between two calls that one program runs (the one place it is decided, in two parts): the
+    configuration's (`configuration_key`, as its number) and the input class (`program_key`). TypeError for a spec
+    of the wrong type or an unhashable argument."""
+    configuration = configuration_number(
+        configuration_key(spec, surrogate, detach_reset, reset, backend, save_h, options, params))
+    return program_key(configuration, x, _state_class(states))
+
+
+def configuration_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
+                      save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
+    """The configuration's part of a call's key: the spec and the surrogate by identity (a Surrogate by id and
+    version; a spec file as its text is now), the switches and `options` (single step, store_state_seq,
+    final_states), the parameters' names and types, the values of compile-time constants and, of tensors, how
+    they spread, whether they need a gradient and their alignment. A function of those objects alone: a layer
+    keeps it while they are the objects it was worked out from (`nn.layer_call.run_keyed`)."""
     if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
         spec = load_spec(spec)
     spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
@@ -71,12 +80,34 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
     if constants is None:
         constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
     types = tuple(map(type, params.values()))
-    # `_surrogate_identity` and `input_class` inline: this runs on every call that no bound program serves at once
     return (spec_id, surrogate if surrogate is None or type(surrogate) is str else _surrogate_identity(surrogate),
             detach_reset, reset, backend, save_h, options, tuple(params), types,
             () if _PLAIN.issuperset(types) else _tensor_facts(params),
-            tuple(params.get(n) for n in constants[1]) if constants[1] else (), x.shape, x.dtype, x.device,
-            x.data_ptr() & 15, x.is_contiguous(), torch.is_grad_enabled() and x.requires_grad, _state_class(states))
+            tuple(params.get(n) for n in constants[1]) if constants[1] else ())
+
+
+def configuration_number(configuration: tuple) -> int:
+    """A number for a configuration's part of the key (the same for equal parts, never reused for another): the key
+    holds it in place of the part, so that a lookup hashes an int, not the part's nested tuples."""
+    number = _CONFIGURATIONS.get(configuration)
+    if number is None:
+        number = next(_NUMBERS)
+        if len(_CONFIGURATIONS) >= Programs.LIMIT:  # parts that sweep constants' values must not grow this
+            _CONFIGURATIONS.clear()
+        _CONFIGURATIONS[configuration] = number
+    return number
+
+
+_CONFIGURATIONS: dict[tuple, int] = {}
+_NUMBERS = itertools.count()
+
+
+def program_key(configuration: int, x: Tensor, state_class: tuple) -> tuple:
+    """A call's key: its configuration's number (`configuration_number`) and its input class: x's shape, dtype,
+    device, address alignment and contiguity, whether the call records a graph, and the initial states' class
+    (`_state_class`)."""
+    return (configuration, x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(),
+            torch.is_grad_enabled() and x.requires_grad, state_class)
 
 
 def _state_class(states: Sequence[Any]) -> tuple:
@@ -125,15 +156,15 @@ def _tensor_facts(params: dict[str, Any]) -> tuple:
 
 class Programs(dict):
     """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values: a program that
-    sweeps them must not grow this without end), and `last`: the program of a layer's last call from a reset with
-    the objects it was made from (`nn.layer_call.rerun`). Not copied with its owner: a deep copy or an unpickled
-    layer starts with none."""
+    sweeps them must not grow this without end), and for a layer its configuration's part of the key with the
+    objects it was worked out from (`nn.layer_call.run_keyed`). Not copied with its owner: a deep copy or an
+    unpickled layer starts with none."""
 
     LIMIT = 1024
 
     def __init__(self) -> None:
         super().__init__()
-        self.last: tuple | None = None
+        self.configured: tuple | None = None
 
     def find(self, spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool,
              reset: str | None, backend: str | None, save_h: bool, options: tuple[bool, bool, bool],
@@ -202,6 +233,7 @@ class Program:
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
         self.native_call: Callable[[int, Tensor, Sequence[Tensor], Sequence[float]], list[Tensor]] = native.call
+        self.native_layer_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = _not_planned
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
@@ -268,11 +300,13 @@ class Program:
         tensors = self.tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
-    def rerun(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """A layer's call like the one it settled (`nn.layer_call.rerun`): the spikes in x's shape, then the final
-        states in its neuron shape; none for an x unlike the program's input class, or while the native plan is
-        still to be made (the layer's full path makes it)."""
-        if input_class(x) != self.seen or (self.native_wanted and native.USE and self.plannable()):
+    def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
+        """A layer's call of this program's key from states of numbers (`nn.layer_call.run_keyed`): the spikes in
+        x's shape, then the final states in its neuron shape, by the native operator where the plan is made, else
+        by the bound launch; none while the native plan is still to be made (the layer's full path makes it)."""
+        if self.native is not None and native.USE:
+            return self.native_layer_call(self.native, x, numbers)
+        if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
             return []
         outputs, form = self.run_numbers(x, numbers), self.bound_form
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
@@ -339,7 +373,11 @@ class Program:
             except Unplannable:
                 return
             self.native = native.make_plan(words.words, words.dtypes)
-            self.native_call = native.operator()
+            self.native_call, self.native_layer_call = native.operator(), native.operator("layer_call")
+
+
+def _not_planned(plan: int, x: Tensor, numbers: Sequence[float]) -> list[Tensor]:
+    raise RuntimeError("autocuda: a program without a native plan was asked for its native call")
 
 
 def _spread(value: Tensor) -> int:

@@ -1,7 +1,6 @@
 """What a layer's call (`nn.Neuron`, and the layers built on it) reads from and writes to the layer: its step
 inputs, its parameters and states (read afresh from the layer's dict on every call, since users change them between
-calls), the states it stores, its output, its programs (`run_sequence`: the layer owns them), and the shortcut of
-an eager multi-step call like the last one from a reset (`rerun`).
+calls), the states it stores, its output, and its programs (`run_sequence`, `run_keyed`: the layer owns them).
 
 These are functions, not methods: nn.Module's __getattr__ keeps CPython from specializing attribute and method
 lookups on layers, so a method's lookup costs more than a function's; `layer.__dict__` is read once for the names
@@ -18,9 +17,16 @@ from typing import Any
 import torch
 
 from ..call import functional as F
-from ..call import mixing, native
+from ..call import mixing
 from ..call import program as programs
-from ..call.program import Program, Programs, transforms_active
+from ..call.program import (
+    Program,
+    Programs,
+    configuration_key,
+    configuration_number,
+    program_key,
+    transforms_active,
+)
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
@@ -64,11 +70,11 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
 def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
                  params: dict[str, Any], compiling: bool, written: bool = False) -> tuple:
     """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
-    a call from a reset whose output is the spike and whose switches and parameters are plain objects is kept for
-    `rerun` (`settle`). The state sequences are kept where v_seq is stored or the output reads a state. `written`
-    (`writes_output`, never under torch.compile or with recompute): the kernels of the spec's variant that writes
-    the output in place of the spike run the call, and what they return as spikes is the layer's output (a call
-    not settled: its output is not the spike)."""
+    after a call from states of numbers whose output is the spike and whose parameters are plain numbers, the layer
+    keeps its configuration's part of the key for `run_keyed` (`configure`). The state sequences are kept where
+    v_seq is stored or the output reads a state. `written` (`writes_output`, never under torch.compile or with
+    recompute): the kernels of the spec's variant that writes the output in place of the spike run the call, and
+    what they return as spikes is the layer's output (no configuration kept: its output is not the spike)."""
     d = layer.__dict__
     output = d["_output"]
     keep = not written and (d["_store_v_seq"] or d["_output_reads_states"])
@@ -80,7 +86,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     spec = written_spec_ref(layer) if written else d["_spec_ref"]
     results, ran = F.run_sequence(owned, spec, x, states, d["_surrogate_ref"], d["detach_reset"], None, keep, True,
                                   BACKENDS[d["backend"]], d["save_h"], params)
-    owned.last = None if ran is None or keep or output.kind != SPIKE else settle(d, *ran)
+    owned.configured = None if ran is None or keep or output.kind != SPIKE else configure(d, *ran, params)
     return results
 
 
@@ -134,40 +140,43 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
              "recompute")
 
 
-def settle(d: dict[str, Any], bound: Program, values: dict[str, Any]) -> tuple | None:
-    """What `rerun` needs to run the layer's call again (just run by `bound` with states of numbers and the
-    parameters' `values`): its runner (the native
-    operator, or the program's bound launch), the kernel's scalars, the switches' and parameters' objects, which
-    must be the same objects for these to hold, and whether the runner is the native operator. None where a
-    parameter is not a plain attribute (a parameter, a buffer or a property, which can change without a new object
-    in the dict), the program has no bound launch, takes tensor parameters (the settled call runs numbers
-    only), or its step draws."""
+def configure(d: dict[str, Any], program: Program, values: dict[str, Any], params: dict[str, Any]
+              ) -> tuple | None:
+    """What `run_keyed` needs to find a call's program by its key (just run by `program` from states of numbers,
+    with the parameters `params`, whose values with the defaults are `values`): the configuration's part of the
+    key, worked out here, with the reader of the switches' and parameters' objects it was worked out from
+    (`run_keyed` compares them by identity), those objects, the initial states' class and the kernel's scalars.
+    None where a parameter is not a plain attribute (a parameter, a buffer or a property, which can change without
+    a new object in the dict), the program has no bound launch, takes tensor parameters, or its step draws (each
+    call takes a new seed)."""
     names = d["_param_names"]
-    if bound.launch is None or bound.draws or bound.tensors or not all(name in d for name in names):
-        return None  # (a call that draws takes a new seed: its scalars are not the last call's)
-    native_runner = bound.native is not None and native.USE
-    run, first = (native.operator("layer_call"), bound.native) if native_runner else (Program.rerun, bound)
+    if program.launch is None or program.draws or program.tensors or not all(name in d for name in names):
+        return None
     read = itemgetter(*_SWITCHES, *names)
-    return run, first, tuple(bound.scalar_values(values)), read, read(d), native_runner
+    configuration = configuration_number(configuration_key(d["_spec_ref"], d["_surrogate_ref"], d["detach_reset"],
+                                                           None, BACKENDS[d["backend"]], d["save_h"],
+                                                           (False, False, True), params))
+    floats = (float,) * len(d["_state_names"])
+    return read, read(d), configuration, floats, tuple(program.scalar_values(values))
 
 
-def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
-    """The spikes of an eager multi-step call that reruns the layer's settled call (`settle`), or None where it
-    cannot: none settled, a switch or parameter that is not the object it was, a state that is not a float (a
-    reset gives floats), the programs (or the native path, for its runner) turned off, a functorch transform, or
-    an x unlike the program's (the runner checks x)."""
+def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
+    """The spikes of an eager multi-step call of one tensor from states of numbers (as after a reset), run by the
+    program its key finds in the layer's `Programs`: the configuration's part of the key as `configure` kept it
+    (while the switches and parameters are the objects it was worked out from), x's input class read now
+    (`program_key`). None where that does not hold or finds no program ready (none kept, a switch or parameter that is
+    not the object it was, a state that is not a float, the programs turned off, a functorch transform, a key with
+    no program yet, a native plan still to be made): the layer's full path runs the call."""
     d = layer.__dict__
     owned = d.get("_programs")
-    last = None if owned is None else owned.last
-    if last is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
+    kept = None if owned is None else owned.configured
+    if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
         return None
-    run, first, scalars, read, seen, native_runner = last
-    if native_runner and not native.USE:
-        return None
+    read, seen, configuration, floats, scalars = kept
     try:
         now = read(d)
     except KeyError:  # a parameter that is no plain attribute now (made a Parameter or a buffer): never again
-        owned.last = None
+        owned.configured = None
         return None
     if not all(map(is_, now, seen)):
         return None
@@ -178,7 +187,10 @@ def rerun(layer: Neuron, x: Any) -> torch.Tensor | None:
         if type(value) is not float:
             return None
         numbers.append(value)
-    results = run(first, x, [*numbers, *scalars])
+    program = owned.get(program_key(configuration, x, floats))
+    if program is None:
+        return None
+    results = program.run_layer(x, [*numbers, *scalars])
     if not results:
         return None
     for name, value in zip(names, results[1:]):

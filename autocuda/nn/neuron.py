@@ -38,7 +38,7 @@ from .layer_call import (
     check_memory,
     initial_value,
     read_params,
-    rerun,
+    run_keyed,
     run_sequence,
     run_step,
     start_states,
@@ -369,7 +369,7 @@ class Neuron(MemoryViews, MemoryBase):
         if self.__dict__["_surrogate_foreign"] is not None:  # `sync_surrogate`, its test inline (the hot path)
             sync_surrogate(self)
         if not compiling and len(inputs) == 1:
-            spikes = rerun(self, inputs[0])
+            spikes = run_keyed(self, inputs[0])
             if spikes is not None:
                 return spikes
         given, x_seq = step_inputs(self, inputs, 1)

@@ -1,7 +1,7 @@
 """A layer's programs on CUDA (`autocuda.call.program`, owned by the layer): every change between calls that the key
 holds runs the program it asks for, bitwise the unbound path's, through the Python and the native path, at a size
-whose kernels load vectors (so that a misaligned x needs its own launch); a layer's settled call (the native
-path's) in each dtype; and a layer moved between devices."""
+whose kernels load vectors (so that a misaligned x needs its own launch); a layer's keyed call (the native
+path's and the bound launch's) in each dtype; and a layer moved between devices."""
 from __future__ import annotations
 
 import os
@@ -21,11 +21,11 @@ from test_layer_programs import (  # noqa: E402 - the cores of the CPU test, sha
     GAIN_LIF,
     assert_same,
     check_change,
-    check_settled,
+    check_keyed,
     full_path,
+    keyed_runs,
     needs_the_native_operator,
     outcome,
-    settled_runs,
     x_of,
 )
 
@@ -61,11 +61,11 @@ def test_a_layer_whose_input_moves_to_the_gpu_runs_the_gpus_kernels(monkeypatch)
 @pytest.mark.parametrize("shape", [(4, 4096), (4, 8, 16, 32)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("path", ["python", "native"])
-def test_a_layer_reruns_its_settled_call_on_the_gpu(dtype, shape, grad, path, monkeypatch):
+def test_a_layer_finds_its_program_by_the_kept_key_on_the_gpu(dtype, shape, grad, path, monkeypatch):
     if path == "native":
         needs_the_native_operator()
     monkeypatch.setattr(native, "USE", path == "native")
-    check_settled(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch, path == "native")
+    check_keyed(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch, path == "native")
 
 
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,
@@ -73,9 +73,9 @@ two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,
 
 
 @two_gpus
-def test_a_settled_layer_follows_its_input_to_the_second_gpu(monkeypatch):
-    """The plan a layer settled on one GPU is refused for x on another (the operator checks x's device); the call
-    there settles its own, which then launches on that device while the current device is the first."""
+def test_a_keyed_layer_follows_its_input_to_the_second_gpu(monkeypatch):
+    """x's device is part of a call's key: a call on another GPU finds (after its first calls build it) that
+    device's program, which then launches on that device while the current device is the first."""
     needs_the_native_operator()
     torch.cuda.set_device(0)
     layer = LIFNode(tau=2.0, step_mode="m")
@@ -85,18 +85,17 @@ def test_a_settled_layer_follows_its_input_to_the_second_gpu(monkeypatch):
         got = outcome(layer, x)
         assert all(t.device == x.device for t in got)
         assert_same(got, full_path(layer, x, monkeypatch), x.device)
-    ran, native_runner = settled_runs(layer)
-    assert native_runner
+    ran = keyed_runs(monkeypatch)
     for x in (second, first):
         got = outcome(layer, x)
         assert_same(got, full_path(layer, x, monkeypatch), x.device)
-    assert ran == [(4, 4096)], "the second GPU's settled call ran, and not for the first GPU's x"
+    assert ran == [((4, 4096), True)] * 2, "each GPU's x ran its own program by the key"
 
 
 @two_gpus
-def test_data_parallel_replicas_of_a_settled_layer_give_the_single_gpu_results():
-    """DataParallel's replicas share the layer's last call (a shallow copy of its dict) and run in threads, each
-    on its own GPU: every call gives the results of the layer on the whole input on one GPU."""
+def test_data_parallel_replicas_of_a_keyed_layer_give_the_single_gpu_results():
+    """DataParallel's replicas share the layer's programs (a shallow copy of its dict) and run in threads, each on
+    its own GPU: every call gives the results of the layer on the whole input on one GPU."""
     needs_the_native_operator()
     torch.cuda.set_device(0)
     layer = LIFNode(tau=2.0, step_mode="m").to(CUDA)
