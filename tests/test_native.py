@@ -112,6 +112,68 @@ def test_single_steps_and_calls_from_state_tensors_take_the_native_path(spec, mo
             assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
 
 
+def run_tensor_tau(x: torch.Tensor, train: bool, finals_in_loss: bool) -> list[torch.Tensor]:
+    """LIF with tau a learnable tensor of one value: a multi-step call, then single steps from its final state;
+    every output and (training) the gradients of x and tau."""
+    x = x.clone().requires_grad_(train)
+    tau = torch.tensor(2.5, dtype=x.dtype).requires_grad_(train)
+    spikes, (v,), _ = F.multi_step("lif", x, backend="host", tau=tau)
+    outputs = [spikes, *((v,) if finals_in_loss else ())]
+    for t in range(2):
+        spike, (v,) = F.single_step("lif", x[t], v, backend="host", tau=tau)
+        outputs += [spike * (t + 2), *((v,) if finals_in_loss else ())]
+    if not train:
+        return outputs
+    grads = torch.autograd.grad(sum(o.sum() for o in outputs), (x, tau))
+    return [o.detach() for o in outputs] + list(grads)
+
+
+def test_calls_with_a_tensor_parameter_of_one_value_take_the_native_path(monkeypatch):
+    """A parameter given as a tensor of one value (here tau, learnable) is one of the native call's tensors, and its
+    gradient the sum of the kernels' per-neuron partials: bitwise the Python path's, in inference and training."""
+    from autocuda.runtime.neuron_launch import KernelCall
+
+    bind = KernelCall.bind
+
+    def checked_bind(self, args, like, n, steps, backend, *rest, **options):
+        """A bound launch's arguments are filled from `args` as a call's would be (a CUDA call's layout timing runs
+        them): each in the op's order, a tensor where the kernel takes one."""
+        bound = bind(self, args, like, n, steps, backend, *rest, **options)
+        bound.recipe.arguments(bound.binding, args, like, n, steps)
+        return bound
+
+    monkeypatch.setattr(KernelCall, "bind", checked_bind)
+    x = torch.rand(4, 2, 48, dtype=torch.float64) * 2
+    for train, finals_in_loss in ((False, False), (True, False), (True, True)):
+        monkeypatch.setattr(program, "ENABLED", False)
+        want = run_tensor_tau(x, train, finals_in_loss)
+        monkeypatch.setattr(program, "ENABLED", True)
+        program.PROGRAMS.clear()
+        run_tensor_tau(x, train, finals_in_loss)  # builds the programs (training ones bind backward)
+        got = run_tensor_tau(x, train, finals_in_loss)
+        planned = [p for p in program.PROGRAMS.values() if p.native is not None]
+        assert any(p.tensors for p in planned) and any(p.tensors and p.bound_form.single for p in planned)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+
+
+def test_stbif_runs_its_one_value_buffers_through_the_native_path(monkeypatch):
+    """STBIFNode's thresholds are buffers of one value: its inference calls take the native path."""
+    from autocuda.nn import STBIFNode
+
+    layer = STBIFNode(0.5, 8, sym=True, step_mode="m", backend="host").double()
+    x = torch.randn(6, 3, 5, dtype=torch.float64) * 2
+    monkeypatch.setattr(program, "ENABLED", False)
+    want = layer(x)
+    layer.reset()
+    monkeypatch.setattr(program, "ENABLED", True)
+    for _ in range(3):
+        layer.reset()
+        got = layer(x)
+    assert any(p.native is not None and p.tensors for p in layer._programs.values())
+    assert torch.equal(got, want)
+
+
 def test_a_state_tensor_unlike_the_plans_takes_a_program_of_its_own():
     """A state's alignment and need of a gradient are part of a call's key: a state whose address is not the
     first call's (a view one element in) runs a program bound to it, with the Python path's results."""

@@ -367,7 +367,7 @@ def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
     grad_spike = _dense(grads[form.spike_at], shape, dtype, device)
     program = ctx.program
     if program is not None and program.native_wanted:
-        program.bind_backward(form, ctx.meta, list(saved[:n]), [*ctx.initial, *ctx.scalars])
+        program.bind_backward(form, ctx.meta, list(saved[:n]), ctx.initial, list(saved[n:]), ctx.scalars)
     out = (run_backward or neuron_backward)(form.key, grad_spike, finals, seqs, list(saved[:n]), ctx.initial,
                                             list(saved[n:]), ctx.scalars)
     n_inits, n_inputs = (0 if ctx.initial else form.n_states), 1 + form.n_more

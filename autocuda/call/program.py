@@ -276,14 +276,13 @@ class Program:
         """Bind the forward launch of a call (x: its rows; `args`: the initial states, numbers or [N] tensors, the
         tensor parameters, the scalars; `given`: x as the call gave it) to the program's input class (a contiguous
         x), and say whether its calls may take the native path: a CUDA call, or a host call on CPU tensors where
-        `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state sequences and no
-        tensor parameters."""
+        `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state sequences."""
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
         self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
         self.bound_form, self.seen = form, input_class(given)
-        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs and not self.tensors
+        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
@@ -316,7 +315,7 @@ class Program:
         scalars) and the tensor parameters as the kernels take them (`tensor_args`): by the native plan where one
         is made, else by the bound launch."""
         if self.native is not None and native.USE:
-            return self.native_call(self.native, x, (), numbers)
+            return self.native_call(self.native, x, list(tensors), numbers)
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
         k = len(self.state_names)
         return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
@@ -339,11 +338,11 @@ class Program:
                 out.append(value.expand(shape).reshape(_numel(shape)) if kind else value.reshape(1))
         return out
 
-    def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], numbers: Sequence[float]
-                      ) -> None:
+    def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], initial: Sequence[float],
+                      params: Sequence[Tensor], scalars: Sequence[float]) -> None:
         """Bind the backward launches, without and with the final states' gradients, at the program's first
-        backward (`ops._backward`), to fresh gradients of the call's shape (`meta`: x's shape, dtype, device) and
-        its saved tensors."""
+        backward (`ops._backward`), to fresh gradients of the call's shape (`meta`: x's shape, dtype, device), its
+        saved tensors, initial numbers, tensor parameters and scalars (the backward op's argument order)."""
         if self.backward is not None:
             return
         grad = torch.zeros(*meta[:1], dtype=meta[1], device=meta[2])  # no random generator drawn from
@@ -353,9 +352,14 @@ class Program:
         for finals in (False, True) if form.finals else (False,):
             backward = ops.backward_form(form.key, form.single, form.given_inits, False, finals)
             given = [grad.new_zeros(n) for _ in form.finals] if finals else []
-            launches.append(backward.kernel.bind((grad, *given, *saved, *numbers), grad, n, steps, backend))
-        # the gradients the native node returns: x's, then each initial state's where they are tensors
-        grads = backward.returns[:1 + (form.n_states if form.given_inits else 0)]
+            launches.append(backward.kernel.bind((grad, *given, *saved, *initial, *params, *scalars), grad, n,
+                                                 steps, backend))
+        # the gradients the native node returns: x's, each initial state's where they are tensors, each tensor
+        # parameter's where it is learnable (a parameter of one value: the sum of its per-neuron partials)
+        inputs = backward.returns[:1 + (form.n_states if form.given_inits else 0)]
+        learnable = form.config.learnable
+        grads = (*((name, False) for name in inputs),
+                 *((f"grad_{name}" if name in learnable else None, kind == SHARED) for name, kind in self.tensors))
         self.backward = (launches[0], launches[1] if len(launches) > 1 else None, grads)
 
     def plannable(self) -> bool:
@@ -363,13 +367,14 @@ class Program:
         launches are bound (at its first backward)."""
         return (not self.bound_form.save or self.backward is not None) and native.loaded()
 
-    def native_plan(self, form: ops.ForwardForm, rows: Tensor, states: Sequence[Tensor], count: int) -> None:
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, others: Sequence[Tensor], count: int) -> None:
         """Make the native plan on the first call that finds it `plannable` (none for a call the plan's words
-        cannot express): x's rows, the initial states where they are tensors, the count of numbers."""
+        cannot express): x's rows, the initial states where they are tensors and the tensor parameters, the count
+        of numbers."""
         if self.plannable():
             self.native_wanted = False  # asked once
             try:
-                words = plan_words(rows, states, count, self.launch, form, *(self.backward or (None, None, ())))
+                words = plan_words(rows, others, count, self.launch, form, *(self.backward or (None, None, ())))
             except Unplannable:
                 return
             self.native = native.make_plan(words.words, words.dtypes)
@@ -525,9 +530,9 @@ class Call:
             if program.launch is None:
                 program.bind(form, x, [*(initial or states), *tensors, *given], self.numel, self.x)
             if program.native is None and program.native_wanted and native.USE:
-                program.native_plan(form, x, states, len(numbers))
+                program.native_plan(form, x, [*states, *tensors], len(numbers))
             if program.native is not None and native.USE:
-                return program.native_call(program.native, self.x, states, numbers), form.positions
+                return program.native_call(program.native, self.x, [*states, *tensors], numbers), form.positions
             return ops.forward_eager(form, x, states, initial, tensors, given, (), self.shape, program), \
                 form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions

@@ -1,7 +1,7 @@
 """The native call path on CUDA: programs' calls through the C++ operator and node give the Python path's results
 bitwise, in four dtypes, on a side stream, with backward on autograd's device thread, under CUDA graph capture
-of an inference program's call; single steps and calls from state tensors; and the driver launches what the plan
-says (a vector layout at N = 2**14)."""
+of an inference program's call; single steps, calls from state tensors and calls with a tensor parameter of one
+value; and the driver launches what the plan says (a vector layout at N = 2**14)."""
 from __future__ import annotations
 
 import pytest
@@ -113,6 +113,37 @@ def test_single_steps_and_calls_from_state_tensors_equal_the_python_path_on_the_
         got = run_steps(spec, x, train)
         planned = [p for p in program.PROGRAMS.values() if p.native is not None]
         assert any(p.bound_form.single for p in planned) and any(p.bound_form.given_inits for p in planned)
+        torch.cuda.synchronize()
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+
+
+def run_tensor_tau(x: torch.Tensor, train: bool) -> list[torch.Tensor]:
+    """LIF with tau a learnable float32 tensor of one value (the compute dtype of every x but float64's is float32):
+    a multi-step call, then a single step from its final state; the outputs and (training) x's and tau's gradients."""
+    x = x.detach().requires_grad_(train)
+    tau = torch.tensor(2.5, device=CUDA, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+    tau.requires_grad_(train)
+    spikes, (v,), _ = F.multi_step("lif", x, tau=tau)
+    spike, (v_next,) = F.single_step("lif", x[0], v, tau=tau)
+    outputs = [spikes, v, spike, v_next]
+    if not train:
+        return outputs
+    grads = torch.autograd.grad(sum(o.float().sum() for o in outputs), (x, tau))
+    return [o.detach() for o in outputs] + list(grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_calls_with_a_tensor_parameter_equal_the_python_path_on_the_gpu(dtype, monkeypatch):
+    x = (torch.rand(4, 3, 4097, device=CUDA) * 2).to(dtype)
+    for train in (False, True):
+        monkeypatch.setattr(program, "ENABLED", False)
+        want = run_tensor_tau(x, train)
+        monkeypatch.setattr(program, "ENABLED", True)
+        program.PROGRAMS.clear()
+        run_tensor_tau(x, train)
+        got = run_tensor_tau(x, train)
+        assert any(p.native is not None and p.tensors for p in program.PROGRAMS.values())
         torch.cuda.synchronize()
         for g, w in zip(got, want, strict=True):
             assert torch.equal(g, w)

@@ -15,6 +15,7 @@
 //   otherwise pull in (most of the library's build time is spent reading headers).
 #define AT_PER_OPERATOR_HEADERS
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 #include <torch/csrc/autograd/function.h>
@@ -75,8 +76,9 @@ struct Launch {
   int64_t tensors = 0;  // tensors the call gives (forward: x, its states; backward: the gradients, the saved ones)
 };
 
-// A call gives x ([steps, *], or for a single step (steps = kSingle) the neuron shape) and its initial states when
-// they are tensors ([N] each, the plan's `inputs` after x); numbers otherwise.
+// A call gives x ([steps, *], or for a single step (steps = kSingle) the neuron shape), then its initial states
+// where they are tensors ([N] each) and its tensor parameters ([1] or [N], in the compute dtype): the plan's
+// `inputs` after x, each of `input_numels` values (kVector: N) and its dtype; numbers otherwise.
 constexpr int64_t kSingle = -1;
 
 struct Plan {
@@ -87,7 +89,11 @@ struct Plan {
   bool trains = false;
   int64_t spike_at = 0;
   std::vector<int64_t> finals, saved, hidden;  // saved: positions in (the call's tensors, *forward outputs)
-  std::vector<int64_t> grads, grads_finals;  // of each backward launch: where grad_x, then each state's, stand
+  std::vector<int64_t> input_numels;  // of each input after x
+  std::vector<at::ScalarType> input_dtypes;
+  // of each backward launch: where each input's gradient stands among its outputs (-1: none), x's first; and
+  // whether an input's gradient is the sum of per-neuron partials (a parameter of one value)
+  std::vector<int64_t> grads, grads_finals, sums;
   Driver driver;
 };
 
@@ -151,6 +157,12 @@ void check_positions(const std::vector<int64_t>& positions, int64_t limit, const
   }
 }
 
+void check_gradients(const std::vector<int64_t>& positions, int64_t limit) {  // -1: an input without a gradient
+  for (int64_t at : positions) {
+    TORCH_CHECK(at >= -1 && at < limit, "autocuda native plan: gradient at ", at, " of ", limit);
+  }
+}
+
 std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::vector<at::ScalarType>& dtypes) {
   Reader in{words};
   auto plan = std::make_unique<Plan>();
@@ -171,8 +183,18 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   plan->finals = in.list();
   plan->saved = in.list();
   plan->hidden = in.list();
+  std::vector<int64_t> inputs = in.list();  // numel (kVector: N) and dtype of each input after x
+  TORCH_CHECK(int64_t(inputs.size()) == 2 * (plan->inputs - 1), "autocuda native plan: ", inputs.size(),
+              " words for ", plan->inputs - 1, " inputs after x");
+  for (size_t i = 0; i < inputs.size(); i += 2) {
+    TORCH_CHECK(inputs[i] >= kVector && inputs[i + 1] >= 0 && inputs[i + 1] < int64_t(dtypes.size()),
+                "autocuda native plan: input ", i / 2 + 1);
+    plan->input_numels.push_back(inputs[i]);
+    plan->input_dtypes.push_back(dtypes[inputs[i + 1]]);
+  }
   plan->grads = in.list();
   plan->grads_finals = in.list();
+  plan->sums = in.list();
   plan->driver.launch = reinterpret_cast<CuLaunchKernel>(in.next());
   plan->driver.get_current = reinterpret_cast<CuCtxGetCurrent>(in.next());
   plan->driver.set_current = reinterpret_cast<CuCtxSetCurrent>(in.next());
@@ -187,14 +209,14 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   TORCH_CHECK(plan->forward.tensors == plan->inputs, "autocuda native plan: the forward takes ", plan->forward.tensors,
               " tensors of a call that gives ", plan->inputs);
   if (plan->trains) {
-    TORCH_CHECK(int64_t(plan->grads.size()) == plan->inputs, "autocuda native plan: ", plan->grads.size(),
-                " gradients for ", plan->inputs, " inputs");
+    TORCH_CHECK(int64_t(plan->grads.size()) == plan->inputs && int64_t(plan->sums.size()) == plan->inputs,
+                "autocuda native plan: ", plan->grads.size(), " gradients for ", plan->inputs, " inputs");
     plan->backward = read_launch(in, dtypes, plan->numbers);
-    check_positions(plan->grads, plan->backward.outputs.size(), "gradient");
+    check_gradients(plan->grads, plan->backward.outputs.size());
     if (!plan->finals.empty()) {
       TORCH_CHECK(plan->grads_finals.size() == plan->grads.size(), "autocuda native plan: gradients with finals");
       plan->backward_finals = read_launch(in, dtypes, plan->numbers);
-      check_positions(plan->grads_finals, plan->backward_finals.outputs.size(), "gradient");
+      check_gradients(plan->grads_finals, plan->backward_finals.outputs.size());
     }
   }
   TORCH_CHECK(in.at == words.size(), "autocuda native plan: ", words.size() - in.at, " words left over");
@@ -345,9 +367,14 @@ struct NeuronCallBackward final : torch::autograd::Node {
     const Launch& launch = finals ? plan.backward_finals : plan.backward;
     std::vector<at::Tensor> produced = run(plan, launch, tensors, numbers);
     variable_list out;
-    for (size_t i = 0; i < plan.grads.size(); ++i) {  // grad_x, then each state's, as views of the inputs' shapes
-      at::Tensor grad = produced[(finals ? plan.grads_finals : plan.grads)[i]];
-      out.push_back(task_should_compute_output(i) ? grad.view(shapes[i]) : at::Tensor());
+    for (size_t i = 0; i < plan.grads.size(); ++i) {  // each input's gradient, in its shape (x's first)
+      int64_t at = (finals ? plan.grads_finals : plan.grads)[i];
+      if (at < 0 || !task_should_compute_output(i)) {
+        out.emplace_back();
+        continue;
+      }
+      at::Tensor grad = plan.sums[i] ? at::sum(produced[at], {0}, true) : produced[at];
+      out.push_back(grad.view(shapes[i]));
     }
     if (at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
       for (at::Tensor& grad : out) {
@@ -407,51 +434,53 @@ int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes
   return number;
 }
 
-// Whether x and the states are tensors the plan's kernels were bound for: x [steps, *] (a single step's: the neuron
-// shape) and states [N] of the plan's neuron count, dtype and device, contiguous, with the address alignment the
-// layout was chosen for.
-bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& states) {
+// Whether x and the other inputs are tensors the plan's kernels were bound for: x [steps, *] (a single step's: the
+// neuron shape) of the plan's neuron count and dtype, the others [n] of their count and dtype, all on the plan's
+// device, contiguous, with the address alignment the layout was chosen for.
+bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& others) {
   bool single = plan.steps == kSingle;
   if (!(single || (x.dim() >= 2 && x.size(0) == plan.steps)) ||
-      x.numel() != (single ? 1 : plan.steps) * plan.neurons || int64_t(states.size()) + 1 != plan.inputs) {
+      x.numel() != (single ? 1 : plan.steps) * plan.neurons || int64_t(others.size()) + 1 != plan.inputs) {
     return false;
   }
   uint64_t addresses = reinterpret_cast<uint64_t>(x.data_ptr());
-  for (const at::Tensor& state : states) {
-    if (state.dim() != 1 || state.numel() != plan.neurons || state.scalar_type() != plan.dtype ||
-        state.device() != plan.device || !state.is_contiguous()) {
+  for (size_t i = 0; i < others.size(); ++i) {
+    const at::Tensor& other = others[i];
+    int64_t numel = plan.input_numels[i] == kVector ? plan.neurons : plan.input_numels[i];
+    if (other.dim() != 1 || other.numel() != numel || other.scalar_type() != plan.input_dtypes[i] ||
+        other.device() != plan.device || !other.is_contiguous()) {
       return false;
     }
-    addresses |= reinterpret_cast<uint64_t>(state.data_ptr());
+    addresses |= reinterpret_cast<uint64_t>(other.data_ptr());
   }
   return x.scalar_type() == plan.dtype && x.device() == plan.device && x.is_contiguous() &&
          int64_t(addresses & 15) == plan.alignment;
 }
 
-// The plan's forward outputs for x and the states (which fit the plan): the kernels run on x as [steps, neurons]
-// rows (a single step's as [neurons]), and the final states come out in x's neuron shape.
+// The plan's forward outputs for x and the other inputs (which fit the plan): the kernels run on x as
+// [steps, neurons] rows (a single step's as [neurons]), and the final states come out in x's neuron shape.
 std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& x,
-                                 const std::vector<at::Tensor>& states, const std::vector<double>& numbers) {
+                                 const std::vector<at::Tensor>& others, const std::vector<double>& numbers) {
   TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
               " numbers, got ", numbers.size());
   bool single = plan.steps == kSingle;
   bool flat = x.dim() == (single ? 1 : 2);
   std::vector<at::Tensor> inputs{flat ? x : single ? x.view({plan.neurons}) : x.view({plan.steps, plan.neurons})};
-  inputs.insert(inputs.end(), states.begin(), states.end());
+  inputs.insert(inputs.end(), others.begin(), others.end());
   at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : single ? x.sizes() : x.sizes().slice(1);
   if (!plan.trains) return run(plan, plan.forward, inputs, numbers, final_sizes);
   return recorded_call(number, plan, inputs, numbers, final_sizes);
 }
 
-// A program's call: the forward outputs for x [steps, *] (or a single step's x) and the initial states where they
-// are tensors ([N] each), the sequences as [steps, neurons] rows (a single step's as [neurons]), the final states in
-// x's neuron shape.
-std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> states,
+// A program's call: the forward outputs for x [steps, *] (or a single step's x) and the other inputs (the initial
+// states where they are tensors, [N] each; the tensor parameters), the sequences as [steps, neurons] rows (a single
+// step's as [neurons]), the final states in x's neuron shape.
+std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
                              std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
-  TORCH_CHECK(fits(plan, x, states), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
-              " with ", states.size(), " state tensor(s) is not the call plan ", number, " was made for");
-  return run_call(number, plan, x, states, numbers);
+  TORCH_CHECK(fits(plan, x, others), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
+              " with ", others.size(), " more tensor(s) is not the call plan ", number, " was made for");
+  return run_call(number, plan, x, others, numbers);
 }
 
 // A layer's repeated call (nn.Neuron): the spikes in x's shape, then each final state in x's neuron shape. An x the
@@ -470,6 +499,6 @@ std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vec
 
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
-  m.def("call(int plan, Tensor x, Tensor[] states, float[] numbers) -> Tensor[]", &call);
+  m.def("call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &call);
   m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
 }

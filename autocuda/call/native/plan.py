@@ -2,11 +2,11 @@
 worked out from the kernels bound to the call's shape (`neuron_launch.BoundLaunch`) and its forward form.
 
 A plan holds, per launch, where each kernel parameter's 8-byte slot is filled from: a constant (N, T), an output
-it allocates, a tensor of the call (forward: x, then the initial states where they are tensors; backward: the
-spikes' gradient, the final states' gradients, then the saved tensors) or one of the call's numbers (the initial
-states where they are numbers, then the scalars: the order of the configuration's op arguments,
-`NeuronConfig.op_inputs`). A single step's plan has steps SINGLE. A call the words cannot express raises
-`Unplannable`; it takes the Python path.
+it allocates, a tensor of the call or one of the call's numbers, each in the order the kernel's arguments name them
+(`NeuronConfig.op_inputs`: forward, x, the initial states where they are tensors, the tensor parameters; backward,
+the spikes' gradient, the final states' gradients, the saved tensors, the tensor parameters; the numbers: the initial
+states where they are numbers, then the scalars). A single step's plan has steps SINGLE. A call the words cannot
+express raises `Unplannable`; it takes the Python path.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ class Words:
 
 
 def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> None:
-    """One launch: runner, kernel, grid, block, the tensors the call gives, the outputs, the slots."""
+    """One launch: runner, kernel, grid, block, the tensors the call gives, the outputs, the slots. The call's tensors
+    are its arguments that are tensors, its numbers the others, each in the arguments' order."""
     recipe, binding, kernel = bound.recipe, bound.binding, bound.recipe.kernel
     if not bound.runs:
         raise Unplannable("a call of no neurons launches nothing")
@@ -66,6 +67,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
             raise Unplannable(f"{kind} outputs")
         out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
     outputs, inputs = len(recipe.outputs), len(binding.inputs)
+    taken = sorted(at for at, _, _ in binding.inputs)  # the arguments that are tensors, by their place
     out.add(len(binding.order))
     for (_, name, _), at in zip(recipe.sources, binding.order):
         param = kernel.cparams[name]
@@ -74,12 +76,13 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         elif at < 2 + outputs:
             out.add(OUTPUT, at - 2, POINTER)
         elif at < 2 + outputs + inputs:
-            given = binding.inputs[at - 2 - outputs][0]
+            given = taken.index(binding.inputs[at - 2 - outputs][0])
             if given >= tensors:
                 raise Unplannable(f"input {name} is not among the call's tensors")
             out.add(TENSOR, given, POINTER)
         else:
-            given = at - 2 - outputs - inputs - tensors
+            place = at - 2 - outputs - inputs  # among the arguments; less the tensors before it, among the numbers
+            given = place - sum(1 for t in taken if t < place)
             if param.pointer or param.ctype not in SLOT_TYPES or not 0 <= given < numbers:
                 raise Unplannable(f"scalar {name} of type {param.ctype}")
             out.add(NUMBER, given, SLOT_TYPES[param.ctype])
@@ -97,32 +100,46 @@ def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
     return RUNNERS["host"], ctypes.cast(host.function, ctypes.c_void_p).value or 0, 0
 
 
-def plan_words(x: torch.Tensor, states: Sequence[torch.Tensor], numbers: int, forward: BoundLaunch, form: Any,
-               backward: BoundLaunch | None, backward_finals: BoundLaunch | None, grads: Sequence[str]) -> Words:
-    """The plan of a program's call on x [T, N] (a single step's [N]) and `states` (the initial states where they
-    are tensors, [N] each) with `numbers` numbers: its forward launch and `form` (an `ops.ForwardForm`: output
-    positions, what autograd saves, which outputs are hidden); where it trains, the backward launches without and
-    with the final states' gradients, and the names of grad_x and of each state's gradient among their outputs."""
+def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, forward: BoundLaunch, form: Any,
+               backward: BoundLaunch | None, backward_finals: BoundLaunch | None,
+               grads: Sequence[tuple[str | None, bool]]) -> Words:
+    """The plan of a program's call on x [T, N] (a single step's [N]) and `others` (the initial states where they
+    are tensors, [N] each, then the tensor parameters, [1] each) with `numbers` numbers: its forward launch and
+    `form` (an `ops.ForwardForm`: output positions, what autograd saves, which outputs are hidden); where it trains,
+    the backward launches without and with the final states' gradients and, of x and each other input, the name of
+    its gradient among their outputs (None: none) and whether it is the sum of per-neuron partials."""
     out = Words()
     neurons = x.shape[-1]
     steps = SINGLE if form.single else x.shape[0]
     trains = backward is not None
     addresses = x.data_ptr()
-    for state in states:
-        addresses |= state.data_ptr()
-    out.add(steps, neurons, numbers, 1 + len(states), addresses & 15, out.dtype(x.dtype),
+    for other in others:
+        addresses |= other.data_ptr()
+    out.add(steps, neurons, numbers, 1 + len(others), addresses & 15, out.dtype(x.dtype),
             x.get_device() if x.is_cuda else -1, trains, form.spike_at)
-    for positions in (form.finals, form.picks if trains else (), form.hidden if trains else ()):
+    # what backward reads, in (the call's tensors, the forward's outputs): the picks (of x, the states and the
+    # outputs: the outputs stand after the tensor parameters here), then the tensor parameters
+    params = len(form.config.tensor_names)
+    first = 1 + len(others) - params  # the first tensor parameter's place
+    picks = [at if at < first else at + params for at in form.picks] if trains else []
+    saved = (*picks, *range(first, first + params)) if trains else ()
+    for positions in (form.finals, saved, form.hidden if trains else ()):
         out.add(len(positions), *positions)
+    sizes = [word for other in others for word in (-1 if other.numel() == neurons else other.numel(),
+                                                   out.dtype(other.dtype))]
+    out.add(len(sizes), *sizes)
     for launch in (backward, backward_finals if form.finals else None):
-        at = [launch.recipe.outputs.index(name) for name in grads] if launch is not None else []
+        at = [-1 if name is None else launch.recipe.outputs.index(name) for name, _ in grads] \
+            if launch is not None else []
         out.add(len(at), *at)
+    sums = [int(summed) for _, summed in grads] if trains else []
+    out.add(len(sums), *sums)
     out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))
-    add_launch(out, forward, 1 + len(states), numbers)
+    add_launch(out, forward, 1 + len(others), numbers)
     if backward is not None:
-        add_launch(out, backward, 1 + len(form.picks), numbers)
+        add_launch(out, backward, 1 + len(saved), numbers)
         if form.finals:
             if backward_finals is None:
                 raise Unplannable("no backward launch for the final states' gradients")
-            add_launch(out, backward_finals, 1 + len(form.finals) + len(form.picks), numbers)
+            add_launch(out, backward_finals, 1 + len(form.finals) + len(saved), numbers)
     return out
