@@ -8,8 +8,8 @@ parameters' defaults and domain checks, the scalars' order, each state's initial
 for its inputs, the forward launch bound to x's shape, device and alignment (calls of one input whose tensor
 parameters, if any, hold one value each; the initial states numbers, or tensors of the neuron shape), the backward
 launches bound at the first backward, and a native plan where the native operator is loaded (`autocuda.native`;
-calls without tensor parameters or state sequences, multi-step or single): such a call then runs no Python between
-torch and its launches.
+such calls without state sequences, multi-step or single): such a call then runs no Python between torch and its
+launches.
 
 `call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
 call's arguments checked against its program, ready to launch (`Call.launch`).
@@ -229,7 +229,7 @@ class Program:
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
-        self.launch: Any = None  # the forward launch bound to the input class (states of numbers, `bindable`)
+        self.launch: Any = None  # the forward launch bound to the input class (`bindable` programs)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
         self.native_call: Callable[[int, Tensor, Sequence[Tensor], Sequence[float]], list[Tensor]] = native.call
