@@ -157,6 +157,42 @@ def test_calls_with_a_tensor_parameter_of_one_value_take_the_native_path(monkeyp
             assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
 
 
+def test_a_tensor_parameter_changed_in_place_takes_effect_at_the_next_native_call(monkeypatch):
+    """An optimizer's step changes a learnable tensor parameter in place: the native call reads its storage at every
+    call, so the next call runs with the new value (and a parameter without a gradient in a training call gets
+    none)."""
+    x = (torch.rand(4, 96, dtype=torch.float64) * 2).requires_grad_()
+    tau = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    program.PROGRAMS.clear()
+    for _ in range(3):  # builds the program, binds backward, then plans
+        F.multi_step("lif", x, backend="host", tau=tau)[0].sum().backward()
+    assert any(p.native is not None and p.tensors for p in program.PROGRAMS.values())
+    for value in (3.0, 1.5):
+        with torch.no_grad():
+            tau.fill_(value)
+        got = F.multi_step("lif", x, backend="host", tau=tau)[0]
+        monkeypatch.setattr(program, "ENABLED", False)
+        want = F.multi_step("lif", x, backend="host", tau=value)[0]
+        monkeypatch.setattr(program, "ENABLED", True)
+        assert torch.equal(got, want), value
+    frozen = tau.detach()  # the same storage, no gradient: a program of its own, whose node gives tau nothing
+    spikes = F.multi_step("lif", x, backend="host", tau=frozen)[0]
+    assert torch.autograd.grad(spikes.sum(), x)[0].shape == x.shape
+
+
+def test_a_parameter_of_one_value_per_neuron_stays_on_the_python_path(monkeypatch):
+    """A tensor parameter of one value per neuron (or per channel) is no [1] input of a plan: the call runs the
+    form's launch, with the Python path's results."""
+    x = torch.rand(4, 3, 8, dtype=torch.float64) * 2
+    tau = torch.full((3, 8), 2.0, dtype=torch.float64)
+    program.PROGRAMS.clear()
+    got = [F.multi_step("lif", x, backend="host", tau=tau)[0] for _ in range(3)]
+    assert all(p.native is None for p in program.PROGRAMS.values())
+    monkeypatch.setattr(program, "ENABLED", False)
+    want = F.multi_step("lif", x, backend="host", tau=tau)[0]
+    assert all(torch.equal(g, want) for g in got)
+
+
 def test_stbif_runs_its_one_value_buffers_through_the_native_path(monkeypatch):
     """STBIFNode's thresholds are buffers of one value: its inference calls take the native path."""
     from autocuda.nn import STBIFNode
