@@ -177,6 +177,7 @@ class Programs(dict):
             return Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
         if found is None:
             found = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
+            found.configuration = key[0]
             if len(self) >= self.LIMIT:
                 self.clear()
             self[key] = found
@@ -235,6 +236,7 @@ class Program:
         self.native_call: Callable[[int, Tensor, Sequence[Tensor], Sequence[float]], list[Tensor]] = native.call
         self.native_layer_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = _not_planned
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
+        self.configuration: int | None = None  # its key's configuration number, where `Programs` keeps it
 
     def _values(self, values: dict[str, Any], params: dict[str, Any], reset: str | None
                 ) -> tuple[dict[str, Any], str | None]:

@@ -19,14 +19,7 @@ import torch
 from ..call import functional as F
 from ..call import mixing
 from ..call import program as programs
-from ..call.program import (
-    Program,
-    Programs,
-    configuration_key,
-    configuration_number,
-    program_key,
-    transforms_active,
-)
+from ..call.program import Program, Programs, program_key, transforms_active
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
@@ -86,7 +79,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     spec = written_spec_ref(layer) if written else d["_spec_ref"]
     results, ran = F.run_sequence(owned, spec, x, states, d["_surrogate_ref"], d["detach_reset"], None, keep, True,
                                   BACKENDS[d["backend"]], d["save_h"], params)
-    owned.configured = None if ran is None or keep or output.kind != SPIKE else configure(d, *ran, params)
+    owned.configured = None if ran is None or keep or output.kind != SPIKE else configure(d, *ran)
     return results
 
 
@@ -140,24 +133,21 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
              "recompute")
 
 
-def configure(d: dict[str, Any], program: Program, values: dict[str, Any], params: dict[str, Any]
-              ) -> tuple | None:
+def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:
     """What `run_keyed` needs to find a call's program by its key (just run by `program` from states of numbers,
-    with the parameters `params`, whose values with the defaults are `values`): the configuration's part of the
-    key, worked out here, with the reader of the switches' and parameters' objects it was worked out from
+    whose values with the defaults are `values`): the configuration's part of its key (the program's, as the layer's
+    `Programs` keyed it), with the reader of the switches' and parameters' objects it was worked out from
     (`run_keyed` compares them by identity), those objects, the initial states' class and the kernel's scalars.
     None where a parameter is not a plain attribute (a parameter, a buffer or a property, which can change without
-    a new object in the dict), the program has no bound launch, takes tensor parameters, or its step draws (each
-    call takes a new seed)."""
+    a new object in the dict), the program is kept by no `Programs`, has no bound launch, takes tensor parameters,
+    or its step draws (each call takes a new seed)."""
     names = d["_param_names"]
-    if program.launch is None or program.draws or program.tensors or not all(name in d for name in names):
+    if (program.configuration is None or program.launch is None or program.draws or program.tensors
+            or not all(name in d for name in names)):
         return None
     read = itemgetter(*_SWITCHES, *names)
-    configuration = configuration_number(configuration_key(d["_spec_ref"], d["_surrogate_ref"], d["detach_reset"],
-                                                           None, BACKENDS[d["backend"]], d["save_h"],
-                                                           (False, False, True), params))
     floats = (float,) * len(d["_state_names"])
-    return read, read(d), configuration, floats, tuple(program.scalar_values(values))
+    return read, read(d), program.configuration, floats, tuple(program.scalar_values(values))
 
 
 def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
