@@ -286,42 +286,19 @@ class Program:
         self.bound_form, self.seen = form, input_class(given)
         self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
-    def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
-                  ) -> tuple[list[Tensor], dict[str, Any]] | None:
-        """A bound program's call of its key (x contiguous, states numbers): the forward op's outputs and the
-        parameters' values; None while the native plan is still to be made (`Call.launch` makes it)."""
-        if self.native_wanted and native.USE and self.plannable():
-            return None
-        shape = self.seen[0][1:]
-        values = self.values(params, x, shape)
-        initial = list(map(float, states))
-        for name in self.state_names[len(initial):]:
-            init = self.inits[name]
-            initial.append(float(values[init]) if isinstance(init, str) else init)
-        tensors = self.tensor_args(values, x, shape) if self.tensors else ()
-        return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
-
     def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """A layer's call of this program's key from states of numbers (`nn.layer_call.run_keyed`): the spikes in
-        x's shape, then the final states in its neuron shape, by the native operator where the plan is made, else
-        by the bound launch; none while the native plan is still to be made (the layer's full path makes it)."""
+        """A layer's call of this program's key from states of numbers (`nn.layer_call.run_keyed`; `numbers`: the
+        initial states, then the scalars): the spikes in x's shape, then the final states in its neuron shape, by
+        the native operator where the plan is made, else by the bound launch; none while the native plan is still
+        to be made (the layer's full path makes it)."""
         if self.native is not None and native.USE:
             return self.native_layer_call(self.native, x, numbers)
         if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
             return []
-        outputs, form = self.run_numbers(x, numbers), self.bound_form
-        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
-
-    def run_numbers(self, x: Tensor, numbers: list[float], tensors: Sequence[Tensor] = ()) -> list[Tensor]:
-        """The forward op's outputs for x of the program's input class, `numbers` (the initial states, then the
-        scalars) and the tensor parameters as the kernels take them (`tensor_args`): by the native plan where one
-        is made, else by the bound launch."""
-        if self.native is not None and native.USE:
-            return self.native_call(self.native, x, list(tensors), numbers)
+        form, k = self.bound_form, len(self.state_names)
         rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
-        k = len(self.state_names)
-        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
-                                 self)
+        outputs = ops.forward_eager(form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
+        return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
 
     def tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
         """The tensor parameters as the kernels take them, in the compute dtype: one per neuron ([N], `shape`
@@ -425,13 +402,12 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 # -- a call --------------------------------------------------------------------------------------------------------
 class Call:
     """One call's arguments checked, defaults filled in, and matched to its program (found in `programs`, the
-    owner's, unless the caller found it there: `found`; built for this call alone under torch.compile, whose Dynamo
-    traces the construction)."""
+    owner's; built for this call alone under torch.compile, whose Dynamo traces the construction)."""
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
                  num_inputs: int = 1, save_h: bool = True, programs: Programs | None = None,
-                 options: tuple[bool, bool, bool] = (False, False, True), found: Program | None = None):
+                 options: tuple[bool, bool, bool] = (False, False, True)):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         # asked once per call: the answer decides both the program's lookup and the op's path
@@ -440,8 +416,6 @@ class Call:
         if not self.owned:
             program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
                               eager=not self.compiling)
-        elif found is not None:  # the caller looked up the call's key in `programs`
-            program = found
         else:
             program = (programs if programs is not None else PROGRAMS).find(
                 spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
