@@ -20,7 +20,7 @@ import torch
 import torch.utils.checkpoint
 
 from ..codegen.noise import Seed, step_values
-from ..runtime.configs import spec_facts, spec_ref
+from ..runtime.configs import config, spec_facts, spec_ref
 from ..spec.draws import system_draws
 from ..spec.model import NeuronSpec
 from .memory_order import memory_order
@@ -32,8 +32,6 @@ from .program import (
     Programs,
     as_rows,
     neuron_shaped,
-    reference,
-    sequence_results,
 )
 
 __all__ = ["multi_step", "single_step"]
@@ -141,6 +139,21 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                             store_state_seq), (call.program, call.values) if call.numbers else None
 
 
+def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
+                     neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
+                     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+    """A multi-step call's (spikes, final states or None, state sequences or None) from the forward op's outputs and
+    their positions (`ops.ForwardForm.positions`), in x's `shape` and the neuron shape (as [T, N] and [N] where
+    `shape` is None)."""
+    spike, finals, seqs = positions
+    if shape is None:
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
+                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
+    return (outputs[spike].view(shape),
+            tuple(neuron_shaped(outputs[i], neuron_shape) for i in finals) if final_states else None,
+            tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
+
+
 def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: Tensor | float, surrogate: Any = None,
                 detach_reset: bool = False, reset: str | None = None, backend: str | None = None, **params: Any
                 ) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -170,7 +183,7 @@ def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Te
     if call.backend == "reference":
         from ..runtime import reference as ref  # derives the step with sympy: imported only for this path
 
-        system = reference(call.key)[0]
+        system = config(call.key).reference_step[0]
         x_in, states_in, params, surrogate_in, detach = call.reference_args(inputs)
         seed = Seed.from_arguments(call.values)
         draws = system_draws(system) if seed is not None else ()  # (no sympy where torch.compile traces a call)
@@ -226,7 +239,7 @@ def _reference_multi(call: Call, inputs: Sequence[Tensor], store_state_seq: bool
 
     x_seq = inputs[0]
     x, states, params, surrogate, detach = call.reference_args(inputs)
-    spikes, finals, seqs = ref.multi_step(reference(call.key)[0], x, states, params, surrogate, detach,
+    spikes, finals, seqs = ref.multi_step(config(call.key).reference_step[0], x, states, params, surrogate, detach,
                                           Seed.from_arguments(call.values))
     dtype = x_seq.dtype
     kept = tuple(s.to(dtype) for s in finals) if final_states else None

@@ -1,18 +1,10 @@
 """Programs: what runs a neuron call. One `Program` per (layer configuration, input class), built on the first call
-of its key and kept by its owner (a layer's `Programs`, or `functional`'s for functional calls), as CuPy's
+of its key and kept by its owner (a layer's `Programs`, or `PROGRAMS` for functional calls), as CuPy's
 `ElementwiseKernel` keeps its memos, tinygrad's `CUDAProgram` its argument layout and Brian2's owners their
-`CodeObject`s.
-
-A program holds what the configuration decides, worked out and checked once (the configuration's key, the
-parameters' defaults and domain checks, the scalars' order, each state's initial rule), the forward op's form
-for its inputs, the forward launch bound to x's shape, device and alignment (calls of one input whose tensor
-parameters, if any, hold one value each; the initial states numbers, or tensors of the neuron shape), the backward
-launches bound at the first backward, and a native plan where the native operator is loaded (`autocuda.native`;
-such calls without state sequences, multi-step or single): such a call then runs no Python between torch and its
-launches.
-
-`call_key` is the one function that decides what may differ between two calls of one program. `Call` is one
-call's arguments checked against its program, ready to launch (`Call.launch`).
+`CodeObject`s. A program holds what its configuration decides, checked once, the forward launch bound to its input
+class, the backward launches bound at its first backward, and a native plan where the native operator is loaded:
+such a call runs no Python between torch and its launches. `call_key` alone decides what may differ between two
+calls of one program; `Call` is one call's arguments checked against its program (`Call.launch`).
 """
 from __future__ import annotations
 
@@ -46,7 +38,7 @@ from .memory_order import broadcasts
 from .native.plan import Unplannable, plan_words
 
 __all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "configuration_key", "configuration_number",
-           "program_key", "sequence_results"]
+           "program_key"]
 
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
@@ -58,9 +50,8 @@ transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transf
 # -- the key -------------------------------------------------------------------------------------------------------
 def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool, reset: str | None,
              backend: str | None, save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
-    """What may differ between two calls that one program runs (the one place it is decided, in two parts): the
-    configuration's (`configuration_key`, as its number) and the input class (`program_key`). TypeError for a spec
-    of the wrong type or an unhashable argument."""
+    """What may differ between two calls that one program runs: the configuration's part (`configuration_key`, as
+    its number) and the input class (`program_key`). TypeError for a spec of a wrong type or an unhashable argument."""
     configuration = configuration_number(
         configuration_key(spec, surrogate, detach_reset, reset, backend, save_h, options, params))
     return program_key(configuration, x, _state_class(states))
@@ -68,11 +59,10 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
 
 def configuration_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                       save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
-    """The configuration's part of a call's key: the spec and the surrogate by identity (a Surrogate by id and
-    version; a spec file as its text is now), the switches and `options` (single step, store_state_seq,
-    final_states), the parameters' names and types, the values of compile-time constants and, of tensors, how
-    they spread, whether they need a gradient and their alignment. A function of those objects alone: a layer
-    keeps it while they are the objects it was worked out from (`nn.layer_call.run_keyed`)."""
+    """The configuration's part of a call's key: the spec and surrogate by identity (a spec file by its text now),
+    the switches, `options` (single step, store_state_seq, final_states), the parameters' names and types, the
+    constants' values and, of tensors, spread, need of a gradient and alignment. A function of these objects alone,
+    so a layer keeps it while they are the same objects (`nn.layer_call.run_keyed`)."""
     if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
         spec = load_spec(spec)
     spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
@@ -87,8 +77,7 @@ def configuration_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str 
 
 
 def configuration_number(configuration: tuple) -> int:
-    """A number for a configuration's part of the key (the same for equal parts, never reused for another): the key
-    holds it in place of the part, so that a lookup hashes an int, not the part's nested tuples."""
+    """A number for a configuration's part of the key, never reused: a lookup hashes an int, not nested tuples."""
     number = _CONFIGURATIONS.get(configuration)
     if number is None:
         number = next(_NUMBERS)
@@ -103,16 +92,14 @@ _NUMBERS = itertools.count()
 
 
 def program_key(configuration: int, x: Tensor, state_class: tuple) -> tuple:
-    """A call's key: its configuration's number (`configuration_number`) and its input class: x's shape, dtype,
-    device, address alignment and contiguity, whether the call records a graph, and the initial states' class
-    (`_state_class`)."""
+    """A call's key: its configuration's number and its input class (x's shape, dtype, device, alignment, contiguity,
+    whether it records a graph; the initial states' class)."""
     return (configuration, x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(),
             torch.is_grad_enabled() and x.requires_grad, state_class)
 
 
 def _state_class(states: Sequence[Any]) -> tuple:
-    """The initial states' types; where any is a tensor, with each tensor's alignment and need of a gradient (a
-    program binds its launch to its first call's)."""
+    """The initial states' types, and each tensor's alignment and need of a gradient (a bound launch assumes them)."""
     types = tuple(map(type, states))
     if _FLOAT.issuperset(types):
         return types
@@ -126,19 +113,17 @@ def input_class(x: Tensor) -> tuple:
     return x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(), grad
 
 
-# The compile-time constants' names of each spec, by the spec's identity (a name, or a spec's id); the spec is held
-# with them, so the id stays its own
+# Each spec's constants' names, by the spec's identity (a name or an id; the spec is held, so the id stays its own)
 _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
-# Whether a string names a spec file: asked on every eager call, answered from a cache (a C call, no Python frame)
+# Whether a string names a spec file: asked on every eager call, so cached (a C call, no Python frame)
 _names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
 _FLOAT = frozenset({float})  # the types of initial states given as numbers only
 _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the program checks them)
 
 
 def _surrogate_identity(surrogate: Any) -> Any:
-    """A surrogate as a key: a name by value; a Surrogate by id and version (its owner holds it, so the id stays
-    its own; each change takes a new version); anything else (a mapping, a SpikingJelly surrogate: both mutable) by
-    its current reference (`surrogate_ref`)."""
+    """A surrogate as a key: a name by value, a Surrogate by id and version (each change takes a new one), anything
+    else (mutable: a mapping, a SpikingJelly surrogate) by its reference now (`surrogate_ref`)."""
     if surrogate is None or type(surrogate) is str:
         return surrogate
     if isinstance(surrogate, Surrogate):
@@ -147,18 +132,15 @@ def _surrogate_identity(surrogate: Any) -> Any:
 
 
 def _tensor_facts(params: dict[str, Any]) -> tuple:
-    """Of each tensor parameter: how it spreads, whether it needs a gradient, its address alignment (a bound launch
-    takes the layout its first call's tensors allow)."""
+    """Of each tensor parameter: spread, need of a gradient, alignment (a bound launch assumes its first call's)."""
     grad = torch.is_grad_enabled()
     return tuple((_spread(value), grad and value.requires_grad, value.data_ptr() & 15)
                  if isinstance(value, torch.Tensor) else None for value in params.values())
 
 
 class Programs(dict):
-    """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values: a program that
-    sweeps them must not grow this without end), and for a layer its configuration's part of the key with the
-    objects it was worked out from (`nn.layer_call.run_keyed`). Not copied with its owner: a deep copy or an
-    unpickled layer starts with none."""
+    """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values), and a layer's kept
+    configuration (`configured`: `nn.layer_call.run_keyed`). A copied or unpickled owner starts with none."""
 
     LIMIT = 1024
 
@@ -189,8 +171,8 @@ class Programs(dict):
 
 # -- the program ---------------------------------------------------------------------------------------------------
 class Program:
-    """One layer configuration run on one input class: what the configuration decides (checked once), the
-    forward op's forms, and for calls of one input the bound launches and the native plan."""
+    """One layer configuration run on one input class: what the configuration decides, checked once, and for calls
+    of one input the bound launches and the native plan."""
 
     def __init__(self, spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                  x: Tensor, params: dict[str, Any], save_h: bool = True, eager: bool = True):
@@ -199,8 +181,7 @@ class Program:
         self.name, self.param_names, self.constant_names = facts.name, facts.param_names, facts.constant_names
         self.inputs = facts.inputs
         defaults, init_rules = facts.defaults, facts.initial
-        # Parameters given as Python numbers are checked against their domains on every call (tensors are not;
-        # a program's parameter types are part of its key): one (name, comparison, limit) per bound, flat
+        # Parameters given as numbers are checked against their domains at every call: (name, comparison, limit)
         self.domains = tuple((n, bounds) for n, bounds in facts.domains
                              if n in params and isinstance(params[n], (int, float)))
         self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
@@ -216,16 +197,15 @@ class Program:
         self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                               self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
-        # whether a call may run the bound launch: its tensor parameters (if any) hold one value each
         self.bindable = all(kind == SHARED for _, kind in self.tensors)
-        # a call's scalars in kernel order; this program's parameter types are fixed (part of its key)
+        # a call's scalars in kernel order (the parameter types are part of the key)
         self.scalar_values = _reader(self.scalars, eager and all(type(values.get(n)) is float for n in self.scalars))
         self.draws = DRAW_KEYS[0] in self.scalars  # each call takes a seed (`spec.draws`, `noise.Seed`)
-        # Per call: the defaults of what is not folded into the kernels, and the names a call's value is not
-        # taken for (constants: folded; v_reset=None: a soft reset, the default stays for the initial rule)
+        # Per call: the defaults not folded into the kernels; the given names whose value is not taken (constants
+        # are folded; v_reset=None means a soft reset, its default stays for the initial rule)
         self.defaults = {n: v for n, v in defaults if n not in self.constant_names}
         skipped = set(self.constant_names) | {n for n, v in params.items() if v is None}
-        self.skipped = skipped & set(params)  # of the names given (a program serves calls giving the same names)
+        self.skipped = skipped & set(params)
         self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
@@ -233,8 +213,8 @@ class Program:
         self.launch: Any = None  # the forward launch bound to the input class (`bindable` programs)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
-        self.native_call: Callable[[int, Tensor, Sequence[Tensor], Sequence[float]], list[Tensor]] = native.call
-        self.native_layer_call: Callable[[int, Tensor, Sequence[float]], list[Tensor]] = _not_planned
+        self.native_call: Any = None  # the native operators' `call` and `layer_call`, once the plan is made
+        self.native_layer_call: Any = None
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
         self.configuration: int | None = None  # its key's configuration number, where `Programs` keeps it
 
@@ -275,10 +255,9 @@ class Program:
 
     # -- bound launches and the native plan --------------------------------------------------------------------
     def bind(self, form: ops.ForwardForm, x: Tensor, args: Sequence[Any], n: int, given: Tensor) -> None:
-        """Bind the forward launch of a call (x: its rows; `args`: the initial states, numbers or [N] tensors, the
-        tensor parameters, the scalars; `given`: x as the call gave it) to the program's input class (a contiguous
-        x), and say whether its calls may take the native path: a CUDA call, or a host call on CPU tensors where
-        `native.HOST` asks (a meta tensor's takes the bound launch, which refuses it), of no state sequences."""
+        """Bind the forward launch to a call of the program's input class (x: its rows; `args`: the initial states,
+        the tensor parameters, the scalars; `given`: x as given), and say whether its calls may take the native
+        path: CUDA calls, or host calls where `native.HOST` asks, of no state sequences."""
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
@@ -287,10 +266,9 @@ class Program:
         self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
     def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """A layer's call of this program's key from states of numbers (`nn.layer_call.run_keyed`; `numbers`: the
-        initial states, then the scalars): the spikes in x's shape, then the final states in its neuron shape, by
-        the native operator where the plan is made, else by the bound launch; none while the native plan is still
-        to be made (the layer's full path makes it)."""
+        """A layer's call from states of numbers (`nn.layer_call.run_keyed`; `numbers`: the initial states, then the
+        scalars): the spikes in x's shape and the final states in its neuron shape, by the native plan or the bound
+        launch; [] while the native plan is still to be made (the layer's full path makes it)."""
         if self.native is not None and native.USE:
             return self.native_layer_call(self.native, x, numbers)
         if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
@@ -301,9 +279,8 @@ class Program:
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
 
     def tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
-        """The tensor parameters as the kernels take them, in the compute dtype: one per neuron ([N], `shape`
-        being the neuron shape), one per channel, or one value ([1]); a tensor parameter left at its default as
-        one value."""
+        """The tensor parameters as the kernels take them, in the compute dtype: [N] (`shape`: the neuron shape), one
+        per channel, or [1] (also a tensor parameter left at its default)."""
         out = []
         compute = compute_dtype(x.dtype)
         for name, kind in self.tensors:
@@ -319,9 +296,8 @@ class Program:
 
     def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], initial: Sequence[float],
                       params: Sequence[Tensor], scalars: Sequence[float]) -> None:
-        """Bind the backward launches, without and with the final states' gradients, at the program's first
-        backward (`ops._backward`), to fresh gradients of the call's shape (`meta`: x's shape, dtype, device), its
-        saved tensors, initial numbers, tensor parameters and scalars (the backward op's argument order)."""
+        """Bind the backward launches, without and with the final states' gradients, at the first backward
+        (`ops._backward`; `meta`: x's shape, dtype, device; the rest in the backward op's argument order)."""
         if self.backward is not None:
             return
         grad = torch.zeros(*meta[:1], dtype=meta[1], device=meta[2])  # no random generator drawn from
@@ -333,8 +309,7 @@ class Program:
             given = [grad.new_zeros(n) for _ in form.finals] if finals else []
             launches.append(backward.kernel.bind((grad, *given, *saved, *initial, *params, *scalars), grad, n,
                                                  steps, backend))
-        # the gradients the native node returns: x's, each initial state's where they are tensors, each tensor
-        # parameter's where it is learnable (a parameter of one value: the sum of its per-neuron partials)
+        # the native node's gradients: x's, the initial states' (tensors), each learnable tensor parameter's (summed)
         inputs = backward.returns[:1 + (form.n_states if form.given_inits else 0)]
         learnable = form.config.learnable
         grads = (*((name, False) for name in inputs),
@@ -342,14 +317,12 @@ class Program:
         self.backward = (launches[0], launches[1] if len(launches) > 1 else None, grads)
 
     def plannable(self) -> bool:
-        """Whether the native plan can be made now: the operator is loaded, and a training program's backward
-        launches are bound (at its first backward)."""
+        """Whether the native plan can be made now: the operator is loaded and a training program's backward bound."""
         return (not self.bound_form.save or self.backward is not None) and native.loaded()
 
     def native_plan(self, form: ops.ForwardForm, rows: Tensor, others: Sequence[Tensor], count: int) -> None:
-        """Make the native plan on the first call that finds it `plannable` (none for a call the plan's words
-        cannot express): x's rows, the initial states where they are tensors and the tensor parameters, the count
-        of numbers."""
+        """Make the native plan at the first call that finds it `plannable` (none where the words cannot express the
+        call): x's rows, the initial states where tensors, the tensor parameters, the count of numbers."""
         if self.plannable():
             self.native_wanted = False  # asked once
             try:
@@ -360,29 +333,22 @@ class Program:
             self.native_call, self.native_layer_call = native.operator(), native.operator("layer_call")
 
 
-def _not_planned(plan: int, x: Tensor, numbers: Sequence[float]) -> list[Tensor]:
-    raise RuntimeError("autocuda: a program without a native plan was asked for its native call")
-
-
 def _spread(value: Tensor) -> int:
-    """How a tensor parameter spreads over the neurons, as far as its own shape tells: 0 one value; k > 0 one
-    value per index of the neuron shape's k-th dim from the end, the dims after it broadcast (a channel: shape
-    [C, 1, ...]); -1 anything else (expanded to one value per neuron). It is part of a program's key."""
+    """How a tensor parameter spreads over the neurons, by its shape (part of the key): 0 one value; k > 0 one per
+    index of the neuron shape's k-th dim from the end (a channel: [C, 1, ...]); -1 anything else (one per neuron)."""
     shape = value.shape
     if value.numel() == 1:
         return 0
     sized = [i for i, size in enumerate(shape) if size != 1]
     if len(sized) != 1 or sized[0] == len(shape) - 1:
         return -1
-    # Backward sums a per-channel parameter's gradient with atomics, whose order varies from run to run: under
-    # torch.use_deterministic_algorithms(True) such parameters are read per neuron and summed by torch instead
+    # Backward sums per-channel gradients with atomics (their order varies): deterministic runs read them per neuron
     return -1 if torch.are_deterministic_algorithms_enabled() else len(shape) - sized[0]
 
 
 def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
-    """Each tensor parameter's kernel broadcast kind, and the channel dim (from the end; 0 for none): one value
-    per channel where every parameter spread over channels names the same dim (the kernels take one channel
-    layout), else one per neuron."""
+    """Each tensor parameter's broadcast kind and the channel dim (from the end; 0: none): per channel where every
+    parameter spread over channels names the same dim (the kernels take one channel layout), else per neuron."""
     dims = {k for k in spreads.values() if k > 0}
     dim = dims.pop() if len(dims) == 1 else 0
     return {n: SHARED if k == 0 else PER_CHANNEL if dim and k == dim else PER_NEURON
@@ -410,7 +376,6 @@ class Call:
                  options: tuple[bool, bool, bool] = (False, False, True)):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
-        # asked once per call: the answer decides both the program's lookup and the op's path
         self.compiling = torch.compiler.is_compiling()
         self.owned = not (self.compiling or transforms_active())  # a program found in `programs`, which may bind
         if not self.owned:
@@ -419,7 +384,7 @@ class Call:
         else:
             program = (programs if programs is not None else PROGRAMS).find(
                 spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
-        self.layer = self.program = program
+        self.program = program
         self.backend, self.key, self.state_names = program.backend, program.key, program.state_names
         if num_inputs != len(program.inputs):
             several = f"a tuple of {len(program.inputs)} tensors" if len(program.inputs) > 1 else "one tensor"
@@ -472,18 +437,16 @@ class Call:
         return self.program.tensor_args(self.values, self.x, self.shape)
 
     def channel_sizes(self) -> list[float]:
-        """The kernels' channel layout (`codegen.broadcast.CHANNEL_KEYS`): channels, and neurons per run of one
-        channel (the sizes of the neuron shape after the channel dim), as the ops' float scalars."""
+        """The kernels' channel layout (`CHANNEL_KEYS`) as floats: channels, neurons per run of one channel."""
         dim = self.program.channel_dim
         inner = _numel(self.shape[len(self.shape) - dim + 1:])
         return [float(self.shape[len(self.shape) - dim]), float(inner)]
 
     def launch(self, x: Tensor, single_step: bool, store_state_seq: bool, final_states: bool,
                more: Sequence[Tensor] = ()) -> tuple[list[Tensor], tuple]:
-        """The forward op's outputs, and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
-        x. Eager calls give the final states in the neuron shape (`neuron_shaped`); a call of one contiguous input
-        runs its program's bound launch where the program is `bindable`, or its native plan (which takes x in any
-        shape of its rows, and the initial states where they are tensors as [N] rows)."""
+        """The forward op's outputs and where they stand (`ops.ForwardForm.positions`); `more`: the step inputs after
+        x. Eager calls give the final states in the neuron shape; a `bindable` program's call of one contiguous
+        input runs its bound launch or its native plan."""
         program = self.program
         tensors = self.tensor_args() if program.tensors else []
         states: list[Tensor]
@@ -514,10 +477,10 @@ class Call:
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
-        """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for `reference`, in the compute
+        """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for the reference, in the compute
         dtype."""
-        system, symbols = reference(self.key)
         configured = config(self.key)
+        system, symbols = configured.reference_step
         compute = compute_dtype(inputs[0].dtype)
         params = {symbols[n]: (v.to(compute) if isinstance(v, torch.Tensor) else v)
                   for n, v in self.values.items() if n in symbols}
@@ -530,45 +493,23 @@ class Call:
 PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)
 
 
-def reference(key: str) -> tuple:
-    """The derived step and the parameters' symbols of a reference configuration (`NeuronConfig.reference_step`)."""
-    return config(key).reference_step
-
-
 def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:
-    """The values of `names`, in order, as floats: one itemgetter where they are floats already (no list built
-    per call; not under torch.compile, whose Dynamo traces the list)."""
+    """The values of `names` in order, as floats: an itemgetter where they are floats already (not under
+    torch.compile, whose Dynamo traces the list)."""
     if floats and len(names) > 1:
         return operator.itemgetter(*names)
     return lambda values: [float(values[n]) for n in names]
 
 
-def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
-                     neuron_shape: tuple[int, ...], final_states: bool, store_state_seq: bool
-                     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
-    """A multi-step call's results from the forward op's outputs and their positions (`ops.ForwardForm.positions`): the
-    spikes, the final states (or None) and the state sequences (or None), viewed as x's `shape` [T, *] and the
-    neuron shape [*] (`neuron_shaped`); as the kernels' [T, N] and [N] where `shape` is None (x was [T, N])."""
-    spike, finals, seqs = positions
-    if shape is None:
-        return (outputs[spike], tuple(map(outputs.__getitem__, finals)) if final_states else None,
-                tuple(map(outputs.__getitem__, seqs)) if store_state_seq else None)
-    return (outputs[spike].view(shape),
-            tuple(neuron_shaped(outputs[i], neuron_shape) for i in finals) if final_states else None,
-            tuple(outputs[i].view(shape) for i in seqs) if store_state_seq else None)
-
-
 def neuron_shaped(final: Tensor, neuron_shape: tuple[int, ...]) -> Tensor:
-    """A final state in the neuron shape: as the kernels wrote it where an eager call gave them the shape (a tensor
-    that its holder can detach in place: SpikingJelly's `detach_()`, which refuses views), else (the op's [N],
-    under torch.compile) a view."""
+    """A final state in the neuron shape: as the kernels wrote it in an eager call (no view: SpikingJelly's `detach_()`
+    refuses views), else (the op's [N] under torch.compile) a view."""
     return final if final.dim() == len(neuron_shape) else final.view(neuron_shape)
 
 
 def as_rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """`t` as a contiguous tensor of `shape` (the kernels' [T, N] or [N], whose leading size and element count
-    are t's): itself when it already is one, since a reshape would add a view, and an autograd node, to every
-    call."""
+    """`t` as a contiguous tensor of `shape` (the kernels' [T, N] or [N]): itself where it is one (a reshape would
+    add a view and an autograd node to every call)."""
     if t.dim() == len(shape) and t.is_contiguous():
         return t
     return t.reshape(shape).contiguous()

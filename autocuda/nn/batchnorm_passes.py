@@ -51,7 +51,7 @@ def two_passes(call: Call, x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     """(spikes, final states, batch mean, batch variance) of a training call whose a and b come from the batch
     statistics of x (`call`: the neuron's call with a and b given as placeholders of their shape that need
     gradients); every gradient flows back to x, weight, bias, the initial states and the neuron's parameters."""
-    layer = call.layer
+    layer = call.program
     names = [name for name, _ in layer.tensors]
     tensors = call.tensor_args()
     others = [t for name, t in zip(names, tensors) if name not in _AFFINE]
@@ -70,8 +70,8 @@ def two_passes(call: Call, x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
 def eligible(call: Call) -> bool:
     """Whether the two passes serve this call: kernels (not the reference), a and b one value per channel (not
     under deterministic algorithms, nor on channels-last input) and no other parameter, one step input."""
-    kinds = dict(call.layer.tensors)
-    return call.backend != "reference" and len(call.layer.inputs) == 1 \
+    kinds = dict(call.program.tensors)
+    return call.backend != "reference" and len(call.program.inputs) == 1 \
         and all((kind == PER_CHANNEL) == (name in _AFFINE) for name, kind in kinds.items()) \
         and all(name in kinds for name in _AFFINE)
 
