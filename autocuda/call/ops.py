@@ -1,42 +1,27 @@
-"""The generated neuron kernels as PyTorch operators: `torch.library.custom_op`s with fake (meta) kernels and
-autograd, so `opcheck`, `torch.compile(fullgraph=True)` and CUDA graphs see an ordinary operator.
-
-Schemas must be static, while neurons differ in states, parameters and saved tensors. So there is one small
-family of two operators, and a string `key` names the neuron layer they run (its `NeuronConfig`):
+"""The generated neuron kernels as PyTorch operators: `torch.library.custom_op`s with fake kernels and autograd, so
+`opcheck`, `torch.compile(fullgraph=True)` and CUDA graphs see ordinary operators. Schemas are static, so one
+family of ops serves every neuron; a string `key` names the layer configuration they run (`NeuronConfig.key`, the
+same in every process; torch.compile guards on it as on any string constant):
 
     autocuda::neuron_forward(str key, Tensor x, Tensor[] states, float[] initial, Tensor[] tensor_params,
                              float[] scalars, bool store_state_seq, bool save_for_backward,
                              bool final_states, Tensor[] more_inputs) -> Tensor[]
     autocuda::neuron_backward(str key, Tensor grad_spike, Tensor[] grad_finals, Tensor[] grad_seqs,
-                              Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars)
-                              -> Tensor[]
-
-x is [T, N] (the multi-step kernels) or [N] (the single-step kernels); a spec with several step inputs takes
-the first as x and the others, of x's shape, as `more_inputs` (in the spec's order; [] for one input), and
-backward returns each one's gradient after grad_x. The initial states are either
-`states`, [N] each in x's dtype, or `initial`, one number each for every neuron (the kernels then start from
-it: no tensor to fill and read, and no gradient for it); the other list is empty. Tensor parameters are [N]
-(one per neuron) or [1] (shared) in the compute dtype; scalars go to the kernel by value.
-Forward returns the kernel's outputs in its declaration order (`forward_outputs`): spike_seq, h_seq (when
-saving), state sequences (stored or saved), final states (unless final_states is False: a multi-step forward
-then writes none, and backward gets no gradients of them). Backward takes either a gradient for every final
-state or none (grad_finals = []: a kernel that starts from zero, no zero tensors to fill), gradients of the
-state sequences or none, and returns grad_x, the gradient of each initial state, then one per-neuron partial
-sum per learnable parameter (`NeuronConfig.learnable`); with `initial` numbers, no gradients of initial states.
-
-A third op runs one pass of a BPTT in two (a fused BatchNorm's backward, `nn.batchnorm_passes`):
-
+                              Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars) -> Tensor[]
     autocuda::neuron_backward_part(str key, str gradients, Tensor grad_spike, Tensor[] grad_finals,
                                    Tensor[] saved, float[] initial, Tensor[] tensor_params, float[] scalars,
                                    Tensor[] correction) -> Tensor[]
 
-with `gradients` "sums" (the per-channel sums alone) or "corrected" (every other gradient, the input's with
-c1[c] * x + c0[c] added; `correction` = [c1, c0]).
-
-Keys are a readable spec name plus a digest of everything that selects the kernels, identical in every
-process; torch.compile guards on them like on any string constant. CUDA tensors run the kernels, compiled by
-NVRTC, through the CUDA driver on torch's current stream; CPU tensors run the same generated source through the
-host runner.
+x is [T, N] (multi-step) or [N] (single step); further step inputs, of x's shape, are `more_inputs`. The initial
+states are either `states` ([N] tensors in x's dtype) or `initial` (one number each, no gradient); the other list is
+empty. Tensor parameters are [N], [C] (per channel) or [1] in the compute dtype. Forward returns the kernel's outputs
+in declaration order (`forward_outputs`); with final_states False it writes none and backward gets none of their
+gradients. Backward takes a gradient for every final state or none ([]: the kernel starts from zero), and returns
+grad of each step input, of each initial state given as a tensor, then each learnable parameter's per-neuron partials
+(`NeuronConfig.learnable`). neuron_backward_part runs one pass of a BPTT in two (a fused BatchNorm's backward,
+`nn.batchnorm_passes`): `gradients` "sums" (the per-channel sums alone) or "corrected" (the rest, the input's with
+c1[c] * x + c0[c] added; `correction` = [c1, c0]). CUDA tensors run the NVRTC-compiled kernels on torch's current
+stream, CPU tensors the same source through the host runner.
 """
 from __future__ import annotations
 
@@ -75,8 +60,7 @@ def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bo
 
 @functools.lru_cache(maxsize=1024)
 def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[str, ...]:
-    """What the backward kernel reads besides gradients and parameters: h_seq, x_seq (where `needs_x`),
-    <state>_init/_seq (the initial states only when given as tensors). Autograd saves exactly these."""
+    """What autograd saves: the backward kernel's inputs besides gradients and parameters (h_seq, x_seq, ...)."""
     e = entry(key)
     kernel = e.kernel("step-backward" if single_step else "bptt", torch.float32, given_inits=given_inits)
     skip = set(e.tensor_names) | set(e.op_scalars)
@@ -91,12 +75,9 @@ def _check_counts(key: str, what: Sequence[str], expected: Sequence[int], got: S
             raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {count} {label}, got {len(given)}")
 
 
-# -- the forms of a call, worked out once: names, kernel options and argument order are no per-call work ----------
+# -- the forms of a call, worked out once so that names, kernel options and argument order cost no per-call work --
 class ForwardForm:
-    """neuron_forward for one (key, single step?, store_state_seq, save_for_backward, initial states as tensors?,
-    final states written?): the kernel's kind and options, the op's inputs by kernel name in op order, its
-    outputs, and for autograd where the outputs it differentiates stand, what to save and how parameter
-    gradients are shaped."""
+    """A neuron_forward call's kernel, op inputs by kernel name, outputs, and what autograd saves and returns."""
 
     def __init__(self, key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True):
@@ -113,23 +94,20 @@ class ForwardForm:
         self.finals = tuple(self.outputs.index(f"{s}_final") for s in e.state_names) if final_states else ()
         self.seqs = tuple(self.outputs.index(f"{s}_seq") for s in e.state_names) if store_state_seq else ()
         self.positions = (self.spike_at, self.finals, self.seqs)
-        if save:  # outputs written for backward alone (h_seq, unasked state sequences); what backward reads, among
-            # (x, the step inputs after it, the initial states given as tensors, the outputs)
+        if save:  # `hidden`: outputs only backward reads (h_seq, unasked state sequences); `picks`: what it reads
             shown = (self.spike_at, *self.finals, *self.seqs)
             self.hidden = tuple(i for i in range(len(self.outputs)) if i not in shown)
             inits = [f"{s}_init" for s in e.state_names] if given_inits else []
             available = (*e.input_keys, *inits, *self.outputs)
             self.picks = tuple(available.index(name) for name in saved_names(key, single, given_inits))
-        # Per tensor parameter, in op order: where its partial stands among backward's (None: not learnable),
-        # and whether it is one per neuron (else shared: [1], the partials summed).
+        # Per tensor parameter: its partial's index (None: not learnable), per neuron? (else [1]: partials summed)
         self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
                                  for name, per_neuron in e.tensors)
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
             scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
             ) -> list[Tensor]:
-        """The kernel's outputs in parameter order (`outputs`); the final states in `final_shape` (the neuron
-        shape, of N values) where it is given, else [N]."""
+        """The kernel's `outputs`; final states shaped `final_shape` (the neuron shape) where given, else [N]."""
         chosen = states or initial
         if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
             self._refuse(states, initial, tensor_params, scalars)
@@ -166,23 +144,19 @@ class ForwardForm:
 @constant_result  # under torch.compile a constant: Dynamo does not trace the forms' construction
 def form_layout(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool, final_states: bool
                 ) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[int, ...], tuple[str, ...]]:
-    """Of a forward op's call of this form: where its outputs stand (`ForwardForm.positions`), what autograd saves
-    where it saves (`ForwardForm.picks`), and the learnable parameters in order."""
+    """The form's `ForwardForm.positions`, `picks` (() unless saving) and learnable parameters in order."""
     form = forward_form(key, single, store_state_seq, save, given_inits, final_states)
     return form.positions, form.picks if save else (), entry(key).learnable
 
 
-@functools.cache  # as many as the configurations (`runtime.configs`), each at most 32
+@functools.cache  # at most 32 per configuration (`runtime.configs`)
 def forward_form(key: str, single: bool, store_state_seq: bool, save: bool, given_inits: bool,
                  final_states: bool = True) -> ForwardForm:
-    """The form of a neuron_forward call (`forward_eager` takes it), worked out once."""
     return ForwardForm(key, single, store_state_seq, save, given_inits, final_states)
 
 
 class _BackwardForm:
-    """neuron_backward for one (key, single step?, initial states as tensors?, state sequence gradients given?,
-    final state gradients given?, what it stores: `gradients`): the kernel's kind and options, the op's inputs by
-    kernel name in op order, and the names of what it returns."""
+    """A neuron_backward call's kernel, op inputs by kernel name and `returns`; `gradients`: "all" or a pass's."""
 
     def __init__(self, key: str, single: bool, given_inits: bool, grad_state_seq: bool, grad_finals: bool,
                  gradients: str = "all"):
@@ -209,8 +183,7 @@ class _BackwardForm:
     def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
             saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
             scalars: Sequence[float], correction: Sequence[Tensor] = ()) -> list[Tensor]:
-        """grad_x (of each step input), the gradient of each initial state given as a tensor, each learnable
-        parameter's partials (of a pass: those it stores). `correction`: c1 and c0 (`gradients="corrected"`)."""
+        """Grads of step inputs, tensor initial states, learnable parameters (a pass's own); `correction`: c1, c0."""
         if (len(grad_finals), len(grad_seqs), len(saved), len(initial), len(tensor_params), len(scalars),
                 len(correction)) != self.counts:  # `len` each: cheaper than a map over the lists
             _check_counts(self.key, _BACKWARD_LISTS, self.counts,
@@ -291,9 +264,7 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 
 def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_params: Sequence[Tensor]
                     ) -> list[Tensor]:
-    """Empty tensors shaped as the gradients `names` that a backward op returns (fake kernels): a step input's
-    like the spikes' gradient, an initial state's one per neuron, a learnable parameter's partials one per neuron
-    in the compute dtype, or one per channel (its sum) shaped like the parameter."""
+    """Fake kernels' gradients `names`: a step input's like grad_spike, others [N] or (channel sums) the parameter's."""
     e = entry(key)
     compute = compute_dtype(grad_spike.dtype)
     sums = e.channel_sums
@@ -308,8 +279,7 @@ def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_p
 def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],
                         initial: list[float], tensor_params: list[Tensor], scalars: list[float],
                         correction: list[Tensor]) -> list[Tensor]:
-    """One pass of a BPTT in two (`gradients`: "sums", then "corrected" with c1 and c0 in `correction`; a
-    multi-step layer with per-channel parameters, no state sequences): what `_BackwardForm.returns` names."""
+    """One pass of a two-pass BPTT (multi-step, no state sequence gradients): what `_BackwardForm.returns` names."""
     if gradients not in ("sums", "corrected"):
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
     form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
@@ -327,8 +297,7 @@ def _backward_part_fake(key, gradients, grad_spike, grad_finals, saved, initial,
 
 
 def backward_part(key: str, gradients: str, *args: Any) -> list[Tensor]:
-    """`autocuda::neuron_backward_part` (the op under torch.compile, its implementation otherwise) of the op's
-    arguments after `gradients`."""
+    """`autocuda::neuron_backward_part`: the op under torch.compile, else its implementation."""
     run = torch.ops.autocuda.neuron_backward_part if torch.compiler.is_compiling() else _backward_part_impl
     return run(key, gradients, *args)
 
@@ -343,9 +312,7 @@ def _setup_context(ctx, inputs, output) -> None:
 def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], initial: list[float],
                   tensor_params: Sequence[Tensor], scalars: list[float], output: Sequence[Tensor],
                   more_inputs: Sequence[Tensor] = (), program: Any = None) -> None:
-    """What backward needs: the form, the numbers (lists the caller no longer changes), x's metadata, the
-    saved tensors (those the backward kernel reads, then the tensor parameters) and the call's program (whose
-    backward launches are bound at its first backward)."""
+    """Keep on `ctx` the form, numbers, x's metadata, saved tensors (the kernel's, then parameters) and program."""
     ctx.form, ctx.outputs, ctx.program = form, form.outputs, program
     ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
@@ -355,8 +322,7 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
 
 
 def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
-    """The op's gradients: `neuron_backward` (`run_backward`: its implementation, for the eager twin) of what
-    `_save_context` kept."""
+    """The op's gradients from what `_save_context` kept, by `neuron_backward` or (eager twin) `run_backward`."""
     form: ForwardForm = ctx.form
     if not form.save:
         raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
@@ -389,8 +355,7 @@ def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device)
 
 def _dense_all(grads: Sequence[Tensor | None], at: tuple[int, ...], shape, per_neuron: bool, dtype: torch.dtype,
                device: torch.device) -> list[Tensor]:
-    """The gradients at `at` (of per-neuron outputs, or of outputs shaped like x), dense; none at all when none
-    was given. (`map` over C callables rather than generator expressions: this runs on every backward.)"""
+    """The gradients at `at`, dense; [] if none was given. `map` over C callables: this runs every backward."""
     chosen = list(map(grads.__getitem__, at))
     if all(map(_is_none, chosen)):
         return []
@@ -400,13 +365,10 @@ def _dense_all(grads: Sequence[Tensor | None], at: tuple[int, ...], shape, per_n
 
 _is_none = functools.partial(operator.is_, None)
 
-
 neuron_forward.register_autograd(_backward, setup_context=_setup_context)
 
-# The ops' kernels for CPU and CUDA tensors, registered with the dispatcher directly: `custom_op` registers its
-# function behind a wrapper that turns Dynamo off and checks output aliasing on every call, host time that a
-# compiled model pays per neuron call (these ops' outputs are always new tensors). The schema, fake kernels and
-# autograd stay `custom_op`'s.
+# CPU and CUDA kernels registered directly, not by `custom_op` (which keeps schema, fakes and autograd): its wrapper
+# turns Dynamo off and checks output aliasing (outputs here are always new), host time every compiled neuron call.
 _KERNELS = torch.library.Library("autocuda", "IMPL")
 for _key in ("CPU", "CUDA"):
     _KERNELS.impl("neuron_forward", _forward_impl, _key)
@@ -415,10 +377,8 @@ for _key in ("CPU", "CUDA"):
 
 # -- eager ----------------------------------------------------------------------------------------------------
 def differentiable_once(backward):
-    """Like torch's `once_differentiable`, which guards only when the incoming gradients require grad: with
-    `create_graph=True` the gradients these kernels return depend on inputs that require grad (x, learnable
-    parameters) even when the incoming ones do not, and a second derivative taken through them must raise
-    rather than silently miss its terms."""
+    """Torch's `once_differentiable` guards only when incoming gradients require grad, but under `create_graph=True`
+    these kernels' gradients depend on x and learnable parameters: a double backward must raise, not miss terms."""
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
         if not torch.is_grad_enabled():  # the usual backward: no graph of the backward is recorded anyway
@@ -435,20 +395,17 @@ def differentiable_once(backward):
 
 
 class _Eager(torch.autograd.Function):
-    """The same forward, backward and autograd wiring as the ops, without the custom-op dispatcher: in eager
-    mode that dispatcher costs more host time per call than the kernels themselves on small layers."""
+    """The ops' eager twin: the custom-op dispatcher costs more host time per call than small layers' kernels."""
 
     @staticmethod
     def forward(ctx, form: ForwardForm, program: Any, initial: list[float], scalars: list[float],
                 final_shape: Sequence[int] | None, x: Tensor, *tensors: Tensor):
-        """`tensors`: the step inputs after x, the initial states (given as tensors), the tensor parameters;
-        `final_shape`: as `ForwardForm.run` takes it; `program`: the call's (`run` runs its bound launch)."""
+        """`tensors`: the step inputs after x, the tensor initial states, the tensor parameters."""
         n_more, n_states = form.n_more, 0 if initial else form.n_states
         more, states, tensor_params = tensors[:n_more], tensors[n_more:n_more + n_states], tensors[n_more + n_states:]
         outputs = run(form, program, x, states, initial, tensor_params, scalars, more, final_shape)
         _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more, program)
-        # Outputs kept only for backward (h_seq, unrequested state sequences) get no gradient, and unused
-        # gradients stay None instead of becoming zero tensors of the sequence's size (a full write each).
+        # Unused gradients stay None, not zero tensors (a full write each); outputs only backward reads get none.
         ctx.set_materialize_grads(False)
         if form.hidden:
             ctx.mark_non_differentiable(*map(outputs.__getitem__, form.hidden))
@@ -461,9 +418,8 @@ class _Eager(torch.autograd.Function):
         return None, None, None, None, None, grad_x, *more, *grad_states, *grad_params
 
 
-# `torch.autograd.Function.apply` less its Python wrapper, which outside functorch transforms only unwraps dead
-# functorch wrappers among the arguments (done here for the tensors) before calling this: the wrapper is host time
-# every small call pays.
+# `Function.apply` less its Python wrapper, host time each small call pays: outside functorch transforms it only
+# unwraps dead functorch wrappers among the arguments, which `forward_eager` does for the tensors.
 _APPLY = super(torch.autograd.Function, _Eager).apply
 _unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
 _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
@@ -472,10 +428,8 @@ _transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
             scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
             more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None) -> list[Tensor]:
-    """`autocuda::neuron_forward`: the op itself under torch.compile, its eager twin otherwise. `initial` and
-    `scalars` are the caller's to give away: backward keeps them. `more_inputs`: the step inputs after x.
-    `final_shape`: the neuron shape the final states are allocated in, in eager mode (the op gives them as [N]:
-    callers view them as `program.neuron_shaped` does)."""
+    """`autocuda::neuron_forward`: the op under torch.compile, its eager twin otherwise. Backward keeps `initial` and
+    `scalars`: leave them unchanged. `final_shape`: the eager final states' shape (the op's are [N])."""
     if torch.compiler.is_compiling():
         return torch.ops.autocuda.neuron_forward(key, x, states, initial, tensor_params, scalars, store_state_seq,
                                                  save_for_backward, final_states, list(more_inputs))
@@ -486,9 +440,8 @@ def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], ten
 def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: list[float],
                   tensor_params: list[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor] = (),
                   final_shape: Sequence[int] | None = None, program: Any = None) -> list[Tensor]:
-    """`forward` in eager mode, for a caller that holds the call's form (`forward_form`) and, where it has one, its
-    program (`autocuda.call.program`). The final states come out in `final_shape` where it is given (new tensors, not
-    views: their holder can detach them in place)."""
+    """Eager `forward` with the form and optional program (`autocuda.call.program`); final states in `final_shape`
+    are new tensors, not views, so their holder can detach them in place."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
         return run(form, program, x, states, initial, tensor_params, scalars, more_inputs, final_shape)
     if len(more_inputs) != form.n_more:

@@ -1,11 +1,6 @@
-"""What a layer's call (`nn.Neuron`, and the layers built on it) reads from and writes to the layer: its step
-inputs, its parameters and states (read afresh from the layer's dict on every call, since users change them between
-calls), the states it stores, its output, and its programs (`run_sequence`, `run_keyed`: the layer owns them).
-
-These are functions, not methods: nn.Module's __getattr__ keeps CPython from specializing attribute and method
-lookups on layers, so a method's lookup costs more than a function's; `layer.__dict__` is read once for the names
-that follow.
-"""
+"""What a layer's call (`nn.Neuron` and the layers built on it) reads from and writes to the layer: step inputs,
+parameters and states (read afresh each call: users change them between calls), stored states, output, programs.
+Functions, not methods: nn.Module's __getattr__ stops CPython specializing lookups on layers, so methods cost more."""
 from __future__ import annotations
 
 import copy
@@ -25,8 +20,7 @@ from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
 from .output import layer_output
 
-Neuron = Any  # the layers these functions serve (`nn.Neuron` and the layers built on it): no import of theirs
-
+Neuron = Any  # `nn.Neuron` and the layers built on it, not imported here
 # a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
 BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
             "cuda": "cuda", "host": "host"}
@@ -34,9 +28,8 @@ BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "refere
 
 def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
                 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
-    """What a call passes on as its step inputs (x alone, or a tuple of one tensor per input) and the first
-    input, whose shape and dtype the states follow; a wrong count, a non-tensor or a shape unlike the first's
-    is refused naming the input. `min_dim`: 2 in step mode 'm' ([T, *]), 0 in 's'."""
+    """The call's step inputs (x, or a tuple of one tensor per input) and the first input, whose shape and dtype the
+    states follow; refuses a wrong count, a non-tensor or an unlike shape. `min_dim`: 2 in step mode 'm', 0 in 's'."""
     names = layer.__dict__["_input_names"]
     if len(inputs) == 1 == len(names) and type(inputs[0]) is torch.Tensor and inputs[0].dim() >= min_dim:
         return inputs[0], inputs[0]  # the usual call: one input, checked further by the functional API
@@ -62,12 +55,9 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
 
 def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
                  params: dict[str, Any], compiling: bool, written: bool = False) -> tuple:
-    """A multi-step call's (spikes, final states, state sequences), run by the layer's own programs (`Programs`);
-    after a call from states of numbers whose output is the spike and whose parameters are plain numbers, the layer
-    keeps its configuration's part of the key for `run_keyed` (`configure`). The state sequences are kept where
-    v_seq is stored or the output reads a state. `written` (`writes_output`, never under torch.compile or with
-    recompute): the kernels of the spec's variant that writes the output in place of the spike run the call, and
-    what they return as spikes is the layer's output (no configuration kept: its output is not the spike)."""
+    """A multi-step call's (spikes, final states, state sequences: kept where v_seq is stored or the output reads
+    a state) by the layer's `Programs`; from states of numbers with the spike as output, keeps its configuration for
+    `run_keyed` (`configure`). `written` (`writes_output`): the output-writing variant runs, its spikes the output."""
     d = layer.__dict__
     output = d["_output"]
     keep = not written and (d["_store_v_seq"] or d["_output_reads_states"])
@@ -85,9 +75,7 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
 
 def writes_output(layer: Neuron, x: torch.Tensor, states: Sequence[Any], params: Mapping[str, Any],
                   compiling: bool) -> bool:
-    """Whether a multi-step call may run the kernels that write the layer's output (not the spike) themselves: an
-    output other than the spike, kernels running the call (not the reference, not a torch.compile trace), no
-    sequence to store, no gradient to take (those kernels have no backward)."""
+    """Whether the kernels that write the output (not the spike) may run a multi-step call (they have no backward)."""
     d = layer.__dict__
     if d["_output"].kind == SPIKE or compiling or d["_store_v_seq"] or d["recompute"]:
         return False
@@ -100,8 +88,7 @@ def writes_output(layer: Neuron, x: torch.Tensor, states: Sequence[Any], params:
 
 
 def written_spec_ref(layer: Neuron) -> str:
-    """The layer's spec as the variant whose forward kernels write its output in place of the spike, made once per
-    spec (its parse is work a layer that never takes this path does not pay)."""
+    """The spec's variant whose forward kernels write the output in place of the spike, parsed once per spec, lazily."""
     d, spec = layer.__dict__, layer.spec
     found = d.get("_written_spec")
     if found is None or found[0] is not spec:
@@ -134,29 +121,21 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
 
 
 def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:
-    """What `run_keyed` needs to find a call's program by its key (just run by `program` from states of numbers,
-    whose values with the defaults are `values`): the configuration's part of its key (the program's, as the layer's
-    `Programs` keyed it), with the reader of the switches' and parameters' objects it was worked out from
-    (`run_keyed` compares them by identity), those objects, the initial states' class and the kernel's scalars.
-    None where a parameter is not a plain attribute (a parameter, a buffer or a property, which can change without
-    a new object in the dict), the program is kept by no `Programs`, has no bound launch, takes tensor parameters,
-    or its step draws (each call takes a new seed)."""
+    """What `run_keyed` needs after `program` ran a call from states of numbers (`values`, with defaults): a reader of
+    the switches and parameters, the objects it read, the key's configuration part, the states' class, the scalars.
+    None where a parameter is no plain attribute (its changes would not show in the dict) or the program is unkeyed."""
     names = d["_param_names"]
     if (program.configuration is None or program.launch is None or program.draws or program.tensors
             or not all(name in d for name in names)):
-        return None
+        return None  # kept by no `Programs`, unbound, tensor parameters, or draws (a new seed per call)
     read = itemgetter(*_SWITCHES, *names)
     floats = (float,) * len(d["_state_names"])
     return read, read(d), program.configuration, floats, tuple(program.scalar_values(values))
 
 
 def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
-    """The spikes of an eager multi-step call of one tensor from states of numbers (as after a reset), run by the
-    program its key finds in the layer's `Programs`: the configuration's part of the key as `configure` kept it
-    (while the switches and parameters are the objects it was worked out from), x's input class read now
-    (`program_key`). None where that does not hold or finds no program ready (none kept, a switch or parameter that is
-    not the object it was, a state that is not a float, the programs turned off, a functorch transform, a key with
-    no program yet, a native plan still to be made): the layer's full path runs the call."""
+    """The spikes of an eager multi-step call of one tensor from float states (as after a reset), by the program that
+    `configure`'s kept part of the key and x's input class find (`program_key`); else None: the full path runs."""
     d = layer.__dict__
     owned = d.get("_programs")
     kept = None if owned is None else owned.configured
@@ -189,9 +168,7 @@ def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
 
 
 def surrogate_state(source: Any) -> Any:
-    """What a call's kernels depend on of a surrogate_function `source` that is not ours (ours tell their layers
-    of a change: `Surrogate.watch`), cheap to compare: a SpikingJelly surrogate's spiking flag and parameters (it
-    keeps no version: they are read at every call, as SpikingJelly reads them); a name or a mapping as it is now."""
+    """The kernels' view of a foreign surrogate `source`, cheap to compare (ours report changes: `Surrogate.watch`)."""
     if isinstance(source, str):
         return source
     if isinstance(source, Mapping):
@@ -204,20 +181,16 @@ def surrogate_state(source: Any) -> Any:
 
 
 def sync_surrogate(layer: Neuron) -> None:
-    """Take the layer's surrogate_function's values again where it is not ours (a SpikingJelly object, a mapping)
-    and they changed since the layer last took them (`Neuron._use_surrogate`): SpikingJelly reads its surrogate
-    object at every call. Ours need nothing per call: a change of one tells its layers at once."""
+    """Take a foreign surrogate_function's values again where they changed (SpikingJelly reads it at every call)."""
     foreign = layer.__dict__["_surrogate_foreign"]
     if foreign is not None and surrogate_state(foreign[0]) != foreign[1]:
         layer._use_surrogate(foreign[0])
 
 
 def store_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], compiling: bool) -> None:
-    """Set states (and v_seq). These are plain attributes, never parameters, buffers or modules (`__init__`
-    refuses clashing state names), so eager calls store them in the instance's dict: nn.Module.__setattr__'s
-    checks (isinstance against Parameter in Python, three dict lookups) are skipped, and the states are stored
-    one by one (dearer with dict.update). Callers ask `is_compiling` once; torch.compile traces the usual setattr."""
-    if compiling:
+    """Set states (and v_seq): plain attributes (`__init__` refuses clashing names), so eager calls set them in the
+    instance dict one by one, skipping nn.Module.__setattr__'s checks (dict.update is dearer)."""
+    if compiling:  # callers ask `is_compiling` once; torch.compile traces setattr
         for name, value in zip(names, values):
             setattr(layer, name, value)
     else:
@@ -228,12 +201,8 @@ def store_states(layer: Neuron, names: Sequence[str], values: Sequence[Any], com
 
 def start_states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
                  given: Sequence[Any] | None = None) -> list[torch.Tensor | float]:
-    """The states to start from (the layer's, or `given`), for x whose dims from `first` on are the neuron
-    shape: numbers (as after a reset: the kernels start from them directly), or tensors of the neuron shape
-    in x's dtype. A tensor of another shape starts afresh from its initial value, as SpikingJelly's nodes do
-    (a new batch size; an initial value held by a broadcast parameter). Devices are not compared here (a
-    call would pay for it): `Module.to` moves the states (`_apply`), and the op names a state on another
-    device."""
+    """The states to start from (the layer's, or `given`): numbers as after a reset, or tensors of x's neuron shape (its
+    dims from `first` on) in x's dtype; a tensor of another shape restarts at its initial value, as in SpikingJelly."""
     d = layer.__dict__
     values: list[torch.Tensor | float] = []
     shape = None
@@ -242,7 +211,7 @@ def start_states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
             value = given[i]
         else:  # a plain attribute (see `store_states`), unless a user deleted it or made it a Parameter
             value = d[name] if not compiling and name in d else getattr(layer, name)
-        if type(value) is not float:
+        if type(value) is not float:  # devices unchecked (dear): `Module.to` moves states; the op names a stray one
             if not isinstance(value, torch.Tensor):
                 values.append(_number(name, value))
                 continue
@@ -280,8 +249,7 @@ def _fresh(layer: Neuron, name: str, shape: torch.Size) -> torch.Tensor | float:
 
 
 def initial_value(layer: Neuron, init: Any) -> Any:
-    """An initial value as a state holds it: a parameter's value where `init` names one (0 for v_reset=None:
-    v = v_reset under a soft reset starts at 0), a float, a detached copy of a tensor, else a deep copy."""
+    """A state's initial value: a named parameter's (0 for v_reset=None, a soft reset's start), detached or copied."""
     if isinstance(init, str):
         init = getattr(layer, init)
         init = 0.0 if init is None else init
@@ -311,9 +279,8 @@ def append_v_seq(layer: Neuron, v: torch.Tensor, compiling: bool) -> None:
 
 def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], spike: torch.Tensor,
                 states: Sequence[Any] | None, params: dict[str, Any]) -> torch.Tensor:
-    """The layer's output (see `nn.output`): the spike unless its spec names another output; `inputs` are the
-    call's step inputs (x, or one tensor per input), `states` the states after the step (or their sequences),
-    in the spec's order, or None where the output reads none (`reads_states`)."""
+    """The layer's output (`nn.output`): the spike unless its spec names another. `inputs`: the step inputs; `states`:
+    the states after the step (or their sequences) in spec order, or None where the output reads none."""
     output = layer.__dict__["_output"]
     if output.kind == SPIKE:
         return spike
@@ -323,12 +290,8 @@ def call_output(layer: Neuron, inputs: torch.Tensor | tuple[torch.Tensor, ...], 
 
 
 def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:
-    """The parameters by name, as getattr reads them, read afresh on every call (users change them between
-    calls). Eager calls look in the instance's dict, then in the parameters and buffers, as getattr and then
-    nn.Module.__getattr__ do, without the latter's Python frame. nn.Module keeps a name
-    in one of these dicts at most (its __setattr__ moves names between them) and refuses to register a parameter
-    or buffer named like a class attribute, which getattr would read first; a name in none of them (a
-    parametrization's property, say) is left to getattr."""
+    """The parameters by name as getattr reads them, afresh each call. Eager calls read the instance dict, parameters
+    and buffers in getattr's order (nn.Module keeps a name in one at most, none named like a class attribute)."""
     d = layer.__dict__
     names = d["_param_names"]
     if compiling:  # Dynamo traces getattr
@@ -342,6 +305,6 @@ def read_params(layer: Neuron, compiling: bool) -> dict[str, Any]:
             params[name] = parameters[name]
         elif name in buffers:
             params[name] = buffers[name]
-        else:
+        else:  # a parametrization's property, say; the dicts skip nn.Module.__getattr__'s frame
             params[name] = getattr(layer, name)
     return params

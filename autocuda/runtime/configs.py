@@ -1,14 +1,8 @@
-"""Per-process layer configurations (`NeuronConfig`, the one record of a layer's configuration), found by key.
-
-A configuration is built once per (spec, surrogate, reset, detach_reset, constants, tensor signature) and reused.
-Functions that torch.compile must not trace into (they parse specs, derive, render kernels) are marked
-`constant_result` (torch.compiler.assume_constant_result): Dynamo calls them while tracing and keeps their
-result as a constant.
-Dynamo can hand such functions only plain constants, so they take and return strings, numbers, bools and
-tuples; specs and surrogates travel as *references*: a shipped spec's name, a surrogate's name, or the token
-of an object registered here (`spec_ref`, `surrogate_ref`; modules register theirs when they are built).
-The ops (a layer above) look a configuration up by its key; nothing here imports them.
-"""
+"""Per-process layer configurations (`NeuronConfig`), built once per (spec, surrogate, reset, detach_reset, constants,
+tensor signature) and found by key by the ops, which nothing here imports. Functions torch.compile must not trace into
+(they parse, derive, render) are `constant_result`: Dynamo calls them while tracing and keeps the result. Dynamo can
+hand such functions only plain constants, so they take and return strings, numbers, bools and tuples; specs and
+surrogates travel as references: a shipped spec's name, a surrogate's name, or a token (`spec_ref`, `surrogate_ref`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,9 +21,8 @@ from .neuron_launch import NeuronConfig
 
 
 def constant_result(fn):
-    """`torch.compiler.assume_constant_result`, without its import of Dynamo (seconds in a fresh process, paid
-    by every user who never compiles): that decorator only sets this attribute, which Dynamo reads when it
-    traces a call (tests/test_ops.py checks the two agree)."""
+    """`torch.compiler.assume_constant_result` without importing Dynamo (seconds, paid by users who never compile):
+    it only sets this attribute, which Dynamo reads when tracing (tests/test_ops.py checks the two agree)."""
     fn._dynamo_marked_constant = True
     return fn
 
@@ -59,8 +52,7 @@ _SPEC_REFS: dict[int, tuple[NeuronSpec, str]] = {}
 
 
 def spec_ref(spec: NeuronSpec | str) -> str:
-    """A string that names `spec` for the functions below: a shipped spec's name as given, or a registered
-    spec's token (a spec file is loaded here, so that an edited file is a new spec, not the old one's plans)."""
+    """A shipped spec's name as given, or a registered spec's token (a spec file loads here: edited, it is new)."""
     if isinstance(spec, str):
         return spec_ref(load_spec(spec)) if is_spec_path(spec) else spec
     if not isinstance(spec, NeuronSpec):
@@ -73,12 +65,11 @@ def spec_ref(spec: NeuronSpec | str) -> str:
     return ref
 
 
-_SURROGATE_REFS: dict[int, tuple[Any, str, int]] = {}
+_SURROGATE_REFS: dict[int, tuple[Any, str, int]] = {}  # id -> (object, held so its id is not reused; token; version)
 
 
 def surrogate_ref(surrogate: Any) -> str | None:
-    """None (the spec's surrogate), a surrogate's name as given, or the token of any surrogate object (of its
-    values now: a frozen copy is registered, so that a later change of the object names other values)."""
+    """None (the spec's surrogate), a name as given, or the token of a frozen copy of an object's current values."""
     if surrogate is None or isinstance(surrogate, str):
         return surrogate
     known = _SURROGATE_REFS.get(id(surrogate))
@@ -87,7 +78,6 @@ def surrogate_ref(surrogate: Any) -> str | None:
         return known[1]
     chosen = get_surrogate(surrogate).frozen()
     ref = _register("surrogate", chosen, repr((chosen.name, chosen.key())))
-    # holding the object keeps its id from being reused
     _SURROGATE_REFS[id(surrogate)] = (surrogate, ref, surrogate.version if isinstance(surrogate, Surrogate) else -1)
     return ref
 
@@ -111,7 +101,6 @@ def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
 
 class SpecFacts(NamedTuple):
     """What a call needs to know of a spec, as constants Dynamo can hold (strings, numbers, tuples)."""
-
     name: str
     param_names: tuple[str, ...]
     defaults: tuple[tuple[str, float], ...]          # (parameter, default)
@@ -142,10 +131,8 @@ def _facts(ref: str) -> SpecFacts:
 def config_for(spec: str, surrogate: str | None, reset: str | None, detach_reset: bool,
                constants: tuple[tuple[str, float], ...], signature: tuple[tuple[str, bool, bool], ...],
                kernels: bool, replay_charge: bool = False) -> str:
-    """The key of a layer's configuration (the ops' key). `signature` lists the parameters given as
-    tensors: (name, per neuron?, needs grad?); `kernels`: a configuration of the generated kernels, else of the
-    reference; `replay_charge`: kernels that save no
-    h (the reference ignores it)."""
+    """The key of a layer's configuration. `signature`: parameters given as tensors (name, per neuron?, needs grad?);
+    `kernels`: the generated kernels', else the reference's; `replay_charge`: kernels save no h (not the reference)."""
     return _config_key(spec, surrogate, reset, detach_reset, constants, signature, kernels, replay_charge)
 
 
@@ -180,8 +167,7 @@ def config(key: str) -> NeuronConfig:
 def get_config(spec: NeuronSpec | str, surrogate: Any = None, reset: str | None = None, detach_reset: bool = False,
                constants: tuple = (), signature: tuple = (), kernels: bool = True, replay_charge: bool = False
                ) -> NeuronConfig:
-    """The configuration of a layer, from objects or names (for introspection and tests; calls use
-    `config_for`)."""
+    """A layer's configuration from objects or names, for introspection and tests (calls use `config_for`)."""
     return _CONFIGS[config_for(spec_ref(spec), surrogate_ref(surrogate), reset, detach_reset, constants, signature,
                                kernels, replay_charge)]
 
@@ -191,8 +177,7 @@ def _config(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bo
             signature: tuple, kernels: bool, replay_charge: bool = False) -> NeuronConfig:
     rule = check_reset(spec, reset)
     given = {name: per_neuron for name, per_neuron, _ in signature}
-    # The kernels differentiate only what the spec calls learnable: a tensor that needs a gradient makes its
-    # parameter learnable in a variant of the spec (the reference path gets every gradient from autograd).
+    # Kernels differentiate only learnable parameters: one given as a tensor needing a gradient is made learnable.
     extra = {name for name, _, grad in signature if grad} - {p.name for p in spec.params if p.learnable}
     if kernels and extra:
         params = tuple(dataclasses.replace(p, kind="tensor", learnable=True) if p.name in extra else p
@@ -206,8 +191,7 @@ def _config(spec: NeuronSpec, surrogate: Surrogate, reset: str, detach_reset: bo
     if known != built:  # a digest collision: never run one neuron's kernels for another
         raise RuntimeError(f"autocuda key {built.key!r} already names a different neuron configuration")
     if not kernels:
-        # The reference reads the derived step and the parameter symbols on every call: work them out here, outside
-        # any trace, so that a layer compiled before its first eager call finds them cached instead of tracing the
-        # derivation (sympy) and the lock of Python < 3.12's cached_property
+        # The reference reads it on every call: work it out now, outside any trace, lest a layer compiled before its
+        # first eager call trace the derivation (sympy) and the lock of Python < 3.12's cached_property
         known.reference_step  # noqa: B018
     return known

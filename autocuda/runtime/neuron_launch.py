@@ -1,11 +1,6 @@
-"""A layer's configuration (`NeuronConfig`) and its kernels launched on flat tensors: allocate the outputs, fill the
-arguments, launch (`KernelCall`, `BoundLaunch`).
-
-This is the launch stage for neurons. Callers (the ops; `testing.named_launch`) pass x as [T, N] (or [N] for a
-single step), states as [N], tensor parameters as [N] (one per neuron) or [1] (shared), scalars as floats.
-Names follow `autocuda.codegen.neuron_kernel`'s docstring. Nothing here synchronises with the device, except the
-one-time timing of a long loop's layouts (`runtime.tuning`).
-"""
+"""A layer's configuration (`NeuronConfig`) and its kernels launched on flat tensors (`KernelCall`, `BoundLaunch`):
+x is [T, N] ([N] for one step), states [N], tensor parameters [N] or [1] (shared), scalars floats; names follow
+`codegen.neuron_kernel`. Nothing here synchronises with the device but the one-time timing of layouts (`tuning`)."""
 from __future__ import annotations
 
 import functools
@@ -29,9 +24,7 @@ from ..toolchain.launch import current_stream_ptr
 from . import tuning
 from .records import KernelRecord, kernel_record
 
-# A kernel kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
-Flags = tuple[bool | str, ...]
-
+Flags = tuple[bool | str, ...]  # a kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
 OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels")  # channels: zeros, one per channel (sums)
 
 
@@ -42,20 +35,13 @@ def output_kind(name: str) -> str:
     return "sequence" if name.endswith("_seq") else "vector"
 
 
-FINAL = "final"  # a [N] output that is a final state: allocated in the neuron shape a call gives
+FINAL = "final"  # a final state [N]: in the neuron shape a call gives, not a view, so its holder can detach it
 
 
 class Recipe:
-    """How to fill one kernel's arguments, worked out once from its parameter list: each parameter is a size
-    (N, T), a scalar or an input tensor taken from the caller's mapping, or an output allocated here (shaped
-    like the sequence, one value per neuron, or a row per `checkpoint_steps` steps, of its parameter's type).
-    Outputs come back in parameter order."""
-
+    """How to fill one kernel's arguments (`_source`), worked out once; outputs come back in parameter order."""
     def __init__(self, kernel: KernelRecord, storage: torch.dtype, channel_sums: frozenset[str] = frozenset()):
         self.kernel = kernel
-        # Every call's path walks these flat tuples. Parameters: (source, name, dtype); outputs: (kind, dtype, None
-        # for the storage dtype). A final state is allocated in the caller's neuron shape where it gives one
-        # (`arguments`): a tensor that is not a view of a flat one, which its holder can detach in place.
         self.sources = tuple(_source(name, param, channel_sums) for name, param in kernel.cparams.items())
         self.outputs = tuple(name for source, name, _ in self.sources if source in OUTPUT_KINDS)
         self.allocations = tuple((FINAL if source == "vector" and name.endswith("_final") else source,
@@ -64,12 +50,8 @@ class Recipe:
 
     def arguments(self, binding: Binding, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None,
                   final_shape: Sequence[int] | None = None) -> tuple[list[torch.Tensor], tuple]:
-        """The outputs, allocated, and every parameter's value in parameter order; the final states in
-        `final_shape` (N values: the kernel writes them through their contiguous address) where it is given."""
-        # From `like` rather than `torch.empty(shape, dtype=, device=)`, whose argument parsing costs more host
-        # time, and without the dtype keyword where it is like's. `like` is the sequence input, refused below
-        # unless contiguous, so a tensor laid out like it is contiguous.
-        produced = []
+        """(outputs, parameter values in order); final states shaped `final_shape` (N contiguous values) if given."""
+        produced = []  # from `like`: less host time than `torch.empty`; contiguous, as `like` must be (below)
         for kind, dtype in self.allocations:
             if kind == "vector" or kind == FINAL:
                 size = n if final_shape is None or kind == "vector" else final_shape
@@ -81,10 +63,7 @@ class Recipe:
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
             else:  # sums the kernel adds into
                 produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))
-        # The values pooled by kind (sizes, outputs' and inputs' addresses, then the caller's values, among which
-        # the scalars), then put in parameter order by one itemgetter: no loop over the parameters with a branch
-        # each, no list of the scalars built per call.
-        pool: list[Any] = [n, steps, *map(_data_ptr, produced)]
+        pool: list[Any] = [n, steps, *map(_data_ptr, produced)]  # by kind; `arrange` orders it: no branch per value
         for at, name, dtype in binding.inputs:
             value = args[at]
             if value is None or value.dtype != dtype or not value.is_contiguous():
@@ -101,12 +80,12 @@ class Recipe:
         raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
                                   f"(contiguous: {value.is_contiguous()})")
 
+
 _data_ptr = torch.Tensor.data_ptr
 
 
 def _source(name: str, param: Any, channel_sums: frozenset[str]) -> tuple[str, str, Any]:
-    """Where a kernel parameter's value comes from: a size (N, T), a scalar or an input of the caller's, or an
-    output of its kind (`OUTPUT_KINDS`)."""
+    """(source, name, dtype): a size (N, T), a scalar or input of the caller's, or an output kind (`OUTPUT_KINDS`)."""
     if name in ("N", "T"):
         return "size", name, None
     if not param.pointer:
@@ -116,10 +95,7 @@ def _source(name: str, param: Any, channel_sums: frozenset[str]) -> tuple[str, s
 
 
 class Binding:
-    """A recipe's arguments filled from a caller's values given as a sequence in `names` order: where each input
-    tensor stands among them, and `arrange`, which takes the parameters' values in order from a call's pool (N, T,
-    the outputs' addresses, the inputs' addresses, the caller's values)."""
-
+    """A recipe bound to values given in `names` order: where each input stands, and `arrange`, which orders a pool."""
     def __init__(self, recipe: Recipe, names: tuple[str, ...]):
         at = {name: i for i, name in enumerate(names)}
         missing = [name for source, name, _ in recipe.sources if source in ("input", "scalar") and name not in at]
@@ -138,11 +114,7 @@ class Binding:
 
 @dataclass(frozen=True)
 class NeuronConfig:
-    """A neuron layer's configuration: the one record of it (hashable). Everything else derives from its
-    fields: the key (`key`, the ops' and the programs'), the parameters' roles and the op's argument order
-    (`parameters`, `scalars`, `op_inputs`), the kernel requests (`kernel`), the launch recipes (`recipe`) and,
-    through those, a native plan's words. `reference`: a configuration the torch reference runs (no kernels)."""
-
+    """A neuron layer's configuration (hashable): all else derives from it. `reference`: the torch reference runs it."""
     spec: NeuronSpec
     surrogate: Surrogate
     reset: Reset
@@ -157,7 +129,6 @@ class NeuronConfig:
 
     def derivation(self):
         from ..codegen.kernels import derivation
-
         return derivation(self.spec, self.reset, self.detach_reset, dict(self.constants))
 
     @functools.cached_property
@@ -174,29 +145,24 @@ class NeuronConfig:
 
     @functools.cached_property
     def parameters(self) -> tuple[tuple[str, str], ...]:
-        """The one parameter list: each parameter of the spec with its role, in the spec's order: 'constant'
-        (folded into the source), 'tensor' (a tensor argument), 'scalar' (a number by value) or 'unused' (v_reset
-        under another reset than a hard one)."""
+        """(name, role) in spec order: 'constant' (folded in), 'tensor', 'scalar' or 'unused' (v_reset if not hard)."""
         tensors, hard = dict(self.tensors), self.reset == "hard"
         return tuple((p.name, "constant" if p.kind == "constant" else "tensor" if p.name in tensors
                       else "unused" if p.name == "v_reset" and not hard else "scalar") for p in self.spec.params)
 
     @functools.cached_property
     def tensor_names(self) -> tuple[str, ...]:
-        """The op's Tensor[] tensor_params, in order."""
         return tuple(name for name, _ in self.tensors)
 
     @functools.cached_property
     def scalars(self) -> tuple[str, ...]:
-        """The parameters passed by value, in the op's order (the spec's); then, for a step that draws, the seed's
-        words and the first step's number (`cnames.DRAW_KEYS`: each call's own, `autocuda.codegen.noise.Seed`)."""
+        """By-value parameters in spec order, then, for a step that draws, each call's seed words and first step."""
         draws = DRAW_KEYS if makes_draws(self.spec) else ()
         return tuple(name for name, role in self.parameters if role == "scalar") + draws
 
     @functools.cached_property
     def op_scalars(self) -> tuple[str, ...]:
-        """The op's float[] scalars: the scalar parameters, then, where a tensor parameter holds one value per
-        channel, the channel layout's sizes (`codegen.broadcast.CHANNEL_KEYS`)."""
+        """The op's float[] scalars: `scalars`, then `CHANNEL_KEYS` where a tensor parameter is per channel."""
         return self.scalars + (CHANNEL_KEYS if any(kind == PER_CHANNEL for _, kind in self.tensors) else ())
 
     @functools.cached_property
@@ -206,24 +172,20 @@ class NeuronConfig:
 
     @functools.cached_property
     def op_inputs(self) -> tuple[str, ...]:
-        """The forward kernel's inputs by name in the op's order: the step inputs, the initial states (tensors or
-        numbers), the tensor parameters, the scalars."""
+        """The op's inputs in order: step inputs, initial states (tensors or numbers), tensor parameters, scalars."""
         return (*self.input_keys, *(f"{s}_init" for s in self.state_names), *self.tensor_names, *self.op_scalars)
 
     @functools.cached_property
     def reference_step(self) -> tuple[Any, Mapping[str, Any]]:
-        """What the torch reference evaluates: the derived step (`spec.system.step_system`, prepared for evaluation)
-        and the parameters' symbols by name."""
+        """The torch reference's derived step (prepared for evaluation) and the parameters' symbols by name."""
         from ..spec.system import step_system  # derivation: the reference path only
         from .reference import prepare
-
         system = step_system(self.spec, self.reset, dict(self.constants))
         prepare(system), self.surrogate.gradient_of_x()
         return system, dict(self.spec.parsed().param_symbols)
 
     def kernel(self, kind: str, dtype: Any, **options: Any) -> KernelRecord:
-        """The kernel for these options (the kind's flags and layout fields, as `kernels.neuron_kernel` takes
-        them): from this object, else from the disk cache, else generated."""
+        """The kernel for these flags and layout fields: from this object, else the disk cache, else generated."""
         layout = Layout.of({k: v for k, v in options.items() if k in FIELDS})
         flags = tuple(sorted((k, v) for k, v in options.items() if k not in FIELDS))
         key = (kind, get_dtype(dtype).name, flags, layout)
@@ -236,7 +198,6 @@ class NeuronConfig:
 
     def _generate(self, kind: str, dtype: Any, options: Mapping[str, Any]):
         from ..codegen.kernels import neuron_kernel  # the derive and render stages: only for kernels not on disk
-
         return neuron_kernel(self.spec, kind, dtype, reset=self.reset, detach_reset=self.detach_reset,
                              constants=dict(self.constants), surrogate=self.surrogate,
                              tensors=list(self.tensor_names),
@@ -245,8 +206,7 @@ class NeuronConfig:
                              replay_charge=self.replay_charge, **options)
 
     def recipe(self, kind: str, dtype: torch.dtype, flags: Flags, layout: Layout) -> Recipe:
-        """The launch recipe of a kernel; `flags` are the kind's options in `KIND_OPTIONS` order, trailing ones
-        left out at their defaults (every call's path: one dict lookup once built)."""
+        """A kernel's launch recipe; `flags` in `KIND_OPTIONS` order, trailing ones at their defaults left out."""
         key = (kind, dtype, flags, layout)
         found = self._recipes.get(key)
         if found is None:
@@ -266,11 +226,9 @@ class NeuronConfig:
 
     @functools.cached_property
     def input_keys(self) -> tuple[str, ...]:
-        """The kernels' keys of the step inputs' sequences, in the spec's order (x_seq for x alone)."""
         return tuple(input_key(name) for name in self.spec.inputs)
 
 
-# The options of each kernel kind that a call chooses, in the order `NeuronConfig.recipe` takes them.
 KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
                 "step-forward": ("store_state_seq", "save_for_backward", "given_inits", "final_states"),
                 "bptt": ("grad_state_seq", "grad_finals", "given_inits", "gradients"),
@@ -278,10 +236,7 @@ KIND_OPTIONS = {"fptt": ("store_state_seq", "save_for_backward", "given_inits", 
 
 
 class KernelCall:
-    """One kernel of a layer (kind and options), called with its arguments as a sequence in a fixed order
-    (`names`): the ops' path. What a call's shape decides (layout, recipe, binding, grid, launcher) is found once
-    per (dtype, N, T, backend, device, the tensors' alignment) and kept as a `BoundLaunch`."""
-
+    """One kernel of a layer, called with arguments in `names` order; bound once per shape and alignment (`bind`)."""
     def __init__(self, config: NeuronConfig, kind: str, flags: Flags, names: tuple[str, ...]):
         self.config, self.kind, self.flags, self.names = config, kind, flags, names
         self._bound: dict[tuple, tuple[Recipe, Binding]] = {}
@@ -289,8 +244,7 @@ class KernelCall:
 
     def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
                  final_shape: Sequence[int] | None = None) -> tuple[tuple[str, ...], list[torch.Tensor]]:
-        """(output names, outputs) in parameter order, with the layout chosen for this call (`layout`); the final
-        states in `final_shape` where it is given (`Recipe.arguments`)."""
+        """(output names, outputs) in parameter order; final states shaped `final_shape` where it is given."""
         addresses = 0  # every tensor's address ORed: its low bits are the alignment the layouts ask about
         for value in args:
             if isinstance(value, torch.Tensor):
@@ -303,8 +257,8 @@ class KernelCall:
 
     def bind(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
              key: tuple | None = None, layout: Layout | None = None) -> BoundLaunch:
-        """What a call of this shape runs, with `layout` or the call's own (`layout`); kept under `key`, except
-        while a CUDA graph is captured: a capture takes the fixed rules' layout where a later call would time one."""
+        """What a call of this shape runs, with `layout` or its own; kept under `key` except in a CUDA graph capture,
+        which takes the fixed rules' layout where a later call would time one."""
         if layout is None:
             layout = self.layout(args, like, n, steps, backend)
         found = self._bound.get((like.dtype, layout))
@@ -319,8 +273,7 @@ class KernelCall:
         return bound
 
     def layout(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> Layout:
-        """The layout of a call: on a GPU, where `tuning.timed` says, the one timed fastest for its shape
-        (`tuned`); otherwise, and where that one does not fit, the fixed rules' (`tuning.fixed_rule`)."""
+        """The fastest timed layout (`tuned`) on a GPU where `tuning.timed` says and it fits, else the fixed rules'."""
         tensors = _tensors(args)
         if backend == "cuda" and tuning.timed(n, steps) and not torch.cuda.is_current_stream_capturing():
             tuned = self.tuned(args, like, n, steps or 0, tensors)
@@ -330,9 +283,8 @@ class KernelCall:
 
     def tuned(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int, tensors: list[torch.Tensor]
               ) -> Layout | None:
-        """The layout timed fastest for shapes like this call's (once per process and configuration, or read from
-        the disk store); None when it does not fit this call's N or tensors' alignment. Shapes are grouped by
-        powers of two of N and T: sequence lengths that vary from batch to batch are timed once per group."""
+        """The layout timed fastest (or read from disk) once per power-of-two group of N and T, so that varying
+        sequence lengths are timed once; None where it does not fit N or the tensors' alignment."""
         config, aligned = self.config, functools.partial(tuning.aligned, tensors)
         group = (n.bit_length(), steps.bit_length())
         key = (self.kind, like.dtype, self.flags, group)
@@ -343,7 +295,6 @@ class KernelCall:
 
             def run(layout: Layout) -> None:
                 self.bind(args, like, n, steps, "cuda", layout=layout)(args, like)
-
             found = config._tuned[key] = tuning.fastest(text, like.device, layouts, run)
         return found if tuning.fits(found, n, like.dtype.itemsize, aligned) else None
 
@@ -352,9 +303,7 @@ _MAX_LAUNCHES = 256
 
 
 class BoundLaunch:
-    """One kernel for one call shape, device and alignment: recipe, binding, grid, block and launcher found; a
-    call allocates the outputs, arranges the values and launches."""
-
+    """One kernel for one call shape, device and alignment, with grid, block and launcher found once per shape."""
     def __init__(self, recipe: Recipe, binding: Binding, like: torch.Tensor, n: int, steps: int | None,
                  backend: str):
         self.recipe, self.binding, self.n, self.steps = recipe, binding, n, steps
@@ -378,7 +327,6 @@ class BoundLaunch:
                 raise ValueError(f"backend {self.backend!r} runs kernels on CPU tensors; got tensors on {like.device} "
                                  "(use backend='reference' or move them to the CPU)")
             import numpy as np  # the host runner's packing only: a GPU process need not import NumPy
-
             kernel = recipe.kernel
             packed = tuple(np.uint64(v) if p.pointer else p.pack(v) for v, p in zip(values, kernel.cparams.values()))
             kernel.launch(self.grid, self.block, packed, like.device, self.backend)

@@ -1,13 +1,5 @@
-"""A program's call as a native plan: the words `neuron_call.cpp` reads (`read_plan`, `read_launch`, in that order),
-worked out from the kernels bound to the call's shape (`neuron_launch.BoundLaunch`) and its forward form.
-
-A plan holds, per launch, where each kernel parameter's 8-byte slot is filled from: a constant (N, T), an output
-it allocates, a tensor of the call or one of the call's numbers, each in the order the kernel's arguments name them
-(`NeuronConfig.op_inputs`: forward, x, the initial states where they are tensors, the tensor parameters; backward,
-the spikes' gradient, the final states' gradients, the saved tensors, the tensor parameters; the numbers: the initial
-states where they are numbers, then the scalars). A single step's plan has steps SINGLE. A call the words cannot
-express raises `Unplannable`; it takes the Python path.
-"""
+"""A program's call as a native plan: the words `neuron_call.cpp` reads (`read_plan`, then `read_launch`). Each kernel
+parameter's 8-byte slot holds a constant (N, T), an output, a call tensor or number (`NeuronConfig.op_inputs` order)."""
 from __future__ import annotations
 
 import ctypes
@@ -22,9 +14,8 @@ from ...toolchain import driver
 
 CONSTANT, OUTPUT, TENSOR, NUMBER = range(4)  # a slot's source
 RUNNERS = {"cuda": 1, "host": 2}
-# A scalar parameter's C type -> how its slot holds it (float, double, int64, int32, uint32, one byte)
-SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "unsigned int": 4,
-              "unsigned char": 5, "bool": 5}
+SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "unsigned int": 4,  # C type -> slot
+              "unsigned char": 5, "bool": 5}  # slot 0-5: float, double, int64, int32, uint32, one byte
 POINTER = 2  # an address, 8 bytes
 SINGLE = -1  # a single step's `steps`: x is the neuron shape, its sequences one value per neuron
 
@@ -35,7 +26,6 @@ class Unplannable(AutocudaError):
 
 class Words:
     """The words of one plan, with the dtypes its outputs name by index."""
-
     def __init__(self) -> None:
         self.words: list[int] = []
         self.dtypes: list[torch.dtype] = []
@@ -50,19 +40,17 @@ class Words:
 
 
 def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> None:
-    """One launch: runner, kernel, grid, block, the tensors the call gives, the outputs, the slots. The call's tensors
-    are its arguments that are tensors, its numbers the others, each in the arguments' order."""
+    """One launch's words: runner, kernel, context, grid, block, the call's tensor count, the outputs, the slots."""
     recipe, binding, kernel = bound.recipe, bound.binding, bound.recipe.kernel
     if not bound.runs:
         raise Unplannable("a call of no neurons launches nothing")
     runner, function, context = _kernel_function(bound)
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
-    # -1: [N]; -2: a final state, allocated in the call's neuron shape (`neuron_call.cpp`'s `run`); else [rows, N]
     rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": -1 if bound.steps is None else bound.steps}
     if kernel.checkpoint_steps:
         rows["checkpoints"] = (bound.steps or 0) // kernel.checkpoint_steps
     out.add(len(recipe.allocations))
-    for kind, dtype in recipe.allocations:
+    for kind, dtype in recipe.allocations:  # rows -1: [N]; -2: a final state, neuron-shaped (`run`); else [rows, N]
         if kind not in rows:
             raise Unplannable(f"{kind} outputs")
         out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
@@ -94,7 +82,6 @@ def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
         launcher = bound.launcher.launcher  # type: ignore[union-attr]
         return RUNNERS["cuda"], launcher.function, launcher.context
     from ...toolchain.host.runner import load_kernel
-
     kernel = bound.recipe.kernel
     host = load_kernel(kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()))
     return RUNNERS["host"], ctypes.cast(host.function, ctypes.c_void_p).value or 0, 0
@@ -103,26 +90,21 @@ def _kernel_function(bound: BoundLaunch) -> tuple[int, int, int]:
 def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, forward: BoundLaunch, form: Any,
                backward: BoundLaunch | None, backward_finals: BoundLaunch | None,
                grads: Sequence[tuple[str | None, bool]]) -> Words:
-    """The plan of a program's call on x [T, N] (a single step's [N]) and `others` (the initial states where they
-    are tensors, [N] each, then the tensor parameters, [1] each) with `numbers` numbers: its forward launch and
-    `form` (an `ops.ForwardForm`: output positions, what autograd saves, which outputs are hidden); where it trains,
-    the backward launches without and with the final states' gradients and, of x and each other input, the name of
-    its gradient among their outputs (None: none) and whether it is the sum of per-neuron partials."""
+    """The plan of a call on x [T, N] (a single step's [N]), `others` (tensor initial states [N], tensor parameters [1])
+    and `numbers` numbers (initial states, then scalars); `grads`, per input: (gradient output or None, summed)."""
     out = Words()
     neurons = x.shape[-1]
-    steps = SINGLE if form.single else x.shape[0]
-    trains = backward is not None
+    steps = SINGLE if form.single else x.shape[0]  # form: an `ops.ForwardForm`
+    trains = backward is not None  # backward(_finals): without (with) the final states' gradients
     addresses = x.data_ptr()
     for other in others:
         addresses |= other.data_ptr()
     out.add(steps, neurons, numbers, 1 + len(others), addresses & 15, out.dtype(x.dtype),
             x.get_device() if x.is_cuda else -1, trains, form.spike_at)
-    # what backward reads, in (the call's tensors, the forward's outputs): the picks (of x, the states and the
-    # outputs: the outputs stand after the tensor parameters here), then the tensor parameters
     params = len(form.config.tensor_names)
     first = 1 + len(others) - params  # the first tensor parameter's place
-    picks = [at if at < first else at + params for at in form.picks] if trains else []
-    saved = (*picks, *range(first, first + params)) if trains else ()
+    picks = [at if at < first else at + params for at in form.picks] if trains else []  # outputs after tensor params
+    saved = (*picks, *range(first, first + params)) if trains else ()  # backward's reads in (call's tensors, outputs)
     for positions in (form.finals, saved, form.hidden if trains else ()):
         out.add(len(positions), *positions)
     sizes = [word for other in others for word in (-1 if other.numel() == neurons else other.numel(),
@@ -132,12 +114,12 @@ def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, fo
         at = [-1 if name is None else launch.recipe.outputs.index(name) for name, _ in grads] \
             if launch is not None else []
         out.add(len(at), *at)
-    sums = [int(summed) for _, summed in grads] if trains else []
+    sums = [int(summed) for _, summed in grads] if trains else []  # a gradient summed from per-neuron partials
     out.add(len(sums), *sums)
     out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))
     add_launch(out, forward, 1 + len(others), numbers)
     if backward is not None:
-        add_launch(out, backward, 1 + len(saved), numbers)
+        add_launch(out, backward, 1 + len(saved), numbers)  # spikes' gradient, (finals' gradients,) saved tensors
         if form.finals:
             if backward_finals is None:
                 raise Unplannable("no backward launch for the final states' gradients")
