@@ -49,8 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # headers, more), so with xdist one worker takes all these files, as one unit of work (`schedule_scope`);
 # every other file is a unit of its own. tests/test_schedule.py pins the list against the files' calls.
 COMPILE_FILES = ("test_batchnorm.py", "test_benchmark.py", "test_functional.py", "test_gradient_passes.py",
-                 "test_memory_order.py", "test_nn.py", "test_noise_specs.py", "test_ops.py", "test_recompute.py",
-                 "test_reference_compile.py", "test_replay_charge.py")
+                 "test_memory_order.py", "test_native_ops.py", "test_nn.py", "test_noise_specs.py", "test_ops.py",
+                 "test_recompute.py", "test_reference_compile.py", "test_replay_charge.py")
 COMPILE_SCOPE = "torch.compile"
 
 

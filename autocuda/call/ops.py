@@ -35,7 +35,9 @@ import torch
 from ..codegen.broadcast import CORRECTION_KEYS
 from ..runtime import configs, neuron_launch, tuning
 from ..runtime.configs import compute_dtype, constant_result
-from ..runtime.neuron_launch import NeuronConfig
+from ..runtime.neuron_launch import KernelCall, NeuronConfig
+from . import native
+from .native.plan import Unplannable, launch_words
 
 Tensor = torch.Tensor
 
@@ -75,6 +77,45 @@ def _check_counts(key: str, what: Sequence[str], expected: Sequence[int], got: S
             raise ValueError(f"autocuda.neuron_*: {entry(key).spec.name!r} takes {count} {label}, got {len(given)}")
 
 
+class NativePlans(dict):
+    """A form's native plans of one launch (`native.plan.launch_words`), by the class of a call's tensors (x's shape,
+    dtype and device, every tensor's alignment): (plan number, output names), or None where none runs such calls.
+    Made at such a call's first use outside a CUDA graph capture once the operator is loaded, used where
+    `native.USE` holds for CUDA tensors (host ones where `native.HOST` asks): the op runs no Python launch."""
+
+    def run(self, kernel: KernelCall, args: tuple, x: Tensor, others: list[Tensor], numbers: list[float], n: int,
+            steps: int | None, backend: str) -> tuple[tuple[str, ...], list[Tensor]] | None:
+        """(output names, outputs) of the call by its plan; None where none runs it (the Python launch does)."""
+        if not native.USE or not (x.is_cuda or (native.HOST and x.is_cpu)):
+            return None
+        addresses = x.data_ptr()
+        for other in others:
+            addresses |= other.data_ptr()
+        key = (x.shape, x.dtype, x.device, addresses & 15)
+        found = self[key] if key in self else self._make(key, kernel, args, x, others, len(numbers), n, steps,
+                                                         backend)
+        if found is None:
+            return None
+        outputs = native.operator("op_call")(found[0], x, others, numbers)
+        return (found[1], outputs) if outputs else None  # none: tensors the plan does not fit
+
+    def _make(self, key: tuple, kernel: KernelCall, args: tuple, x: Tensor, others: list[Tensor], numbers: int,
+              n: int, steps: int | None, backend: str) -> tuple[int, tuple[str, ...]] | None:
+        if not native.loaded() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return None  # not kept: asked again at the next call
+        launch = kernel.bound(args, x, n, steps, backend)
+        try:
+            words = launch_words(x, others, numbers, launch, steps is None)
+            found: tuple[int, tuple[str, ...]] | None = (native.make_plan(words.words, words.dtypes),
+                                                          launch.recipe.outputs)
+        except Unplannable:
+            found = None
+        if len(self) >= 64:  # shapes that vary without end must not grow this
+            self.clear()
+        self[key] = found
+        return found
+
+
 # -- the forms of a call, worked out once so that names, kernel options and argument order cost no per-call work --
 class ForwardForm:
     """A neuron_forward call's kernel, op inputs by kernel name, outputs, and what autograd saves and returns."""
@@ -103,11 +144,13 @@ class ForwardForm:
         # Per tensor parameter: its partial's index (None: not learnable), per neuron? (else [1]: partials summed)
         self.param_grads = tuple((e.learnable.index(name) if name in e.learnable else None, per_neuron)
                                  for name, per_neuron in e.tensors)
+        self.plans = NativePlans()
 
     def run(self, x: Tensor, states: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None
-            ) -> list[Tensor]:
-        """The kernel's `outputs`; final states shaped `final_shape` (the neuron shape) where given, else [N]."""
+            scalars: Sequence[float], more_inputs: Sequence[Tensor] = (), final_shape: Sequence[int] | None = None,
+            planned: bool = False) -> list[Tensor]:
+        """The kernel's `outputs`; final states shaped `final_shape` (the neuron shape) where given, else [N];
+        `planned`: by the form's native plan where one runs the call (the op's implementation)."""
         chosen = states or initial
         if (len(chosen), len(tensor_params), len(scalars)) != self.counts or (states and initial):
             self._refuse(states, initial, tensor_params, scalars)
@@ -115,8 +158,12 @@ class ForwardForm:
         if len(more_inputs) != self.n_more or (more_inputs and any(u.shape != shape for u in more_inputs)):
             self._refuse_inputs(x, more_inputs)
         n, steps = shape[-1], (None if self.single else shape[0])
-        _, outputs = self.kernel((x, *more_inputs, *chosen, *tensor_params, *scalars), x, n, steps,
-                                 "cuda" if x.is_cuda else "host", final_shape)
+        args, backend = (x, *more_inputs, *chosen, *tensor_params, *scalars), "cuda" if x.is_cuda else "host"
+        ran = self.plans.run(self.kernel, args, x, [*more_inputs, *states, *tensor_params], [*initial, *scalars], n,
+                             steps, backend) if planned else None
+        if ran is not None:  # (a call of no step has no plan)
+            return ran[1]
+        _, outputs = self.kernel(args, x, n, steps, backend, final_shape)
         if steps == 0:  # no step ran: the final states are the initial ones
             for i, state in zip(self.finals, states):
                 outputs[i].view(state.shape).copy_(state)
@@ -179,10 +226,11 @@ class _BackwardForm:
                           if gradients == "all" or (name in channel) == sums))
         self.n_inputs = 0 if sums else len(e.input_keys)
         self.n_inits = len(e.state_names) if given_inits and not sums else 0
+        self.plans = NativePlans()
 
     def run(self, grad_spike: Tensor, grad_finals: Sequence[Tensor], grad_seqs: Sequence[Tensor],
             saved: Sequence[Tensor], initial: Sequence[float], tensor_params: Sequence[Tensor],
-            scalars: Sequence[float], correction: Sequence[Tensor] = ()) -> list[Tensor]:
+            scalars: Sequence[float], correction: Sequence[Tensor] = (), planned: bool = False) -> list[Tensor]:
         """Grads of step inputs, tensor initial states, learnable parameters (a pass's own); `correction`: c1, c0."""
         if (len(grad_finals), len(grad_seqs), len(saved), len(initial), len(tensor_params), len(scalars),
                 len(correction)) != self.counts:  # `len` each: cheaper than a map over the lists
@@ -191,7 +239,10 @@ class _BackwardForm:
         args = (grad_spike, *grad_finals, *grad_seqs, *saved, *initial, *tensor_params, *scalars, *correction)
         shape = grad_spike.shape
         n, steps = shape[-1], (None if self.single else shape[0])
-        names, outputs = self.kernel(args, grad_spike, n, steps, "cuda" if grad_spike.is_cuda else "host")
+        backend = "cuda" if grad_spike.is_cuda else "host"
+        ran = self.plans.run(self.kernel, args, grad_spike, [*grad_finals, *grad_seqs, *saved, *tensor_params,
+                             *correction], [*initial, *scalars], n, steps, backend) if planned else None
+        names, outputs = ran if ran is not None else self.kernel(args, grad_spike, n, steps, backend)
         if names == self.returns:  # the kernel's outputs are what the op returns, in order (e.g. grad_x alone)
             result = outputs
         else:
@@ -224,7 +275,7 @@ def _forward_impl(key: str, x: Tensor, states: list[Tensor], initial: list[float
                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
                   more_inputs: list[Tensor]) -> list[Tensor]:
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
-    return form.run(x, states, initial, tensor_params, scalars, more_inputs)
+    return form.run(x, states, initial, tensor_params, scalars, more_inputs, planned=True)
 
 
 neuron_forward = torch.library.custom_op("autocuda::neuron_forward", _forward_impl, mutates_args=())
@@ -250,7 +301,7 @@ def _backward_impl(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad
                    saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
                    ) -> list[Tensor]:
     form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
-    return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars)
+    return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars, planned=True)
 
 
 neuron_backward = torch.library.custom_op("autocuda::neuron_backward", _backward_impl, mutates_args=())
@@ -283,7 +334,7 @@ def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_final
     if gradients not in ("sums", "corrected"):
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
     form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
-    return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction)
+    return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction, planned=True)
 
 
 neuron_backward_part = torch.library.custom_op("autocuda::neuron_backward_part", _backward_part_impl,

@@ -245,15 +245,18 @@ class KernelCall:
     def __call__(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
                  final_shape: Sequence[int] | None = None) -> tuple[tuple[str, ...], list[torch.Tensor]]:
         """(output names, outputs) in parameter order; final states shaped `final_shape` where it is given."""
+        bound = self.bound(args, like, n, steps, backend)
+        return bound.recipe.outputs, bound(args, like, final_shape)
+
+    def bound(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str) -> BoundLaunch:
+        """The launch of a call of this shape, device and alignment: the one kept, else bound now (`bind`)."""
         addresses = 0  # every tensor's address ORed: its low bits are the alignment the layouts ask about
         for value in args:
             if isinstance(value, torch.Tensor):
                 addresses |= value.data_ptr()
         key = (like.dtype, n, steps, backend, like.get_device(), addresses & 15)
-        bound = self._launches.get(key)
-        if bound is None:
-            bound = self.bind(args, like, n, steps, backend, key)
-        return bound.recipe.outputs, bound(args, like, final_shape)
+        found = self._launches.get(key)
+        return found if found is not None else self.bind(args, like, n, steps, backend, key)
 
     def bind(self, args: Sequence[Any], like: torch.Tensor, n: int, steps: int | None, backend: str,
              key: tuple | None = None, layout: Layout | None = None) -> BoundLaunch:

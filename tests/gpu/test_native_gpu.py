@@ -1,7 +1,8 @@
 """The native call path on CUDA: programs' calls through the C++ operator and node give the Python path's results
 bitwise, in four dtypes, on a side stream, with backward on autograd's device thread, under CUDA graph capture
 of an inference program's call; single steps, calls from state tensors and calls with a tensor parameter of one
-value; and the driver launches what the plan says (a vector layout at N = 2**14)."""
+value; the driver launches what the plan says (a vector layout at N = 2**14); and the ops' implementations, which
+torch.compile calls, run one-launch plans."""
 from __future__ import annotations
 
 import pytest
@@ -147,3 +148,53 @@ def test_calls_with_a_tensor_parameter_equal_the_python_path_on_the_gpu(dtype, m
         torch.cuda.synchronize()
         for g, w in zip(got, want, strict=True):
             assert torch.equal(g, w)
+
+
+def _spy_plans(monkeypatch) -> list[bool]:
+    """Whether each op implementation's call ran a native plan (`ops.NativePlans.run`), in order."""
+    from autocuda.call import ops
+
+    ran: list[bool] = []
+    planned = ops.NativePlans.run
+    monkeypatch.setattr(ops.NativePlans, "run", lambda *a: (lambda r: (ran.append(r is not None), r)[1])(planned(*a)))
+    return ran
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("spec", ["lif", "alif"])
+def test_compiled_calls_run_the_ops_plans_and_equal_the_python_launch(spec, dtype, monkeypatch):
+    """torch.compile (Inductor) calls the ops through the dispatcher: their implementations run one-launch native
+    plans (`ops.NativePlans`), bitwise the Python launch's outputs and gradients, also in a captured CUDA graph."""
+    x = (torch.rand(6, 4097, device=CUDA) * 2).to(dtype)
+    weights = torch.arange(1, 7, device=CUDA, dtype=dtype).view(-1, 1)
+
+    def train(x: torch.Tensor) -> list[torch.Tensor]:
+        x = x.clone().requires_grad_()
+        spikes, finals, seqs = F.multi_step(spec, x, store_state_seq=True)
+        loss = (spikes * weights).float().sum() + finals[0].float().sum() + seqs[0].float().mean()
+        return [spikes, *finals, *seqs, *torch.autograd.grad(loss, x)]
+
+    compiled = torch.compile(train, fullgraph=False)
+    monkeypatch.setattr(native, "USE", False)
+    want = compiled(x)
+    monkeypatch.setattr(native, "USE", True)
+    ran = _spy_plans(monkeypatch)
+    for _ in range(2):
+        got = compiled(x)
+        assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert ran and all(ran), ran
+    # a direct op call in a captured CUDA graph: the plan an uncaptured call made runs, its launch captured
+    call = program.Call(spec, x, (4097,), [], None, False, None, None, {})
+    initial, scalars = [float(s) for s in call.states], [float(v) for v in call.program.scalar_values(call.values)]
+
+    def forward() -> list[torch.Tensor]:
+        return torch.ops.autocuda.neuron_forward(call.key, x, [], initial, [], scalars, False, False, True, [])
+
+    expected = forward()
+    ran.clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = forward()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert ran == [True] and all(torch.equal(o, e) for o, e in zip(outputs, expected, strict=True))

@@ -117,9 +117,10 @@ def call(plan: int, x: torch.Tensor, states: Sequence[torch.Tensor], numbers: Se
 
 def operator(name: str = "call") -> Callable[..., list[torch.Tensor]]:
     """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`
-    (as `call` above), or `layer_call` (plan, x, numbers), a layer's repeated multi-step call from states of
-    numbers, which gives the spikes in x's shape and the final states in its neuron shape, or an empty list for an x
-    the plan was not made for."""
+    (as `call` above); `layer_call` (plan, x, numbers), a layer's repeated multi-step call from states of numbers,
+    which gives the spikes in x's shape and the final states in its neuron shape; `op_call` (plan, x, others,
+    numbers), an op implementation's one launch (`ops.NativePlans`). The last two give an empty list for tensors the
+    plan was not made for."""
     if name not in _OPERATORS:
         raise RuntimeError(f"the native operator is not loaded ({status()})")
     return _OPERATORS[name]
@@ -192,7 +193,7 @@ def _load(path: Path) -> None:
     global _CALL
     try:
         cache.open_verified(path, _open_library)  # the bytes verified, never `path` opened again
-        for name in ("layer_call", "call"):  # each overload's __call__ only forwards to its C++ callable
+        for name in ("layer_call", "op_call", "call"):  # each overload's __call__ only forwards to its C++ callable
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
         _CALL = _OPERATORS["call"]

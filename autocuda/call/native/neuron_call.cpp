@@ -435,8 +435,8 @@ int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes
 }
 
 // Whether x and the other inputs are tensors the plan's kernels were bound for: x [steps, *] (a single step's: the
-// neuron shape) of the plan's neuron count and dtype, the others [n] of their count and dtype, all on the plan's
-// device, contiguous, with the address alignment the layout was chosen for.
+// neuron shape) of the plan's neuron count and dtype, the others of their element count and dtype (the kernels read
+// them through their addresses), all on the plan's device, contiguous, with the alignment the layout was chosen for.
 bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& others) {
   bool single = plan.steps == kSingle;
   if (!(single || (x.dim() >= 2 && x.size(0) == plan.steps)) ||
@@ -447,7 +447,7 @@ bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& 
   for (size_t i = 0; i < others.size(); ++i) {
     const at::Tensor& other = others[i];
     int64_t numel = plan.input_numels[i] == kVector ? plan.neurons : plan.input_numels[i];
-    if (other.dim() != 1 || other.numel() != numel || other.scalar_type() != plan.input_dtypes[i] ||
+    if (other.numel() != numel || other.scalar_type() != plan.input_dtypes[i] ||
         other.device() != plan.device || !other.is_contiguous()) {
       return false;
     }
@@ -495,10 +495,23 @@ std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vec
   return results;
 }
 
+// An op's implementation (`autocuda::neuron_*` under torch.compile, whose autograd is the op's): the one launch of a
+// plan that does not train, on x and the other inputs as the op takes them, its outputs allocated flat; none where
+// they do not fit the plan (the Python launch then runs the call, and names what is wrong).
+std::vector<at::Tensor> op_call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
+                                std::vector<double> numbers) {
+  const Plan& plan = plan_numbered(number);
+  if (plan.trains || !fits(plan, x, others) || int64_t(numbers.size()) != plan.numbers) return {};
+  std::vector<at::Tensor> inputs{x};
+  inputs.insert(inputs.end(), others.begin(), others.end());
+  return run(plan, plan.forward, inputs, numbers);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
   m.def("call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &call);
   m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
+  m.def("op_call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &op_call);
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -101,7 +101,7 @@ def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, fo
         addresses |= other.data_ptr()
     out.add(steps, neurons, numbers, 1 + len(others), addresses & 15, out.dtype(x.dtype),
             x.get_device() if x.is_cuda else -1, trains, form.spike_at)
-    params = len(form.config.tensor_names)
+    params = len(form.config.tensor_names) if trains else 0
     first = 1 + len(others) - params  # the first tensor parameter's place
     picks = [at if at < first else at + params for at in form.picks] if trains else []  # outputs after tensor params
     saved = (*picks, *range(first, first + params)) if trains else ()  # backward's reads in (call's tensors, outputs)
@@ -125,3 +125,19 @@ def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, fo
                 raise Unplannable("no backward launch for the final states' gradients")
             add_launch(out, backward_finals, 1 + len(form.finals) + len(saved), numbers)
     return out
+
+
+class _OneLaunch(NamedTuple):
+    """What `plan_words` reads of a form, for a plan of one launch (`launch_words`)."""
+
+    single: bool
+    spike_at: int = 0
+    finals: tuple[int, ...] = ()
+
+
+def launch_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, launch: BoundLaunch,
+                 single: bool) -> Words:
+    """The plan of one launch that records no autograd node (an op's implementation: `neuron_call.cpp`'s `op_call`)
+    on x [T, N] (a single step's [N]) and `others`, its other tensors in its arguments' order, with `numbers`
+    numbers; its outputs are the launch's, in their order."""
+    return plan_words(x, others, numbers, launch, _OneLaunch(single), None, None, ())
