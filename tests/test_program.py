@@ -13,7 +13,7 @@ import torch
 from conftest import compile_launched, profile
 
 from autocuda.call import functional as F
-from autocuda.call import ops, program
+from autocuda.call import program
 from autocuda.spec.load import _shipped
 
 HOST = {"backend": "host"}
@@ -125,8 +125,8 @@ def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
     original = program.Program.__init__
     monkeypatch.setattr(program.Program, "__init__",
                         lambda self, *a, **k: (built.append(a), original(self, *a, **k))[1])
-    unbound = ops.ForwardForm.run  # a form's own launch: what a call runs that its program's bound launch does not
-    monkeypatch.setattr(ops.ForwardForm, "run", lambda self, *a, **k: (calls.append(a), unbound(self, *a, **k))[1])
+    call = program.Call.__init__
+    monkeypatch.setattr(program.Call, "__init__", lambda self, *a, **k: (calls.append(a), call(self, *a, **k))[1])
     for tau in (2.0, 5.0):
         spikes, (v,), _ = F.multi_step("lif", x, 0.5, tau=tau, **HOST)
         monkeypatch.setattr(program, "ENABLED", False)
@@ -134,7 +134,7 @@ def test_repeated_calls_build_no_program_and_numbers_still_change(monkeypatch):
         monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), tau
     assert built == [], "a number's value is no part of the key: every call ran the first call's program"
-    assert len(calls) == 2, "the program's bound launch ran every call but those with the programs turned off"
+    assert len(calls) == 2, "the bound program ran at once (`Program.run_bound`); only the unbound calls built a Call"
     assert F.multi_step("lif", x, 0.5, tau=2, **HOST)[0].shape == x.shape and len(built) == 1, "an int: a new key"
 
 
@@ -149,17 +149,15 @@ def test_one_value_tensor_parameters_run_the_bound_launch_and_are_read_at_each_c
     owned = [p for p in program.PROGRAMS.values() if p.tensors]
     assert owned and all(p.launch is not None and p.bindable for p in owned), "bound with its tensor parameter"
     calls = []
-    unbound = ops.ForwardForm.run
-    monkeypatch.setattr(ops.ForwardForm, "run", lambda self, *a, **k: (calls.append(a), unbound(self, *a, **k))[1])
+    call = program.Call.__init__
+    monkeypatch.setattr(program.Call, "__init__", lambda self, *a, **k: (calls.append(a), call(self, *a, **k))[1])
     for value, (want_spikes, (want_v,), _) in zip((2.0, 5.0), wants):
         tau.fill_(value)
         spikes, (v,), _ = F.multi_step("lif", x, tau=tau, **HOST)
         assert torch.equal(spikes, want_spikes) and torch.equal(v, want_v), value
-    assert calls == [], "the program's bound launch ran every call"
+    assert calls == [], "the bound program ran at once (`Program.run_bound`)"
     aligned = torch.tensor([5.0], dtype=torch.float64)
-    before = len(program.PROGRAMS)
-    assert torch.equal(F.multi_step("lif", x, tau=aligned, **HOST)[0], wants[1][0])
-    assert len(program.PROGRAMS) == before + 1, \
+    assert torch.equal(F.multi_step("lif", x, tau=aligned, **HOST)[0], wants[1][0]) and len(calls) == 1, \
         "another alignment: another key (the launch was bound to the layout the first call's tensors allow)"
 
 

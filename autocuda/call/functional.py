@@ -23,6 +23,7 @@ from ..codegen.noise import Seed, step_values
 from ..runtime.configs import config, spec_facts, spec_ref
 from ..spec.draws import system_draws
 from ..spec.model import NeuronSpec
+from . import program as programs_module
 from .memory_order import memory_order
 from .program import (
     PROGRAMS,
@@ -31,12 +32,15 @@ from .program import (
     Program,
     Programs,
     as_rows,
+    call_key,
     neuron_shaped,
+    transforms_active,
 )
 
 __all__ = ["multi_step", "single_step"]
 
 Tensor = torch.Tensor
+_FLOAT = frozenset({float})  # initial states' types of a call that a bound program may run at once
 
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
@@ -111,7 +115,25 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                  store_state_seq: bool, final_states: bool, backend: str | None, save_h: bool,
                  params: dict[str, Any]) -> tuple[tuple, tuple[Program, dict[str, Any]] | None]:
     """`multi_step`'s results (no recompute) through the programs of `programs` (a layer's own, or functional
-    calls'), and, of a call from states of numbers, its program and the parameters' values (else None)."""
+    calls'), and, of a call from states of numbers, its program and the parameters' values (else None). A call of a
+    bound program's key runs it at once (`Program.run_bound`): no `Call` is built."""
+    found = None  # the program of the call's key where it was looked up: `Call` need not work the key out again
+    if type(x_seq) is Tensor and _FLOAT.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
+            torch.compiler.is_compiling() or transforms_active()):
+        options = (False, store_state_seq, final_states)
+        try:
+            program = programs.get(call_key(spec, x_seq, initial_states, surrogate, detach_reset, reset, backend,
+                                            save_h, options, params))
+        except TypeError:  # the checks below name the argument
+            program = None
+        ran = None if program is None or program.launch is None else program.run_bound(x_seq, initial_states, params)
+        found = program
+        if ran is not None:
+            sizes = x_seq.shape
+            results = sequence_results(ran[0], program.bound_form.positions,  # type: ignore[union-attr]
+                                       None if len(sizes) == 2 else tuple(sizes), tuple(sizes[1:]), final_states,
+                                       store_state_seq)
+            return results, (program, ran[1])  # type: ignore[return-value]
     inputs = _step_inputs(x_seq, "x_seq", 2)
     x_seq = inputs[0]
     if not x_seq.is_contiguous():
@@ -125,7 +147,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                     None if seqs is None else tuple(map(order.sequence, seqs))), None
     shape = tuple(x_seq.shape)  # one tuple, sliced below: cheaper than slicing torch.Size
     call = Call(spec, x_seq, shape[1:], initial_states, surrogate, detach_reset, reset, backend, params,
-                len(inputs), save_h, programs, (False, store_state_seq, final_states))
+                len(inputs), save_h, programs, (False, store_state_seq, final_states), found)
     steps = shape[0]
     if steps == 0:  # nothing to run: empty sequences, the final states are the initial ones
         seqs = tuple(x_seq.new_empty(x_seq.shape) for _ in call.states) if store_state_seq else None

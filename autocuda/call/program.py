@@ -265,6 +265,21 @@ class Program:
         self.bound_form, self.seen = form, input_class(given)
         self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
+    def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
+                  ) -> tuple[list[Tensor], dict[str, Any]] | None:
+        """A bound program's call of its key (x contiguous, states numbers): the forward op's outputs and the
+        parameters' values; None while the native plan is still to be made (`Call.launch` makes it)."""
+        if self.native_wanted and native.USE and self.plannable():
+            return None
+        shape = self.seen[0][1:]
+        values = self.values(params, x, shape)
+        initial = list(map(float, states))
+        for name in self.state_names[len(initial):]:
+            init = self.inits[name]
+            initial.append(float(values[init]) if isinstance(init, str) else init)
+        tensors = self.tensor_args(values, x, shape) if self.tensors else ()
+        return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
+
     def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
         """A layer's call from states of numbers (`nn.layer_call.run_keyed`; `numbers`: the initial states, then the
         scalars): the spikes in x's shape and the final states in its neuron shape, by the native plan or the bound
@@ -273,10 +288,18 @@ class Program:
             return self.native_layer_call(self.native, x, numbers)
         if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
             return []
-        form, k = self.bound_form, len(self.state_names)
-        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
-        outputs = ops.forward_eager(form, rows, [], numbers[:k], [], numbers[k:], (), x.shape[1:], self)
+        outputs, form = self.run_numbers(x, numbers), self.bound_form
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
+
+    def run_numbers(self, x: Tensor, numbers: list[float], tensors: Sequence[Tensor] = ()) -> list[Tensor]:
+        """The forward op's outputs for x of the input class, `numbers` (initial states, then scalars) and the tensor
+        parameters as the kernels take them (`tensor_args`): by the native plan where made, else the bound launch."""
+        if self.native is not None and native.USE:
+            return self.native_call(self.native, x, list(tensors), numbers)
+        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
+        k = len(self.state_names)
+        return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
+                                 self)
 
     def tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
         """The tensor parameters as the kernels take them, in the compute dtype: [N] (`shape`: the neuron shape), one
@@ -368,12 +391,13 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 # -- a call --------------------------------------------------------------------------------------------------------
 class Call:
     """One call's arguments checked, defaults filled in, and matched to its program (found in `programs`, the
-    owner's; built for this call alone under torch.compile, whose Dynamo traces the construction)."""
+    owner's, unless the caller found it: `found`; built for this call alone under torch.compile, whose Dynamo traces
+    the construction)."""
 
     def __init__(self, spec: Any, x: Tensor, shape: tuple[int, ...], states: Sequence[Tensor | float], surrogate: Any,
                  detach_reset: bool, reset: str | None, backend: str | None, params: dict[str, Any],
                  num_inputs: int = 1, save_h: bool = True, programs: Programs | None = None,
-                 options: tuple[bool, bool, bool] = (False, False, True)):
+                 options: tuple[bool, bool, bool] = (False, False, True), found: Program | None = None):
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         self.compiling = torch.compiler.is_compiling()
@@ -381,6 +405,8 @@ class Call:
         if not self.owned:
             program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
                               eager=not self.compiling)
+        elif found is not None:  # the caller looked the call's key up in `programs`
+            program = found
         else:
             program = (programs if programs is not None else PROGRAMS).find(
                 spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
