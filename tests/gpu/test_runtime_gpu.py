@@ -23,6 +23,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sympy.core.relational import Relational
 from torch import nn
 
 from autocuda import nn as ann
@@ -92,6 +93,20 @@ def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) ->
     return params
 
 
+def _distance(system, values: dict, h: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """How far a step's spike is from changing: |h - threshold|; with spike levels (stbif's +1 at h >= 1 while
+    acc_q < pos_max, -1 at h < 0 while acc_q > neg_min), the nearest of each level's argument and each comparison
+    in it: backward reads the states as stored, rounded to the dtype, so a comparison of a state within rounding of
+    its bound (an acc_q of 0.9991 stored as 1.0 in bfloat16) takes the other branch there."""
+    if not system.levels:
+        return (h - threshold).abs()
+    at = {**values, reference.H: h, reference.THRESHOLD: threshold}
+    terms = [term for level in system.levels for term in (level.argument, *(c.lhs - c.rhs for c in
+                                                                          level.argument.atoms(Relational)))]
+    distances = [torch.as_tensor(evaluate(term, at), dtype=h.dtype, device=h.device).abs() for term in terms]
+    return torch.stack([torch.broadcast_to(d, h.shape) for d in distances]).amin(0)
+
+
 def reference_run(name, xs, states, params, reset, detach, grads):
     """float64 reference over the step inputs `xs` (one sequence per input of the spec): outputs, gradients
     (of each input first), and h - threshold per step (for the ambiguity mask)."""
@@ -115,7 +130,7 @@ def reference_run(name, xs, states, params, reset, detach, grads):
                        **dict(zip(system.states, before))}
         threshold = evaluate(system.threshold, step_values)
         h = reference.step(system, step_inputs, before, values, config.surrogate, detach)[2]
-        margins.append(((h - threshold).abs(), h.abs() + threshold.abs()))
+        margins.append((_distance(system, step_values, h, threshold), h.abs() + threshold.abs()))
         before = [s[t].detach() for s in seqs]
     return [o.detach() for o in outputs], list(gradients), margins
 
