@@ -46,6 +46,14 @@ def op_call(case: tuple, x: torch.Tensor) -> list[torch.Tensor]:
     return [*shown, *torch.autograd.grad(loss, inputs)]
 
 
+def spy_plans(monkeypatch) -> list[bool]:
+    """Whether each op implementation's call ran a native plan (`ops.NativePlans.run`), in order."""
+    ran: list[bool] = []
+    planned = ops.NativePlans.run
+    monkeypatch.setattr(ops.NativePlans, "run", lambda *a: (lambda r: (ran.append(r is not None), r)[1])(planned(*a)))
+    return ran
+
+
 def inputs(case: tuple, dtype: torch.dtype) -> torch.Tensor:
     torch.manual_seed(1)
     return torch.rand((N,) if case[1] else (6, N), dtype=dtype) * 2
@@ -70,9 +78,7 @@ def test_op_calls_by_plans_equal_the_python_launch(case, dtype, monkeypatch):
     monkeypatch.setattr(native, "USE", False)
     want = op_call(case, x)
     monkeypatch.setattr(native, "USE", True)
-    ran = []
-    planned = ops.NativePlans.run
-    monkeypatch.setattr(ops.NativePlans, "run", lambda *a: (lambda r: (ran.append(r is not None), r)[1])(planned(*a)))
+    ran = spy_plans(monkeypatch)
     for _ in range(2):  # the first call makes the plans, the second finds them
         got = op_call(case, x)
         for g, w in zip(got, want, strict=True):
@@ -97,9 +103,7 @@ def test_a_compiled_training_call_runs_the_plans(monkeypatch):
     monkeypatch.setattr(native, "USE", False)
     want = train(step)
     monkeypatch.setattr(native, "USE", True)
-    ran = []
-    planned = ops.NativePlans.run
-    monkeypatch.setattr(ops.NativePlans, "run", lambda *a: (lambda r: (ran.append(r is not None), r)[1])(planned(*a)))
+    ran = spy_plans(monkeypatch)
     got = train(torch.compile(step, backend="aot_eager", fullgraph=True))
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert ran == [True, True], "the compiled forward and backward ran plans"
