@@ -4,6 +4,7 @@ samples under --slow, 2^16 by default)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -88,6 +89,26 @@ def test_log_and_cos_accuracy(precision):
     cos, sin = noise._cos_sin_turns(j, p)
     assert ((cos.double() - torch.cos(2 * math.pi * turns)).abs() <= 8 * ulp).all()
     assert ((sin.double() - torch.sin(2 * math.pi * turns)).abs() <= 8 * ulp).all()
+
+
+def test_fma_is_rounded_once():
+    """The torch reference's fused multiply-add (`noise._fma`, as the C's fmaf) rounds a·b + c once: where the exact
+    value lies just past a float32 midpoint, a float64 sum rounded again would land on the midpoint and round to even.
+    And random products near cancellation, against exact rational arithmetic."""
+    a = torch.tensor([1 + 2**-12], dtype=torch.float32)  # a·a = 1 + 2^-11 + 2^-24: a midpoint between two floats
+    for c, units in ((2**-60, 4097), (-(2**-60), 4096), (0.0, 4096)):
+        got = noise._fma(a, a, torch.tensor([c], dtype=torch.float32))
+        assert (float(got) - 1) * 2**23 == units
+    generator = torch.Generator().manual_seed(3)
+    x, y = torch.randn(2, 2000, generator=generator)
+    z = (-(x.double() * y.double()) * (1 + torch.randint(-3, 4, (2000,), generator=generator) * 2.0**-23)).float()
+    got = noise._fma(x, y, z)
+    for i in range(0, 2000, 10):
+        exact = Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i]))
+        near = torch.tensor(float(exact), dtype=torch.float32)  # with its neighbours: the float32s around the value
+        candidates = [torch.nextafter(near, torch.tensor(side)) for side in (-math.inf, math.inf)] + [near]
+        nearest = min(candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(torch.int32)) & 1))
+        assert float(got[i]) == float(nearest)
 
 
 def moments(x: torch.Tensor) -> tuple[float, float, float, float]:

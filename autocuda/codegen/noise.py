@@ -16,15 +16,18 @@ float: integer i = w[i] >> 8 (24 bits); double: integer i = (w[2i] >> 5)·2^26 +
   (0, 1], and the turn j = integer (2p + 1); the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits) for
   odd k (the pair's two independent normals). The angle is reduced exactly on j (quadrant, then folded to
   [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
-  2s·Σ s^2k/(2k+1), s = (m-1)/(m+1).
+  2s·Σ s^2k/(2k+1), s = (m-1)/(m+1). The series are evaluated by Horner's rule, in float with fused multiply-adds
+  (5 terms each, and the sum with e·ln2 fused too), in double with a multiply and an add (12 terms for the log, 10
+  for cos and sin).
 
 A kernel's time loop keeps each call site's group (its words, and the pair it last transformed) per neuron, so a
 Philox call serves G steps and a Box-Muller transform two, in either direction (`cached_draw_function`).
 
-Bitwise the same on the host runner, on any GPU and in torch: only integer operations, frexp (exact) and correctly
-rounded + - * / and sqrt, each rounded on its own (no contraction into fused multiply-adds: the C uses the `_rn`
-intrinsics on the GPU and the host runner compiles with -ffp-contract=off; torch runs one operation per kernel, and
-takes the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
+Bitwise the same on the host runner, on any GPU and in torch: only integer operations, frexp (on the bits, exact),
+correctly rounded + - * / and sqrt, and (float) fused multiply-adds, each rounded once (the C uses the `_rn`
+intrinsics on the GPU; the host runner compiles with -ffp-contract=off, so only the written fmaf fuses, by libm's
+correctly rounded fmaf; torch runs one operation per kernel, emulates fmaf exactly in float64 (`_fma`), and takes
+the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
 Accuracy (tests/test_noise.py, against float64 math): log within 8 units of 2^-24 (float) or 2^-53 (double)
 relative to |log u| (measured 3.3 and 4.2), cos and sin within 8 such units of 1 (measured 1.5 and 6): a normal draw
 is within a few units in the last place of exact Box-Muller of the same uniforms.
@@ -105,6 +108,7 @@ class Precision:
     log_terms: int                 # terms of the series of log(m)
     trig_terms: int                # terms of the Taylor series of cos and sin
     group_shift: int               # log2 of the steps one Philox call serves: its words hold 4 (float) or 2 integers
+    fused: bool                    # the series by fused multiply-adds (float: torch emulates them exactly, `_fma`)
 
     @property
     def group(self) -> int:
@@ -154,8 +158,8 @@ def _clear_low_bits(value: float, precision: Precision) -> float:
     return math.ldexp(math.floor(math.ldexp(mantissa, keep)), exponent - keep)
 
 
-PRECISIONS = {"float": Precision("float", torch.float32, 24, 6, 7, 2),
-              "double": Precision("double", torch.float64, 53, 12, 10, 1)}
+PRECISIONS = {"float": Precision("float", torch.float32, 24, 5, 5, 2, True),
+              "double": Precision("double", torch.float64, 53, 12, 10, 1, False)}
 
 
 def precision_of(dtype: torch.dtype | str) -> Precision:
@@ -180,11 +184,25 @@ def _chosen(k: torch.Tensor, values: list[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+def _fma(a: torch.Tensor, b: torch.Tensor | float, c: torch.Tensor | float) -> torch.Tensor:
+    """a·b + c in float32 rounded once, as the C's fmaf: the product is exact in float64, the sum is rounded to odd
+    there (nearest, then one step towards the exact sum where it was inexact and the last bit even; TwoSum gives the
+    error exactly), and rounding that to float32 is then correctly rounded (Boldo and Melquiond, 2008)."""
+    product = a.double() * (b.double() if isinstance(b, torch.Tensor) else b)
+    addend = c.double() if isinstance(c, torch.Tensor) else torch.full_like(product, c)
+    total = product + addend
+    back = total - product  # TwoSum: total + error == product + addend exactly
+    error = (product - (total - back)) + (addend - back)
+    even = (total.view(torch.int64) & 1) == 0
+    towards = torch.where(error > 0, math.inf, -math.inf).to(total)
+    total = torch.where((error != 0) & even, torch.nextafter(total, towards), total)
+    return total.float()
+
+
+def _horner(x: torch.Tensor, coefficients: tuple[float, ...], fused: bool) -> torch.Tensor:
     value = torch.full_like(x, coefficients[0])
     for c in coefficients[1:]:
-        value = value * x
-        value = value + c
+        value = _fma(value, x, c) if fused else value * x + c
     return value
 
 
@@ -195,8 +213,10 @@ def _log(u: torch.Tensor, p: Precision) -> torch.Tensor:
     m = torch.where(low, m * 2, m)
     e = (e - low.to(e.dtype)).to(u.dtype)
     s = (m - 1) / (m + 1)
-    series = _horner(s * s, p.log_series)
+    series = _horner(s * s, p.log_series, p.fused)
     hi, lo = p.ln2_parts
+    if p.fused:
+        return _fma(e, hi, _fma(s + s, series, e * lo))
     return e * hi + (e * lo + (s + s) * series)
 
 
@@ -208,7 +228,7 @@ def _cos_sin_turns(j: torch.Tensor, p: Precision) -> tuple[torch.Tensor, torch.T
     r = torch.where(folded, quarter - r, r)
     a = r.to(p.torch_dtype) * p.angle_step
     x = a * a
-    cos_a, sin_a = _horner(x, p.cos_series), a * _horner(x, p.sin_series)
+    cos_a, sin_a = _horner(x, p.cos_series, p.fused), a * _horner(x, p.sin_series, p.fused)
     cos_t, sin_t = torch.where(folded, sin_a, cos_a), torch.where(folded, cos_a, sin_a)
     return (_chosen(quadrant, [cos_t, -sin_t, -cos_t, sin_t]),   # 2π j 2^-bits = quadrant·π/2 + a
             _chosen(quadrant, [sin_t, cos_t, -sin_t, -cos_t]))
@@ -286,7 +306,11 @@ def c_source(precision: str) -> str:
     p = PRECISIONS[precision]
     hi, lo = p.ln2_parts
     lit = p.literal
-    return render("noise.cuh.j2", real=p.name, bits=p.bits, m=[hex(m) for m in _PHILOX_M],
+    mantissa_bits = p.bits - 1
+    return render("noise.cuh.j2", real=p.name, bits=p.bits, fused=p.fused, mantissa_bits=mantissa_bits,
+                  exponent_bias=127 if p.name == "float" else 1023, mantissa_mask=hex((1 << mantissa_bits) - 1) + "u",
+                  half_bits=hex(0x3F000000 if p.name == "float" else 0x3FE0000000000000) + "u",
+                  m=[hex(m) for m in _PHILOX_M],
                   w=[hex(w) for w in _PHILOX_W], rounds=ROUNDS,
                   log_series=[lit(c) for c in p.log_series], cos_series=[lit(c) for c in p.cos_series],
                   sin_series=[lit(c) for c in p.sin_series], ln2_hi=lit(hi), ln2_lo=lit(lo),
