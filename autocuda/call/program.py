@@ -194,6 +194,8 @@ class Program:
         tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
         kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
         signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
+        self.tensors_kept = not any(grad for _, _, grad in signature)  # `kept_tensor_args` may keep their list
+        self.kept_tensors: tuple | None = None
         self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                               self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
@@ -277,7 +279,7 @@ class Program:
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        tensors = self.tensor_args(values, x, shape) if self.tensors else ()
+        tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
     def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
@@ -316,6 +318,20 @@ class Program:
             else:
                 out.append(value.expand(shape).reshape(_numel(shape)) if kind else value.reshape(1))
         return out
+
+    def kept_tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
+        """`tensor_args`, the list kept while the same objects are given at the same addresses, where each of it is a
+        view of its tensor (changes in place, also through `.data`, which counts no version, show in it) or made from
+        a number, and none needs a gradient (views made under autograd are made anew each call)."""
+        given = [values[name] for name, _ in self.tensors]
+        addresses = [t.data_ptr() if isinstance(t, Tensor) else None for t in given]
+        kept = self.kept_tensors
+        if kept is not None and all(map(operator.is_, given, kept[0])) and addresses == kept[1]:
+            return kept[2]
+        tensors = self.tensor_args(values, x, shape)
+        if self.tensors_kept and all(a is None or a == t.data_ptr() for a, t in zip(addresses, tensors)):
+            self.kept_tensors = (given, addresses, tensors)
+        return tensors
 
     def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], initial: Sequence[float],
                       params: Sequence[Tensor], scalars: Sequence[float]) -> None:

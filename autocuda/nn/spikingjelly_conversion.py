@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .layer_call import read_params
 from .neuron import SIGMOID, Neuron
 from .per_channel import PerChannel
 
@@ -85,7 +86,7 @@ class STBIFNode(Neuron):
         """SpikingJelly's refusals: no autograd (the spike rounds), no empty sequence."""
         if isinstance(x, torch.Tensor) and self.step_mode == "m" and x.dim() >= 1 and x.shape[0] == 0:
             raise ValueError("x_seq: STBIFNode does not take an empty sequence (T = 0)")
-        named = {"x": x, **{name: getattr(self, name) for name in self._param_names}}
+        named = {"x": x, **read_params(self, torch.compiler.is_compiling())}
         for name, value in named.items():
             if isinstance(value, torch.Tensor) and value.requires_grad:
                 raise RuntimeError(f"STBIFNode: {name} requires grad: STBIF runs inference only (its spike counts "
