@@ -308,8 +308,8 @@ def c_source(precision: str) -> str:
     lit = p.literal
     mantissa_bits = p.bits - 1
     return render("noise.cuh.j2", real=p.name, bits=p.bits, fused=p.fused, mantissa_bits=mantissa_bits,
-                  exponent_bias=127 if p.name == "float" else 1023, mantissa_mask=hex((1 << mantissa_bits) - 1) + "u",
-                  half_bits=hex(0x3F000000 if p.name == "float" else 0x3FE0000000000000) + "u",
+                  exponent_bias=127 if p.name == "float" else 1023, mantissa_mask=(1 << mantissa_bits) - 1,
+                  half_bits=0x3F000000 if p.name == "float" else 0x3FE0000000000000,  # 0.5's bits
                   m=[hex(m) for m in _PHILOX_M],
                   w=[hex(w) for w in _PHILOX_W], rounds=ROUNDS,
                   log_series=[lit(c) for c in p.log_series], cos_series=[lit(c) for c in p.cos_series],
