@@ -14,6 +14,7 @@ from torch import nn
 
 from autocuda import nn as ann
 from autocuda.call import functional as F
+from autocuda.nn.spikingjelly_more import HalfThresholdIFNode
 from autocuda.spec.load import load_spec
 from autocuda.spec.surrogate import ATan, Sigmoid
 
@@ -216,6 +217,34 @@ def test_pickled_layer_works_where_its_spec_was_never_registered():
     del configs._OBJECTS[node._spec_ref], configs._OBJECTS[node._surrogate_ref]  # as in a fresh process
     x = x_seq(4, 5)
     assert torch.equal(pickle.loads(data)(x), node(x))
+
+
+def test_initial_values_and_switches_set_after_building_take_effect_or_are_refused():
+    """IzhikevichNode's and AdExNode's w_rest (w's initial value) set on a built layer takes effect at its next
+    reset (SpikingJelly's keeps the first), HalfThresholdIFNode's v_threshold there too (v starts at half of it);
+    MPBNLIFNode's learnable_vth set False fires at v_threshold, and set True is refused by name where the layer has
+    no learned threshold `a` (it would fail inside the call)."""
+    x = x_seq(4, 2, 5, seed=5) * 2
+    for cls, name in ((ann.IzhikevichNode, "w_rest"), (ann.AdExNode, "w_rest"), (HalfThresholdIFNode, "v_threshold")):
+        state = "v" if name == "v_threshold" else "w"
+        node, want = cls(step_mode="m"), cls(**{name: 1.6}, step_mode="m")
+        node(x)
+        setattr(node, name, 1.6)
+        node.reset()
+        assert getattr(node, state) == getattr(want, state) != getattr(cls(), state), cls.__name__
+        assert torch.equal(node(x), want(x)) and torch.equal(getattr(node, state), getattr(want, state)), cls.__name__
+    images = torch.rand(4, 2, 3, 4, 4) * 2
+    learned = ann.MPBNLIFNode(out_channels=3, step_mode="m", learnable_vth=True)
+    plain = ann.MPBNLIFNode(out_channels=3, step_mode="m")
+    plain.load_state_dict({k: v for k, v in learned.state_dict().items() if k != "a"})
+    with torch.no_grad():
+        learned.a.fill_(0.5)  # a threshold of exp(0.5), where v_threshold is 1
+    assert not torch.equal(learned(images), plain(images))
+    learned.reset(), plain.reset()
+    learned.learnable_vth = False
+    assert torch.equal(learned(images), plain(images))
+    with pytest.raises(AttributeError, match="learnable_vth.*construction"):
+        plain.learnable_vth = True
 
 
 def test_spec_names_and_tables_agree():

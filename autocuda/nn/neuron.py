@@ -64,7 +64,8 @@ class Neuron(MemoryViews, MemoryBase):
 
     Parameters are the spec's (floats, tensors broadcast over neurons, or `nn.Parameter`s, which are learned;
     the spec's learnable parameters become `nn.Parameter`s by default). `v_reset=None` means a soft reset.
-    `options` sets the spec's compile-time options; `initial` overrides states' initial values.
+    `options` sets the spec's compile-time options; `initial` overrides states' initial values (a number, or the name
+    of a parameter or attribute whose value each reset reads).
     `surrogate_function=None` takes the spec's surrogate (its `[surrogate]` table; Sigmoid(4) without one).
     `recompute=True` (an attribute of every layer, also set later) keeps only a multi-step call's arguments for
     backward, which runs the forward again (`functional.multi_step`): less memory, one more forward.
@@ -85,7 +86,7 @@ class Neuron(MemoryViews, MemoryBase):
 
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
-                 options: Mapping[str, bool] | None = None, initial: Mapping[str, float] | None = None,
+                 options: Mapping[str, bool] | None = None, initial: Mapping[str, float | str] | None = None,
                  recompute: bool = False, save_h: bool = True, **params: Any):
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)

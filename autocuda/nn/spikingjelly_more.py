@@ -51,6 +51,8 @@ class SimpleLIFNode(Neuron):
 
 
 class HalfThresholdIFNode(Neuron):
+    v_threshold: Any  # a number, or a tensor set since (`Neuron` reads its parameters afresh each call)
+
     def __init__(self, v_threshold: float = 1., surrogate_function: Any = SIGMOID, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
         if isinstance(v_threshold, torch.Tensor):
@@ -60,8 +62,13 @@ class HalfThresholdIFNode(Neuron):
         if isinstance(v_threshold, bool) or not isinstance(v_threshold, (int, float)):
             raise TypeError(f"v_threshold: expected a number, got {type(v_threshold).__name__}")
         require("v_threshold", v_threshold, lambda v: math.isfinite(v) and v > 0, "finite and > 0")
-        super().__init__("if", v_threshold=float(v_threshold), v_reset=None, initial={"v": v_threshold / 2},
+        super().__init__("if", v_threshold=float(v_threshold), v_reset=None, initial={"v": "half_threshold"},
                          **_common(surrogate_function, detach_reset, step_mode, store_v_seq, backend))
+
+    @property
+    def half_threshold(self) -> Any:
+        """v's initial value, half of v_threshold as it is now (each reset, and a new input shape, read it)."""
+        return self.v_threshold / 2
 
 
 class CUBALIFNode(Neuron):

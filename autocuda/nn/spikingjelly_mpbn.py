@@ -56,9 +56,23 @@ class MPBNBaseNode(BaseNode):
         self.eps: float | None = None
         self.fold_bn = self.normalize_residual = self.running_stats = False
         self.bn_momentum, self.bn_decay_momentum, self.bn_min_momentum = bn_momentum, bn_decay_momentum, bn_min_momentum
-        self.learnable_vth = learnable_vth
         if learnable_vth:  # the threshold exp(a) stays positive
             self.a = nn.Parameter(torch.zeros(features))
+        self.learnable_vth = learnable_vth
+
+    @property
+    def learnable_vth(self) -> bool:
+        """Whether the threshold is exp(a), the learnable parameter `a` made at construction. Set False, the layer
+        fires at v_threshold; set True, it is refused where `a` was never made (or was folded away)."""
+        return self.__dict__["_learnable_vth"]
+
+    @learnable_vth.setter
+    def learnable_vth(self, value: bool) -> None:
+        value = bool(value)  # as SpikingJelly's `if learnable_vth`
+        if value and "a" not in self._parameters:
+            raise AttributeError(f"{type(self).__name__}.learnable_vth: the learnable threshold's parameter a is made "
+                                 "at construction: build the layer with learnable_vth=True")
+        self.__dict__["_learnable_vth"] = value
 
     def re_parameterize_v_threshold(self, normalize_residual: bool = False, running_stats: bool = False) -> None:
         """Fold the BatchNorm into the threshold (inference, test-time adaptation): its running mean and variance
