@@ -26,26 +26,18 @@ from torch import nn
 
 from ..call import mixing
 from ..spec.surrogate import ATan
+from .fixed import fixed_at_construction
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
+
+WEIGHTS_FOLLOW = "the weights' shapes follow it"
 
 
 def _check_order(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}: expected a whole number >= 1, got {value!r}")
     return value
-
-
-def _fixed(name: str) -> property:
-    """A size fixed at construction (the weights' shapes follow it): read as an attribute, refused when set."""
-    def get(layer: nn.Module) -> int:
-        return layer.__dict__[f"_{name}"]
-
-    def refuse(layer: nn.Module, value: Any) -> None:
-        raise AttributeError(f"{type(layer).__name__}.{name} is fixed at construction ({get(layer)}): the weights' "
-                             f"shapes follow it; build a new layer for {name}={value!r}")
-    return property(get, refuse)
 
 
 def _sequence(x_seq: Any, steps: int | None, layer: str) -> torch.Tensor:
@@ -71,7 +63,7 @@ def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch
 class PSN(MultiStepOnly, nn.Module):
     """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
 
-    T = _fixed("T")
+    T = fixed_at_construction("T", WEIGHTS_FOLLOW)
 
     def __init__(self, T: int, surrogate_function: Any = None):
         super().__init__()
@@ -169,7 +161,7 @@ class MaskedPSN(_QueuedPSN):
     steps, the mask eased in by `lambda_` (set it during training: `layer.lambda_ = ...`). Single steps need
     `lambda_ >= 1` and at most T of them between resets; a multi-step call takes exactly T steps."""
 
-    k, T = _fixed("k"), _fixed("T")
+    k, T = fixed_at_construction("k", WEIGHTS_FOLLOW), fixed_at_construction("T", WEIGHTS_FOLLOW)
     _lambda_: torch.Tensor
     mask0: torch.Tensor
     mask1: torch.Tensor
@@ -244,7 +236,7 @@ class SlidingPSN(_QueuedPSN):
     """`SlidingPSN(k, exp_init=True, surrogate_function=ATan(), step_mode='s')`: H[t] = Σ_i W_i X[t − k + 1 + i]
     + B with one k-vector W (…, 1/4, 1/2, 1 where `exp_init`, else Kaiming-uniform) and one B, for any T."""
 
-    k = _fixed("k")
+    k = fixed_at_construction("k", WEIGHTS_FOLLOW)
     queue: list[torch.Tensor]
 
     def __init__(self, k: int, exp_init: bool = True, surrogate_function: Any = None, step_mode: str = "s"):

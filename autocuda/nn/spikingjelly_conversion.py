@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .fixed import fixed_at_construction
 from .layer_call import read_params
 from .neuron import SIGMOID, Neuron
 from .per_channel import PerChannel
@@ -46,8 +47,8 @@ class STBIFNode(Neuron):
     """`STBIFNode(q_threshold, level, sym=False, pos_max=None, neg_min=None, step_mode='s')`: SpikeZIP's signed
     ternary neuron (inference only: a call with an input or a parameter that requires grad is refused)."""
 
-    level: int
-    sym: bool
+    level = fixed_at_construction("level", "pos_max and neg_min were derived from it (set those)")
+    sym = fixed_at_construction("sym", "pos_max and neg_min were derived from it (set those)")
     q_threshold: torch.Tensor
 
     def __init__(self, q_threshold: Any, level: int, sym: bool = False, pos_max: Any = None, neg_min: Any = None,
@@ -62,7 +63,7 @@ class STBIFNode(Neuron):
         low = _one_value("neg_min", (-level // 2 if sym else 0) if neg_min is None else neg_min)
         super().__init__("stbif", step_mode=step_mode, backend=backend, q_threshold=threshold, pos_max=high,
                          neg_min=low)
-        self.level, self.sym = level, sym
+        self.__dict__["_level"], self.__dict__["_sym"] = level, sym
 
     @classmethod
     def from_quantizer(cls, quantizer: nn.Module) -> STBIFNode:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .fixed import fixed_at_construction
 from .neuron import SIGMOID, Neuron
 from .per_channel import PerChannel
 
@@ -43,9 +44,10 @@ class GatedLIFNode(PerChannel, Neuron):
     init_v_threshold=0.5, init_conduct=0.5, surrogate_function=Sigmoid(), step_mode='m')`: a call takes exactly T
     steps; each call starts from no previous spike, and from the membrane the last call left."""
 
+    T = fixed_at_construction("T", "the per-step conductances' shape follows it")
+
     _per_channel = PARAMETER_ORDER[:1] + PARAMETER_ORDER[2:7]
     channel_dim = 1
-    T: int
     beta: nn.Parameter
     conduct: nn.Parameter
 
@@ -73,7 +75,7 @@ class GatedLIFNode(PerChannel, Neuron):
         self.beta = beta
         self.conduct = _logit(_open_unit("init_conduct", init_conduct), (T, *shape))
         self._parameters = {name: self._parameters[name] for name in PARAMETER_ORDER}
-        self.__dict__["T"] = T
+        self.__dict__["_T"] = T
 
     def input_gate(self, x_seq: torch.Tensor) -> torch.Tensor:
         """The factor of each step's input, 1 - sigmoid(beta) (1 - sigmoid(conduct[t])), shaped to multiply x_seq."""

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .fixed import fixed_at_construction
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_more import RECT
@@ -86,11 +87,16 @@ def check_population_input(layer: nn.Module, x_seq: Any, steps: int | None = Non
                          f"{tuple(x_seq.shape)}")
 
 
+POPULATION_FOLLOWS = "the feedback connection's shape follows it"
+
+
 class ILCBaseNode(MultiStepOnly, Neuron):
     """`ILCBaseNode(act_dim, dec_pop_dim, v_threshold=1., v_reset=0., surrogate_function=Rect())`: the base of the
     ILC nodes (SpikingJelly's leaves the charge abstract); a subclass names its spec in `SPEC`."""
 
     SPEC: str | None = None
+    act_dim = fixed_at_construction("act_dim", POPULATION_FOLLOWS)
+    dec_pop_dim = fixed_at_construction("dec_pop_dim", POPULATION_FOLLOWS)
 
     def __init__(self, act_dim: int, dec_pop_dim: int, v_threshold: float = 1., v_reset: float | None = 0.,
                  surrogate_function: Any = RECT, backend: str | None = None, **spec_params: Any):
@@ -103,7 +109,7 @@ class ILCBaseNode(MultiStepOnly, Neuron):
         check_size("dec_pop_dim", dec_pop_dim)
         super().__init__(self.SPEC, surrogate_function=surrogate_function, step_mode="m", backend=backend,
                          v_threshold=v_threshold, v_reset=v_reset, **spec_params)
-        self.act_dim, self.dec_pop_dim = act_dim, dec_pop_dim
+        self.__dict__["_act_dim"], self.__dict__["_dec_pop_dim"] = act_dim, dec_pop_dim
         self.out_pop_dim = act_dim * dec_pop_dim
         self.conn = population_connection(act_dim, dec_pop_dim)
 

@@ -27,9 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from .fixed import fixed_at_construction
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_ilc import (
+    POPULATION_FOLLOWS,
     check_float,
     check_population_input,
     check_size,
@@ -170,6 +172,7 @@ class NoisyBaseNode(_Episodes, MultiStepOnly, Neuron):
     `sigma_s` are sigma_init / sqrt(num_node), numbers (not learned), as SpikingJelly's."""
 
     SPEC: str | None = None
+    num_node = fixed_at_construction("num_node", "the noise's and the noise scales' shapes follow it")
 
     def __init__(self, num_node: int, is_training: bool = True, T: int = 5, sigma_init: float = 0.5,
                  beta: float = 0.0, v_threshold: float = 0.5, v_reset: float | None = 0.0,
@@ -183,7 +186,8 @@ class NoisyBaseNode(_Episodes, MultiStepOnly, Neuron):
         check_size("T", T)
         super().__init__(self.SPEC, surrogate_function=surrogate_function, step_mode="m", backend=backend,
                          v_threshold=v_threshold, v_reset=v_reset, **spec_params)
-        self.num_node, self.is_training, self.T, self.beta = num_node, is_training, T, beta
+        self.__dict__["_num_node"] = num_node
+        self.is_training, self.T, self.beta = is_training, T, beta
         self.sigma_v = self.sigma_s = sigma_init / math.sqrt(num_node)
         self.cn_v: torch.Tensor | None = None
         self.cn_s: torch.Tensor | None = None
@@ -244,6 +248,9 @@ class NoisyILCBaseNode(NoisyBaseNode):
     """The noisy nodes with SpikingJelly's inter-layer connection (`conn`, see spikingjelly_ilc): each step's noisy
     spikes feed the next step's input; run step by step."""
 
+    act_dim = fixed_at_construction("act_dim", POPULATION_FOLLOWS)
+    dec_pop_dim = fixed_at_construction("dec_pop_dim", POPULATION_FOLLOWS)
+
     def __init__(self, act_dim: int, dec_pop_dim: int, is_training: bool = True, T: int = 5,
                  sigma_init: float = 0.5, beta: float = 0.0, v_threshold: float = 1.0,
                  v_reset: float | None = 0.0, surrogate_function: Any = RECT, backend: str | None = None,
@@ -252,7 +259,7 @@ class NoisyILCBaseNode(NoisyBaseNode):
         check_size("dec_pop_dim", dec_pop_dim)
         super().__init__(act_dim * dec_pop_dim, is_training, T, sigma_init, beta, v_threshold, v_reset,
                          surrogate_function, backend, **spec_params)
-        self.act_dim, self.dec_pop_dim = act_dim, dec_pop_dim
+        self.__dict__["_act_dim"], self.__dict__["_dec_pop_dim"] = act_dim, dec_pop_dim
         self.conn = population_connection(act_dim, dec_pop_dim)
 
     def _noisy_sequence(self, x_seq: torch.Tensor, noise_v: torch.Tensor | None,
@@ -291,6 +298,7 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
     sqrt(num_node)), as SpikingJelly's."""
 
     SPEC: str | None = None
+    num_node = fixed_at_construction("num_node", "sigma's shape follows it")
 
     def __init__(self, num_node: int, is_training: bool = True, T: int = 5, sigma_init: float = 0.5,
                  beta: float = 0.0, decode: str | None = None, backend: str | None = None):
@@ -303,7 +311,8 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         check_size("num_node", num_node)
         check_size("T", T)
         super().__init__(self.SPEC, step_mode="m", backend=backend)
-        self.num_node, self.is_training, self.T, self.beta, self.decode = num_node, is_training, T, beta, decode
+        self.__dict__["_num_node"] = num_node
+        self.is_training, self.T, self.beta, self.decode = is_training, T, beta, decode
         self.sigma = nn.Parameter(torch.full((num_node,), sigma_init / math.sqrt(num_node), dtype=torch.float))
         self.cn: torch.Tensor | None = None
         self.noise_step = -1

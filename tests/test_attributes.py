@@ -1,0 +1,144 @@
+"""Every constructor argument of a number or a flag that a built layer holds as an attribute, set on the built
+layer, takes effect or is refused: after a reset, the layer's call equals that of a layer built with the new value
+(learnable parameters initialised alike), or the assignment raises. Arguments that only initialise a parameter
+(`init_tau`, `exp_init`) are no attributes of the layer, as in SpikingJelly, and are not asked about."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from autocuda import nn as ann
+
+T = 4
+
+
+def _tables(*scales: float) -> list[Any]:
+    halves = 2.0 ** -torch.arange(T, dtype=torch.float32)
+    return [ann.FewSpikeTable(s * halves, s * halves, s * halves) for s in scales]
+
+
+FLAT, IMAGES, POPULATIONS = (T, 16), (T, 2, 3, 4, 4), (T, 3, 8)
+# class name -> (the arguments it is built with, besides the one changed; its input's shape)
+CASES: dict[str, tuple[Callable[[], dict[str, Any]], tuple[int, ...]]] = {
+    **{name: (dict, FLAT) for name in (
+        "IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode", "ALIFNode",
+        "KLIFNode", "RAFNode", "SimpleIFNode", "HalfThresholdIFNode", "NonSpikingIFNode", "NonSpikingLIFNode",
+        "ComplementaryLIFNode", "ILIFNode", "TernaryIFNode", "TernaryLIFNode",
+        "CUBALIFNode")},
+    "OTTTLIFNode": (dict, FLAT[1:]),  # single steps only
+    "SLTTLIFNode": (dict, FLAT[1:]),
+    "SimpleLIFNode": (lambda: {"tau": 2.0, "decay_input": True}, FLAT),
+    "LIAFNode": (lambda: {"act": torch.nn.ReLU(), "threshold_related": True}, FLAT),
+    "DSRIFNode": (lambda: {"T": T}, FLAT),
+    "DSRLIFNode": (lambda: {"T": T}, FLAT),
+    "STBIFNode": (lambda: {"q_threshold": 0.5, "level": 8, "sym": True}, FLAT),
+    "ActivationAwareIFNode": (lambda: {"v_threshold": 0.75, "v_offset": 0.25}, FLAT),
+    "MPBNLIFNode": (lambda: {"out_channels": 3}, IMAGES),
+    "GatedLIFNode": (lambda: {"T": T, "inplane": 3}, IMAGES),
+    "PSN": (lambda: {"T": T}, FLAT),
+    "MaskedPSN": (lambda: {"k": 2, "T": T}, FLAT),
+    "SlidingPSN": (lambda: {"k": 2}, FLAT),
+    "ILCIFNode": (lambda: {"act_dim": 2, "dec_pop_dim": 4}, POPULATIONS),
+    "ILCLIFNode": (lambda: {"act_dim": 2, "dec_pop_dim": 4}, POPULATIONS),
+    "ILCCUBALIFNode": (lambda: {"act_dim": 2, "dec_pop_dim": 4}, POPULATIONS),
+    "NoisyCUBALIFNode": (lambda: {"num_node": 8, "T": T}, POPULATIONS),
+    "NoisyNonSpikingIFNode": (lambda: {"num_node": 8, "T": T}, POPULATIONS),
+    "NoisyILCCUBALIFNode": (lambda: {"act_dim": 2, "dec_pop_dim": 4, "T": T}, POPULATIONS),
+    "FewSpikeNode": (lambda: {"table": _tables(4.0)[0]}, FLAT),
+    "HGNode": (lambda: {"tables": _tables(1.0, 4.0), "gate_thresholds": [2.0]}, FLAT),
+    "OutlierAwareThresholdNode": (lambda: {"table": _tables(4.0)[0], "outlier_table": _tables(16.0)[0],
+                                           "split_threshold": 4.0, "clamp_value": 16.0}, FLAT),
+}
+UNASKED = ("self", "step_mode", "backend", "store_v_seq",  # tested elsewhere (test_nn, test_layer_calls)
+           "T")  # the input's length: `test_a_changed_size_takes_effect_or_is_refused`
+
+
+def _changed(default: Any) -> Any:
+    """Another value of a default's kind (None: not a number or a flag)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default * 1.5 + 0.1 if default else 0.1
+    return None
+
+
+def _build(cls: type, kwargs: dict[str, Any]) -> torch.nn.Module:
+    torch.manual_seed(0)  # learnable parameters initialised alike
+    steps = {"step_mode": "m"} if "step_mode" in inspect.signature(cls).parameters and cls.__name__ not in (
+        "OTTTLIFNode", "SLTTLIFNode") else {}
+    return cls(**kwargs, **steps)
+
+
+def _call(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The layer's output on x from its initial states (and the same noise episode)."""
+    if hasattr(layer, "reset"):
+        layer.reset()
+    if hasattr(layer, "reset_noise"):
+        layer.reset_noise(1, random_state=0)
+    with torch.no_grad():
+        out = layer(x)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_changed_argument_takes_effect_or_is_refused(name: str) -> None:
+    cls = getattr(ann, name, None) or getattr(ann.spikingjelly_more, name)
+    make, shape = CASES[name]
+    x = torch.rand(*shape, generator=torch.Generator().manual_seed(1)) * 2
+    asked = 0
+    for param in inspect.signature(cls).parameters.values():
+        value = None if param.name in UNASKED else _changed(make().get(param.name, param.default))
+        if value is None or not hasattr(_build(cls, make()), param.name):
+            continue
+        changed = _build(cls, make())
+        try:
+            setattr(changed, param.name, value)
+        except (TypeError, ValueError, AttributeError):
+            continue  # refused
+        asked += 1
+        want = _call(_build(cls, {**make(), param.name: value}), x)
+        assert torch.equal(_call(changed, x), want), f"{name}.{param.name} = {value!r} set after building"
+    assert asked or name in NOTHING_TO_ASK, f"{name}: no argument asked about"
+
+
+# Classes whose numbers and flags are all refused once built or only initialise parameters
+NOTHING_TO_ASK = ("DSRIFNode", "DSRLIFNode", "FewSpikeNode", "GatedLIFNode", "HGNode", "MaskedPSN", "NonSpikingIFNode",
+                  "PSN", "SlidingPSN", "STBIFNode")
+
+
+# Sizes of a built layer and the input shape of a given size: each set anew is refused, or the layer's call on an
+# input of the new size equals that of a layer built with it
+SIZES = [("DSRIFNode", "T", lambda t: (t, 16)), ("DSRLIFNode", "T", lambda t: (t, 16)),
+         ("GatedLIFNode", "T", lambda t: (t, 2, 3, 4, 4)), ("PSN", "T", lambda t: (t, 16)),
+         ("MaskedPSN", "T", lambda t: (t, 16)), ("MaskedPSN", "k", lambda k: (T, 16)),
+         ("SlidingPSN", "k", lambda k: (T, 16)),
+         ("NoisyCUBALIFNode", "T", lambda t: (t, 3, 8)), ("NoisyCUBALIFNode", "num_node", lambda n: (T, 3, n)),
+         ("NoisyNonSpikingIFNode", "T", lambda t: (t, 3, 8)),
+         ("NoisyNonSpikingIFNode", "num_node", lambda n: (T, 3, n)),
+         ("NoisyILCCUBALIFNode", "T", lambda t: (t, 3, 8)),
+         *((name, size, lambda n, size=size: (T, 3, n * 4 if size == "act_dim" else 2 * n))
+           for name in ("ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode", "NoisyILCCUBALIFNode")
+           for size in ("act_dim", "dec_pop_dim")),
+         ("STBIFNode", "level", lambda level: (T, 16)), ("STBIFNode", "sym", lambda sym: (T, 16))]
+
+
+@pytest.mark.parametrize("name, size, shape", SIZES, ids=[f"{n}.{s}" for n, s, _ in SIZES])
+def test_a_changed_size_takes_effect_or_is_refused(name: str, size: str, shape: Callable[[Any], tuple[int, ...]]
+                                                  ) -> None:
+    cls = getattr(ann, name)
+    make, _ = CASES[name]
+    layer = _build(cls, make())
+    value = _changed(getattr(layer, size))
+    try:
+        setattr(layer, size, value)
+    except AttributeError as error:
+        assert size in str(error) and "construction" in str(error)
+        return
+    x = torch.rand(*shape(value), generator=torch.Generator().manual_seed(1)) * 2
+    assert torch.equal(_call(layer, x), _call(_build(cls, {**make(), size: value}), x)), f"{name}.{size}"
