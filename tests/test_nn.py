@@ -14,7 +14,7 @@ from torch import nn
 
 from autocuda import nn as ann
 from autocuda.call import functional as F
-from autocuda.nn.spikingjelly_more import HalfThresholdIFNode
+from autocuda.nn.spikingjelly_more import HalfThresholdIFNode, SimpleLIFNode
 from autocuda.spec.load import load_spec
 from autocuda.spec.surrogate import ATan, Sigmoid
 
@@ -245,6 +245,11 @@ def test_initial_values_and_switches_set_after_building_take_effect_or_are_refus
     assert torch.equal(learned(images), plain(images))
     with pytest.raises(AttributeError, match="learnable_vth.*construction"):
         plain.learnable_vth = True
+    simple = SimpleLIFNode(2.0, True, step_mode="m")
+    with pytest.raises(ValueError, match="v_reset: SimpleLIFNode needs a number"):
+        simple.v_reset = None  # as SimpleLIFNode(..., v_reset=None): SpikingJelly's has no soft reset
+    simple.v_reset = -0.1
+    assert torch.equal(simple(x), SimpleLIFNode(2.0, True, v_reset=-0.1, step_mode="m")(x))
 
 
 def test_spec_names_and_tables_agree():

@@ -36,6 +36,10 @@ class SimpleIFNode(Neuron):
                          **_common(surrogate_function, detach_reset, step_mode, False, backend))
 
 
+SIMPLE_LIF_RESET = ("v_reset: SimpleLIFNode needs a number (its charge uses v_reset); LIFNode(v_reset=None) is the "
+                    "soft-reset LIF")
+
+
 class SimpleLIFNode(Neuron):
     decay_input = option_attribute("decay_input")
 
@@ -43,11 +47,15 @@ class SimpleLIFNode(Neuron):
                  surrogate_function: Any = SIGMOID, detach_reset: bool = False, step_mode: str = "s",
                  backend: str | None = None):
         if v_reset is None:  # SpikingJelly's charge reads v_reset: it has no soft reset
-            raise ValueError("v_reset: SimpleLIFNode needs a number (its charge uses v_reset); "
-                             "LIFNode(v_reset=None) is the soft-reset LIF")
+            raise ValueError(SIMPLE_LIF_RESET)
         super().__init__("lif", tau=tau, v_threshold=v_threshold, v_reset=v_reset, initial={"v": 0.0},
                          options={"decay_input": bool(decay_input)},
                          **_common(surrogate_function, detach_reset, step_mode, False, backend))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "v_reset" and value is None:  # refused as at construction
+            raise ValueError(SIMPLE_LIF_RESET)
+        super().__setattr__(name, value)
 
 
 class HalfThresholdIFNode(Neuron):
