@@ -142,3 +142,33 @@ def test_a_changed_size_takes_effect_or_is_refused(name: str, size: str, shape: 
         return
     x = torch.rand(*shape(value), generator=torch.Generator().manual_seed(1)) * 2
     assert torch.equal(_call(layer, x), _call(_build(cls, {**make(), size: value}), x)), f"{name}.{size}"
+
+
+def test_settings_that_a_method_makes_are_refused_where_they_would_not_hold() -> None:
+    """MPBNLIFNode's fold_bn is set by `re_parameterize_v_threshold` alone; its normalize_residual and
+    running_stats apply to a folded layer (before, they are refused, not ignored; after, one set takes effect);
+    the ILC nodes' out_pop_dim is a size (set anew, the layer asked for inputs it could not take)."""
+    layer = _build(ann.MPBNLIFNode, {"out_channels": 3})
+    for name in ("fold_bn", "normalize_residual", "running_stats"):
+        with pytest.raises(AttributeError, match=f"{name}.*re_parameterize_v_threshold"):
+            setattr(layer, name, True)
+    x = torch.randn(*IMAGES, generator=torch.Generator().manual_seed(2))
+
+    def folded(normalize_residual: bool = False) -> torch.nn.Module:
+        made = _build(ann.MPBNLIFNode, {"out_channels": 3})
+        with torch.no_grad():  # a BatchNorm that is no identity, so that the residual's normalisation shows
+            made.vbn.running_mean.fill_(0.3), made.vbn.running_var.fill_(2.0)
+            made.vbn.weight.fill_(1.5), made.vbn.bias.fill_(0.1)
+        made.eval()
+        made.re_parameterize_v_threshold(normalize_residual=normalize_residual)
+        return made
+
+    layer = folded()
+    with pytest.raises(AttributeError, match="fold_bn.*build a new layer"):
+        layer.fold_bn = False
+    plain = _call(layer, x)
+    layer.normalize_residual = True
+    assert torch.equal(_call(layer, x), _call(folded(normalize_residual=True), x))
+    assert not torch.equal(_call(layer, x), plain)
+    with pytest.raises(AttributeError, match="out_pop_dim.*construction"):
+        _build(ann.ILCIFNode, {"act_dim": 2, "dec_pop_dim": 4}).out_pop_dim = 12

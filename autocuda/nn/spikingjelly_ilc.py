@@ -97,6 +97,7 @@ class ILCBaseNode(MultiStepOnly, Neuron):
     SPEC: str | None = None
     act_dim = fixed_at_construction("act_dim", POPULATION_FOLLOWS)
     dec_pop_dim = fixed_at_construction("dec_pop_dim", POPULATION_FOLLOWS)
+    out_pop_dim = fixed_at_construction("out_pop_dim", POPULATION_FOLLOWS)
 
     def __init__(self, act_dim: int, dec_pop_dim: int, v_threshold: float = 1., v_reset: float | None = 0.,
                  surrogate_function: Any = RECT, backend: str | None = None, **spec_params: Any):
@@ -110,7 +111,7 @@ class ILCBaseNode(MultiStepOnly, Neuron):
         super().__init__(self.SPEC, surrogate_function=surrogate_function, step_mode="m", backend=backend,
                          v_threshold=v_threshold, v_reset=v_reset, **spec_params)
         self.__dict__["_act_dim"], self.__dict__["_dec_pop_dim"] = act_dim, dec_pop_dim
-        self.out_pop_dim = act_dim * dec_pop_dim
+        self.__dict__["_out_pop_dim"] = act_dim * dec_pop_dim
         self.conn = population_connection(act_dim, dec_pop_dim)
 
     @property

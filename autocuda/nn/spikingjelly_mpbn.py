@@ -54,7 +54,7 @@ class MPBNBaseNode(BaseNode):
         self.gamma: torch.Tensor | None = None
         self.beta: torch.Tensor | None = None
         self.eps: float | None = None
-        self.fold_bn = self.normalize_residual = self.running_stats = False
+        self.__dict__.update(_fold_bn=False, _normalize_residual=False, _running_stats=False)
         self.bn_momentum, self.bn_decay_momentum, self.bn_min_momentum = bn_momentum, bn_decay_momentum, bn_min_momentum
         if learnable_vth:  # the threshold exp(a) stays positive
             self.a = nn.Parameter(torch.zeros(features))
@@ -74,18 +74,53 @@ class MPBNBaseNode(BaseNode):
                                  "at construction: build the layer with learnable_vth=True")
         self.__dict__["_learnable_vth"] = value
 
+    @property
+    def fold_bn(self) -> bool:
+        """Whether the BatchNorm is folded into the threshold (`re_parameterize_v_threshold`, which alone sets it)."""
+        return self.__dict__["_fold_bn"]
+
+    @fold_bn.setter
+    def fold_bn(self, value: bool) -> None:
+        if bool(value) != self.fold_bn:
+            raise AttributeError(f"{type(self).__name__}.fold_bn is set by re_parameterize_v_threshold(), which folds "
+                                 "the BatchNorm into the threshold (for good: build a new layer to undo it)")
+
+    @property
+    def normalize_residual(self) -> bool:
+        """The folded layer's residual normalisation (`re_parameterize_v_threshold`; False before folding)."""
+        return self.__dict__["_normalize_residual"]
+
+    @normalize_residual.setter
+    def normalize_residual(self, value: bool) -> None:
+        self.__dict__["_normalize_residual"] = self._folded_option("normalize_residual", value)
+
+    @property
+    def running_stats(self) -> bool:
+        """The folded layer's running re-estimation of mu and sigma2 in training (False before folding)."""
+        return self.__dict__["_running_stats"]
+
+    @running_stats.setter
+    def running_stats(self, value: bool) -> None:
+        self.__dict__["_running_stats"] = self._folded_option("running_stats", value)
+
+    def _folded_option(self, name: str, value: bool) -> bool:
+        if value and not self.fold_bn:
+            raise AttributeError(f"{type(self).__name__}.{name} applies to a folded BatchNorm: call "
+                                 f"re_parameterize_v_threshold({name}=True)")
+        return bool(value)
+
     def re_parameterize_v_threshold(self, normalize_residual: bool = False, running_stats: bool = False) -> None:
         """Fold the BatchNorm into the threshold (inference, test-time adaptation): its running mean and variance
         become mu and sigma2, its affine weight and bias gamma and beta, and `vbn` an identity."""
         vbn = self.vbn
         if not isinstance(vbn, nn.modules.batchnorm._BatchNorm):
             return
-        self.fold_bn = True
+        self.__dict__["_fold_bn"] = True
         if self.learnable_vth:
             self.v_threshold = torch.exp(self.a.detach())
             del self.a
             self.learnable_vth = False
-        self.normalize_residual, self.running_stats = normalize_residual, running_stats
+        self.__dict__.update(_normalize_residual=bool(normalize_residual), _running_stats=bool(running_stats))
         self.mu, self.sigma2 = vbn.running_mean, vbn.running_var
         self.gamma, self.beta, self.eps = vbn.weight, vbn.bias, vbn.eps
         self.vbn = nn.Identity()
