@@ -172,3 +172,44 @@ def test_settings_that_a_method_makes_are_refused_where_they_would_not_hold() ->
     assert not torch.equal(_call(layer, x), plain)
     with pytest.raises(AttributeError, match="out_pop_dim.*construction"):
         _build(ann.ILCIFNode, {"act_dim": 2, "dec_pop_dim": 4}).out_pop_dim = 12
+
+
+# (class, the argument, a value of the wrong kind): each refused at construction by an error naming the argument
+BAD_ARGUMENTS = [
+    ("LIFNode", "backend", [1, 2]), ("DSRIFNode", "backend", [1, 2]), ("NonSpikingIFNode", "decode", [1, 2]),
+    ("NoisyNonSpikingIFNode", "decode", [1, 2]), ("IzhikevichNode", "w_rest", "0.1"), ("AdExNode", "w_rest", [0.1]),
+    ("ActivationAwareIFNode", "v_threshold", None), ("ActivationAwareIFNode", "v_offset", "bad"),
+    ("HGNode", "gate_thresholds", None), ("HGNode", "gate_thresholds", "bad"), ("MaskedPSN", "lambda_init", None),
+    ("NoisyCUBALIFNode", "sigma_init", None), ("NoisyCUBALIFNode", "beta", "bad"),
+    ("NoisyNonSpikingIFNode", "sigma_init", "bad"), ("OutlierAwareThresholdNode", "split_threshold", None),
+    ("OutlierAwareThresholdNode", "clamp_value", "bad"), ("STBIFNode", "level", float("nan")),
+    ("MPBNLIFNode", "bn_momentum", "bad"), ("MPBNLIFNode", "bn_min_momentum", None),
+]
+
+
+@pytest.mark.parametrize("name, argument, value", BAD_ARGUMENTS, ids=[f"{n}.{a}" for n, a, _ in BAD_ARGUMENTS])
+def test_a_bad_argument_is_refused_by_name(name: str, argument: str, value: Any) -> None:
+    cls = getattr(ann, name)
+    make, _ = CASES[name]
+    with pytest.raises((TypeError, ValueError), match=argument):
+        _build(cls, {**make(), argument: value})
+
+
+@pytest.mark.parametrize("name", ["LIFNode", "DSRIFNode", "MPBNLIFNode", "STBIFNode"])
+def test_a_bad_backend_set_after_building_is_refused(name: str) -> None:
+    """As at construction (a call would have failed on it with a KeyError, or not at all until then)."""
+    layer = _build(getattr(ann, name), CASES[name][0]())
+    for bad in ("bad", [1, 2]):
+        with pytest.raises(ValueError, match="backend"):
+            layer.backend = bad
+    layer.backend = "torch"
+    assert layer.backend == "torch"
+
+
+def test_a_layer_switch_set_after_building_is_checked_as_at_construction() -> None:
+    layer = ann.LIFNode(step_mode="m")
+    for name in ("detach_reset", "store_v_seq", "recompute", "save_h"):
+        with pytest.raises(TypeError, match=f"{name}: expected True or False"):
+            setattr(layer, name, "yes")
+        setattr(layer, name, True)
+        assert getattr(layer, name) is True

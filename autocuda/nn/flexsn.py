@@ -148,7 +148,7 @@ class FlexSN(Memories, MemoryBase):
         for i, tensor in enumerate(static_inputs):
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"static_inputs[{i}]: expected a tensor, got {type(tensor).__name__}")
-        if backend not in _BACKENDS:
+        if not isinstance(backend, (str, type(None))) or backend not in _BACKENDS:
             raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
         self.core, self.num_states, self.backend = core, num_states, backend
         self.step = flexsn_spec(core, num_states, static_inputs)

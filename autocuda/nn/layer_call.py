@@ -26,6 +26,12 @@ BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "refere
             "cuda": "cuda", "host": "host"}
 
 
+def check_backend(value: Any) -> None:
+    """A layer's `backend`, at construction and when set: a name of BACKENDS, else a ValueError naming it."""
+    if not isinstance(value, (str, type(None))) or value not in BACKENDS:
+        raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {value!r}")
+
+
 def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
                 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
     """The call's step inputs (x, or a tuple of one tensor per input) and the first input, whose shape and dtype the

@@ -35,6 +35,7 @@ from .layer_call import (
     BACKENDS,
     append_v_seq,
     call_output,
+    check_backend,
     check_memory,
     initial_value,
     read_params,
@@ -52,6 +53,8 @@ from .memory import MemoryBase, MemoryViews, detach_memories
 from .output import output_program, reads_states, spec_output
 
 __all__ = ["Neuron", "SIGMOID", "option_attribute"]
+
+FLAGS = ("detach_reset", "store_v_seq", "recompute", "save_h")  # a layer's switches: True or False, when set too
 
 _UNSET: Any = object()
 # The default surrogate (SpikingJelly's), frozen: each layer given it changes a copy of its own (SpikingJelly's
@@ -93,10 +96,8 @@ class Neuron(MemoryViews, MemoryBase):
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {backend!r}")
-        for name, flag in (("detach_reset", detach_reset), ("store_v_seq", store_v_seq), ("recompute", recompute),
-                           ("save_h", save_h)):
+        check_backend(backend)
+        for name, flag in zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.configs)
@@ -136,10 +137,15 @@ class Neuron(MemoryViews, MemoryBase):
         self._use_surrogate(self.surrogate_function)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """nn.Module's, except for `surrogate_function`, whose new value the layer's calls take (`_use_surrogate`)."""
+        """nn.Module's, except for `surrogate_function`, whose new value the layer's calls take (`_use_surrogate`), and
+        `backend` and the flags (`FLAGS`), checked as at construction."""
         if name == "surrogate_function":
             self._use_surrogate(value)
         else:
+            if name == "backend":
+                check_backend(value)
+            elif name in FLAGS and not isinstance(value, bool):
+                raise TypeError(f"{name}: expected True or False, got {value!r}")
             nn.Module.__setattr__(self, name, value)
 
     def _use_surrogate(self, source: Any) -> None:

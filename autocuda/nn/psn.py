@@ -26,7 +26,7 @@ from torch import nn
 
 from ..call import mixing
 from ..spec.surrogate import ATan
-from .fixed import fixed_at_construction
+from .arguments import fixed_at_construction, require_number
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
@@ -173,6 +173,7 @@ class MaskedPSN(_QueuedPSN):
         super().__init__(step_mode, {"time_step": 0, "queue": []})
         self.__dict__["_k"], self.__dict__["_T"] = _check_order("k", k), _check_order("T", T)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
+        require_number("lambda_init", lambda_init)
         self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
         self.weight = nn.Parameter(torch.zeros(T, T))
         self.bias = nn.Parameter(torch.full((T, 1), -1.0))

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .arguments import require_number
 from .neuron import SIGMOID, Neuron, option_attribute
 
 __all__ = ["IFNode", "LIFNode", "ParametricLIFNode", "QIFNode", "EIFNode", "IzhikevichNode", "AdExNode", "ALIFNode"]
@@ -125,6 +126,7 @@ class IzhikevichNode(Neuron):
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None):
         require_tau(tau)
         require("a0", a0, lambda a: a > 0, "> 0")
+        require_number("w_rest", w_rest)
         self.w_rest = w_rest  # w's initial value, read at each reset (a change takes effect there)
         super().__init__("izhikevich", tau=tau, v_c=v_c, a0=a0, v_threshold=v_threshold, v_reset=v_reset,
                          v_rest=v_rest, tau_w=tau_w, a=a, b=b, initial={"w": "w_rest"},
@@ -137,6 +139,7 @@ class AdExNode(Neuron):
                  a: float = 0.1, b: float = 0.1, w_rest: float = 0., surrogate_function: Any = SIGMOID,
                  detach_reset: bool = False, step_mode: str = "s", store_v_seq: bool = False,
                  backend: str | None = None):
+        require_number("w_rest", w_rest)
         self.w_rest = w_rest  # w's initial value, read at each reset (a change takes effect there)
         super().__init__("adex", tau=tau, delta_T=delta_T, theta_rh=theta_rh, v_threshold=v_threshold,
                          v_rest=v_rest, v_reset=v_reset, R=R, tau_w=tau_w, a=a, b=b, initial={"w": "w_rest"},

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .fixed import fixed_at_construction
+from .arguments import as_values, fixed_at_construction
 from .layer_call import read_params
 from .neuron import SIGMOID, Neuron
 from .per_channel import PerChannel
@@ -53,7 +53,7 @@ class STBIFNode(Neuron):
 
     def __init__(self, q_threshold: Any, level: int, sym: bool = False, pos_max: Any = None, neg_min: Any = None,
                  step_mode: str = "s", backend: str | None = None):
-        if isinstance(level, bool) or not isinstance(level, numbers.Real) or int(level) < 2:
+        if isinstance(level, bool) or not isinstance(level, numbers.Real) or not math.isfinite(level) or level < 2:
             raise ValueError(f"level: the quantizer's number of levels must be a whole number >= 2, got {level!r}")
         level, sym = int(level), bool(sym)
         threshold = _one_value("q_threshold", q_threshold)
@@ -113,7 +113,7 @@ class STBIFNode(Neuron):
 def _one_or_per_channel(name: str, value: Any, positive: bool) -> torch.Tensor:
     """SpikingJelly's check of ActivationAwareIFNode's threshold and offset: a scalar or a 1-D tensor, finite
     (and > 0 for the threshold)."""
-    tensor = torch.as_tensor(value).clone().detach()
+    tensor = as_values(name, value)
     if tensor.dim() > 1:
         raise ValueError(f"{name}: must be a scalar or 1D tensor, but got shape {tuple(tensor.shape)}")
     values = tensor if tensor.is_floating_point() else tensor.float()

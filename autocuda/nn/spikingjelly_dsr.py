@@ -30,7 +30,7 @@ from ..call import functional as F
 from ..call.mixing import kernel_backend
 from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
-from .layer_call import BACKENDS
+from .layer_call import BACKENDS, check_backend
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
@@ -165,12 +165,20 @@ class _DSRNode(MultiStepOnly, Memories, MemoryBase):
 
     v_threshold: torch.Tensor
 
+    @property
+    def backend(self) -> str | None:
+        """Where calls run (`nn.layer_call.BACKENDS`), read at every call; checked when set."""
+        return self.__dict__["_backend"]
+
+    @backend.setter
+    def backend(self, value: str | None) -> None:
+        check_backend(value)
+        self.__dict__["_backend"] = value
+
     def __init__(self, T: int, v_threshold: float, alpha: float, v_threshold_training: bool,
                  v_threshold_grad_scaling: float, v_threshold_lower_bound: float, step_mode: str,
                  backend: str | None):
         _check_common(T, v_threshold, alpha, v_threshold_lower_bound, step_mode)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {backend!r}")
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         self._step_mode = "m"
         self._start_memories({})

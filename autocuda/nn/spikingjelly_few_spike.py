@@ -27,6 +27,7 @@ from torch import nn
 
 from ..call import few_spike
 from ..spec.surrogate import Sigmoid
+from .arguments import as_values, require_number
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
 
@@ -193,9 +194,11 @@ class OutlierAwareThresholdNode(FewSpikeNode):
                  clamp_value: float | None = None, surrogate_function: Any = None, step_mode: str = "s"):
         table = as_table("table", table)
         outlier_table = as_table("outlier_table", outlier_table, table.K)
+        require_number("split_threshold", split_threshold)
         split_threshold = float(split_threshold)
         if not math.isfinite(split_threshold) or split_threshold < 0:
             raise ValueError(f"split_threshold: must be finite and >= 0, got {split_threshold!r}")
+        require_number("clamp_value", clamp_value, none=True)
         if clamp_value is not None:
             clamp_value = float(clamp_value)
             if not math.isfinite(clamp_value) or clamp_value <= 0:
@@ -253,7 +256,7 @@ class HGNode(FewSpikeNode):
             raise ValueError("tables: must hold at least one FewSpikeTable")
         first = as_table("tables[0]", tables[0])
         checked = [first, *(as_table(f"tables[{i}]", t, first.K) for i, t in enumerate(tables[1:], start=1))]
-        thresholds = torch.as_tensor(gate_thresholds)
+        thresholds = as_values("gate_thresholds", gate_thresholds)
         if thresholds.dim() != 1:
             raise ValueError(f"gate_thresholds: must be 1-D, got shape {tuple(thresholds.shape)}")
         if torch.is_complex(thresholds):

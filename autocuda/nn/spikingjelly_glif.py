@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .fixed import fixed_at_construction
+from .arguments import fixed_at_construction
 from .neuron import SIGMOID, Neuron
 from .per_channel import PerChannel
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .fixed import fixed_at_construction
+from .arguments import fixed_at_construction
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_more import RECT

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..call import mpbn
-from .layer_call import BACKENDS
+from .arguments import require_number
+from .layer_call import BACKENDS, check_backend
 from .neuron import SIGMOID
 from .spikingjelly_base import BaseNode
 
@@ -55,6 +56,9 @@ class MPBNBaseNode(BaseNode):
         self.beta: torch.Tensor | None = None
         self.eps: float | None = None
         self.__dict__.update(_fold_bn=False, _normalize_residual=False, _running_stats=False)
+        for name, value in (("bn_momentum", bn_momentum), ("bn_decay_momentum", bn_decay_momentum),
+                            ("bn_min_momentum", bn_min_momentum)):
+            require_number(name, value)
         self.bn_momentum, self.bn_decay_momentum, self.bn_min_momentum = bn_momentum, bn_decay_momentum, bn_min_momentum
         if learnable_vth:  # the threshold exp(a) stays positive
             self.a = nn.Parameter(torch.zeros(features))
@@ -152,8 +156,7 @@ class MPBNLIFNode(MPBNBaseNode):
 
     @backend.setter
     def backend(self, value: str | None) -> None:
-        if value not in BACKENDS:
-            raise ValueError(f"backend: expected one of {sorted(map(str, BACKENDS))}, got {value!r}")
+        check_backend(value)
         self.__dict__["_backend"] = value
 
     def _statistics(self) -> dict[str, Any]:

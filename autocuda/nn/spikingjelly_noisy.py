@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .fixed import fixed_at_construction
+from .arguments import fixed_at_construction, require_number
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_ilc import (
@@ -184,6 +184,8 @@ class NoisyBaseNode(_Episodes, MultiStepOnly, Neuron):
         check_float("v_threshold", v_threshold)
         check_size("num_node", num_node)
         check_size("T", T)
+        require_number("sigma_init", sigma_init)
+        require_number("beta", beta)
         super().__init__(self.SPEC, surrogate_function=surrogate_function, step_mode="m", backend=backend,
                          v_threshold=v_threshold, v_reset=v_reset, **spec_params)
         self.__dict__["_num_node"] = num_node
@@ -305,11 +307,13 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         if self.SPEC is None:
             raise TypeError(f"{type(self).__name__} is a base class (its charge is abstract): use "
                             "NoisyNonSpikingIFNode")
-        if decode not in NOISY_DECODES:
+        if not isinstance(decode, (str, type(None))) or decode not in NOISY_DECODES:
             raise ValueError(f"decode: expected one of {list(NOISY_DECODES)} (SpikingJelly's noisy nodes spell the "
                              f"last membrane 'last-me'), got {decode!r}")
         check_size("num_node", num_node)
         check_size("T", T)
+        require_number("sigma_init", sigma_init)
+        require_number("beta", beta)
         super().__init__(self.SPEC, step_mode="m", backend=backend)
         self.__dict__["_num_node"] = num_node
         self.is_training, self.T, self.beta, self.decode = is_training, T, beta, decode

@@ -47,7 +47,7 @@ class _NonSpiking(Neuron):
     """A non-spiking node of SpikingJelly: multi-step, the membrane from 0 at every call, decoded."""
 
     def __init__(self, spec: str, decode: str | None, backend: str | None, **params: Any):
-        if decode not in DECODES:
+        if not isinstance(decode, (str, type(None))) or decode not in DECODES:
             raise ValueError(f"decode: expected one of {list(DECODES)}, got {decode!r}")
         super().__init__(spec, step_mode="m", backend=backend, **params)
         self.decode = decode

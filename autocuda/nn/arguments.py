@@ -1,0 +1,44 @@
+"""Constructor arguments' rules that the layers share: numbers checked by name, and attributes fixed at construction
+(sizes that parameters' shapes follow, settings that other values were derived from), read as attributes and refused
+by name when set, so that a change never goes silently unseen."""
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["fixed_at_construction", "require_number", "as_values"]
+
+
+def require_number(name: str, value: Any, none: bool = False) -> None:
+    """A real number (a Python or NumPy one; None too where `none`), else a TypeError naming the argument."""
+    if (value is None and none) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return
+    raise TypeError(f"{name}: expected a number{' or None' if none else ''}, got {value!r}")
+
+
+def as_values(name: str, value: Any) -> torch.Tensor:
+    """A number, a sequence of numbers or a tensor as a tensor (its own copy), else a TypeError naming the argument."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise TypeError(f"{name}: expected a number, a sequence of numbers or a tensor, got {value!r}")
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name}: expected a number, a sequence of numbers or a tensor, got {value!r}") from None
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise TypeError(f"{name}: expected real numbers, got a tensor of {tensor.dtype}")
+    return tensor.clone().detach()
+
+
+def fixed_at_construction(name: str, follows: str) -> property:
+    """The attribute `name`, kept in the instance dict as `_<name>` (set there by the constructor); `follows` says
+    what was made from it, for the error a later assignment raises."""
+    def get(layer: nn.Module) -> Any:
+        return layer.__dict__[f"_{name}"]
+
+    def refuse(layer: nn.Module, value: Any) -> None:
+        raise AttributeError(f"{type(layer).__name__}.{name} is fixed at construction ({get(layer)!r}): {follows}; "
+                             f"build a new layer for {name}={value!r}")
+    return property(get, refuse)
