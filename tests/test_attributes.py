@@ -1,7 +1,9 @@
-"""Every constructor argument of a number or a flag that a built layer holds as an attribute, set on the built
-layer, takes effect or is refused: after a reset, the layer's call equals that of a layer built with the new value
-(learnable parameters initialised alike), or the assignment raises. Arguments that only initialise a parameter
-(`init_tau`, `exp_init`) are no attributes of the layer, as in SpikingJelly, and are not asked about."""
+"""What a user can get wrong with SpikingJelly's classes, refused by name or taking effect: every constructor argument
+of a number or a flag that a built layer holds as an attribute, set on the built layer, takes effect or is refused
+(after a reset, the layer's call equals that of a layer built with the new value, learnable parameters initialised
+alike, or the assignment raises); sizes fixed at construction; arguments of the wrong kind; switches and backends
+set later; empty sequences. Arguments that only initialise a parameter (`init_tau`, `exp_init`) are no attributes
+of the layer, as in SpikingJelly, and are not asked about."""
 from __future__ import annotations
 
 import inspect
@@ -213,3 +215,26 @@ def test_a_layer_switch_set_after_building_is_checked_as_at_construction() -> No
             setattr(layer, name, "yes")
         setattr(layer, name, True)
         assert getattr(layer, name) is True
+
+
+EMPTY_REFUSED = ["DSRIFNode", "DSRLIFNode", "ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode",
+                 "MPBNLIFNode", "NonSpikingIFNode", "NonSpikingLIFNode"]
+
+
+@pytest.mark.parametrize("name", EMPTY_REFUSED)
+def test_an_empty_sequence_is_refused_by_name_where_a_layer_cannot_run_one(name: str) -> None:
+    """T = 0 (or a 0-d tensor) where the layer's call looks for a first step: a ValueError naming the layer and the
+    shape (it failed inside with an IndexError or torch.stack's error)."""
+    make, shape = CASES[name]
+    with pytest.raises(ValueError, match=f"{name}: x_seq: expected a sequence of at least one step"):
+        _call(_build(getattr(ann, name), make()), torch.rand(0, *shape[1:]))
+    with pytest.raises(ValueError, match=f"{name}: x_seq: expected"):
+        _call(_build(getattr(ann, name), make()), torch.tensor(1.0))
+
+
+def test_an_empty_sequence_runs_where_the_layer_can() -> None:
+    """ActivationAwareIFNode (a neuron whose threshold may be per channel): T = 0 gives an empty output and keeps
+    the states, as LIFNode does."""
+    layer = _build(ann.ActivationAwareIFNode, {"v_threshold": 0.75, "v_offset": 0.25})
+    out = _call(layer, torch.rand(0, 16))
+    assert out.shape == (0, 16) and bool((torch.as_tensor(layer.v) == 0).all())

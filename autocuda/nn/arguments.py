@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["fixed_at_construction", "require_number", "as_values"]
+__all__ = ["fixed_at_construction", "require_number", "as_values", "require_steps"]
 
 
 def require_number(name: str, value: Any, none: bool = False) -> None:
@@ -30,6 +30,14 @@ def as_values(name: str, value: Any) -> torch.Tensor:
     if tensor.dtype == torch.bool or tensor.is_complex():
         raise TypeError(f"{name}: expected real numbers, got a tensor of {tensor.dtype}")
     return tensor.clone().detach()
+
+
+def require_steps(layer: nn.Module, x_seq: Any) -> None:
+    """A multi-step call's input holds at least one step, else a ValueError naming the layer (its call would fail
+    inside, on the first step it looks for)."""
+    if isinstance(x_seq, torch.Tensor) and (x_seq.dim() == 0 or x_seq.shape[0] == 0):
+        raise ValueError(f"{type(layer).__name__}: x_seq: expected a sequence of at least one step [T >= 1, *], got "
+                         f"shape {tuple(x_seq.shape)}")
 
 
 def fixed_at_construction(name: str, follows: str) -> property:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .arguments import require_steps
 from .memory import Memories, MemoryBase
 from .neuron import SIGMOID
 from .spikingjelly_variants import DECODES
@@ -87,6 +88,7 @@ class _MemoryNode(Memories, MemoryBase):
         return self._step_call((x, *args), "s", self.single_step_functional_forward, kwargs)
 
     def multi_step_forward(self, x_seq: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        require_steps(self, x_seq)
         return self._step_call((x_seq, *args), "m", self.multi_step_functional_forward, kwargs)
 
     def _step_call(self, inputs: tuple[torch.Tensor, ...], step_mode: str, functional: Any,
@@ -261,6 +263,7 @@ class SimpleBaseNode(_MemoryNode):
         return spike
 
     def multi_step_forward(self, x_seq: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        require_steps(self, x_seq)
         return torch.stack([self.single_step_forward(x) for x in x_seq])
 
     def neuronal_charge(self, x: torch.Tensor) -> None:
@@ -296,6 +299,7 @@ class NonSpikingBaseNode(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} must implement neuronal_charge.")
 
     def forward(self, x_seq: torch.Tensor) -> Any:
+        require_steps(self, x_seq)
         self.v = torch.zeros_like(x_seq[0].detach())
         v_seq = []
         for x in x_seq:

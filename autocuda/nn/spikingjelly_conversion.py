@@ -110,6 +110,11 @@ class STBIFNode(Neuron):
         return f"level={self.level}, sym={self.sym}, " + super().extra_repr()
 
 
+def _first_step(x_seq: torch.Tensor) -> torch.Tensor:
+    """A sequence's first step, or one of its shape where it has none (a call of T = 0 returns empty outputs)."""
+    return x_seq[0] if x_seq.shape[0] else x_seq.new_empty(x_seq.shape[1:])
+
+
 def _one_or_per_channel(name: str, value: Any, positive: bool) -> torch.Tensor:
     """SpikingJelly's check of ActivationAwareIFNode's threshold and offset: a scalar or a 1-D tensor, finite
     (and > 0 for the threshold)."""
@@ -158,13 +163,13 @@ class ActivationAwareIFNode(PerChannel, Neuron):
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         x_seq = inputs[0]
-        step = x_seq[0] if isinstance(x_seq, torch.Tensor) and x_seq.dim() >= 1 else x_seq
+        step = _first_step(x_seq) if isinstance(x_seq, torch.Tensor) and x_seq.dim() >= 1 else x_seq
         with self._channels_of(step):
             return super().multi_step_forward(*inputs)
 
     def _functional(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], *, multi: bool
                     ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
-        x = inputs[0][0] if multi else inputs[0]
+        x = _first_step(inputs[0]) if multi else inputs[0]
         with self._channels_of(x):
             return super()._functional(inputs, states, multi=multi)
 

@@ -30,6 +30,7 @@ from ..call import functional as F
 from ..call.mixing import kernel_backend
 from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
+from .arguments import require_steps
 from .layer_call import BACKENDS, check_backend
 from .memory import Memories, MemoryBase, MultiStepOnly
 
@@ -215,6 +216,7 @@ class _DSRNode(MultiStepOnly, Memories, MemoryBase):
         if not isinstance(x_seq, torch.Tensor) or not x_seq.is_floating_point() or x_seq.dim() < 1:
             raise ValueError(f"{name}: x_seq: expected a floating-point tensor of shape [T, *], got "
                              f"{getattr(x_seq, 'shape', type(x_seq).__name__)}")
+        require_steps(self, x_seq)
         needs_grad = torch.is_grad_enabled() and (x_seq.requires_grad or self.v_threshold.requires_grad)
         if needs_grad and x_seq.shape[0] != self.T:
             raise ValueError(f"{name}: x_seq has {x_seq.shape[0]} time-steps but T={self.T}: the DSR gradient is "

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .arguments import fixed_at_construction
+from .arguments import fixed_at_construction, require_steps
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_more import RECT
@@ -85,6 +85,7 @@ def check_population_input(layer: nn.Module, x_seq: Any, steps: int | None = Non
         t = "T" if steps is None else f"T = {steps}"
         raise ValueError(f"{name}: x_seq: expected shape [{t}, *, act_dim * dec_pop_dim = {layer.num_node}], got "
                          f"{tuple(x_seq.shape)}")
+    require_steps(layer, x_seq)
 
 
 POPULATION_FOLLOWS = "the feedback connection's shape follows it"

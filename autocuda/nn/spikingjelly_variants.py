@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..call import functional as F
+from .arguments import require_steps
 from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states, sync_surrogate
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require_tau
@@ -53,6 +54,7 @@ class _NonSpiking(Neuron):
         self.decode = decode
 
     def forward(self, *inputs: torch.Tensor) -> Any:
+        require_steps(self, inputs[0] if inputs else None)
         self.reset()  # SpikingJelly's non-spiking nodes start every sequence at v = 0
         return DECODES[self.decode](self.multi_step_forward(*inputs))
 
