@@ -50,8 +50,31 @@ def test_as_spikingjelly_on_cuda(name: str, step_mode: str, dtype: torch.dtype, 
     a, b = theirs(x.float() if half else x), ours(x)
     assert ran and ran[0] is not None, "the few-spike kernels ran the call"
     assert b.dtype == dtype
-    assert torch.equal(a.to(dtype), b)
+    kept = ~ambiguous(build(sj_few, name, step_mode), x, step_mode)  # neurons, over the steps
+    assert kept.float().mean() > 0.99
+    assert torch.equal(a.to(dtype)[..., kept], b[..., kept])
     g = torch.randn_like(a)
-    p, q = (torch.autograd.grad(out, x, g.to(out.dtype))[0].double() for out in (a, b))
+    p, q = (torch.autograd.grad(out, x, g.to(out.dtype))[0].double()[..., kept] for out in (a, b))
     tolerance = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3}.get(dtype, 1e-2)
     assert (q - p).norm() <= tolerance * p.norm() + 1e-30
+
+
+def ambiguous(reference: torch.nn.Module, x: torch.Tensor, step_mode: str) -> torch.Tensor:
+    """The neurons ([64, 129]) whose outputs may differ between two correct sums of a sequence's K inputs: the
+    kernels add them in order, torch's CUDA sum (SpikingJelly's gate) in its own order, each rounding in its own
+    way (bench/results/2026-11-30-h200-gpu-suite-2). Every other step of both is exact (the tables hold powers of
+    two), so a neuron counts where SpikingJelly's float64 composition on the CPU gives other outputs for the one
+    gate than for the other."""
+    if step_mode == "s":  # one input: the gate itself
+        return torch.zeros(x.shape, dtype=torch.bool, device=x.device)
+    inputs = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32)  # the compute type
+    in_order = inputs[0]
+    for k in range(1, K):
+        in_order = in_order + inputs[k]
+    outputs = []
+    for gate in (in_order, inputs.sum(0)):
+        sequence = torch.zeros((K, *gate.shape), dtype=torch.float64)
+        sequence[0] = gate.double().cpu()  # a sequence whose sum is this gate, exactly
+        with torch.no_grad():
+            outputs.append(reference(sequence))
+    return (outputs[0] != outputs[1]).any(0).to(x.device)
