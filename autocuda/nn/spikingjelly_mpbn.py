@@ -28,6 +28,20 @@ from .spikingjelly_base import BaseNode
 __all__ = ["MPBNBaseNode", "MPBNLIFNode"]
 
 
+def _folded_option(name: str, what: str) -> property:
+    """A switch of the folded layer, kept as `_<name>` (False before folding, as `re_parameterize_v_threshold`'s
+    arguments set it): set True before folding, refused by name (it would do nothing)."""
+    def get(layer: nn.Module) -> bool:
+        return layer.__dict__[f"_{name}"]
+
+    def put(layer: nn.Module, value: bool) -> None:
+        if value and not layer.__dict__["_fold_bn"]:
+            raise AttributeError(f"{type(layer).__name__}.{name} applies to a folded BatchNorm: call "
+                                 f"re_parameterize_v_threshold({name}=True)")
+        layer.__dict__[f"_{name}"] = bool(value)
+    return property(get, put, doc=f"{what} (`re_parameterize_v_threshold`; False before folding)")
+
+
 class MPBNBaseNode(BaseNode):
     """`MPBNBaseNode(v_threshold=1., v_reset=0., surrogate_function=Sigmoid(), detach_reset=False, step_mode='s',
     store_v_seq=False, mpbn=True, out_features=None, out_channels=None, learnable_vth=False, bn_momentum=0.1,
@@ -89,29 +103,9 @@ class MPBNBaseNode(BaseNode):
             raise AttributeError(f"{type(self).__name__}.fold_bn is set by re_parameterize_v_threshold(), which folds "
                                  "the BatchNorm into the threshold (for good: build a new layer to undo it)")
 
-    @property
-    def normalize_residual(self) -> bool:
-        """The folded layer's residual normalisation (`re_parameterize_v_threshold`; False before folding)."""
-        return self.__dict__["_normalize_residual"]
-
-    @normalize_residual.setter
-    def normalize_residual(self, value: bool) -> None:
-        self.__dict__["_normalize_residual"] = self._folded_option("normalize_residual", value)
-
-    @property
-    def running_stats(self) -> bool:
-        """The folded layer's running re-estimation of mu and sigma2 in training (False before folding)."""
-        return self.__dict__["_running_stats"]
-
-    @running_stats.setter
-    def running_stats(self, value: bool) -> None:
-        self.__dict__["_running_stats"] = self._folded_option("running_stats", value)
-
-    def _folded_option(self, name: str, value: bool) -> bool:
-        if value and not self.fold_bn:
-            raise AttributeError(f"{type(self).__name__}.{name} applies to a folded BatchNorm: call "
-                                 f"re_parameterize_v_threshold({name}=True)")
-        return bool(value)
+    normalize_residual = _folded_option("normalize_residual", "the folded layer's residual normalisation")
+    running_stats = _folded_option("running_stats", "the folded layer's running re-estimation of mu and sigma2 in "
+                                                    "training")
 
     def re_parameterize_v_threshold(self, normalize_residual: bool = False, running_stats: bool = False) -> None:
         """Fold the BatchNorm into the threshold (inference, test-time adaptation): its running mean and variance
