@@ -238,3 +238,26 @@ def test_an_empty_sequence_runs_where_the_layer_can() -> None:
     layer = _build(ann.ActivationAwareIFNode, {"v_threshold": 0.75, "v_offset": 0.25})
     out = _call(layer, torch.rand(0, 16))
     assert out.shape == (0, 16) and bool((torch.as_tensor(layer.v) == 0).all())
+
+
+def _lif_core(x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = v + (x - v) / 2.0
+    spike = (h >= 1.0).to(h.dtype)
+    return spike, h * (1 - spike)
+
+
+def test_a_flexsn_core_and_its_state_count_are_fixed_and_its_backend_checked() -> None:
+    """The core is traced at construction (its kernels would keep running the old one, its eager backend the new):
+    `core` and `num_states` are refused when set; `backend` is checked when set (a bad one failed at the next call)."""
+    layer = ann.FlexSN(core=_lif_core, num_states=1)
+    with pytest.raises(AttributeError, match="core is fixed at construction"):
+        layer.core = lambda x, v: (x, v)
+    with pytest.raises(AttributeError, match="num_states is fixed at construction"):
+        layer.num_states = 2
+    with pytest.raises(ValueError, match="backend"):
+        layer.backend = "bad"
+    x = torch.rand(4, 8, generator=torch.Generator().manual_seed(3)) * 3
+    want = layer(x)
+    layer.reset()
+    layer.backend = "eager"  # the core itself, step by step: the same spikes
+    assert torch.equal(layer(x), want)

@@ -34,6 +34,7 @@ from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
 from ..toolchain import store
+from .arguments import fixed_at_construction
 from .memory import Memories, MemoryBase
 
 __all__ = ["FlexSN", "flexsn_spec"]
@@ -148,10 +149,9 @@ class FlexSN(Memories, MemoryBase):
         for i, tensor in enumerate(static_inputs):
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"static_inputs[{i}]: expected a tensor, got {type(tensor).__name__}")
-        if not isinstance(backend, (str, type(None))) or backend not in _BACKENDS:
-            raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {backend!r}")
-        self.core, self.num_states, self.backend = core, num_states, backend
+        self.backend = backend
         self.step = flexsn_spec(core, num_states, static_inputs)
+        self.__dict__["_core"], self.__dict__["_num_states"] = core, num_states
         self._state_names = tuple(f"_state_{i}" for i in range(num_states))
         self._static_input_names = tuple(f"_static_input_{i}" for i in range(len(static_inputs)))
         for name, tensor in zip(self._static_input_names, static_inputs):
@@ -168,9 +168,25 @@ class FlexSN(Memories, MemoryBase):
         self._spec_ref = spec_ref(self.step.spec)
         self._surrogate_ref = surrogate_ref(self.step.spec.surrogate)
 
+    core = fixed_at_construction("core", "its step was traced from it")
+    num_states = fixed_at_construction("num_states", "its step was traced with that many states")
+
+    @property
+    def backend(self) -> str | None:
+        """Where calls run (`_BACKENDS`; "eager" calls the core itself), read at every call; checked when set."""
+        return self.__dict__["_backend"]
+
+    @backend.setter
+    def backend(self, value: str | None) -> None:
+        if not isinstance(value, (str, type(None))) or value not in _BACKENDS:
+            raise ValueError(f"backend: expected one of {[b for b in _BACKENDS if b]} or None, got {value!r}")
+        self.__dict__["_backend"] = value
+
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # pickled when these were plain attributes
+        state = {("_" + k if k in ("core", "num_states", "backend") else k): v for k, v in state.items()}
         if "_state_names" not in state:  # pickled when the states were one list
-            names = tuple(f"_state_{i}" for i in range(state["num_states"]))
+            names = tuple(f"_state_{i}" for i in range(state["_num_states"]))
             state = {**state, **dict(zip(names, state.pop("_states", ()))), "_state_names": names,
                      "_memory_names": names, "_reset_values": dict.fromkeys(names)}
         nn.Module.__setstate__(self, state)
