@@ -1,6 +1,7 @@
-"""Constructor arguments' rules that the layers share: numbers checked by name, and attributes fixed at construction
-(sizes that parameters' shapes follow, settings that other values were derived from), read as attributes and refused
-by name when set, so that a change never goes silently unseen."""
+"""Constructor arguments' rules that the layers share: the backends a layer names, numbers checked by name, a
+sequence's steps, and attributes fixed at construction (sizes that parameters' shapes follow, settings that other
+values were derived from), read as attributes and refused by name when set, so that a change never goes silently
+unseen."""
 from __future__ import annotations
 
 import numbers
@@ -9,7 +10,17 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["fixed_at_construction", "require_number", "as_values", "require_steps"]
+__all__ = ["BACKENDS", "check_backend", "fixed_at_construction", "require_number", "as_values", "require_steps"]
+
+# a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
+BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
+            "cuda": "cuda", "host": "host"}
+
+
+def check_backend(value: Any) -> None:
+    """A layer's `backend`, at construction and when set: a name of BACKENDS, else a ValueError naming it."""
+    if not isinstance(value, (str, type(None))) or value not in BACKENDS:
+        raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {value!r}")
 
 
 def require_number(name: str, value: Any, none: bool = False) -> None:

@@ -29,7 +29,8 @@ from ..runtime.configs import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes
-from .layer_call import BACKENDS, append_v_seq, read_params, start_states, store_states, sync_surrogate
+from .arguments import BACKENDS
+from .layer_call import append_v_seq, read_params, start_states, store_states, sync_surrogate
 from .neuron import Neuron
 
 __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]

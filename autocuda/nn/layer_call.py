@@ -18,18 +18,10 @@ from ..call.program import Program, Programs, program_key, transforms_active
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
+from .arguments import BACKENDS
 from .output import layer_output
 
 Neuron = Any  # `nn.Neuron` and the layers built on it, not imported here
-# a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
-BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
-            "cuda": "cuda", "host": "host"}
-
-
-def check_backend(value: Any) -> None:
-    """A layer's `backend`, at construction and when set: a name of BACKENDS, else a ValueError naming it."""
-    if not isinstance(value, (str, type(None))) or value not in BACKENDS:
-        raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {value!r}")
 
 
 def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int

@@ -31,11 +31,10 @@ from ..call import functional as F
 from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec
 from ..spec.surrogate import Sigmoid, Surrogate, get_surrogate
+from .arguments import BACKENDS, check_backend
 from .layer_call import (
-    BACKENDS,
     append_v_seq,
     call_output,
-    check_backend,
     check_memory,
     initial_value,
     read_params,

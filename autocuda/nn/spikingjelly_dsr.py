@@ -30,8 +30,7 @@ from ..call import functional as F
 from ..call.mixing import kernel_backend
 from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
-from .arguments import require_steps
-from .layer_call import BACKENDS, check_backend
+from .arguments import BACKENDS, check_backend, require_steps
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
@@ -168,7 +167,7 @@ class _DSRNode(MultiStepOnly, Memories, MemoryBase):
 
     @property
     def backend(self) -> str | None:
-        """Where calls run (`nn.layer_call.BACKENDS`), read at every call; checked when set."""
+        """Where calls run (`nn.arguments.BACKENDS`), read at every call; checked when set."""
         return self.__dict__["_backend"]
 
     @backend.setter

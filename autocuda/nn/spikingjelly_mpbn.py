@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..call import mpbn
-from .arguments import require_number
-from .layer_call import BACKENDS, check_backend
+from .arguments import BACKENDS, check_backend, require_number
 from .neuron import SIGMOID
 from .spikingjelly_base import BaseNode
 

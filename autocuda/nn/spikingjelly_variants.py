@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from ..call import functional as F
-from .arguments import require_steps
-from .layer_call import BACKENDS, read_params, start_states, step_inputs, store_states, sync_surrogate
+from .arguments import BACKENDS, require_steps
+from .layer_call import read_params, start_states, step_inputs, store_states, sync_surrogate
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require_tau
 from .spikingjelly_more import RECT
