@@ -286,9 +286,7 @@ def test_malformed_plans_are_refused_naming_the_plan(cut):
         F.multi_step("lif", x, backend="host")[0].sum().backward()
     found = next(p for p in program.PROGRAMS.values() if p.native is not None)
     numbers = [0.0, *found.scalar_values(found.values({}, x, (64,)))]
-    rows = x.detach()
-    launch = found.bound_form.kernel.bound((rows, *numbers), rows, 64, 4, "host")
-    words = native_plan.plan_words(rows, [], len(numbers), launch, found.bound_form, *found.backward)
+    words = native_plan.plan_words(x.detach(), [], len(numbers), found.launch, found.bound_form, *found.backward)
     assert native.make_plan(words.words, words.dtypes) == found.native  # identical plans are one plan
     with pytest.raises(RuntimeError, match="autocuda native plan"):
         native.make_plan(words.words[:-cut], words.dtypes)

@@ -147,7 +147,7 @@ def test_one_value_tensor_parameters_run_the_bound_launch_and_are_read_at_each_c
     program.PROGRAMS.clear()  # (a cache: the programs below are this test's)
     F.multi_step("lif", x, tau=tau, **HOST)
     owned = [p for p in program.PROGRAMS.values() if p.tensors]
-    assert owned and all(p.bound_form is not None and p.bindable for p in owned), "bound with its tensor parameter"
+    assert owned and all(p.launch is not None and p.bindable for p in owned), "bound with its tensor parameter"
     calls = []
     call = program.Call.__init__
     monkeypatch.setattr(program.Call, "__init__", lambda self, *a, **k: (calls.append(a), call(self, *a, **k))[1])
@@ -161,17 +161,19 @@ def test_one_value_tensor_parameters_run_the_bound_launch_and_are_read_at_each_c
         "another alignment: another key (the launch was bound to the layout the first call's tensors allow)"
 
 
-def test_a_bound_program_sees_every_change_of_its_tensor_parameters():
-    """A bound program reads its call's tensor parameters at each call: a change through `.data` (which counts no
-    version) and a new `.data` take effect, also where the parameter is converted to the compute dtype (a copy)."""
+def test_kept_tensor_parameters_see_every_change():
+    """A bound program keeps its call's tensor parameters as the kernels take them (`Program.kept_tensor_args`) only
+    where they are views of the given tensors: a change through `.data` (which counts no version) and a new `.data`
+    take effect; a parameter converted to the compute dtype (a copy) is converted again at each call."""
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     wants = {value: F.multi_step("lif", x, tau=value, **HOST)[0] for value in (2.0, 5.0)}
     program.PROGRAMS.clear()  # (a cache: the programs below are this test's)
-    for dtype in (torch.float64, torch.float32):
+    for dtype, kept in ((torch.float64, True), (torch.float32, False)):
         tau = torch.tensor([2.0], dtype=dtype)
         for _ in range(2):  # the second call runs the bound program
             assert torch.equal(F.multi_step("lif", x, tau=tau, **HOST)[0], wants[2.0])
-        assert len([p for p in program.PROGRAMS.values() if p.tensors and p.bound_form is not None]) == 1, dtype
+        owned = [p for p in program.PROGRAMS.values() if p.tensors and p.launch is not None]
+        assert len(owned) == 1 and (owned[0].kept_tensors is not None) == kept, dtype
         tau.data.fill_(5.0)
         assert torch.equal(F.multi_step("lif", x, tau=tau, **HOST)[0], wants[5.0]), (dtype, "changed through .data")
         tau.data = torch.tensor([2.0], dtype=dtype)
@@ -228,7 +230,7 @@ def test_calls_whose_program_binds_nothing_take_the_unbound_path(tmp_path, monke
         want = make()
         monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(got[0], want[0])
-        assert all(p.bound_form is None or p.seen[4] for p in program.PROGRAMS.values())  # contiguous
+        assert all(p.launch is None or p.seen[4] for p in program.PROGRAMS.values())  # contiguous
     text = _shipped()["lif"].read_text()
     spec = tmp_path / "lif.toml"
     spec.write_text(text)
@@ -254,5 +256,5 @@ def test_host_calls_take_the_python_path_and_ask_for_no_native_library(monkeypat
         spikes = F.multi_step("lif", x, **HOST)[0]
         if grad:
             spikes.sum().backward()
-    made = [p for p in program.PROGRAMS.values() if p.bound_form is not None]
+    made = [p for p in program.PROGRAMS.values() if p.launch is not None]
     assert made and all(p.native is None and p.backward is None for p in made) and asked == []

@@ -126,8 +126,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                                             save_h, options, params))
         except TypeError:  # the checks below name the argument
             program = None
-        ran = None if program is None or program.bound_form is None else program.run_bound(x_seq, initial_states,
-                                                                                             params)
+        ran = None if program is None or program.launch is None else program.run_bound(x_seq, initial_states, params)
         found = program
         if ran is not None:
             sizes = x_seq.shape

@@ -454,7 +454,7 @@ class _Eager(torch.autograd.Function):
         """`tensors`: the step inputs after x, the tensor initial states, the tensor parameters."""
         n_more, n_states = form.n_more, 0 if initial else form.n_states
         more, states, tensor_params = tensors[:n_more], tensors[n_more:n_more + n_states], tensors[n_more + n_states:]
-        outputs = form.run(x, states, initial, tensor_params, scalars, more, final_shape)
+        outputs = run(form, program, x, states, initial, tensor_params, scalars, more, final_shape)
         _save_context(ctx, form, x, states, initial, tensor_params, scalars, outputs, more, program)
         # Unused gradients stay None, not zero tensors (a full write each); outputs only backward reads get none.
         ctx.set_materialize_grads(False)
@@ -494,7 +494,7 @@ def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: l
     """Eager `forward` with the form and optional program (`autocuda.call.program`); final states in `final_shape`
     are new tensors, not views, so their holder can detach them in place."""
     if not form.save:  # nothing to differentiate: no autograd node (the kernel's outputs are new tensors)
-        return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)
+        return run(form, program, x, states, initial, tensor_params, scalars, more_inputs, final_shape)
     if len(more_inputs) != form.n_more:
         form._refuse_inputs(x, more_inputs)
     if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
@@ -503,3 +503,12 @@ def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: l
     return list(_APPLY(form, program, initial, scalars, final_shape,
                        *map(_unwrap_if_dead, (x, *more_inputs, *states, *tensor_params))))
 
+
+def run(form: ForwardForm, program: Any, x: Tensor, states: Sequence[Tensor], initial: Sequence[float],
+        tensor_params: Sequence[Tensor], scalars: Sequence[float], more_inputs: Sequence[Tensor],
+        final_shape: Sequence[int] | None) -> list[Tensor]:
+    """The forward kernel's outputs: the program's bound launch where it has one, else the form's."""
+    launch = None if program is None else program.launch
+    if launch is not None:
+        return launch((x, *(states or initial), *tensor_params, *scalars), x, final_shape)
+    return form.run(x, states, initial, tensor_params, scalars, more_inputs, final_shape)

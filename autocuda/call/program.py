@@ -194,6 +194,8 @@ class Program:
         tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
         kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
         signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
+        self.tensors_kept = not any(grad for _, _, grad in signature)  # `kept_tensor_args` may keep their list
+        self.kept_tensors: tuple | None = None
         self.key = config_for(ref, surrogate_ref(surrogate), reset, bool(detach_reset), constants, signature,
                               self.backend != "reference", not save_h)
         self.state_names, self.tensors, self.scalars, self.reset = config_info(self.key)
@@ -210,8 +212,7 @@ class Program:
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
         self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
-        self.bound_form: Any = None  # the ops.ForwardForm of the input class's calls (`bind`)
-        self.seen: tuple = ()  # that input class (`input_class`)
+        self.launch: Any = None  # the forward launch bound to the input class (`bindable` programs)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
         self.native_call: Any = None  # the native operators' `call` and `layer_call`, once the plan is made
@@ -255,13 +256,16 @@ class Program:
         return {**self.defaults, **{n: v for n, v in params.items() if n not in self.skipped}}
 
     # -- bound launches and the native plan --------------------------------------------------------------------
-    def bind(self, form: ops.ForwardForm, x: Tensor, given: Tensor) -> None:
-        """Bind the program to the form of its input class's calls (x: its rows; `given`: x as given), and say
-        whether they may take the native path: CUDA calls, or host calls where `native.HOST` asks, of no state
-        sequences (not in a CUDA graph capture, which takes the fixed rules' layout where a call would time one)."""
-        if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-            self.bound_form, self.seen = form, input_class(given)
-            self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
+    def bind(self, form: ops.ForwardForm, x: Tensor, args: Sequence[Any], n: int, given: Tensor) -> None:
+        """Bind the forward launch to a call of the program's input class (x: its rows; `args`: the initial states,
+        the tensor parameters, the scalars; `given`: x as given), and say whether its calls may take the native
+        path: CUDA calls, or host calls where `native.HOST` asks, of no state sequences."""
+        backend = "cuda" if x.is_cuda else "host"
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # not kept: a capture takes the fixed rules' layout where a later call would time one
+        self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
+        self.bound_form, self.seen = form, input_class(given)
+        self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
@@ -275,7 +279,7 @@ class Program:
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
             initial.append(float(values[init]) if isinstance(init, str) else init)
-        tensors = self.tensor_args(values, x, shape) if self.tensors else ()
+        tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
     def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
@@ -284,7 +288,7 @@ class Program:
         launch; [] while the native plan is still to be made (the layer's full path makes it)."""
         if self.native is not None and native.USE:
             return self.native_layer_call(self.native, x, numbers)
-        if self.bound_form is None or (self.native_wanted and native.USE and self.plannable()):
+        if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
             return []
         outputs, form = self.run_numbers(x, numbers), self.bound_form
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
@@ -294,7 +298,7 @@ class Program:
         parameters as the kernels take them (`tensor_args`): by the native plan where made, else the bound launch."""
         if self.native is not None and native.USE:
             return self.native_call(self.native, x, list(tensors), numbers)
-        rows = x if x.dim() == 2 else x.view(x.shape[0], -1)
+        rows = x if x.dim() == 2 else x.view(x.shape[0], self.launch.n)
         k = len(self.state_names)
         return ops.forward_eager(self.bound_form, rows, [], numbers[:k], list(tensors), numbers[k:], (), x.shape[1:],
                                  self)
@@ -314,6 +318,20 @@ class Program:
             else:
                 out.append(value.expand(shape).reshape(_numel(shape)) if kind else value.reshape(1))
         return out
+
+    def kept_tensor_args(self, values: dict[str, Any], x: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
+        """`tensor_args`, the list kept while the same objects are given at the same addresses, where each of it is a
+        view of its tensor (changes in place, also through `.data`, which counts no version, show in it) or made from
+        a number, and none needs a gradient (views made under autograd are made anew each call)."""
+        given = [values[name] for name, _ in self.tensors]
+        addresses = [t.data_ptr() if isinstance(t, Tensor) else None for t in given]
+        kept = self.kept_tensors
+        if kept is not None and all(map(operator.is_, given, kept[0])) and addresses == kept[1]:
+            return kept[2]
+        tensors = self.tensor_args(values, x, shape)
+        if self.tensors_kept and all(a is None or a == t.data_ptr() for a, t in zip(addresses, tensors)):
+            self.kept_tensors = (given, addresses, tensors)
+        return tensors
 
     def bind_backward(self, form: ops.ForwardForm, meta: tuple, saved: Sequence[Tensor], initial: Sequence[float],
                       params: Sequence[Tensor], scalars: Sequence[float]) -> None:
@@ -341,17 +359,13 @@ class Program:
         """Whether the native plan can be made now: the operator is loaded and a training program's backward bound."""
         return (not self.bound_form.save or self.backward is not None) and native.loaded()
 
-    def native_plan(self, form: ops.ForwardForm, rows: Tensor, args: Sequence[Any], others: Sequence[Tensor],
-                    count: int) -> None:
+    def native_plan(self, form: ops.ForwardForm, rows: Tensor, others: Sequence[Tensor], count: int) -> None:
         """Make the native plan at the first call that finds it `plannable` (none where the words cannot express the
-        call): x's rows, the forward launch's other arguments, the initial states where tensors and the tensor
-        parameters, the count of numbers."""
+        call): x's rows, the initial states where tensors, the tensor parameters, the count of numbers."""
         if self.plannable():
             self.native_wanted = False  # asked once
-            launch = form.kernel.bound((rows, *args), rows, rows.shape[-1], None if form.single else rows.shape[0],
-                                       "cuda" if rows.is_cuda else "host")
             try:
-                words = plan_words(rows, others, count, launch, form, *(self.backward or (None, None, ())))
+                words = plan_words(rows, others, count, self.launch, form, *(self.backward or (None, None, ())))
             except Unplannable:
                 return
             self.native = native.make_plan(words.words, words.dtypes)
@@ -494,11 +508,10 @@ class Call:
         form = ops.forward_form(self.key, single_step, store_state_seq, save, not initial, final_states)
         if program.bindable and not more and ENABLED and self.owned and self.x.is_contiguous():
             numbers = [*initial, *given]
-            if program.bound_form is None:
-                program.bind(form, x, self.x)
+            if program.launch is None:
+                program.bind(form, x, [*(initial or states), *tensors, *given], self.numel, self.x)
             if program.native is None and program.native_wanted and native.USE:
-                program.native_plan(form, x, [*(initial or states), *tensors, *given], [*states, *tensors],
-                                    len(numbers))
+                program.native_plan(form, x, [*states, *tensors], len(numbers))
             if program.native is not None and native.USE:
                 return program.native_call(program.native, self.x, [*states, *tensors], numbers), form.positions
             return ops.forward_eager(form, x, states, initial, tensors, given, (), self.shape, program), \

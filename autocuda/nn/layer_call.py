@@ -123,7 +123,7 @@ def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tu
     the switches and parameters, the objects it read, the key's configuration part, the states' class, the scalars.
     None where a parameter is no plain attribute (its changes would not show in the dict) or the program is unkeyed."""
     names = d["_param_names"]
-    if (program.configuration is None or program.bound_form is None or program.draws or program.tensors
+    if (program.configuration is None or program.launch is None or program.draws or program.tensors
             or not all(name in d for name in names)):
         return None  # kept by no `Programs`, unbound, tensor parameters, or draws (a new seed per call)
     read = itemgetter(*_SWITCHES, *names)
