@@ -162,6 +162,21 @@ def test_cache_shows_and_clears_what_is_stored(tmp_path, monkeypatch, capsys):
     assert store.usage() == [] and store.read("kernels", "a") is None
 
 
+def test_cache_counts_a_file_stored_under_several_names_once(tmp_path, monkeypatch):
+    """A host group's library is linked under each of its kernels' keys (`store.write_name`): its bytes count once."""
+    from autocuda.toolchain import store
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))
+    data = b"\0" * 8192
+    store.save("host", "first", data)
+    first = store.folder("host") / "first"
+    for name in ("second", "third"):
+        store.write_name(store.folder("host") / name, first, data)
+    linked = first.stat().st_nlink == 3  # a file system that takes no links gets copies: their bytes count each
+    assert dict((kind, (n, size)) for kind, n, size in store.usage()) == {"host": (3, len(data) * (1 if linked else 3))}
+    assert all(store.read("host", name) == data for name in ("first", "second", "third"))
+
+
 def test_new_accepts_exactly_the_names_a_spec_may_have(tmp_path: Path, capsys) -> None:
     """`new` and `show` follow one rule (spec/names.py): a 64-character name works end to end, 65 is refused."""
     from autocuda.spec.names import MAX_SPEC_NAME

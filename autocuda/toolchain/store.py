@@ -416,14 +416,16 @@ def _entries(path: Path) -> list[os.stat_result]:
 
 
 def usage() -> list[tuple[str, int, int]]:
-    """(kind, entries, bytes) of each kind with a folder (or anything else of its name) under the cache root."""
+    """(kind, entries, bytes) of each kind with a folder (or anything else of its name) under the cache root; a file
+    stored under several names (a host group's library, linked under each kernel's key) counts its bytes once."""
     out = []
     for kind in KINDS:
         try:
             entries = _entries(root() / kind)
         except FileNotFoundError:
             continue
-        out.append((kind, len(entries), sum(entry.st_size for entry in entries)))
+        files = {(entry.st_dev, entry.st_ino): entry.st_size for entry in entries}
+        out.append((kind, len(entries), sum(files.values())))
     return out
 
 
