@@ -1,9 +1,10 @@
 """A layer's programs (`autocuda.call.program`, owned by the layer: `layer._programs`): a layer's call like an earlier
 one runs that call's program; any change of what the key holds (the layer's switches, the compile-time constants'
 values, x's shape, dtype, alignment, contiguity or grad, the states' and parameters' types) runs the program the
-change asks for. A layer whose switches and parameters are the objects they were, called from a reset, finds its
-program by the key with the configuration's part it kept (`nn.layer_call.run_keyed`; the program runs the native
-operator or its bound launch), and no changed call takes that path. On the host runner, every result and gradient
+change asks for. A layer whose switches and parameters are the objects they were, called from a reset or going on
+from its tensor states, in either step mode, finds its program by the key with the configuration's part it kept
+(`nn.layer_call.run_keyed`; the program runs the native operator or its bound launch), and no changed call takes that
+path. On the host runner, every result and gradient
 equals the unbound path's bitwise."""
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ def keyed_runs(monkeypatch):
     ran = []
     original = program.Program.run_layer
 
-    def spy(self, x, numbers):
-        results = original(self, x, numbers)
+    def spy(self, x, states, numbers):
+        results = original(self, x, states, numbers)
         if results:
             ran.append((tuple(x.shape), self.native is not None and native.USE))
         return results
@@ -289,6 +290,120 @@ def test_a_state_that_is_not_a_float_leaves_the_keyed_call(monkeypatch):
         assert torch.equal(got, layer(x)), value
         monkeypatch.setattr(program, "ENABLED", True)
     assert ran == [((5, 3, 4), True)], "only the float state took the keyed call"
+
+
+def steps_outcome(layer, x):
+    """The layer's single steps over x's first dim from a reset: each step's output, the final membrane and, where x
+    records a graph, x's gradient (of all steps' outputs, weighted)."""
+    layer.reset()
+    outs = [layer(x[t]) for t in range(x.shape[0])]
+    results = [*outs, layer.v]
+    if outs[0].grad_fn is not None:
+        total = sum((out * (t + 1)).sum() for t, out in enumerate(outs))
+        results.append(torch.autograd.grad(total, x)[0])
+    return results
+
+
+def steps_full_path(layer, x, monkeypatch):
+    monkeypatch.setattr(program, "ENABLED", False)
+    try:
+        return steps_outcome(layer, x)
+    finally:
+        monkeypatch.setattr(program, "ENABLED", True)
+
+
+def check_steps_keyed(layer, x, monkeypatch):
+    """Step mode 's' over x's first dim: the first step after a reset (float states) and the steps that go on from
+    the tensor states each find their program by the kept key, run by the native operator, with the full path's
+    results and gradients."""
+    want = steps_full_path(layer, x, monkeypatch)
+    for _ in range(2):  # builds the programs (the native plans after their first backward)
+        assert_same(steps_outcome(layer, x), want, "builds")
+    ran = keyed_runs(monkeypatch)
+    assert_same(steps_outcome(layer, x), want, "keyed")
+    assert ran == [(tuple(x.shape[1:]), True)] * x.shape[0], "each step by its program's native plan"
+    assert layer.v.shape == x.shape[1:] and layer._programs.configured is not None
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_single_steps_find_their_programs_by_the_kept_key(grad, monkeypatch):
+    needs_the_native_operator()
+    check_steps_keyed(LIFNode(tau=2.0, step_mode="s", backend="host"), x_of((5, 3, 4), grad=grad), monkeypatch)
+
+
+def check_going_on(layer, chunks, monkeypatch):
+    """Step mode 'm' without a reset between calls (truncated BPTT's chunks, chunks[i]): the states are the last
+    call's tensors, and each call after the first finds its program by the kept key, with the full path's
+    results."""
+    grad = chunks.requires_grad
+
+    def going_on():
+        layer.reset()
+        results = []
+        for chunk in chunks:
+            out = layer(chunk)
+            results += [out, layer.v]
+            if grad:
+                results.append(torch.autograd.grad(out.sum(), chunks, retain_graph=True)[0])
+                layer.v = layer.v.detach()  # truncated: the next chunk starts from the values alone
+        return results
+
+    monkeypatch.setattr(program, "ENABLED", False)
+    want = going_on()
+    monkeypatch.setattr(program, "ENABLED", True)
+    for _ in range(2):
+        assert_same(going_on(), want, "builds")
+    ran = keyed_runs(monkeypatch)
+    assert_same(going_on(), want, "keyed")
+    assert ran == [(tuple(chunks.shape[1:]), True)] * len(chunks), \
+        "every chunk by the kept key: the first from numbers, then from tensors"
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_sequence_that_goes_on_from_tensor_states_finds_its_program(grad, monkeypatch):
+    needs_the_native_operator()
+    check_going_on(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of((4, 5, 3), grad=grad), monkeypatch)
+
+
+def test_the_kept_key_serves_its_own_step_mode_only(monkeypatch):
+    """A configuration kept by calls in one step mode is not used by the other: a single step on x [3, 4] is no
+    sequence of three steps of four neurons (a program of that key exists), and the reverse."""
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+    x = x_of((3, 4), grad=False)
+    sequence = outcome(layer, x)
+    outcome(layer, x)  # kept
+    ran = keyed_runs(monkeypatch)
+    layer.step_mode = "s"
+    step = outcome(layer, x)
+    assert ran == [], "a single step did not run the sequence's program"
+    assert step[0].shape == (3, 4) and step[1].shape == (3, 4) and not torch.equal(step[0], sequence[0])
+    assert_same(step, full_path(layer, x, monkeypatch), "a single step")
+    assert_same(outcome(layer, x), step, "a single step, kept")
+    assert ran == [((3, 4), True)], "kept for single steps now"
+    layer.step_mode = "m"
+    assert_same(outcome(layer, x), sequence, "a sequence again")
+    assert ran == [((3, 4), True)], "a sequence did not run the single step's program"
+
+
+def test_tensor_states_of_another_shape_or_dtype_leave_the_keyed_call(monkeypatch):
+    """A state of another shape restarts at its initial value and one of another dtype is converted, as on the full
+    path (SpikingJelly's rule): the keyed call leaves both to it."""
+    needs_the_native_operator()
+    layer = LIFNode(tau=2.0, step_mode="s", backend="host")
+    x = x_of((5, 3, 4), grad=False)
+    for _ in range(2):
+        steps_outcome(layer, x)
+    ran = keyed_runs(monkeypatch)
+    for state in (torch.full((4, 3), 0.5, dtype=torch.float64), torch.full((12,), 0.5, dtype=torch.float64),
+                  torch.full((3, 4), 0.5, dtype=torch.float32)):  # as many neurons, in another shape; another dtype
+        layer.v = state
+        got = [layer(x[0]), layer.v]
+        layer.v = state
+        monkeypatch.setattr(program, "ENABLED", False)
+        assert_same(got, [layer(x[0]), layer.v], str(state.shape))
+        monkeypatch.setattr(program, "ENABLED", True)
+    assert ran == [], "neither state took the keyed call"
 
 
 def test_functorch_transforms_leave_the_keyed_call(monkeypatch):

@@ -26,6 +26,7 @@ from ..spec.model import NeuronSpec
 from . import program as programs_module
 from .memory_order import memory_order
 from .program import (
+    FLOATS,
     PROGRAMS,
     SUPPORTED_DTYPES,
     Call,
@@ -40,7 +41,6 @@ from .program import (
 __all__ = ["multi_step", "single_step"]
 
 Tensor = torch.Tensor
-_FLOAT = frozenset({float})  # initial states' types of a call that a bound program may run at once
 
 
 def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initial_states: Tensor | float,
@@ -115,10 +115,10 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
                  store_state_seq: bool, final_states: bool, backend: str | None, save_h: bool,
                  params: dict[str, Any]) -> tuple[tuple, tuple[Program, dict[str, Any]] | None]:
     """`multi_step`'s results (no recompute) through the programs of `programs` (a layer's own, or functional
-    calls'), and, of a call from states of numbers, its program and the parameters' values (else None). A call of a
-    bound program's key runs it at once (`Program.run_bound`): no `Call` is built."""
+    calls'), and, of a call that launched its program's kernels, that program and the parameters' values (else
+    None). A call of a bound program's key runs it at once (`Program.run_bound`): no `Call` is built."""
     found = None  # the program of the call's key where it was looked up: `Call` need not work the key out again
-    if type(x_seq) is Tensor and _FLOAT.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
+    if type(x_seq) is Tensor and FLOATS.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
             torch.compiler.is_compiling() or transforms_active()):
         options = (False, store_state_seq, final_states)
         try:
@@ -158,7 +158,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
     more = [as_rows(u, (steps, call.numel)) for u in inputs[1:]]
     outputs, positions = call.launch(flat, False, store_state_seq, final_states, more)
     return sequence_results(outputs, positions, None if flat is x_seq else shape, call.shape, final_states,
-                            store_state_seq), (call.program, call.values) if call.numbers else None
+                            store_state_seq), (call.program, call.values)
 
 
 def sequence_results(outputs: Sequence[Tensor], positions: tuple, shape: tuple[int, ...] | None,
@@ -184,13 +184,15 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
     if _draws_under_compile(spec):
         return _eagerly(single_step)(spec, x, *states, surrogate=surrogate, detach_reset=detach_reset, reset=reset,
                                      backend=backend, **params)
-    return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)
+    return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)[0]
 
 
 def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Tensor],
              states: Sequence[Tensor | float], surrogate: Any, detach_reset: bool, reset: str | None,
-             backend: str | None, params: dict[str, Any]) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """`single_step` through the programs of `programs` (a layer's own, or functional calls')."""
+             backend: str | None, params: dict[str, Any]
+             ) -> tuple[tuple[Tensor, tuple[Tensor, ...]], tuple[Program, dict[str, Any]] | None]:
+    """`single_step`'s results through the programs of `programs` (a layer's own, or functional calls'), and, of a
+    call that launched its program's kernels, that program and the parameters' values (else None)."""
     inputs = _step_inputs(x, "x", 0)
     x = inputs[0]
     if not x.is_contiguous():
@@ -199,7 +201,7 @@ def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Te
             spike, new_states = single_step(spec, _one_or_all(order.inputs(inputs)), *order.states(states),
                                             surrogate=surrogate, detach_reset=detach_reset, reset=reset,
                                             backend=backend, **order.params(params))
-            return order.sequence(spike), tuple(map(order.sequence, new_states))
+            return (order.sequence(spike), tuple(map(order.sequence, new_states))), None
     call = Call(spec, x, tuple(x.shape), states, surrogate, detach_reset, reset, backend, params, len(inputs),
                 True, programs, (True, False, True))
     if call.backend == "reference":
@@ -211,14 +213,15 @@ def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Te
         draws = system_draws(system) if seed is not None else ()  # (no sympy where torch.compile traces a call)
         drawn = step_values(draws, seed, 0, inputs[0]) if seed is not None and draws else None
         spike, new_states, _ = ref.step(system, x_in, states_in, params, surrogate_in, detach, drawn)
-        return spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)
+        return (spike.to(x.dtype), tuple(s.to(x.dtype) for s in new_states)), None
     flat = as_rows(x, (call.numel,))
     more = [as_rows(u, (call.numel,)) for u in inputs[1:]]
     outputs, (spike, finals, _) = call.launch(flat, True, False, True, more)
+    ran = call.program, call.values
     if flat is x:  # x is [N] already: so are the outputs
-        return outputs[spike], tuple(map(outputs.__getitem__, finals))
+        return (outputs[spike], tuple(map(outputs.__getitem__, finals))), ran
     shape = tuple(x.shape)
-    return outputs[spike].view(shape), tuple(neuron_shaped(outputs[i], shape) for i in finals)
+    return (outputs[spike].view(shape), tuple(neuron_shaped(outputs[i], shape) for i in finals)), ran
 
 
 def _step_inputs(x: Any, name: str, min_dim: int) -> tuple[Tensor, ...]:

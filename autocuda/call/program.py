@@ -37,8 +37,8 @@ from . import native, ops
 from .memory_order import broadcasts
 from .native.plan import Unplannable, plan_words
 
-__all__ = ["Call", "Program", "Programs", "as_rows", "call_key", "configuration_key", "configuration_number",
-           "program_key"]
+__all__ = ["FLOATS", "Call", "Program", "Programs", "as_rows", "call_key", "configuration_key",
+           "configuration_number", "program_key", "state_class"]
 
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
@@ -54,7 +54,7 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
     its number) and the input class (`program_key`). TypeError for a spec of a wrong type or an unhashable argument."""
     configuration = configuration_number(
         configuration_key(spec, surrogate, detach_reset, reset, backend, save_h, options, params))
-    return program_key(configuration, x, _state_class(states))
+    return program_key(configuration, x, state_class(states))
 
 
 def configuration_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
@@ -98,10 +98,10 @@ def program_key(configuration: int, x: Tensor, state_class: tuple) -> tuple:
             torch.is_grad_enabled() and x.requires_grad, state_class)
 
 
-def _state_class(states: Sequence[Any]) -> tuple:
+def state_class(states: Sequence[Any]) -> tuple:
     """The initial states' types, and each tensor's alignment and need of a gradient (a bound launch assumes them)."""
     types = tuple(map(type, states))
-    if _FLOAT.issuperset(types):
+    if FLOATS.issuperset(types):
         return types
     grad = torch.is_grad_enabled()
     return types, tuple((s.data_ptr() & 15, grad and s.requires_grad) for s in states if isinstance(s, Tensor))
@@ -117,7 +117,7 @@ def input_class(x: Tensor) -> tuple:
 _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 # Whether a string names a spec file: asked on every eager call, so cached (a C call, no Python frame)
 _names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
-_FLOAT = frozenset({float})  # the types of initial states given as numbers only
+FLOATS = frozenset({float})  # the types of initial states given as numbers only
 _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the program checks them)
 
 
@@ -282,13 +282,16 @@ class Program:
         tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
-    def run_layer(self, x: Tensor, numbers: list[float]) -> list[Tensor]:
-        """A layer's call from states of numbers (`nn.layer_call.run_keyed`; `numbers`: the initial states, then the
-        scalars): the spikes in x's shape and the final states in its neuron shape, by the native plan or the bound
-        launch; [] while the native plan is still to be made (the layer's full path makes it)."""
+    def run_layer(self, x: Tensor, states: list[Tensor], numbers: list[float]) -> list[Tensor]:
+        """A layer's keyed call (`nn.layer_call.run_keyed`; `states`: the initial states where tensors, each of the
+        neuron shape; `numbers`: where numbers, the initial states, then the scalars): the spikes in x's shape and the
+        final states in its neuron shape, by the native plan, or a multi-step call's bound launch from numbers; []
+        where neither runs it (the native plan still to be made; tensor states or a single step on the Python path):
+        the layer's full path runs it."""
         if self.native is not None and native.USE:
-            return self.native_layer_call(self.native, x, numbers)
-        if self.launch is None or (self.native_wanted and native.USE and self.plannable()):
+            return self.native_layer_call(self.native, x, states, numbers)
+        if states or self.launch is None or self.bound_form.single or (
+                self.native_wanted and native.USE and self.plannable()):
             return []
         outputs, form = self.run_numbers(x, numbers), self.bound_form
         return [outputs[form.spike_at].view(x.shape), *map(outputs.__getitem__, form.finals)]
@@ -438,7 +441,7 @@ class Call:
     def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
         """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""
         names = self.state_names
-        self.numbers = len(states) == len(names) and _FLOAT.issuperset(map(type, states))
+        self.numbers = len(states) == len(names) and FLOATS.issuperset(map(type, states))
         if self.numbers:  # as after a reset: nothing to check
             return list(states)
         if len(states) > len(names):

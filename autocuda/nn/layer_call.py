@@ -14,7 +14,7 @@ import torch
 from ..call import functional as F
 from ..call import mixing
 from ..call import program as programs
-from ..call.program import Program, Programs, program_key, transforms_active
+from ..call.program import FLOATS, Program, Programs, program_key, state_class, transforms_active
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
@@ -54,8 +54,8 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
 def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
                  params: dict[str, Any], compiling: bool, written: bool = False) -> tuple:
     """A multi-step call's (spikes, final states, state sequences: kept where v_seq is stored or the output reads
-    a state) by the layer's `Programs`; from states of numbers with the spike as output, keeps its configuration for
-    `run_keyed` (`configure`). `written` (`writes_output`): the output-writing variant runs, its spikes the output."""
+    a state) by the layer's `Programs`; with the spike as output, keeps its configuration for `run_keyed`
+    (`configure`). `written` (`writes_output`): the output-writing variant runs, its spikes the output."""
     d = layer.__dict__
     output = d["_output"]
     keep = not written and (d["_store_v_seq"] or d["_output_reads_states"])
@@ -96,13 +96,18 @@ def written_spec_ref(layer: Neuron) -> str:
 
 def run_step(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], states: list[Any],
              params: dict[str, Any], compiling: bool) -> tuple[torch.Tensor, tuple]:
-    """A single-step call's (spike, new states), run by the layer's own programs."""
+    """A single-step call's (spike, new states), run by the layer's own programs; with the spike as output and no
+    v_seq stored, keeps its configuration for `run_keyed` (`configure`)."""
     d = layer.__dict__
     if compiling:
         return F.single_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"],
                              detach_reset=d["detach_reset"], backend=BACKENDS[d["backend"]], **params)
-    return F.run_step(_programs(d), d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
-                      BACKENDS[d["backend"]], params)
+    owned = _programs(d)
+    results, ran = F.run_step(owned, d["_spec_ref"], x, states, d["_surrogate_ref"], d["detach_reset"], None,
+                              BACKENDS[d["backend"]], params)
+    owned.configured = None if ran is None or d["_store_v_seq"] or d["_output"].kind != SPIKE else \
+        configure(d, *ran)
+    return results
 
 
 def _programs(d: dict[str, Any]) -> Programs:
@@ -119,27 +124,32 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
 
 
 def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:
-    """What `run_keyed` needs after `program` ran a call from states of numbers (`values`, with defaults): a reader of
-    the switches and parameters, the objects it read, the key's configuration part, the states' class, the scalars.
-    None where a parameter is no plain attribute (its changes would not show in the dict) or the program is unkeyed."""
+    """What `run_keyed` needs after `program` ran a call (`values`: its parameters, with defaults): a reader of the
+    switches and parameters, the objects it read, the key's configuration part, the first dim of x's neuron shape (1
+    for a sequence, 0 for one step), the scalars. None where a parameter is no plain attribute (its changes would not
+    show in the dict) or the program is unkeyed."""
     names = d["_param_names"]
     if (program.configuration is None or program.launch is None or program.draws or program.tensors
-            or not all(name in d for name in names)):
-        return None  # kept by no `Programs`, unbound, tensor parameters, or draws (a new seed per call)
+            or len(program.inputs) != 1 or not all(name in d for name in names)):
+        return None  # kept by no `Programs`, unbound, tensor parameters, several inputs, or draws (a seed per call)
     read = itemgetter(*_SWITCHES, *names)
-    floats = (float,) * len(d["_state_names"])
-    return read, read(d), program.configuration, floats, tuple(program.scalar_values(values))
+    return (read, read(d), program.configuration, 0 if program.bound_form.single else 1,
+            tuple(program.scalar_values(values)))
 
 
-def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
-    """The spikes of an eager multi-step call of one tensor from float states (as after a reset), by the program that
-    `configure`'s kept part of the key and x's input class find (`program_key`); else None: the full path runs."""
+def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
+    """The spikes of an eager call of one tensor (`first`: 1 for a sequence, 0 for one step) in the step mode of the
+    layer's kept configuration (`configure`), from float states (as after a reset) or tensor states of x's neuron shape
+    and dtype (as after a call), by the program that the kept part of the key and the call's input class find
+    (`program_key`); else None: the full path runs."""
     d = layer.__dict__
     owned = d.get("_programs")
     kept = None if owned is None else owned.configured
     if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
         return None
-    read, seen, configuration, floats, scalars = kept
+    read, seen, configuration, kept_first, scalars = kept
+    if kept_first != first:  # configured by a call in the other step mode
+        return None
     try:
         now = read(d)
     except KeyError:  # a parameter that is no plain attribute now (made a Parameter or a buffer): never again
@@ -148,16 +158,21 @@ def run_keyed(layer: Neuron, x: Any) -> torch.Tensor | None:
     if not all(map(is_, now, seen)):
         return None
     names = d["_state_names"]
-    numbers = []
+    states: list[Any] = []
     for name in names:  # a loop: cheaper than map and a set test for a layer's few states
-        value = d.get(name)
-        if type(value) is not float:
-            return None
-        numbers.append(value)
-    program = owned.get(program_key(configuration, x, floats))
+        states.append(d.get(name))
+    if FLOATS.issuperset(map(type, states)):
+        numbers, tensors = [*states, *scalars], []
+    else:  # tensors of x's neuron shape and dtype (another restarts at its initial value: the full path)
+        shape, dtype = x.shape[first:], x.dtype
+        for state in states:
+            if type(state) is not torch.Tensor or state.shape != shape or state.dtype != dtype:
+                return None
+        numbers, tensors = list(scalars), states
+    program = owned.get(program_key(configuration, x, state_class(states)))
     if program is None:
         return None
-    results = program.run_layer(x, [*numbers, *scalars])
+    results = program.run_layer(x, tensors, numbers)
     if not results:
         return None
     for name, value in zip(names, results[1:]):

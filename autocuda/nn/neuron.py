@@ -361,8 +361,12 @@ class Neuron(MemoryViews, MemoryBase):
 
     def single_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         sync_surrogate(self)
-        given, x = step_inputs(self, inputs, 0)
         compiling = torch.compiler.is_compiling()  # asked once a call (see `store_states`)
+        if not compiling and len(inputs) == 1:
+            spike = run_keyed(self, inputs[0], 0)
+            if spike is not None:
+                return spike
+        given, x = step_inputs(self, inputs, 0)
         params = read_params(self, compiling)
         spike, new_states = run_step(self, given, start_states(self, x, 0, compiling), params, compiling)
         store_states(self, self._state_names, new_states, compiling)
@@ -375,7 +379,7 @@ class Neuron(MemoryViews, MemoryBase):
         if self.__dict__["_surrogate_foreign"] is not None:  # `sync_surrogate`, its test inline (the hot path)
             sync_surrogate(self)
         if not compiling and len(inputs) == 1:
-            spikes = run_keyed(self, inputs[0])
+            spikes = run_keyed(self, inputs[0], 1)
             if spikes is not None:
                 return spikes
         given, x_seq = step_inputs(self, inputs, 1)

@@ -1,7 +1,8 @@
 """A layer's programs on CUDA (`autocuda.call.program`, owned by the layer): every change between calls that the key
 holds runs the program it asks for, bitwise the unbound path's, through the Python and the native path, at a size
 whose kernels load vectors (so that a misaligned x needs its own launch); a layer's keyed call (the native
-path's and the bound launch's) in each dtype; and a layer moved between devices."""
+path's and the bound launch's) in each dtype, also single steps and sequences that go on from tensor states; and a
+layer moved between devices."""
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ from test_layer_programs import (  # noqa: E402 - the cores of the CPU test, sha
     GAIN_LIF,
     assert_same,
     check_change,
+    check_going_on,
     check_keyed,
+    check_steps_keyed,
     full_path,
     keyed_runs,
     needs_the_native_operator,
@@ -66,6 +69,16 @@ def test_a_layer_finds_its_program_by_the_kept_key_on_the_gpu(dtype, shape, grad
         needs_the_native_operator()
     monkeypatch.setattr(native, "USE", path == "native")
     check_keyed(LIFNode(tau=2.0, step_mode="m"), x_of(shape, dtype, grad, CUDA), monkeypatch, path == "native")
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_single_steps_and_sequences_going_on_find_their_programs_on_the_gpu(dtype, grad, monkeypatch):
+    """Step mode 's' (float states, then tensor states) and sequences that go on from tensor states, by the kept
+    key and the native operator, bitwise the full path's."""
+    needs_the_native_operator()
+    check_steps_keyed(LIFNode(tau=2.0, step_mode="s"), x_of((4, 8, 16, 32), dtype, grad, CUDA), monkeypatch)
+    check_going_on(LIFNode(tau=2.0, step_mode="m"), x_of((3, 4, 4096), dtype, grad, CUDA), monkeypatch)
 
 
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,

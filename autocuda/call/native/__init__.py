@@ -117,10 +117,10 @@ def call(plan: int, x: torch.Tensor, states: Sequence[torch.Tensor], numbers: Se
 
 def operator(name: str = "call") -> Callable[..., list[torch.Tensor]]:
     """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`
-    (as `call` above); `layer_call` (plan, x, numbers), a layer's repeated multi-step call from states of numbers,
-    which gives the spikes in x's shape and the final states in its neuron shape; `op_call` (plan, x, others,
-    numbers), an op implementation's one launch (`ops.NativePlans`). The last two give an empty list for tensors the
-    plan was not made for."""
+    (as `call` above); `layer_call` (plan, x, states, numbers), a layer's keyed call from states of numbers or
+    tensors (`nn.layer_call.run_keyed`), which gives the spikes in x's shape and the final states in its neuron
+    shape; `op_call` (plan, x, others, numbers), an op implementation's one launch (`ops.NativePlans`). The last two
+    give an empty list for tensors the plan was not made for."""
     if name not in _OPERATORS:
         raise RuntimeError(f"the native operator is not loaded ({status()})")
     return _OPERATORS[name]

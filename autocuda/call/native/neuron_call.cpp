@@ -483,14 +483,19 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at
   return run_call(number, plan, x, others, numbers);
 }
 
-// A layer's repeated call (nn.Neuron): the spikes in x's shape, then each final state in x's neuron shape. An x the
-// plan does not fit, or whose call records a graph where the plan's does not (or the reverse), gets no results: the
+// A layer's repeated call (nn.Neuron), multi-step or single, from states of numbers or tensors (`others`: each
+// [N] values of the neuron shape): the spikes in x's shape, then each final state in x's neuron shape. Tensors the
+// plan does not fit, or a call that records a graph where the plan's does not (or the reverse), get no results: the
 // layer takes its full path.
-std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
+                                   std::vector<double> numbers) {
   const Plan& plan = plan_numbered(number);
-  if (!fits(plan, x, {}) || (at::GradMode::is_enabled() && x.requires_grad()) != plan.trains) return {};
-  std::vector<at::Tensor> outputs = run_call(number, plan, x, {}, numbers);
-  std::vector<at::Tensor> results{x.dim() == 2 ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
+  bool graph = x.requires_grad();
+  for (const at::Tensor& other : others) graph = graph || other.requires_grad();
+  if (!fits(plan, x, others) || (at::GradMode::is_enabled() && graph) != plan.trains) return {};
+  std::vector<at::Tensor> outputs = run_call(number, plan, x, others, numbers);
+  bool flat = x.dim() == (plan.steps == kSingle ? 1 : 2);
+  std::vector<at::Tensor> results{flat ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
   for (int64_t at : plan.finals) results.push_back(outputs[at]);
   return results;
 }
@@ -512,6 +517,6 @@ std::vector<at::Tensor> op_call(int64_t number, const at::Tensor& x, std::vector
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
   m.def("call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &call);
-  m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
+  m.def("layer_call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &layer_call);
   m.def("op_call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &op_call);
 }
