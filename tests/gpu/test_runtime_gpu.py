@@ -96,13 +96,17 @@ def random_params(name: str, g: torch.Generator, compute: torch.dtype, shape) ->
 def _distance(system, values: dict, h: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """How far a step's spike is from changing: |h - threshold|; with spike levels (stbif's +1 at h >= 1 while
     acc_q < pos_max, -1 at h < 0 while acc_q > neg_min), the nearest of each level's argument and each comparison
-    in it: backward reads the states as stored, rounded to the dtype, so a comparison of a state within rounding of
-    its bound (an acc_q of 0.9991 stored as 1.0 in bfloat16) takes the other branch there."""
-    if not system.levels:
+    in it; and the nearest of each comparison in the charge (klif's rectifier, where(0 < z, z, 0)). Backward reads
+    the states as stored, rounded to the dtype, so a comparison of a state within rounding of its bound takes the
+    other branch there (an acc_q of 0.9991 stored as 1.0 in bfloat16; klif, bfloat16, seed 68991: grad x -0.23
+    where the reference's is 0, at a neuron whose z lies within bfloat16's rounding of 0)."""
+    charge = [c.lhs - c.rhs for c in system.charge.atoms(Relational)]
+    if not system.levels and not charge:
         return (h - threshold).abs()
     at = {**values, reference.H: h, reference.THRESHOLD: threshold}
-    terms = [term for level in system.levels for term in (level.argument, *(c.lhs - c.rhs for c in
+    spike = [term for level in system.levels for term in (level.argument, *(c.lhs - c.rhs for c in
                                                                           level.argument.atoms(Relational)))]
+    terms = [*(spike or [reference.H - reference.THRESHOLD]), *charge]
     distances = [torch.as_tensor(evaluate(term, at), dtype=h.dtype, device=h.device).abs() for term in terms]
     return torch.stack([torch.broadcast_to(d, h.shape) for d in distances]).amin(0)
 
