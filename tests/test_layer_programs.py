@@ -54,11 +54,12 @@ def outcome(layer, x):
     return results
 
 
-def full_path(layer, x, monkeypatch):
-    """The call's results through no bound launch, native plan or kept configuration (`program.ENABLED` off)."""
+def full_path(layer, x, monkeypatch, run=None):
+    """The call's results (`run`: `outcome` unless given) through no bound launch, native plan or kept configuration
+    (`program.ENABLED` off)."""
     monkeypatch.setattr(program, "ENABLED", False)
     try:
-        return outcome(layer, x)
+        return (run or outcome)(layer, x)
     finally:
         monkeypatch.setattr(program, "ENABLED", True)
 
@@ -304,19 +305,11 @@ def steps_outcome(layer, x):
     return results
 
 
-def steps_full_path(layer, x, monkeypatch):
-    monkeypatch.setattr(program, "ENABLED", False)
-    try:
-        return steps_outcome(layer, x)
-    finally:
-        monkeypatch.setattr(program, "ENABLED", True)
-
-
 def check_steps_keyed(layer, x, monkeypatch):
     """Step mode 's' over x's first dim: the first step after a reset (float states) and the steps that go on from
     the tensor states each find their program by the kept key, run by the native operator, with the full path's
     results and gradients."""
-    want = steps_full_path(layer, x, monkeypatch)
+    want = full_path(layer, x, monkeypatch, steps_outcome)
     for _ in range(2):  # builds the programs (the native plans after their first backward)
         assert_same(steps_outcome(layer, x), want, "builds")
     ran = keyed_runs(monkeypatch)
