@@ -215,8 +215,9 @@ class Program:
         self.launch: Any = None  # the forward launch bound to the input class (`bindable` programs)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)
-        self.native_call: Any = None  # the native operators' `call` and `layer_call`, once the plan is made
+        self.native_call: Any = None  # the native operators' `call`, `layer_call`, `layer_call_states` (plan made)
         self.native_layer_call: Any = None
+        self.native_layer_states: Any = None
         self.native_wanted = False  # whether calls of this program may take the native path (`bind`)
         self.configuration: int | None = None  # its key's configuration number, where `Programs` keeps it
 
@@ -289,7 +290,9 @@ class Program:
         where neither runs it (the native plan still to be made; tensor states or a single step on the Python path):
         the layer's full path runs it."""
         if self.native is not None and native.USE:
-            return self.native_layer_call(self.native, x, states, numbers)
+            if states:
+                return self.native_layer_states(self.native, x, states, numbers)
+            return self.native_layer_call(self.native, x, numbers)
         if states or self.launch is None or self.bound_form.single or (
                 self.native_wanted and native.USE and self.plannable()):
             return []
@@ -373,6 +376,7 @@ class Program:
                 return
             self.native = native.make_plan(words.words, words.dtypes)
             self.native_call, self.native_layer_call = native.operator(), native.operator("layer_call")
+            self.native_layer_states = native.operator("layer_call_states")
 
 
 def _spread(value: Tensor) -> int:

@@ -14,7 +14,7 @@ import torch
 from ..call import functional as F
 from ..call import mixing
 from ..call import program as programs
-from ..call.program import FLOATS, Program, Programs, program_key, state_class, transforms_active
+from ..call.program import Program, Programs, program_key, state_class, transforms_active
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
@@ -126,14 +126,15 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
 def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:
     """What `run_keyed` needs after `program` ran a call (`values`: its parameters, with defaults): a reader of the
     switches and parameters, the objects it read, the key's configuration part, the first dim of x's neuron shape (1
-    for a sequence, 0 for one step), the scalars. None where a parameter is no plain attribute (its changes would not
-    show in the dict) or the program is unkeyed."""
+    for a sequence, 0 for one step), the class of float states, the scalars. None where a parameter is no plain
+    attribute (its changes would not show in the dict) or the program is unkeyed."""
     names = d["_param_names"]
     if (program.configuration is None or program.launch is None or program.draws or program.tensors
             or len(program.inputs) != 1 or not all(name in d for name in names)):
         return None  # kept by no `Programs`, unbound, tensor parameters, several inputs, or draws (a seed per call)
     read = itemgetter(*_SWITCHES, *names)
-    return (read, read(d), program.configuration, 0 if program.bound_form.single else 1,
+    floats = (float,) * len(d["_state_names"])
+    return (read, read(d), program.configuration, 0 if program.bound_form.single else 1, floats,
             tuple(program.scalar_values(values)))
 
 
@@ -147,7 +148,7 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
     kept = None if owned is None else owned.configured
     if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
         return None
-    read, seen, configuration, kept_first, scalars = kept
+    read, seen, configuration, kept_first, floats, scalars = kept
     if kept_first != first:  # configured by a call in the other step mode
         return None
     try:
@@ -158,21 +159,23 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
     if not all(map(is_, now, seen)):
         return None
     names = d["_state_names"]
-    states: list[Any] = []
+    numbers: list[Any] = []
+    tensors: list[Any] = []
     for name in names:  # a loop: cheaper than map and a set test for a layer's few states
-        states.append(d.get(name))
-    if FLOATS.issuperset(map(type, states)):
-        numbers, tensors = [*states, *scalars], []
-    else:  # tensors of x's neuron shape and dtype (another restarts at its initial value: the full path)
-        shape, dtype = x.shape[first:], x.dtype
-        for state in states:
-            if type(state) is not torch.Tensor or state.shape != shape or state.dtype != dtype:
-                return None
-        numbers, tensors = list(scalars), states
-    program = owned.get(program_key(configuration, x, state_class(states)))
+        value = d.get(name)
+        if type(value) is float:
+            numbers.append(value)
+        # a tensor of x's neuron shape and dtype (another restarts at its initial value or is converted: full path)
+        elif type(value) is torch.Tensor and value.shape == x.shape[first:] and value.dtype == x.dtype:
+            tensors.append(value)
+        else:
+            return None
+    if numbers and tensors:
+        return None
+    program = owned.get(program_key(configuration, x, state_class(tensors) if tensors else floats))
     if program is None:
         return None
-    results = program.run_layer(x, tensors, numbers)
+    results = program.run_layer(x, tensors, [*numbers, *scalars])
     if not results:
         return None
     for name, value in zip(names, results[1:]):

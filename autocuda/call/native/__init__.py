@@ -117,10 +117,10 @@ def call(plan: int, x: torch.Tensor, states: Sequence[torch.Tensor], numbers: Se
 
 def operator(name: str = "call") -> Callable[..., list[torch.Tensor]]:
     """An operator's C++ callable, once loaded (held by who calls it often: no Python frame in between): `call`
-    (as `call` above); `layer_call` (plan, x, states, numbers), a layer's keyed call from states of numbers or
-    tensors (`nn.layer_call.run_keyed`), which gives the spikes in x's shape and the final states in its neuron
-    shape; `op_call` (plan, x, others, numbers), an op implementation's one launch (`ops.NativePlans`). The last two
-    give an empty list for tensors the plan was not made for."""
+    (as `call` above); `layer_call` (plan, x, numbers) and `layer_call_states` (plan, x, states, numbers), a layer's
+    keyed call from states of numbers or of tensors (`nn.layer_call.run_keyed`), which give the spikes in x's shape
+    and the final states in its neuron shape; `op_call` (plan, x, others, numbers), an op implementation's one
+    launch (`ops.NativePlans`). The last three give an empty list for tensors the plan was not made for."""
     if name not in _OPERATORS:
         raise RuntimeError(f"the native operator is not loaded ({status()})")
     return _OPERATORS[name]
@@ -193,7 +193,8 @@ def _load(path: Path) -> None:
     global _CALL
     try:
         cache.open_verified(path, _open_library)  # the bytes verified, never `path` opened again
-        for name in ("layer_call", "op_call", "call"):  # each overload's __call__ only forwards to its C++ callable
+        # each overload's __call__ only forwards to its C++ callable
+        for name in ("layer_call", "layer_call_states", "op_call", "call"):
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
         _CALL = _OPERATORS["call"]

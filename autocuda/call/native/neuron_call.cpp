@@ -483,12 +483,13 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at
   return run_call(number, plan, x, others, numbers);
 }
 
-// A layer's repeated call (nn.Neuron), multi-step or single, from states of numbers or tensors (`others`: each
-// [N] values of the neuron shape): the spikes in x's shape, then each final state in x's neuron shape. Tensors the
-// plan does not fit, or a call that records a graph where the plan's does not (or the reverse), get no results: the
-// layer takes its full path.
-std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
-                                   std::vector<double> numbers) {
+// A layer's keyed call (nn.Neuron), multi-step or single, from states of numbers or tensors (`others`: each [N]
+// values of the neuron shape): the spikes in x's shape, then each final state in x's neuron shape. Tensors the plan
+// does not fit, or a call that records a graph where the plan's does not (or the reverse), get no results: the
+// layer takes its full path. Two entries, so that a call from numbers passes no empty list (its boxing costs a
+// call ~0.4 us).
+std::vector<at::Tensor> keyed_call(int64_t number, const at::Tensor& x, const std::vector<at::Tensor>& others,
+                                   const std::vector<double>& numbers) {
   const Plan& plan = plan_numbered(number);
   bool graph = x.requires_grad();
   for (const at::Tensor& other : others) graph = graph || other.requires_grad();
@@ -498,6 +499,15 @@ std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vec
   std::vector<at::Tensor> results{flat ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
   for (int64_t at : plan.finals) results.push_back(outputs[at]);
   return results;
+}
+
+std::vector<at::Tensor> layer_call(int64_t number, const at::Tensor& x, std::vector<double> numbers) {
+  return keyed_call(number, x, {}, numbers);
+}
+
+std::vector<at::Tensor> layer_call_states(int64_t number, const at::Tensor& x, std::vector<at::Tensor> states,
+                                          std::vector<double> numbers) {
+  return keyed_call(number, x, states, numbers);
 }
 
 // An op's implementation (`autocuda::neuron_*` under torch.compile, whose autograd is the op's): the one launch of a
@@ -517,6 +527,7 @@ std::vector<at::Tensor> op_call(int64_t number, const at::Tensor& x, std::vector
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
   m.def("call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &call);
-  m.def("layer_call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &layer_call);
+  m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
+  m.def("layer_call_states(int plan, Tensor x, Tensor[] states, float[] numbers) -> Tensor[]", &layer_call_states);
   m.def("op_call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &op_call);
 }
