@@ -486,8 +486,8 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at
 // A layer's keyed call (nn.Neuron), multi-step or single, from states of numbers or tensors (`others`: each [N]
 // values of the neuron shape): the spikes in x's shape, then each final state in x's neuron shape. Tensors the plan
 // does not fit, or a call that records a graph where the plan's does not (or the reverse), get no results: the
-// layer takes its full path. Two entries, so that a call from numbers passes no empty list (its boxing costs a
-// call ~0.4 us).
+// layer takes its full path. Two entries, so that a call from numbers passes no empty list through the
+// dispatcher.
 std::vector<at::Tensor> keyed_call(int64_t number, const at::Tensor& x, const std::vector<at::Tensor>& others,
                                    const std::vector<double>& numbers) {
   const Plan& plan = plan_numbered(number);
