@@ -46,16 +46,27 @@ class _OnlineLIFNode(LIFNode):
         return self.single_step_forward(x)
 
     def single_step_forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
-        """The step through `single_step_functional_forward` (SpikingJelly's MemoryModule path); the outputs as a
-        list where there are several (OTTT's [spike, trace] in training)."""
+        """A training step is LIFNode's step (its keyed call where it runs) from the detached membrane, then
+        `online_outputs`; an evaluation step runs through `single_step_functional_forward` (SpikingJelly's
+        MemoryModule path). The outputs as a list where there are several (OTTT's [spike, trace] in training)."""
+        compiling = torch.compiler.is_compiling()
+        if self.training:
+            d, name = self.__dict__, self._state_names[0]
+            v = d[name] if not compiling and name in d else getattr(self, name)
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                store_states(self, (name,), (v.detach(),), compiling)
+            return self.online_outputs(Neuron.single_step_forward(self, x), compiling)
         names = self._memory_names
         states = self.materialize_states((x,), tuple(getattr(self, n) for n in names), "s")
         outputs, new_states = self.single_step_functional_forward((x,), states)
-        compiling = torch.compiler.is_compiling()
         store_states(self, names, new_states, compiling)
         if self.store_v_seq and isinstance(new_states[0], torch.Tensor):
             append_v_seq(self, new_states[0], compiling)
         return list(outputs) if len(outputs) > 1 else outputs[0]
+
+    def online_outputs(self, spike: torch.Tensor, compiling: bool) -> Any:
+        """A training step's outputs from its spike (the states it keeps besides the membrane updated)."""
+        return spike
 
     def multi_step_forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"step_mode: {type(self).__name__} runs single steps only ('s')")
@@ -96,6 +107,13 @@ class OTTTLIFNode(_OnlineLIFNode):
         if self.training and trace is None:
             trace = torch.zeros_like(inputs[0])
         return v, trace
+
+    def online_outputs(self, spike: torch.Tensor, compiling: bool) -> Any:
+        """[spike, trace], the trace (zeros where there is none yet) tracking the spike."""
+        trace = self.trace
+        trace = self.track_trace(spike, torch.zeros_like(spike) if trace is None else trace, self.tau)
+        store_states(self, ("trace",), (trace,), compiling)
+        return [spike, trace]
 
     @staticmethod
     def track_trace(spike: torch.Tensor, trace: torch.Tensor, tau: Any) -> torch.Tensor:
