@@ -110,7 +110,7 @@ class OTTTLIFNode(_OnlineLIFNode):
 
     def online_outputs(self, spike: torch.Tensor, compiling: bool) -> Any:
         """[spike, trace], the trace (zeros where there is none yet) tracking the spike."""
-        trace = self.trace
+        trace: Any = self.trace
         trace = self.track_trace(spike, torch.zeros_like(spike) if trace is None else trace, self.tau)
         store_states(self, ("trace",), (trace,), compiling)
         return [spike, trace]
