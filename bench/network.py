@@ -134,7 +134,8 @@ def _ours_fused(model: nn.Module) -> nn.Module:
 
 NEURONS: dict[str, Callable[[], nn.Module]] = {
     "ours": _ours, "ours-compiled": _ours, "ours-compiled-ro": _ours, "ours-fused": _ours,
-    "ours-fused-compiled-ro": _ours, "ours-rc-compiled-ro": _ours_recompute, "ours-fused-rc": _ours_recompute,
+    "ours-fused-compiled": _ours, "ours-fused-compiled-ro": _ours, "ours-rc-compiled-ro": _ours_recompute,
+    "ours-fused-rc": _ours_recompute,
     "ours-fused-rc-compiled-ro": _ours_recompute, "loop": LoopLIF, "loop-compiled": LoopLIF,
     "loop-compiled-ro": LoopLIF,
     "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),
