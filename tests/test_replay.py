@@ -50,7 +50,7 @@ def test_which_derivations_replay():
 def test_sources_write_and_read_checkpoints():
     spec = load_spec("alif")
     saving = source(spec, "fptt", "float32")
-    assert f"if (t % {K} == {K - 1})" in saving and f"usr_a_checkpoints[t / {K} * N + ac_n0" in saving
+    assert f"if (t % {K} == {K - 1} && t + 1 < T)" in saving and f"usr_a_checkpoints[t / {K} * N + ac_n0" in saving
     assert "a_seq" not in saving and "_ru(" not in saving, "float32 stores h as computed"
     both = source(spec, "fptt", "float32", store_state_seq=True)
     assert "usr_a_seq[ac_row" in both and "usr_a_checkpoints[t / " in both, "asked for, the sequence is written as well"
@@ -59,7 +59,7 @@ def test_sources_write_and_read_checkpoints():
     for dtype, up in (("bfloat16", "__float2bfloat16_ru(ac_h)"), ("float16", "__float2half_ru(ac_h)")):
         forward, backward = source(spec, "fptt", dtype), source(spec, "bptt", dtype)
         # float arithmetic over h stored rounded: h rounded toward its side of the threshold, checkpoints in float
-        assert f"if (t % {K} == {K - 1})" in forward and up in forward
+        assert f"if (t % {K} == {K - 1} && t + 1 < T)" in forward and up in forward
         assert "float* __restrict__ usr_a_checkpoints" in forward
         assert "ac_s0" in backward and "const float* __restrict__ usr_a_checkpoints" in backward
         native = source(spec, "fptt", dtype, native=True, lanes=2)  # half2 arithmetic: every step, as stored
@@ -110,8 +110,8 @@ def test_replayed_gradients_equal_saved_ones(segment, steps, dtype, compiled_ker
     assert replayed["spike_seq"].sum() > 0, "spikes move a, so the replay is exercised"
     for key in ("spike_seq", "grad_x_seq", "grad_v_init", "grad_a_init"):
         assert torch.equal(replayed[key], saved[key]), key
-    assert saved["a_checkpoints"].shape == x_shape
-    assert replayed["a_checkpoints"].shape == (steps // segment, 16)
+    assert saved["a_checkpoints"].shape == (steps - 1, 16), "every step's but the last (the final states)"
+    assert replayed["a_checkpoints"].shape == ((steps - 1) // segment, 16)
     assert torch.equal(replayed["a_checkpoints"], saved["a_checkpoints"][segment - 1::segment])
 
 
@@ -123,7 +123,7 @@ def test_long_loops_replay_longer_segments():
     for steps, every in ((63, K), (64, tuning.REPLAY), (100, tuning.REPLAY)):
         x = torch.randn(steps, 8) + 1
         out = forward(config, x, {"v": 0.0, "a": 0.0}, params, backend="host")
-        assert out["a_checkpoints"].shape == (steps // every, 8)
+        assert out["a_checkpoints"].shape == ((steps - 1) // every, 8)
     with pytest.raises(ValueError, match="replay: steps per checkpoint"):
         source(spec, "fptt", "float32", replay=True)
 

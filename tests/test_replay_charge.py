@@ -151,7 +151,7 @@ def test_sources_save_no_h_and_backward_reads_x():
     spec = load_spec("lif")
     fptt = source(spec, "fptt", "float32", replay_charge=True)
     bptt = source(spec, "bptt", "float32", replay_charge=True)
-    assert "h_seq" not in fptt and f"if (t % {K} == {K - 1})" in fptt and "usr_v_checkpoints" in fptt
+    assert "h_seq" not in fptt and f"if (t % {K} == {K - 1} && t + 1 < T)" in fptt and "usr_v_checkpoints" in fptt
     assert "h_seq" not in bptt and "const float* __restrict__ x_seq" in bptt
     assert "ac_hist_h[ac_k][lane] = ac_h;" in bptt, "h comes from the replay"
     assert "h_seq" in source(spec, "step-forward", "float32", replay_charge=True), "single steps are unchanged"
@@ -203,14 +203,15 @@ def test_layers_take_save_h():
 
 @pytest.mark.parametrize("steps", [4, K + 4])
 def test_calls_shorter_than_a_segment_replay_one_segment(steps):
-    """A call of T < K steps replays one segment of T steps (no step tested against T); its one checkpoint row is
-    what the op's fake kernel (torch.compile) says too."""
+    """A call of T < K steps replays one segment of T steps (no step tested against T) from the initial states and
+    keeps no checkpoint row (the one after its last step would be the final states); a call of K + 4 steps keeps one,
+    after step K - 1. The op's fake kernel (torch.compile) shapes them alike."""
     x = (torch.rand(steps, 6, dtype=torch.float64) * 2).requires_grad_(True)
     kept = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
         F.multi_step("alif", x, backend="host", save_h=False)
     rows = {tuple(t.shape) for t in kept if t.dim() == 2 and t.shape[0] != steps}
-    assert rows == {(1, 6)}, rows
+    assert rows == {((steps - 1) // min(steps, REPLAY_STEPS), 6)}, rows
 
 
 def test_compiled_layer_with_save_h_equals_eager():

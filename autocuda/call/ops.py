@@ -291,7 +291,7 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
                                       **({} if single else tuning.replay_option(n, steps)))
     shapes = {"vector": (n,), "sequence": x.shape}
     if kernel.checkpoint_steps:  # multi-step only: a row every so many steps
-        shapes["checkpoints"] = (steps // kernel.checkpoint_steps, n)
+        shapes["checkpoints"] = (neuron_launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
     return [x.new_empty(shapes[neuron_launch.output_kind(name)], dtype=p.torch_dtype)
             for name, p in kernel.cparams.items() if p.pointer and not p.const]
 

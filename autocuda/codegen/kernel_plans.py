@@ -87,8 +87,10 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
             pointer = b.pointer(f"{s.name}_checkpoints", const=False, compute_type=exact)
             store = b.store(pointer, "ac_row" if segment == 1 else f"t / {segment} * N + ac_n0",
                             c_name(s.name), f"{s.name}[t] after reset: a checkpoint", compute_type=exact)
-            b.plan.stores.append(dataclasses.replace(store, guard=f"t % {segment} == {segment - 1}")
-                                 if segment > 1 else store)
+            # none after the last step: backward starts each segment from the one before it (the first from the
+            # initial state), never from the final states
+            every = f"t % {segment} == {segment - 1} && " if segment > 1 else ""
+            b.plan.stores.append(dataclasses.replace(store, guard=f"{every}t + 1 < T"))
     for s in system.states if options.final_states else ():
         pointer = b.pointer(f"{s.name}_final", const=False)
         b.plan.finish.append(b.store(pointer, "ac_n0", c_name(s.name), f"final {s.name}"))

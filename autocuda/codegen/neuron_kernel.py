@@ -9,8 +9,8 @@ Tensor parameter names are the interface to the op layer:
               x_seq, <state>_init
               -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
               (x_seq only where the adjoint needs x and cannot take it back from h: `BackwardStep.needs_x`;
-              <state>_checkpoints [T // K, N] instead of the saved <state>_seq where backward replays: row j is
-              the state after step (j + 1)·K - 1, K = `replay_steps`)
+              <state>_checkpoints [(T - 1) // K, N] instead of the saved <state>_seq where backward replays: row j
+              is the state after step (j + 1)·K - 1, K = `replay_steps`; none after the last step)
 Single-step kernels use the same names with T = 1 and no time loop. With `given_inits=False` every
 <state>_init is one number for all neurons, passed by value, and backward returns no grad_<state>_init.
 In the source, every name made from a user's (states, parameters, the arguments named after them) is spelled by

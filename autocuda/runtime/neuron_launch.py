@@ -29,10 +29,17 @@ OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels")  # channels: ze
 
 
 def output_kind(name: str) -> str:
-    """How an output is shaped, from its name: [T // K, N] checkpoints, [T, N] sequences, else [N]."""
+    """How an output is shaped, from its name: [(T - 1) // K, N] checkpoints (`checkpoint_rows`), [T, N]
+    sequences, else [N]."""
     if name.endswith("_checkpoints"):
         return "checkpoints"
     return "sequence" if name.endswith("_seq") else "vector"
+
+
+def checkpoint_rows(steps: Any, every: int) -> Any:
+    """Rows of a `<state>_checkpoints` output over `steps` steps, one every `every`: the states after steps K-1, 2K-1,
+    ... before the last step (the states after it are the final states, which no backward segment starts from)."""
+    return torch.sym_max(steps - 1, 0) // every
 
 
 FINAL = "final"  # a final state [N]: in the neuron shape a call gives, not a view, so its holder can detach it
@@ -59,7 +66,7 @@ class Recipe:
             elif kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
             elif kind == "checkpoints":
-                rows = ((steps or 0) // self.kernel.checkpoint_steps, n)  # the states after steps K-1, 2K-1, ...
+                rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
             else:  # sums the kernel adds into
                 produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))

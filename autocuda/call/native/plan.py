@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ...base.errors import AutocudaError
-from ...runtime.neuron_launch import FINAL, BoundLaunch
+from ...runtime.neuron_launch import FINAL, BoundLaunch, checkpoint_rows
 from ...toolchain import driver
 
 CONSTANT, OUTPUT, TENSOR, NUMBER = range(4)  # a slot's source
@@ -48,7 +48,7 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
     rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": -1 if bound.steps is None else bound.steps}
     if kernel.checkpoint_steps:
-        rows["checkpoints"] = (bound.steps or 0) // kernel.checkpoint_steps
+        rows["checkpoints"] = checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps)
     out.add(len(recipe.allocations))
     for kind, dtype in recipe.allocations:  # rows -1: [N]; -2: a final state, neuron-shaped (`run`); else [rows, N]
         if kind not in rows:
