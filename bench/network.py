@@ -9,7 +9,8 @@ cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): t
         [--precisions float32,bfloat16] [--steps 20] [--device cuda]
 
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
-folded into the neuron: `fuse_batchnorm`), `-rc` after ours or ours-fused (the neurons with `recompute=True`),
+folded into the neuron: `fuse_batchnorm`), `-rc` after ours or ours-fused (the neurons with `recompute=True`), `-nf`
+likewise (`store_final_states=False`: the neurons keep no states after a call, which every step resets anyway),
 loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of
 the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN). A `-ro` suffix
 compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A `-cl`
@@ -125,6 +126,12 @@ def _ours_recompute() -> nn.Module:
     return layer
 
 
+def _ours_no_finals() -> nn.Module:
+    layer = _ours()
+    layer.store_final_states = False  # a multi-step call keeps no states (each batch starts from a reset anyway)
+    return layer
+
+
 def _ours_fused(model: nn.Module) -> nn.Module:
     from autocuda.nn import fuse_batchnorm
 
@@ -135,7 +142,8 @@ def _ours_fused(model: nn.Module) -> nn.Module:
 NEURONS: dict[str, Callable[[], nn.Module]] = {
     "ours": _ours, "ours-compiled": _ours, "ours-compiled-ro": _ours, "ours-fused": _ours,
     "ours-fused-compiled": _ours, "ours-fused-compiled-ro": _ours, "ours-rc-compiled-ro": _ours_recompute,
-    "ours-fused-rc": _ours_recompute,
+    "ours-fused-rc": _ours_recompute, "ours-nf-compiled-ro": _ours_no_finals, "ours-fused-nf": _ours_no_finals,
+    "ours-fused-nf-compiled": _ours_no_finals, "ours-fused-nf-compiled-ro": _ours_no_finals,
     "ours-fused-rc-compiled-ro": _ours_recompute, "loop": LoopLIF, "loop-compiled": LoopLIF,
     "loop-compiled-ro": LoopLIF,
     "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),

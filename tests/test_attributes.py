@@ -210,7 +210,7 @@ def test_a_bad_backend_set_after_building_is_refused(name: str) -> None:
 
 def test_a_layer_switch_set_after_building_is_checked_as_at_construction() -> None:
     layer = ann.LIFNode(step_mode="m")
-    for name in ("detach_reset", "store_v_seq", "recompute", "save_h"):
+    for name in ("detach_reset", "store_v_seq", "recompute", "save_h", "store_final_states"):
         with pytest.raises(TypeError, match=f"{name}: expected True or False"):
             setattr(layer, name, "yes")
         setattr(layer, name, True)

@@ -105,7 +105,6 @@ def compiled_kernels() -> int:
 def test_replayed_gradients_equal_saved_ones(segment, steps, dtype, compiled_kernels):
     """Checkpoints every `segment` steps (8 by default, 32 in long loops) against every step (`replay=0`): the
     replay rebuilds a bit for bit."""
-    x_shape = (steps, 16)
     saved, replayed = _replayed_and_saved(segment, steps, dtype)
     assert replayed["spike_seq"].sum() > 0, "spikes move a, so the replay is exercised"
     for key in ("spike_seq", "grad_x_seq", "grad_v_init", "grad_a_init"):

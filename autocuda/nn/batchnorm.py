@@ -196,11 +196,12 @@ class BatchNormNeuron(nn.Module):
     def _two_passes_fit(self, x: torch.Tensor) -> bool:
         """Whether a multi-step call may take the two-pass backward (`batchnorm_passes`): training on batch
         statistics, with BatchNorm's affine parameters learned, float32 or float64 contiguous input, the neuron
-        keeping no sequence and not recomputing."""
+        keeping no sequence, keeping its final states and not recomputing."""
         n, weight, bias = self.neuron, self.weight, self.bias
         return (self.training or self.running_mean is None) and torch.is_grad_enabled() \
             and x.dtype in _REPLAYS_H and x.is_contiguous() and weight is not None and bias is not None \
-            and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq
+            and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq \
+            and n.store_final_states
 
     def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
         """The call through `batchnorm_passes`, or None where its configuration does not fit (`eligible`)."""
@@ -243,10 +244,11 @@ class BatchNormNeuron(nn.Module):
         surrogate, detach, backend = n._surrogate_ref, n.detach_reset, BACKENDS[n.backend]
         if mode == "m":
             spikes, finals, seqs = F.multi_step(ref, x, *start_states(n, x, 1, compiling), surrogate=surrogate,
-                                                detach_reset=detach, store_state_seq=n.store_v_seq, backend=backend,
+                                                detach_reset=detach, store_state_seq=n.store_v_seq,
+                                                final_states=n.store_final_states, backend=backend,
                                                 recompute=n.recompute, save_h=x.dtype not in _REPLAYS_H,
                                                 **params)
-            if finals is not None:  # always: the layer keeps its final states
+            if finals is not None:  # unless the neuron's `store_final_states` is False
                 store_states(n, n.state_names, finals, compiling)
             if seqs is not None:
                 store_states(n, ("v_seq",), seqs[:1], compiling)

@@ -61,12 +61,12 @@ def run_sequence(layer: Neuron, x: torch.Tensor | tuple[torch.Tensor, ...], stat
     keep = not written and (d["_store_v_seq"] or d["_output_reads_states"])
     if compiling or d["recompute"]:
         return F.multi_step(d["_spec_ref"], x, *states, surrogate=d["_surrogate_ref"], detach_reset=d["detach_reset"],
-                            store_state_seq=keep, backend=BACKENDS[d["backend"]], recompute=d["recompute"],
-                            save_h=d["save_h"], **params)
+                            store_state_seq=keep, final_states=d["store_final_states"],
+                            backend=BACKENDS[d["backend"]], recompute=d["recompute"], save_h=d["save_h"], **params)
     owned = _programs(d)
     spec = written_spec_ref(layer) if written else d["_spec_ref"]
-    results, ran = F.run_sequence(owned, spec, x, states, d["_surrogate_ref"], d["detach_reset"], None, keep, True,
-                                  BACKENDS[d["backend"]], d["save_h"], params)
+    results, ran = F.run_sequence(owned, spec, x, states, d["_surrogate_ref"], d["detach_reset"], None, keep,
+                                  d["store_final_states"], BACKENDS[d["backend"]], d["save_h"], params)
     owned.configured = None if ran is None or keep or output.kind != SPIKE else configure(d, *ran)
     return results
 
@@ -120,7 +120,7 @@ def _programs(d: dict[str, Any]) -> Programs:
 
 # What a layer's call reads from its dict besides its parameters, states and inputs
 _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_output", "backend", "save_h",
-             "recompute")
+             "recompute", "store_final_states")
 
 
 def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:

@@ -53,7 +53,8 @@ from .output import output_program, reads_states, spec_output
 
 __all__ = ["Neuron", "SIGMOID", "option_attribute"]
 
-FLAGS = ("detach_reset", "store_v_seq", "recompute", "save_h")  # a layer's switches: True or False, when set too
+# a layer's switches: True or False, when set too
+FLAGS = ("detach_reset", "store_v_seq", "recompute", "save_h", "store_final_states")
 
 _UNSET: Any = object()
 # The default surrogate (SpikingJelly's), frozen: each layer given it changes a copy of its own (SpikingJelly's
@@ -73,6 +74,10 @@ class Neuron(MemoryViews, MemoryBase):
     backward, which runs the forward again (`functional.multi_step`): less memory, one more forward.
     `save_h=False` (likewise) saves no h in a multi-step call: backward replays it from x, which it keeps instead
     (`functional.multi_step`): fewer bytes moved, the same memory.
+    `store_final_states=False` (likewise) keeps no states after a multi-step call: the kernels write none and the
+    layer's states stay as they were (after a reset: their initial values), so each multi-step call starts from
+    them, as after `reset()`. For training that resets the layers every batch: the final states' memory (and,
+    under torch.compile, their zero gradients) is not held through backward. Single steps keep their states.
     """
 
     # nn.Module's own attribute handling, also where SpikingJelly's MemoryModule is the base:
@@ -85,18 +90,19 @@ class Neuron(MemoryViews, MemoryBase):
     step_mode: str = "s"  # a plain attribute of each layer (this hides StepModule's property where it is a base)
     recompute: bool = False  # layers built without it (SpikingJelly's signatures, older pickles) read this
     save_h: bool = True      # likewise
+    store_final_states: bool = True  # likewise
 
     def __init__(self, spec: NeuronSpec | str, *, surrogate_function: Any = None, detach_reset: bool = False,
                  step_mode: str = "s", store_v_seq: bool = False, backend: str | None = None,
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float | str] | None = None,
-                 recompute: bool = False, save_h: bool = True, **params: Any):
+                 recompute: bool = False, save_h: bool = True, store_final_states: bool = True, **params: Any):
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         check_backend(backend)
-        for name, flag in zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h)):
+        for name, flag in zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h, store_final_states)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected True or False, got {flag!r}")
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.configs)
@@ -106,7 +112,7 @@ class Neuron(MemoryViews, MemoryBase):
         self._input_names = self.spec.inputs
         self._take_output()
         self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
-        self.recompute, self.save_h = recompute, save_h
+        self.recompute, self.save_h, self.store_final_states = recompute, save_h, store_final_states
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
         self._set_params(params)
@@ -131,6 +137,7 @@ class Neuron(MemoryViews, MemoryBase):
         self.__dict__.setdefault("_input_names", self.spec.inputs)
         self.__dict__.setdefault("recompute", False)
         self.__dict__.setdefault("save_h", True)
+        self.__dict__.setdefault("store_final_states", True)
         # References name objects registered in the process that built the layer (unpickling: register here)
         self._spec_ref = spec_ref(self.spec)
         self._use_surrogate(self.surrogate_function)
@@ -145,6 +152,10 @@ class Neuron(MemoryViews, MemoryBase):
                 check_backend(value)
             elif name in FLAGS and not isinstance(value, bool):
                 raise TypeError(f"{name}: expected True or False, got {value!r}")
+            elif name == "store_final_states" and not value and \
+                    type(self).multi_step_forward is not Neuron.multi_step_forward:
+                raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, which "
+                                f"keep their final states")
             nn.Module.__setattr__(self, name, value)
 
     def _use_surrogate(self, source: Any) -> None:
@@ -389,7 +400,7 @@ class Neuron(MemoryViews, MemoryBase):
         states = start_states(self, x_seq, 1, compiling)
         written = writes_output(self, x_seq, states, params, compiling)
         spikes, finals, seqs = run_sequence(self, given, states, params, compiling, written)
-        if finals is not None:  # always: this module keeps its final states
+        if finals is not None:  # unless `store_final_states` is False
             store_states(self, self._state_names, finals, compiling)
         if seqs is not None and self.store_v_seq:
             store_states(self, ("v_seq",), seqs[:1], compiling)
@@ -424,7 +435,8 @@ class Neuron(MemoryViews, MemoryBase):
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",
                           f"detach_reset={self.detach_reset}", f"step_mode={self.step_mode!r}",
                           f"store_v_seq={self.store_v_seq}", f"backend={self.backend!r}",
-                          *(["recompute=True"] if self.recompute else []), *([] if self.save_h else ["save_h=False"])])
+                          *(["recompute=True"] if self.recompute else []), *([] if self.save_h else ["save_h=False"]),
+                          *([] if self.store_final_states else ["store_final_states=False"])])
 
 
 def option_attribute(name: str) -> property:

@@ -81,6 +81,25 @@ def test_single_steps_and_sequences_going_on_find_their_programs_on_the_gpu(dtyp
     check_going_on(LIFNode(tau=2.0, step_mode="m"), x_of((3, 4, 4096), dtype, grad, CUDA), monkeypatch)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layers_that_keep_no_final_states_on_the_gpu(dtype, monkeypatch):
+    """`store_final_states=False`: every call of the native path (the keyed call after the first calls) and of
+    torch.compile (Inductor) gives a kept-states layer's spikes and x's gradient from a reset, and the layer keeps no
+    state."""
+    needs_the_native_operator()
+    x = x_of((4, 8, 16, 32), dtype, True, CUDA)
+    want = outcome(LIFNode(tau=2.0, step_mode="m"), x)
+    ran = keyed_runs(monkeypatch)
+    layer, inner = LIFNode(tau=2.0, step_mode="m"), LIFNode(tau=2.0, step_mode="m")
+    layer.store_final_states = inner.store_final_states = False
+    for call in [layer] * 4 + [torch.compile(inner, fullgraph=True)] * 2:
+        out = call(x)
+        weights = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype, device=out.device).view(out.shape)
+        assert_same([out, torch.autograd.grad((out * weights).sum(), x)[0]], [want[0], want[2]], "no finals")
+        assert type(layer.v) is float and type(inner.v) is float
+    assert ran, "the keyed call ran"
+
+
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2,
                               reason=f"needs 2 GPUs, torch.cuda.device_count() is {torch.cuda.device_count()}")
 
