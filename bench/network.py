@@ -11,12 +11,13 @@ cross-entropy, backward, `optimizer.step()`. Per system, precision and (T, B): t
 Systems: ours (autocuda LIFNode, eager), ours-compiled (the same model under torch.compile), ours-fused (BatchNorm
 folded into the neuron: `fuse_batchnorm`), `-rc` after ours or ours-fused (the neurons with `recompute=True`), `-nf`
 there or before `-rc` (`store_final_states=False`: the neurons keep no states after a call, which every step resets
-anyway), loop (a plain PyTorch LIF loop, eager), loop-compiled (torch.compile of the model with that loop), sj
-(SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly 2.0 FlexSN). A `-ro` suffix compiles with
-mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row names its mode. A `-cl` suffix on any
-system (last) runs the model and its input in torch.channels_last. A system whose library is missing
-is reported as skipped with the reason. Rows are written to network.json as they come. The peak memory counts
-everything the row allocates from building the model on (compilation's buffers and CUDA graph pools included).
+anyway), `-rp` after `-nf` (also `save_h=False`: backward replays h from x), loop (a plain PyTorch LIF loop, eager),
+loop-compiled (torch.compile of the model with that loop), sj (SpikingJelly 2.0 LIFNode), sj-flexsn (SpikingJelly
+2.0 FlexSN). A `-ro` suffix compiles with mode="reduce-overhead" (CUDA graphs) instead of the default mode; each row
+names its mode. A `-cl` suffix on any system (last) runs the model and its input in torch.channels_last. A system
+whose library is missing is reported as skipped with the reason. Rows are written to network.json as they come. The
+peak memory counts everything the row allocates from building the model on (compilation's buffers and CUDA graph
+pools included).
 """
 from __future__ import annotations
 
@@ -138,6 +139,12 @@ def _ours_no_finals_recompute() -> nn.Module:
     return layer
 
 
+def _ours_no_finals_replay() -> nn.Module:
+    layer = _ours_no_finals()
+    layer.save_h = False  # backward replays h from x (a fused BatchNorm's float32 does so anyway)
+    return layer
+
+
 def _ours_fused(model: nn.Module) -> nn.Module:
     from autocuda.nn import fuse_batchnorm
 
@@ -151,6 +158,7 @@ NEURONS: dict[str, Callable[[], nn.Module]] = {
     "ours-fused-rc": _ours_recompute, "ours-nf-compiled-ro": _ours_no_finals, "ours-fused-nf": _ours_no_finals,
     "ours-fused-nf-compiled": _ours_no_finals, "ours-fused-nf-compiled-ro": _ours_no_finals,
     "ours-nf-rc-compiled-ro": _ours_no_finals_recompute, "ours-fused-nf-rc-compiled-ro": _ours_no_finals_recompute,
+    "ours-fused-nf-rp-compiled-ro": _ours_no_finals_replay,
     "ours-fused-rc-compiled-ro": _ours_recompute, "loop": LoopLIF, "loop-compiled": LoopLIF,
     "loop-compiled-ro": LoopLIF,
     "sj": lambda: _sj()[0].LIFNode(tau=TAU, step_mode="m", surrogate_function=_sj()[1].Sigmoid(alpha=ALPHA)),

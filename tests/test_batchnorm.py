@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 import torch
-from backends import CPU_BACKENDS
+from backends import CPU_BACKENDS, NEEDS_HOST
 from conftest import compile_launched, profile
 from torch import nn
 
@@ -222,6 +222,33 @@ def test_low_precision_and_autocast(dtype: torch.dtype) -> None:
             want, got = unfused(y), fused(y)
         assert y.dtype == got.dtype == dtype and (got != want).double().mean() <= spikes
         assert fused.running_var.dtype == torch.float32 and _relative(fused.running_var, bn32.running_var) < 1e-5
+
+
+def _kept(kept: list[torch.Tensor], t: torch.Tensor) -> torch.Tensor:
+    kept.append(t)
+    return t
+
+
+@NEEDS_HOST
+def test_the_neurons_save_h_takes_effect_in_half_types() -> None:
+    """In bfloat16 the fused layer's kernels save h, unless its neuron's `save_h` is False: then backward replays
+    h from x (which the statistics keep anyway), and no [T, N] sequence but x is kept."""
+    x = (torch.randn(4, 2, 3, 4, 4, generator=torch.Generator().manual_seed(0)) * 2 + 0.5).to(torch.bfloat16)
+    results = {}
+    for save_h in (True, False):
+        layer = ann.BatchNormNeuron(3, ann.LIFNode(step_mode="m", backend="host")).to(torch.bfloat16)
+        layer.neuron.save_h = save_h
+        given = x.clone().requires_grad_()
+        kept: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(functools.partial(_kept, kept), lambda t: t):
+            out = layer(given)
+        sequences = [t for t in kept if t.numel() == x.numel() and t.data_ptr() != given.data_ptr()]
+        assert len(sequences) == save_h, "h [T, N] is kept where save_h holds, else x alone"
+        (out * torch.linspace(0.5, 1.5, out.numel()).view(out.shape)).sum().backward()
+        results[save_h] = (out, given.grad, layer.weight.grad)
+    assert torch.equal(results[True][0], results[False][0])
+    for replayed, saved in zip(results[False][1:], results[True][1:]):
+        assert _relative(replayed, saved) < 2e-2  # backward reads h rounded to bfloat16, or replays it in float
 
 
 @pytest.mark.parametrize(("shape", "channel"), [((3, 2, 4, 3, 3), 2), ((5, 4), 1), ((2, 4, 6), 1)])

@@ -6,7 +6,8 @@ running statistics in eval, exactly as `torch.nn.BatchNorm2d` does, so autograd 
 through the statistics too) and hands them to the neuron as the two tensor parameters of
 `spec.transform.with_input_affine(spec)`: the kernels read x and never a normalised copy of it. Backward reads x
 anyway (the gradient of the scale is the normalised input's times x), so for float32 and float64 input the
-multi-step kernels save no h: backward replays h from x (`functional.multi_step`'s `save_h=False`).
+multi-step kernels save no h: backward replays h from x (`functional.multi_step`'s `save_h=False`); for float16 and
+bfloat16 input they save h unless the neuron's `save_h` is False.
 
 Shapes: step_mode 'm' takes the convolution's output [T, B, C, *spatial] and computes statistics over T, B and
 the spatial dims (SpikingJelly's `SeqToANNContainer(BatchNorm2d)` and multi-step `layer.BatchNorm2d`: T folded
@@ -246,7 +247,8 @@ class BatchNormNeuron(nn.Module):
             spikes, finals, seqs = F.multi_step(ref, x, *start_states(n, x, 1, compiling), surrogate=surrogate,
                                                 detach_reset=detach, store_state_seq=n.store_v_seq,
                                                 final_states=n.store_final_states, backend=backend,
-                                                recompute=n.recompute, save_h=x.dtype not in _REPLAYS_H,
+                                                recompute=n.recompute,
+                                                save_h=n.save_h and x.dtype not in _REPLAYS_H,
                                                 **params)
             if finals is not None:  # unless the neuron's `store_final_states` is False
                 store_states(n, n.state_names, finals, compiling)
