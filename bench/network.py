@@ -155,7 +155,8 @@ def _ours_fused(model: nn.Module) -> nn.Module:
 NEURONS: dict[str, Callable[[], nn.Module]] = {
     "ours": _ours, "ours-compiled": _ours, "ours-compiled-ro": _ours, "ours-fused": _ours,
     "ours-fused-compiled": _ours, "ours-fused-compiled-ro": _ours, "ours-rc-compiled-ro": _ours_recompute,
-    "ours-fused-rc": _ours_recompute, "ours-nf-compiled-ro": _ours_no_finals, "ours-fused-nf": _ours_no_finals,
+    "ours-fused-rc": _ours_recompute, "ours-nf": _ours_no_finals, "ours-nf-compiled": _ours_no_finals,
+    "ours-nf-compiled-ro": _ours_no_finals, "ours-fused-nf": _ours_no_finals,
     "ours-fused-nf-compiled": _ours_no_finals, "ours-fused-nf-compiled-ro": _ours_no_finals,
     "ours-nf-rc-compiled-ro": _ours_no_finals_recompute, "ours-fused-nf-rc-compiled-ro": _ours_no_finals_recompute,
     "ours-fused-nf-rp-compiled-ro": _ours_no_finals_replay,
