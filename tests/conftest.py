@@ -416,6 +416,24 @@ def native_on_host(native_library: None, monkeypatch: pytest.MonkeyPatch):
     program.PROGRAMS.clear()
 
 
+@pytest.fixture
+def keyed_results(monkeypatch: pytest.MonkeyPatch) -> list[list]:
+    """The results of each keyed call of a layer (`Program.run_layer`; [] where the layer's full path then runs the
+    call), in order, appended as they come."""
+    from autocuda.call import program
+
+    seen: list[list] = []
+    original = program.Program.run_layer
+
+    def spy(self, x, states, numbers):
+        results = original(self, x, states, numbers)
+        seen.append(results)
+        return results
+
+    monkeypatch.setattr(program.Program, "run_layer", spy)
+    return seen
+
+
 # -- host evaluation of C expressions ---------------------------------------------------------------------
 class HostCase(NamedTuple):
     """A statement computing `r` (of C type `ctype`) from the variables `names`, evaluated at each point."""

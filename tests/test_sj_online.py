@@ -13,7 +13,6 @@ from conftest import compile_launched
 from sj_signatures import assert_signature_is_theirs_then_backend
 
 import autocuda.nn as our
-from autocuda.call import program
 
 try:  # any failure (not installed, a dependency missing or too new) means: nothing to test against here
     from spikingjelly.activation_based.neuron import online_learning as sj_online
@@ -81,30 +80,22 @@ def test_online_nodes_as_theirs(name: str, kwargs: dict, backend: str) -> None:
 @NEEDS_HOST
 @pytest.mark.parametrize(("name", "kwargs"), CASES)
 def test_training_steps_take_the_layers_keyed_call(name: str, kwargs: dict, native_on_host: None,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   keyed_results: list[list]) -> None:
     """Online training through the layer's keyed call (`nn.layer_call.run_keyed`, from the detached membrane):
     once the programs and their native plans are made, every training step runs by it (none where v_seq is stored:
     each step appends to it on the full path), with SpikingJelly's results and gradients."""
-    ran = []
-    original = program.Program.run_layer
-
-    def spy(self, x, states, numbers):
-        results = original(self, x, states, numbers)
-        ran.append(bool(results))
-        return results
-
-    monkeypatch.setattr(program.Program, "run_layer", spy)
     theirs, mine = getattr(sj_online, name)(**kwargs), getattr(our, name)(backend="host", **kwargs)
     data = [1.5 * torch.rand(3, 5, dtype=F64, generator=torch.Generator().manual_seed(t)) for t in range(4)]
     for _ in range(3):  # the programs, then their native plans, then every step by the keyed call
         theirs.reset(), mine.reset()
-        ran.clear()
+        keyed_results.clear()
         xs, ys = [x.clone().requires_grad_() for x in data], [x.clone().requires_grad_() for x in data]
         for a, b in zip(steps(theirs, xs), steps(mine, ys)):
             for got, expected in zip(b, a):
                 torch.testing.assert_close(got, expected, rtol=1e-13, atol=1e-13)
         for x, y in zip(xs, ys):
             torch.testing.assert_close(y.grad, x.grad, rtol=1e-12, atol=1e-12)
+    ran = [bool(results) for results in keyed_results]
     assert ran == ([] if kwargs.get("store_v_seq") else [True] * len(data)), "every training step by the keyed call"
 
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # OTTT/SLTT old (scratch/old: c0f0fe0) against new, alternating, each in its own processes (run from the repository
-# root on the device; the same device call then ran ../2026-11-30-h200-compile-default-host/profile_compile.py).
+# root on the device; the same device call then ran ../2026-11-28-h200-compile-default/profile_compile.py).
 set -u
 HERE=$PWD
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl > /dev/null 2>&1
