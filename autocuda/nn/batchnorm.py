@@ -197,12 +197,11 @@ class BatchNormNeuron(nn.Module):
     def _two_passes_fit(self, x: torch.Tensor) -> bool:
         """Whether a multi-step call may take the two-pass backward (`batchnorm_passes`): training on batch
         statistics, with BatchNorm's affine parameters learned, float32 or float64 contiguous input, the neuron
-        keeping no sequence, keeping its final states and not recomputing."""
+        keeping no sequence and not recomputing."""
         n, weight, bias = self.neuron, self.weight, self.bias
         return (self.training or self.running_mean is None) and torch.is_grad_enabled() \
             and x.dtype in _REPLAYS_H and x.is_contiguous() and weight is not None and bias is not None \
-            and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq \
-            and n.store_final_states
+            and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq
 
     def _run_two_passes(self, x: torch.Tensor) -> torch.Tensor | None:
         """The call through `batchnorm_passes`, or None where its configuration does not fit (`eligible`)."""
@@ -219,10 +218,11 @@ class BatchNormNeuron(nn.Module):
         if not passes.eligible(call):
             return None
         count = self._count(x)
-        spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2)
+        spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2, n.store_final_states)
         if self.training and self.running_mean is not None:
             self._track(mean, var, count, self.running_mean, self.running_var, self.num_batches_tracked)
-        store_states(n, n.state_names, finals, compiling)
+        if finals:  # unless the neuron's `store_final_states` is False
+            store_states(n, n.state_names, finals, compiling)
         return spikes
 
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int, running_mean: torch.Tensor,

@@ -43,19 +43,22 @@ class Block(NamedTuple):
     sums: tuple[str, ...]             # the first pass's outputs: a's and b's names, in the kernel's order
     picks: tuple[int, ...]            # what backward reads, among (x, initial states, forward's outputs)
     spike_at: int                     # where forward's outputs hold the spikes
-    finals: tuple[int, ...]           # ... and the final states
+    finals: tuple[int, ...]           # ... and the final states (none: the kernels write none)
 
 
 def two_passes(call: Call, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-               channel: int) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """(spikes, final states, batch mean, batch variance) of a training call whose a and b come from the batch
-    statistics of x (`call`: the neuron's call with a and b given as placeholders of their shape that need
-    gradients); every gradient flows back to x, weight, bias, the initial states and the neuron's parameters."""
+               channel: int, final_states: bool = True
+               ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """(spikes, final states ([] where `final_states` is False: the kernels write none), batch mean, batch variance)
+    of a training call whose a and b come from the batch statistics of x (`call`: the neuron's call with a and b
+    given as placeholders of their shape that need gradients); every gradient flows back to x, weight, bias, the
+    initial states and the neuron's parameters."""
     layer = call.program
     names = [name for name, _ in layer.tensors]
     tensors = call.tensor_args()
     others = [t for name, t in zip(names, tensors) if name not in _AFFINE]
-    (spike_at, finals, _), picks, learnable = ops.form_layout(call.key, False, False, True, not call.numbers, True)
+    (spike_at, finals, _), picks, learnable = ops.form_layout(call.key, False, False, True, not call.numbers,
+                                                              final_states)
     block = Block(call.key, tuple(float(s) for s in call.states) if call.numbers else (),
                   tuple([float(call.values[n]) for n in layer.scalars] + call.channel_sizes()),
                   (names.index(INPUT_SCALE), names.index(INPUT_SHIFT)),
@@ -88,7 +91,7 @@ class _TwoPasses(torch.autograd.Function):
         params = _with_affine(others, scale, shift, block.affine_at)
         flat = x.reshape(x.shape[0], -1)
         outputs = ops.forward(block.key, flat, states, list(block.initial), params, list(block.scalars), False, True,
-                              True, (), x.shape[1:])
+                              bool(block.finals), (), x.shape[1:])  # (a neuron has a state: finals, where written)
         available = (flat, *states, *outputs)
         ctx.save_for_backward(*[available[i] for i in block.picks], *params, weight, mean, rstd, x)
         ctx.block, ctx.n_saved, ctx.n_states = block, len(block.picks), n_states
