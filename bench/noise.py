@@ -1,11 +1,11 @@
 """A noisy LIF's kernels against the noiseless LIF's (issue 46: within 10% of its time), and the generator alone.
 
 The noisy LIF is LIF with `sigma * randn()` in its charge (sigma learnable, docs/spec-format.md "Random draws"): the
-kernels' time loop makes a Philox4x32-10 call every four steps (two in float64) and a Box-Muller transform every two
-per neuron, forward and again in backward, and moves no more bytes than LIF. Rows: inference (forward, no gradient)
-and training (forward + backward of the spikes), per dtype, at (T, N); the ratio noisy / noiseless; and the
-generator's own rate making one draw per call (`noise.DrawKernel`: a Philox call and a transform each; normal draws
-per second in float and double).
+kernels' time loop makes a Philox4x32-10 call every four steps (two in float64) and a normal of each step's word (in
+float64 a Box-Muller transform every two) per neuron, forward and again in backward, and moves no more bytes than
+LIF. Rows: inference (forward, no gradient) and training (forward + backward of the spikes), per dtype, at (T, N);
+the ratio noisy / noiseless; and the generator's own rate making one draw per call (`noise.DrawKernel`: a Philox
+call and a transform each; normal draws per second in float and double).
 
     python -m bench.noise [--steps 8] [--neurons 8388608] [--dtypes float32,bfloat16] [--quick] [--out DIR]
 

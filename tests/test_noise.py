@@ -1,6 +1,6 @@
 """The generator of draws (`autocuda.codegen.noise`): Philox4x32-10's known answers, the C on the host runner bitwise
-equal to the torch reference, the accuracy of the transforms' own log and cos, and the moments of the draws (2^24
-samples under --slow, 2^16 by default)."""
+equal to the torch reference, the accuracy of float's normal by segments and of double's Box-Muller log and cos, and
+the moments of the draws (2^24 samples under --slow, 2^16 by default)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import compile_launched, profile
 
-from autocuda.codegen import noise
+from autocuda.codegen import noise, normal_segments
 
 # Random123's known-answer vectors for philox4x32-10 (kat_vectors): counter, key -> output
 KNOWN = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
@@ -71,24 +71,48 @@ def test_seed_is_checked():
         noise.draws("poisson", 1, 0, 0, 0)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_log_and_cos_accuracy(precision):
-    """The transforms' own log (over (0, 1]), cos and sin (over a full turn) against float64 math:
-    each within 8 units of 2^-24 (float) or 2^-53 (double), relative to |log u| and to 1 (measured: 3.3 and 4.2 for
-    log, 1.5 and 6 for cos)."""
-    p = noise.PRECISIONS[precision]
-    dtype, _ = PRECISIONS[precision]
-    ulp = 2.0 ** -(24 if precision == "float" else 53)
+def test_log_and_cos_accuracy():
+    """Double's Box-Muller: its own log (over (0, 1]), cos and sin (over a full turn) against float64 math, each
+    within 8 units of 2^-53, relative to |log u| and to 1 (measured: 4.2 for log, 6 for cos)."""
+    p = noise.PRECISIONS["double"]
+    ulp = 2.0 ** -53
     generator = torch.Generator().manual_seed(0)
     j = torch.randint(0, 2**62, (50000,), generator=generator) >> (62 - p.bits)
     j = torch.cat([j, torch.tensor([0, 1, 2**p.bits - 1, 2**(p.bits - 1), 2**(p.bits - 2), 2**(p.bits - 3)])])
-    u = ((j + 1).to(torch.float64) * 2.0 ** -p.bits).to(dtype)
-    exact = torch.log(u.double())  # float64 math: within an ulp of 2^-53
-    assert ((noise._log(u, p).double() - exact).abs() <= 8 * ulp * exact.abs().clamp_min(2**-10)).all()
+    u = (j + 1).to(torch.float64) * 2.0 ** -p.bits
+    exact = torch.log(u)  # float64 math: within an ulp of 2^-53
+    assert ((noise._log(u, p) - exact).abs() <= 8 * ulp * exact.abs().clamp_min(2**-10)).all()
     turns = j.to(torch.float64) * 2.0 ** -p.bits
     cos, sin = noise._cos_sin_turns(j, p)
-    assert ((cos.double() - torch.cos(2 * math.pi * turns)).abs() <= 8 * ulp).all()
-    assert ((sin.double() - torch.sin(2 * math.pi * turns)).abs() <= 8 * ulp).all()
+    assert ((cos - torch.cos(2 * math.pi * turns)).abs() <= 8 * ulp).all()
+    assert ((sin - torch.sin(2 * math.pi * turns)).abs() <= 8 * ulp).all()
+
+
+def segment_words() -> torch.Tensor:
+    """Random words, and each segment's first and last word on both signs (every octave e, segment j)."""
+    ends = []
+    for e in range(normal_segments.OCTAVES):
+        for j in range(1 << normal_segments.SEGMENT_BITS):
+            low = (1 << 31 | j << (31 - normal_segments.SEGMENT_BITS)) >> e  # r = 2 (w mod 2^31) + 1 from here
+            high = ((1 << 31 | (j + 1) << (31 - normal_segments.SEGMENT_BITS)) >> e) - 1
+            ends += [w >> 1 for w in (low | 1, high | 1) if w & 1]
+    ends = torch.tensor(ends)
+    random = torch.randint(0, 2**32, (100000,), generator=torch.Generator().manual_seed(0))
+    return torch.cat([random, ends, ends | 2**31])
+
+
+def test_float_normal_accuracy():
+    """Float's normal by segments (`normal_segments`) against the inverse normal CDF in double: within 6 units of
+    2^-24 relative to max(1, |z|) (measured 3.7), at random words and at both ends of every segment of every octave
+    (where a segment's cubic or the word's decomposition would go wrong first), with the sign of the word's top
+    bit."""
+    words = segment_words()
+    z = noise._segment_normal(words).double()
+    q = (((words & 0x7FFFFFFF) << 1) | 1).double() * 2.0**-32
+    exact = torch.tensor([normal_segments.magnitude_at(v) for v in q.tolist()], dtype=torch.float64)
+    exact = torch.where(words >= 2**31, -exact, exact)
+    assert ((z - exact).abs() <= 6 * 2.0**-24 * exact.abs().clamp_min(1)).all()
+    assert float(z.abs().max()) == pytest.approx(normal_segments.magnitude_at(2.0**-32), rel=1e-6)  # the deepest
 
 
 def test_fma_is_rounded_once():

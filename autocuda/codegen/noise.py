@@ -12,25 +12,27 @@ give G integers, in the arithmetic type of the kernel (float for float32, float1
 float: integer i = w[i] >> 8 (24 bits); double: integer i = (w[2i] >> 5)·2^26 + (w[2i + 1] >> 6) (53 bits). Then:
 
 - uniform [0, 1): integer k · 2^-bits (exact);
-- normal: Box-Muller on the group's pair p = k >> 1: r = sqrt(-2 log u1) with u1 = (1 + integer 2p)·2^-bits in
-  (0, 1], and the turn j = integer (2p + 1); the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits) for
-  odd k (the pair's two independent normals). The angle is reduced exactly on j (quadrant, then folded to
+- normal, float: by segments of the inverse normal CDF from word k alone (`codegen.normal_segments`): the sign from
+  its top bit, |z| = -Φ⁻¹(q/2) with q = (2·(w mod 2^31) + 1)·2^-32, a cubic on one of 256 segments (q's octave and
+  the next 3 bits of its mantissa) by three fused multiply-adds; within 6 units of 2^-24 (relative to max(1, |z|)).
+- normal, double: Box-Muller on the group's pair p = k >> 1: r = sqrt(-2 log u1) with u1 = (1 + integer 2p)·2^-bits
+  in (0, 1], and the turn j = integer (2p + 1); the draw is r·cos(2π j 2^-bits) for even k and r·sin(2π j 2^-bits)
+  for odd k (the pair's two independent normals). The angle is reduced exactly on j (quadrant, then folded to
   [0, π/4]); log(u1) is e·ln2 + log(m) with m = frexp(u1) in [√½, √2) and log(m) from the series
-  2s·Σ s^2k/(2k+1), s = (m-1)/(m+1). The series are evaluated by Horner's rule, in float with fused multiply-adds
-  (5 terms each, and the sum with e·ln2 fused too), in double with a multiply and an add (12 terms for the log, 10
-  for cos and sin).
+  2s·Σ s^2k/(2k+1), s = (m-1)/(m+1); the series by Horner's rule with a multiply and an add (12 terms for the log,
+  10 for cos and sin).
 
-A kernel's time loop keeps each call site's group (its words, and the pair it last transformed) per neuron, so a
-Philox call serves G steps and a Box-Muller transform two, in either direction (`cached_draw_function`).
+A kernel's time loop keeps each call site's group (its words; in double also the pair it last transformed) per
+neuron, so a Philox call serves G steps (and a Box-Muller transform two), in either direction
+(`cached_draw_function`).
 
-Bitwise the same on the host runner, on any GPU and in torch: only integer operations, frexp (on the bits, exact),
-correctly rounded + - * / and sqrt, and (float) fused multiply-adds, each rounded once (the C uses the `_rn`
-intrinsics on the GPU; the host runner compiles with -ffp-contract=off, so only the written fmaf fuses, by libm's
-correctly rounded fmaf; torch runs one operation per kernel, emulates fmaf exactly in float64 (`_fma`), and takes
-the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
-Accuracy (tests/test_noise.py, against float64 math): log within 8 units of 2^-24 (float) or 2^-53 (double)
-relative to |log u| (measured 3.3 and 4.2), cos and sin within 8 such units of 1 (measured 1.5 and 6): a normal draw
-is within a few units in the last place of exact Box-Muller of the same uniforms.
+Bitwise the same on the host runner, on any GPU and in torch: only integer operations, a table read, frexp (on the
+bits, exact), correctly rounded + - * / and sqrt, and (float) fused multiply-adds, each rounded once (the C uses the
+`_rn` intrinsics on the GPU; the host runner compiles with -ffp-contract=off, so only the written fmaf fuses, by
+libm's correctly rounded fmaf; torch runs one operation per kernel, emulates fmaf exactly in float64 (`_fma`), and
+takes the square root on the CPU from numpy, as torch's CPU sqrt is not correctly rounded).
+Accuracy (tests/test_noise.py, against float64 math): float's normal within 6 units of 2^-24 (measured 3.7); double's
+log within 8 units of 2^-53 relative to |log u| (measured 4.2), cos and sin within 8 such units of 1 (measured 6).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ import numpy as np
 import torch
 
 from ..spec.draws import Draw
+from . import normal_segments
 from .ckernel import CKernel1D
 from .dtypes import get_dtype
 from .render import render
@@ -105,10 +108,11 @@ class Precision:
     name: str                      # "float" or "double"
     torch_dtype: torch.dtype
     bits: int                      # bits of a uniform's integer: 24 or 53
-    log_terms: int                 # terms of the series of log(m)
-    trig_terms: int                # terms of the Taylor series of cos and sin
+    log_terms: int                 # terms of the series of log(m) (Box-Muller; 0 where normals are by segments)
+    trig_terms: int                # terms of the Taylor series of cos and sin (likewise)
     group_shift: int               # log2 of the steps one Philox call serves: its words hold 4 (float) or 2 integers
-    fused: bool                    # the series by fused multiply-adds (float: torch emulates them exactly, `_fma`)
+    fused: bool                    # polynomials by fused multiply-adds (float: torch emulates them exactly, `_fma`)
+    normal: str                    # how a normal is made: "segments" (of one word, `normal_segments`) or "box-muller"
 
     @property
     def group(self) -> int:
@@ -158,8 +162,8 @@ def _clear_low_bits(value: float, precision: Precision) -> float:
     return math.ldexp(math.floor(math.ldexp(mantissa, keep)), exponent - keep)
 
 
-PRECISIONS = {"float": Precision("float", torch.float32, 24, 5, 5, 2, True),
-              "double": Precision("double", torch.float64, 53, 12, 10, 1, False)}
+PRECISIONS = {"float": Precision("float", torch.float32, 24, 0, 0, 2, True, "segments"),
+              "double": Precision("double", torch.float64, 53, 12, 10, 1, False, "box-muller")}
 
 
 def precision_of(dtype: torch.dtype | str) -> Precision:
@@ -246,12 +250,32 @@ def _uniform(j: torch.Tensor, p: Precision) -> torch.Tensor:
     return j.to(p.torch_dtype) * math.ldexp(1.0, -p.bits)
 
 
+@functools.cache
+def _segment_table(device: torch.device) -> torch.Tensor:
+    return torch.tensor(normal_segments.segments(), dtype=torch.float32, device=device)
+
+
+def _segment_normal(word: torch.Tensor) -> torch.Tensor:
+    """The float normal of 32-bit words (int64 tensors), as the C's ac_draw_normal_word_f (`normal_segments`)."""
+    r = ((word & 0x7FFFFFFF) << 1) | 1
+    e = 32 - torch.frexp(r.double())[1].long()  # clz(r): r in [2^(31 - e), 2^(32 - e)), exact in double
+    m = (r << e) & _MASK
+    j = (m >> (31 - normal_segments.SEGMENT_BITS)) & ((1 << normal_segments.SEGMENT_BITS) - 1)
+    mantissa = ((m << (normal_segments.SEGMENT_BITS + 1)) & _MASK) >> 9
+    t = (mantissa | 0x3F800000).to(torch.int32).view(torch.float32) - 1.5
+    c = _segment_table(word.device)[(e << normal_segments.SEGMENT_BITS) + j]
+    z = _fma(_fma(_fma(c[..., 3], t, c[..., 2]), t, c[..., 1]), t, c[..., 0])
+    return torch.where((word >> 31) != 0, -z, z)
+
+
 def transform(kind: str, words: tuple[torch.Tensor, ...], k: torch.Tensor, p: Precision) -> torch.Tensor:
     """The draw of `kind` at place k (step mod G) of the group whose Philox words are `words`, in precision `p`."""
     if kind == "uniform":
         return _uniform(_chosen(k, [_integer(words, i, p) for i in range(p.group)]), p)
     if kind != "normal":
         raise ValueError(f"unknown kind of draw {kind!r}; expected one of {KINDS}")
+    if p.normal == "segments":
+        return _segment_normal(_chosen(k, list(words)))
     pair = k >> 1
     first = _chosen(pair, [_integer(words, 2 * q, p) for q in range(p.group // 2)])
     turn = _chosen(pair, [_integer(words, 2 * q + 1, p) for q in range(p.group // 2)])
@@ -307,7 +331,11 @@ def c_source(precision: str) -> str:
     hi, lo = p.ln2_parts
     lit = p.literal
     mantissa_bits = p.bits - 1
+    segments = [[lit(c) for c in segment] for segment in normal_segments.segments()] if p.normal == "segments" \
+        else []
     return render("noise.cuh.j2", real=p.name, bits=p.bits, fused=p.fused, mantissa_bits=mantissa_bits,
+                  segments=segments, segment_bits=normal_segments.SEGMENT_BITS,
+                  segment_count=1 << normal_segments.SEGMENT_BITS,
                   exponent_bias=127 if p.name == "float" else 1023, mantissa_mask=(1 << mantissa_bits) - 1,
                   half_bits=0x3F000000 if p.name == "float" else 0x3FE0000000000000,  # 0.5's bits
                   m=[hex(m) for m in _PHILOX_M],
