@@ -3,7 +3,10 @@ the Python path's results bitwise (the same kernels with the same values), on th
 tests/gpu/test_native_gpu.py; its plans refuse malformed words; its switch and its cache."""
 from __future__ import annotations
 
+import copy
 import functools
+import gc
+import pickle
 
 import pytest
 import torch
@@ -250,6 +253,56 @@ def test_hidden_outputs_are_not_differentiable_and_unused_gradients_cost_nothing
     finally:
         program.ENABLED = True
     assert torch.equal(grad, want)
+
+
+def program_plans() -> set[int]:
+    return {int(p.native) for p in program.PROGRAMS.values() if p.native is not None}
+
+
+def forget_programs() -> set[int]:
+    """Drop the functional calls' programs: the numbers of the plans they held, each of which must now be free
+    (the ops' own forms hold the plans of the op implementations they ran, a backward's here)."""
+    held, live = program_plans(), native.live_plans()
+    program.PROGRAMS.clear()
+    gc.collect()
+    assert native.live_plans() == live - len(held)
+    return held
+
+
+def test_plans_live_while_held_and_nodes_keep_theirs():
+    """Plans follow their holders: calls of ever new shapes leave no plans behind once their programs are dropped
+    (a layer's programs clear at their limit, functional calls' here by hand); a training call's autograd node
+    keeps the plan it ran, after its program let go, until its backward, whose gradient is the Python path's; a
+    freed number serves the next plan; a plan's number copies as itself and pickles as a plain int."""
+    forget_programs()
+    before = native.live_plans()
+    for n in range(64, 72):  # a new shape each: a program and a plan each
+        for _ in range(2):
+            F.multi_step("lif", torch.rand(4, n), backend="host")
+    assert native.live_plans() == before + 8 and len(program_plans()) == 8
+    freed = forget_programs()
+    x = (torch.rand(4, 40, dtype=torch.float64) * 2).requires_grad_()
+    weights = torch.arange(1, 5, dtype=x.dtype).view(4, 1)
+    F.multi_step("lif", x, backend="host")[0].sum().backward()  # binds the backward launches: planned next call
+    spikes = F.multi_step("lif", x, backend="host")[0]
+    assert spikes.grad_fn.name() == "autocuda::NeuronCallBackward" and len(program_plans()) == 1
+    assert program_plans() <= freed  # a freed number taken again
+    forget_programs()
+    (grad,) = torch.autograd.grad((spikes * weights).sum(), x)  # by the plan the node kept
+    program.ENABLED = False
+    try:
+        (want,) = torch.autograd.grad((F.multi_step("lif", x, backend="host")[0] * weights).sum(), x)
+    finally:
+        program.ENABLED = True
+    assert torch.equal(grad, want)
+    for _ in range(2):
+        F.multi_step("lif", torch.rand(4, 64), backend="host")
+    number = next(p.native for p in program.PROGRAMS.values() if p.native is not None)
+    assert copy.deepcopy(number) is number and copy.copy(number) is number
+    assert type(pickle.loads(pickle.dumps(number))) is int
+    held = int(number)
+    del number  # a holder too
+    assert forget_programs() == {held}
 
 
 def test_a_call_unlike_its_plan_is_refused_by_the_operator():

@@ -126,8 +126,39 @@ def operator(name: str = "call") -> Callable[..., list[torch.Tensor]]:
     return _OPERATORS[name]
 
 
-def make_plan(words: list[int], dtypes: list[torch.dtype]) -> int:
-    return torch.ops.autocuda_native.make_plan(words, dtypes)
+class PlanNumber(int):
+    """A native plan's number, as its holder keeps it: the plan lives while some holder's number does (calls in
+    flight and autograd nodes keep what they use), so plans of calls no program holds any more, shapes that
+    varied, say, are freed. Calls pass it as the int it is; a copy is the same holder, a pickled one a plain int."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        try:
+            release = _OPERATORS.get("release_plan")
+            if release is not None:
+                release(int(self))
+        except Exception:  # the interpreter shutting down: nothing left to free
+            pass
+
+    def __copy__(self) -> PlanNumber:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> PlanNumber:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return int, (int(self),)
+
+
+def make_plan(words: list[int], dtypes: list[torch.dtype]) -> PlanNumber:
+    """The number of the plan of `words`, held by the caller until the number is dropped (`PlanNumber`)."""
+    return PlanNumber(torch.ops.autocuda_native.make_plan(words, dtypes))
+
+
+def live_plans() -> int:
+    """How many plans some holder keeps (0 where the operator is not loaded)."""
+    return int(torch.ops.autocuda_native.live_plans()) if _CALL is not None else 0
 
 
 def _start() -> None:
@@ -194,7 +225,7 @@ def _load(path: Path) -> None:
     try:
         cache.open_verified(path, _open_library)  # the bytes verified, never `path` opened again
         # each overload's __call__ only forwards to its C++ callable
-        for name in ("layer_call", "layer_call_states", "op_call", "call"):
+        for name in ("layer_call", "layer_call_states", "op_call", "release_plan", "call"):
             overload = getattr(torch.ops.autocuda_native, name).default
             _OPERATORS[name] = getattr(overload, "_op", overload)
         _CALL = _OPERATORS["call"]

@@ -5,8 +5,10 @@
 // slots, launches and, when x requires grad, records the node.
 //
 // Rules this file follows:
-// - A plan is immutable once made and lives as long as the process (calls in flight refer to it by number);
-//   identical plans are one plan, so a program that prepares the same call again adds nothing.
+// - A plan is immutable once made; identical plans are one plan, so a program that prepares the same call again
+//   adds nothing. Python holds plans by number (`make_plan` counts a holder, `release_plan` drops one): the last
+//   holder's release frees the number for another plan, while a call in flight or an autograd node that refers to
+//   the plan keeps it alive (shared ownership), so memory follows the plans in use, not every shape ever seen.
 // - Every index a plan holds is checked when it is made, never on the hot path.
 // - Kernels launch on torch's current stream of the tensors' device (in backward, the stream autograd gives the
 //   node: its forward's), in the device's primary context, as the Python launcher does.
@@ -97,8 +99,18 @@ struct Plan {
   Driver driver;
 };
 
+using PlanPointer = std::shared_ptr<const Plan>;
+
+// The registry: by number, each plan (null where the number is free), its Python holders and its words; the
+// numbers of identical words.
+struct Held {
+  PlanPointer plan;
+  int64_t holders = 0;
+  std::vector<int64_t> words;
+};
 std::mutex registry_lock;
-std::vector<std::unique_ptr<Plan>> plans;
+std::vector<Held> plans;
+std::vector<int64_t> free_numbers;
 std::map<std::vector<int64_t>, int64_t> plan_numbers;
 
 // Reads a plan's words in order, refusing any read past the end.
@@ -231,10 +243,11 @@ std::unique_ptr<Plan> read_plan(const std::vector<int64_t>& words, const std::ve
   return plan;
 }
 
-const Plan& plan_numbered(int64_t number) {
+PlanPointer plan_numbered(int64_t number) {
   std::lock_guard<std::mutex> guard(registry_lock);
-  TORCH_CHECK(number >= 0 && number < int64_t(plans.size()), "autocuda native: no plan ", number);
-  return *plans[number];
+  TORCH_CHECK(number >= 0 && number < int64_t(plans.size()) && plans[number].plan, "autocuda native: no plan ",
+              number);
+  return plans[number].plan;
 }
 
 void check_driver(int status, const char* call) {
@@ -340,7 +353,7 @@ auto make_node() {
 // Its inputs are the call's outputs in order; an output it does not differentiate (`Plan::hidden`) holds its slot,
 // undefined.
 struct NeuronCallBackward final : torch::autograd::Node {
-  int64_t number = 0;
+  PlanPointer plan_held;  // alive while the node is, whatever the holders in Python do
   std::vector<double> numbers;
   std::vector<torch::autograd::SavedVariable> saved;
   std::vector<std::vector<int64_t>> shapes;  // of x as the kernels read it, then of each state
@@ -353,7 +366,7 @@ struct NeuronCallBackward final : torch::autograd::Node {
   }
 
   variable_list apply(variable_list&& grads) override {
-    const Plan& plan = plan_numbered(number);
+    const Plan& plan = *plan_held;
     bool finals = false;
     for (int64_t at : plan.finals) finals = finals || grads[at].defined();
     std::vector<int64_t> rows{plan.neurons};
@@ -392,8 +405,9 @@ struct NeuronCallBackward final : torch::autograd::Node {
 
 // A training call's outputs (x fits the plan), run without recording, then, where x records a graph, given the node:
 // the differentiable outputs take it as their history, and it saves what its backward reads (x and outputs).
-variable_list recorded_call(int64_t number, const Plan& plan, const std::vector<at::Tensor>& inputs,
+variable_list recorded_call(const PlanPointer& held, const std::vector<at::Tensor>& inputs,
                             const std::vector<double>& numbers, at::IntArrayRef final_sizes) {
+  const Plan& plan = *held;
   variable_list outputs;
   {
     at::AutoGradMode off(false);
@@ -403,7 +417,7 @@ variable_list recorded_call(int64_t number, const Plan& plan, const std::vector<
   for (const at::Tensor& input : inputs) records = records || input.requires_grad();
   if (!(at::GradMode::is_enabled() && records)) return outputs;
   auto node = make_node<NeuronCallBackward>();
-  node->number = number;
+  node->plan_held = held;
   node->numbers = numbers;
   for (const at::Tensor& input : inputs) node->shapes.push_back(input.sizes().vec());
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
@@ -423,15 +437,43 @@ variable_list recorded_call(int64_t number, const Plan& plan, const std::vector<
   return outputs;
 }
 
+// A holder's number of the plan of `words`: the plan already made from them, or a new one.
 int64_t make_plan(std::vector<int64_t> words, std::vector<at::ScalarType> dtypes) {
-  auto plan = read_plan(words, dtypes);
+  PlanPointer plan = read_plan(words, dtypes);
   std::lock_guard<std::mutex> guard(registry_lock);
   auto found = plan_numbers.find(words);
-  if (found != plan_numbers.end()) return found->second;
-  int64_t number = plans.size();
-  plans.push_back(std::move(plan));
+  if (found != plan_numbers.end()) {
+    plans[found->second].holders += 1;
+    return found->second;
+  }
+  int64_t number = int64_t(plans.size());
+  if (free_numbers.empty()) {
+    plans.emplace_back();
+  } else {
+    number = free_numbers.back();
+    free_numbers.pop_back();
+  }
+  plans[number] = Held{std::move(plan), 1, words};
   plan_numbers.emplace(std::move(words), number);
   return number;
+}
+
+// A holder lets go of its number: the last one frees it (calls in flight and nodes keep the plan they hold).
+void release_plan(int64_t number) {
+  std::lock_guard<std::mutex> guard(registry_lock);
+  TORCH_CHECK(number >= 0 && number < int64_t(plans.size()) && plans[number].holders > 0,
+              "autocuda native: plan ", number, " has no holder to release");
+  Held& held = plans[number];
+  if (--held.holders > 0) return;
+  plan_numbers.erase(held.words);
+  held = Held{};
+  free_numbers.push_back(number);
+}
+
+// How many plans have holders (for tests and `autocuda cache`).
+int64_t live_plans() {
+  std::lock_guard<std::mutex> guard(registry_lock);
+  return int64_t(plans.size() - free_numbers.size());
 }
 
 // Whether x and the other inputs are tensors the plan's kernels were bound for: x [steps, *] (a single step's: the
@@ -459,8 +501,9 @@ bool fits(const Plan& plan, const at::Tensor& x, const std::vector<at::Tensor>& 
 
 // The plan's forward outputs for x and the other inputs (which fit the plan): the kernels run on x as
 // [steps, neurons] rows (a single step's as [neurons]), and the final states come out in x's neuron shape.
-std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Tensor& x,
+std::vector<at::Tensor> run_call(int64_t number, const PlanPointer& held, const at::Tensor& x,
                                  const std::vector<at::Tensor>& others, const std::vector<double>& numbers) {
+  const Plan& plan = *held;
   TORCH_CHECK(int64_t(numbers.size()) == plan.numbers, "autocuda native: plan ", number, " takes ", plan.numbers,
               " numbers, got ", numbers.size());
   bool single = plan.steps == kSingle;
@@ -469,7 +512,7 @@ std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Ten
   inputs.insert(inputs.end(), others.begin(), others.end());
   at::IntArrayRef final_sizes = flat ? at::IntArrayRef() : single ? x.sizes() : x.sizes().slice(1);
   if (!plan.trains) return run(plan, plan.forward, inputs, numbers, final_sizes);
-  return recorded_call(number, plan, inputs, numbers, final_sizes);
+  return recorded_call(held, inputs, numbers, final_sizes);
 }
 
 // A program's call: the forward outputs for x [steps, *] (or a single step's x) and the other inputs (the initial
@@ -477,10 +520,10 @@ std::vector<at::Tensor> run_call(int64_t number, const Plan& plan, const at::Ten
 // step's as [neurons]), the final states in x's neuron shape.
 std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
                              std::vector<double> numbers) {
-  const Plan& plan = plan_numbered(number);
-  TORCH_CHECK(fits(plan, x, others), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
+  PlanPointer held = plan_numbered(number);
+  TORCH_CHECK(fits(*held, x, others), "autocuda native: x ", x.sizes(), " ", x.scalar_type(), " on ", x.device(),
               " with ", others.size(), " more tensor(s) is not the call plan ", number, " was made for");
-  return run_call(number, plan, x, others, numbers);
+  return run_call(number, held, x, others, numbers);
 }
 
 // A layer's keyed call (nn.Neuron), multi-step or single, from states of numbers or tensors (`others`: each [N]
@@ -490,11 +533,12 @@ std::vector<at::Tensor> call(int64_t number, const at::Tensor& x, std::vector<at
 // dispatcher.
 std::vector<at::Tensor> keyed_call(int64_t number, const at::Tensor& x, const std::vector<at::Tensor>& others,
                                    const std::vector<double>& numbers) {
-  const Plan& plan = plan_numbered(number);
+  PlanPointer held = plan_numbered(number);
+  const Plan& plan = *held;
   bool graph = x.requires_grad();
   for (const at::Tensor& other : others) graph = graph || other.requires_grad();
   if (!fits(plan, x, others) || (at::GradMode::is_enabled() && graph) != plan.trains) return {};
-  std::vector<at::Tensor> outputs = run_call(number, plan, x, others, numbers);
+  std::vector<at::Tensor> outputs = run_call(number, held, x, others, numbers);
   bool flat = x.dim() == (plan.steps == kSingle ? 1 : 2);
   std::vector<at::Tensor> results{flat ? outputs[plan.spike_at] : outputs[plan.spike_at].view(x.sizes())};
   for (int64_t at : plan.finals) results.push_back(outputs[at]);
@@ -515,7 +559,8 @@ std::vector<at::Tensor> layer_call_states(int64_t number, const at::Tensor& x, s
 // they do not fit the plan (the Python launch then runs the call, and names what is wrong).
 std::vector<at::Tensor> op_call(int64_t number, const at::Tensor& x, std::vector<at::Tensor> others,
                                 std::vector<double> numbers) {
-  const Plan& plan = plan_numbered(number);
+  PlanPointer held = plan_numbered(number);
+  const Plan& plan = *held;
   if (plan.trains || !fits(plan, x, others) || int64_t(numbers.size()) != plan.numbers) return {};
   std::vector<at::Tensor> inputs{x};
   inputs.insert(inputs.end(), others.begin(), others.end());
@@ -526,6 +571,8 @@ std::vector<at::Tensor> op_call(int64_t number, const at::Tensor& x, std::vector
 
 TORCH_LIBRARY(autocuda_native, m) {
   m.def("make_plan(int[] words, ScalarType[] dtypes) -> int", &make_plan);
+  m.def("release_plan(int plan) -> ()", &release_plan);
+  m.def("live_plans() -> int", &live_plans);
   m.def("call(int plan, Tensor x, Tensor[] others, float[] numbers) -> Tensor[]", &call);
   m.def("layer_call(int plan, Tensor x, float[] numbers) -> Tensor[]", &layer_call);
   m.def("layer_call_states(int plan, Tensor x, Tensor[] states, float[] numbers) -> Tensor[]", &layer_call_states);
