@@ -425,8 +425,8 @@ def keyed_results(monkeypatch: pytest.MonkeyPatch) -> list[list]:
     seen: list[list] = []
     original = program.Program.run_layer
 
-    def spy(self, x, states, numbers):
-        results = original(self, x, states, numbers)
+    def spy(self, x, states, numbers, params=()):
+        results = original(self, x, states, numbers, params)
         seen.append(results)
         return results
 

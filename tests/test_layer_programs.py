@@ -17,7 +17,7 @@ import torch
 from conftest import compile_launched
 
 from autocuda.call import native, program
-from autocuda.nn import LIFNode, Neuron
+from autocuda.nn import LIFNode, Neuron, ParametricLIFNode
 from autocuda.spec.load import spec_from_toml
 
 # Host calls through the native path here, as CUDA calls take it by default (the GPU file runs these cores on CUDA)
@@ -110,8 +110,8 @@ def keyed_runs(monkeypatch):
     ran = []
     original = program.Program.run_layer
 
-    def spy(self, x, states, numbers):
-        results = original(self, x, states, numbers)
+    def spy(self, x, states, numbers, params=()):
+        results = original(self, x, states, numbers, params)
         if results:
             ran.append((tuple(x.shape), self.native is not None and native.USE))
         return results
@@ -187,7 +187,7 @@ def test_a_repeated_call_builds_no_program_and_reads_the_numbers_afresh(monkeypa
     assert built == [], "the layer's program ran every call: a number's value is no part of its key"
 
 
-def test_tensor_states_and_parameters_take_the_full_path(monkeypatch):
+def test_tensor_states_and_parameters_give_the_full_paths_results(monkeypatch):
     layer = LIFNode(tau=2.0, step_mode="m", backend="host")
     x = x_of(grad=False)
     outcome(layer, x)
@@ -243,6 +243,53 @@ def test_a_layer_called_from_a_reset_finds_its_program_by_the_kept_key(shape, gr
         needs_the_native_operator()
     monkeypatch.setattr(native, "USE", native_runner)
     check_keyed(LIFNode(tau=2.0, step_mode="m", backend="host"), x_of(shape, grad=grad), monkeypatch, native_runner)
+
+
+def outcome_with_params(layer, x):
+    """`outcome`, with the gradients of the layer's learnable parameters after x's."""
+    layer.reset()
+    out = layer(x)
+    weights = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype).view(out.shape)
+    params = [p for p in layer.parameters() if p.requires_grad]
+    return [out, layer.v, *torch.autograd.grad((out * weights).sum(), [x, *params])]
+
+
+def test_tensor_parameters_of_one_value_take_the_keyed_call(monkeypatch):
+    """ParametricLIF's learnable w (a parameter of one value) and a LIF's tau given as a 0-d tensor: the keyed call
+    runs them, every result and gradient (w's too) the full path's, also after w changes in place (an optimizer's
+    step) or tau's value through `.data`; a w of another object, or of a dtype the plan does not take, runs the full
+    path."""
+    needs_the_native_operator()
+    x = x_of()
+    layer = ParametricLIFNode(init_tau=2.5, step_mode="m", backend="host").double()
+    for _ in range(2):  # builds the program, binds its backward, then makes its native plan
+        outcome_with_params(layer, x)
+    ran = keyed_runs(monkeypatch)
+    for step in range(3):
+        got = outcome_with_params(layer, x)
+        assert_same(got, full_path(layer, x, monkeypatch, outcome_with_params), f"step {step}")
+        with torch.no_grad():
+            layer.w.sub_(0.5 * got[-1])  # the layer's w, changed in place
+    assert ran == [((5, 3, 4), True)] * 3
+    ran.clear()
+    layer.w = torch.nn.Parameter(layer.w.detach() + 0.25)  # another object: the full path, then keyed again
+    for _ in range(2):
+        assert_same(outcome_with_params(layer, x), full_path(layer, x, monkeypatch, outcome_with_params), "new w")
+    assert len(ran) == 1
+    ran.clear()
+    layer.w.data = layer.w.data.float()  # the same object, of a dtype the plan does not take
+    assert_same(outcome_with_params(layer, x), full_path(layer, x, monkeypatch, outcome_with_params), "float w")
+    assert not ran
+    lif = LIFNode(tau=2.0, step_mode="m", backend="host")
+    lif.tau = torch.tensor(2.0, dtype=torch.float64)
+    xs = x.detach()
+    for _ in range(2):
+        outcome(lif, xs)
+    ran.clear()
+    for tau in (3.0, 4.0):
+        lif.tau.data.fill_(tau)
+        assert_same(outcome(lif, xs), full_path(lif, xs, monkeypatch), f"tau {tau}")
+    assert ran == [((5, 3, 4), True)] * 2
 
 
 def test_alternating_input_classes_each_find_their_program(monkeypatch):

@@ -283,17 +283,19 @@ class Program:
         tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
 
-    def run_layer(self, x: Tensor, states: list[Tensor], numbers: list[float]) -> list[Tensor]:
+    def run_layer(self, x: Tensor, states: list[Tensor], numbers: list[float], params: Sequence[Tensor] = ()
+                  ) -> list[Tensor]:
         """A layer's keyed call (`nn.layer_call.run_keyed`; `states`: the initial states where tensors, each of the
-        neuron shape; `numbers`: where numbers, the initial states, then the scalars): the spikes in x's shape and the
-        final states in its neuron shape, by the native plan, or a multi-step call's bound launch from numbers; []
-        where neither runs it (the native plan still to be made; tensor states or a single step on the Python path):
-        the layer's full path runs it."""
+        neuron shape; `numbers`: where numbers, the initial states, then the scalars; `params`: the tensor parameters,
+        one value each, as the layer holds them): the spikes in x's shape and the final states in its neuron shape, by
+        the native plan (which refuses tensors unlike its own: dtype, device, size), or a multi-step call's bound
+        launch from numbers without tensor parameters; [] where neither runs it (the native plan still to be made;
+        tensor states, tensor parameters or a single step on the Python path): the layer's full path runs it."""
         if self.native is not None and native.USE:
-            if states:
-                return self.native_layer_states(self.native, x, states, numbers)
+            if states or params:
+                return self.native_layer_states(self.native, x, [*states, *params], numbers)
             return self.native_layer_call(self.native, x, numbers)
-        if states or self.launch is None or self.bound_form.single or (
+        if states or params or self.launch is None or self.bound_form.single or (
                 self.native_wanted and native.USE and self.plannable()):
             return []
         outputs, form = self.run_numbers(x, numbers), self.bound_form

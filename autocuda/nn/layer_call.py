@@ -126,29 +126,42 @@ _SWITCHES = ("_spec_ref", "_surrogate_ref", "detach_reset", "_store_v_seq", "_ou
 def configure(d: dict[str, Any], program: Program, values: dict[str, Any]) -> tuple | None:
     """What `run_keyed` needs after `program` ran a call (`values`: its parameters, with defaults): a reader of the
     switches and parameters, the objects it read, the key's configuration part, the first dim of x's neuron shape (1
-    for a sequence, 0 for one step), the class of float states, the scalars. None where a parameter is no plain
-    attribute (its changes would not show in the dict) or the program is unkeyed."""
+    for a sequence, 0 for one step), the class of float states, the scalars, where the tensor parameters stand among
+    what the reader reads (in the program's order). None where a parameter is neither a plain attribute nor a
+    parameter or buffer of the layer (its changes would not show), or the program is unkeyed."""
     names = d["_param_names"]
-    if (program.configuration is None or program.launch is None or program.draws or program.tensors
-            or len(program.inputs) != 1 or not all(name in d for name in names)):
-        return None  # kept by no `Programs`, unbound, tensor parameters, several inputs, or draws (a seed per call)
-    read = itemgetter(*_SWITCHES, *names)
+    if (program.configuration is None or program.launch is None or program.draws or len(program.inputs) != 1
+            or not program.bindable):
+        return None  # kept by no `Programs`, unbound, tensor parameters not of one value, several inputs, or draws
+    plain = tuple(name for name in names if name in d)
+    held = tuple(name for name in names if name not in d)
+    places = tuple("_parameters" if name in d["_parameters"] else "_buffers" for name in held)
+    if any(name not in d[place] for name, place in zip(held, places)):
+        return None  # a property, say
+    read_plain = itemgetter(*_SWITCHES, *plain)
+    read: Any = read_plain
+    if held:  # parameters and buffers (ParametricLIF's w), from the dicts of the layer called (a replica's own)
+        def read(d: dict[str, Any]) -> tuple:
+            return (*read_plain(d), *[d[place][name] for place, name in zip(places, held)])
+    order = (*_SWITCHES, *plain, *held)
+    picks = tuple(order.index(name) for name, _ in program.tensors)
     floats = (float,) * len(d["_state_names"])
     return (read, read(d), program.configuration, 0 if program.bound_form.single else 1, floats,
-            tuple(program.scalar_values(values)))
+            tuple(program.scalar_values(values)), picks)
 
 
 def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
     """The spikes of an eager call of one tensor (`first`: 1 for a sequence, 0 for one step) in the step mode of the
     layer's kept configuration (`configure`), from float states (as after a reset) or tensor states of x's neuron shape
-    and dtype (as after a call), by the program that the kept part of the key and the call's input class find
-    (`program_key`); else None: the full path runs."""
+    and dtype (as after a call), the tensor parameters (one value each) the very objects the configuration read, by
+    the program that the kept part of the key and the call's input class find (`program_key`); else None: the full
+    path runs."""
     d = layer.__dict__
     owned = d.get("_programs")
     kept = None if owned is None else owned.configured
     if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active():
         return None
-    read, seen, configuration, kept_first, floats, scalars = kept
+    read, seen, configuration, kept_first, floats, scalars, picks = kept
     if kept_first != first:  # configured by a call in the other step mode
         return None
     try:
@@ -175,7 +188,7 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
     program = owned.get(program_key(configuration, x, state_class(tensors) if tensors else floats))
     if program is None:
         return None
-    results = program.run_layer(x, tensors, [*numbers, *scalars])
+    results = program.run_layer(x, tensors, [*numbers, *scalars], [now[i] for i in picks] if picks else ())
     if not results:
         return None
     for name, value in zip(names, results[1:]):
