@@ -470,7 +470,7 @@ void release_plan(int64_t number) {
   free_numbers.push_back(number);
 }
 
-// How many plans have holders (for tests and `autocuda cache`).
+// How many plans have holders (`native.live_plans`).
 int64_t live_plans() {
   std::lock_guard<std::mutex> guard(registry_lock);
   return int64_t(plans.size() - free_numbers.size());
