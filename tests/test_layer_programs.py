@@ -365,10 +365,20 @@ def check_steps_keyed(layer, x, monkeypatch):
     assert layer.v.shape == x.shape[1:] and layer._programs.configured is not None
 
 
+def frozen_plif() -> ParametricLIFNode:
+    """A ParametricLIF in step mode 's' whose w takes no gradient: its steps record no graph where x records none."""
+    layer = ParametricLIFNode(init_tau=2.5, step_mode="s", backend="host").double()
+    layer.w.requires_grad_(False)
+    return layer
+
+
+@pytest.mark.parametrize("make", [lambda grad: LIFNode(tau=2.0, step_mode="s", backend="host"),
+                                  lambda grad: ParametricLIFNode(init_tau=2.5, step_mode="s", backend="host").double()
+                                  if grad else frozen_plif()], ids=["LIFNode", "ParametricLIFNode"])
 @pytest.mark.parametrize("grad", [False, True])
-def test_single_steps_find_their_programs_by_the_kept_key(grad, monkeypatch):
+def test_single_steps_find_their_programs_by_the_kept_key(grad, make, monkeypatch):
     needs_the_native_operator()
-    check_steps_keyed(LIFNode(tau=2.0, step_mode="s", backend="host"), x_of((5, 3, 4), grad=grad), monkeypatch)
+    check_steps_keyed(make(grad), x_of((5, 3, 4), grad=grad), monkeypatch)
 
 
 def check_going_on(layer, chunks, monkeypatch):
