@@ -249,7 +249,7 @@ def outcome_with_params(layer, x):
     """`outcome`, with the gradients of the layer's learnable parameters after x's."""
     layer.reset()
     out = layer(x)
-    weights = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype).view(out.shape)
+    weights = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype, device=out.device).view(out.shape)
     params = [p for p in layer.parameters() if p.requires_grad]
     return [out, layer.v, *torch.autograd.grad((out * weights).sum(), [x, *params])]
 

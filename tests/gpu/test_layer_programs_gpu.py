@@ -1,8 +1,8 @@
 """A layer's programs on CUDA (`autocuda.call.program`, owned by the layer): every change between calls that the key
 holds runs the program it asks for, bitwise the unbound path's, through the Python and the native path, at a size
 whose kernels load vectors (so that a misaligned x needs its own launch); a layer's keyed call (the native
-path's and the bound launch's) in each dtype, also single steps and sequences that go on from tensor states; and a
-layer moved between devices."""
+path's and the bound launch's) in each dtype, also single steps and sequences that go on from tensor states, and
+ParametricLIF's with its w among the plan's tensors; and a layer moved between devices."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from autocuda.call import native
-from autocuda.nn import LIFNode, Neuron
+from autocuda.nn import LIFNode, Neuron, ParametricLIFNode
 
 pytestmark = pytest.mark.gpu
 
@@ -29,6 +29,7 @@ from test_layer_programs import (  # noqa: E402 - the cores of the CPU test, sha
     keyed_runs,
     needs_the_native_operator,
     outcome,
+    outcome_with_params,
     x_of,
 )
 
@@ -79,6 +80,25 @@ def test_single_steps_and_sequences_going_on_find_their_programs_on_the_gpu(dtyp
     needs_the_native_operator()
     check_steps_keyed(LIFNode(tau=2.0, step_mode="s"), x_of((4, 8, 16, 32), dtype, grad, CUDA), monkeypatch)
     check_going_on(LIFNode(tau=2.0, step_mode="m"), x_of((3, 4, 4096), dtype, grad, CUDA), monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_parametric_lif_takes_the_keyed_call_on_the_gpu(dtype, monkeypatch):
+    """ParametricLIF's w (one value, in the compute dtype) among the native plan's tensors: the keyed call's spikes,
+    final membrane and gradients (x's and w's) are the full path's bitwise, also after in-place steps of w."""
+    needs_the_native_operator()
+    x = x_of((4, 8, 16, 32), dtype, True, CUDA)
+    layer = ParametricLIFNode(init_tau=2.5, step_mode="m").to(CUDA, torch.float64 if dtype == torch.float64
+                                                                  else torch.float32)
+    for _ in range(2):
+        outcome_with_params(layer, x)
+    ran = keyed_runs(monkeypatch)
+    for step in range(3):
+        got = outcome_with_params(layer, x)
+        assert_same(got, full_path(layer, x, monkeypatch, outcome_with_params), f"step {step}")
+        with torch.no_grad():
+            layer.w.sub_(0.5 * got[-1])
+    assert ran == [((4, 8, 16, 32), True)] * 3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
