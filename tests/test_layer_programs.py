@@ -254,6 +254,23 @@ def outcome_with_params(layer, x):
     return [out, layer.v, *torch.autograd.grad((out * weights).sum(), [x, *params])]
 
 
+def check_keyed_steps_of_w(layer, x, monkeypatch, steps=3):
+    """A ParametricLIF layer's calls after the two that build its program and native plan: each by the keyed call,
+    its results and gradients (w's too) the full path's, w then changed in place as by an optimizer's step. Returns
+    the spy's list of keyed calls (`keyed_runs`), cleared."""
+    for _ in range(2):  # builds the program, binds its backward, then makes its native plan
+        outcome_with_params(layer, x)
+    ran = keyed_runs(monkeypatch)
+    for step in range(steps):
+        got = outcome_with_params(layer, x)
+        assert_same(got, full_path(layer, x, monkeypatch, outcome_with_params), f"step {step}")
+        with torch.no_grad():
+            layer.w.sub_(0.5 * got[-1])  # the layer's w, changed in place
+    assert ran == [(tuple(x.shape), True)] * steps
+    ran.clear()
+    return ran
+
+
 def test_tensor_parameters_of_one_value_take_the_keyed_call(monkeypatch):
     """ParametricLIF's learnable w (a parameter of one value) and a LIF's tau given as a 0-d tensor: the keyed call
     runs them, every result and gradient (w's too) the full path's, also after w changes in place (an optimizer's
@@ -262,16 +279,7 @@ def test_tensor_parameters_of_one_value_take_the_keyed_call(monkeypatch):
     needs_the_native_operator()
     x = x_of()
     layer = ParametricLIFNode(init_tau=2.5, step_mode="m", backend="host").double()
-    for _ in range(2):  # builds the program, binds its backward, then makes its native plan
-        outcome_with_params(layer, x)
-    ran = keyed_runs(monkeypatch)
-    for step in range(3):
-        got = outcome_with_params(layer, x)
-        assert_same(got, full_path(layer, x, monkeypatch, outcome_with_params), f"step {step}")
-        with torch.no_grad():
-            layer.w.sub_(0.5 * got[-1])  # the layer's w, changed in place
-    assert ran == [((5, 3, 4), True)] * 3
-    ran.clear()
+    ran = check_keyed_steps_of_w(layer, x, monkeypatch)
     layer.w = torch.nn.Parameter(layer.w.detach() + 0.25)  # another object: the full path, then keyed again
     for _ in range(2):
         assert_same(outcome_with_params(layer, x), full_path(layer, x, monkeypatch, outcome_with_params), "new w")

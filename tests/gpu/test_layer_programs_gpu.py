@@ -24,12 +24,12 @@ from test_layer_programs import (  # noqa: E402 - the cores of the CPU test, sha
     check_change,
     check_going_on,
     check_keyed,
+    check_keyed_steps_of_w,
     check_steps_keyed,
     full_path,
     keyed_runs,
     needs_the_native_operator,
     outcome,
-    outcome_with_params,
     x_of,
 )
 
@@ -90,15 +90,7 @@ def test_parametric_lif_takes_the_keyed_call_on_the_gpu(dtype, monkeypatch):
     x = x_of((4, 8, 16, 32), dtype, True, CUDA)
     layer = ParametricLIFNode(init_tau=2.5, step_mode="m").to(CUDA, torch.float64 if dtype == torch.float64
                                                                   else torch.float32)
-    for _ in range(2):
-        outcome_with_params(layer, x)
-    ran = keyed_runs(monkeypatch)
-    for step in range(3):
-        got = outcome_with_params(layer, x)
-        assert_same(got, full_path(layer, x, monkeypatch, outcome_with_params), f"step {step}")
-        with torch.no_grad():
-            layer.w.sub_(0.5 * got[-1])
-    assert ran == [((4, 8, 16, 32), True)] * 3
+    check_keyed_steps_of_w(layer, x, monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
