@@ -305,6 +305,55 @@ def test_plans_live_while_held_and_nodes_keep_theirs():
     assert forget_programs() == {held}
 
 
+def test_threads_making_and_dropping_plans_leave_none_behind():
+    """Four threads, each with layers of its own over shapes of its own, training calls (autograd nodes that hold
+    their plans) and the layers' programs dropped before their backward: every result the Python path's; a second
+    round leaves as many plans as the first (the ops' forms keep the plans of the backward implementations they ran,
+    the programs' plans are freed); a number no holder has is refused by name."""
+    import threading
+
+    from autocuda.nn import LIFNode
+
+    forget_programs()
+    before = native.live_plans()
+    xs = {n: (torch.rand(4, n, dtype=torch.float64) * 2) for n in range(40, 48)}
+    program.ENABLED = False
+    try:
+        wants = {n: torch.autograd.grad(F.multi_step("lif", x.requires_grad_(), backend="host")[0].sum(), x)[0]
+                 for n, x in xs.items()}
+    finally:
+        program.ENABLED = True
+    failures: list[BaseException] = []
+
+    def work(sizes: list[int]) -> None:
+        try:
+            for n in sizes:
+                layer = LIFNode(tau=2.0, step_mode="m", backend="host")
+                for _ in range(3):  # the third call by its native plan, its node holding the plan
+                    layer.reset()
+                    x = xs[n].detach().requires_grad_()
+                    spikes = layer(x)
+                    del layer._programs  # the layer's programs dropped before its backward
+                    (grad,) = torch.autograd.grad(spikes.sum(), x)
+                    assert torch.equal(grad, wants[n])
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    live = []
+    for _ in range(2):
+        threads = [threading.Thread(target=work, args=([40 + i, 44 + i] * 2,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        gc.collect()
+        live.append(native.live_plans())
+    assert live[0] == live[1] <= before + len(xs)  # at most a backward's plan per shape
+    with pytest.raises(RuntimeError, match="no holder to release"):
+        torch.ops.autocuda_native.release_plan(10**6)
+
+
 def test_a_call_unlike_its_plan_is_refused_by_the_operator():
     program.PROGRAMS.clear()
     x = torch.rand(4, 64)
