@@ -127,6 +127,9 @@ def main() -> None:
         model = SpikingVGG().to(device)
         if device.type == "cuda":  # cuDNN's convolutions run faster on channels-last activations, and so do ours
             model = model.to(memory_format=torch.channels_last)
+            # but for the first convolution's weights: of one input channel, both layouts hold the same bytes, and
+            # cuDNN gives their gradient the contiguous strides, which DDP wants to be the weights' own
+            model.convs[0].to(memory_format=torch.contiguous_format)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                       gradient_as_bucket_view=True)
         cuda_graphs = args.compile and device.type == "cuda"

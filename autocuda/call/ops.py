@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..codegen.broadcast import CORRECTION_KEYS
+from ..codegen.broadcast import CORRECTION_KEYS, gradient_groups
 from ..runtime import configs, neuron_launch, tuning
 from ..runtime.configs import compute_dtype, constant_result
 from ..runtime.neuron_launch import KernelCall, NeuronConfig
@@ -315,16 +315,19 @@ def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tens
 
 def _gradients_like(key: str, names: Sequence[str], grad_spike: Tensor, tensor_params: Sequence[Tensor]
                     ) -> list[Tensor]:
-    """Fake kernels' gradients `names`: a step input's like grad_spike, others [N] or (channel sums) the parameter's."""
+    """Fake kernels' gradients `names`: a step input's like grad_spike, others [N], or (channel sums) the
+    parameter's shape, or (group sums) one per group of neurons."""
     e = entry(key)
     compute = compute_dtype(grad_spike.dtype)
-    sums = e.channel_sums
-    sizes = {f"grad_{name}": value.shape for name, value in zip(e.tensor_names, tensor_params)}
+    sizes: dict[str, Sequence[Any]] = {f"grad_{name}": value.shape
+                                       for name, value in zip(e.tensor_names, tensor_params)}
+    sizes |= {name: (gradient_groups(grad_spike.shape[-1]),) for name in e.group_sums}
     inputs = {f"grad_{k}" for k in e.input_keys}
     neurons = grad_spike.shape[-1:]
     return [grad_spike.new_empty(grad_spike.shape) if name in inputs
             else grad_spike.new_empty(neurons) if name.endswith("_init")
-            else grad_spike.new_empty(sizes[name] if name in sums else neurons, dtype=compute) for name in names]
+            else grad_spike.new_empty(sizes[name] if name in e.summed_outputs else neurons, dtype=compute)
+            for name in names]
 
 
 def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_finals: list[Tensor], saved: list[Tensor],

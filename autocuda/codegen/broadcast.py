@@ -3,8 +3,10 @@ shared by the generator (`codegen.builder`, `codegen.schedule`) and the launch s
 which imports this without the generator's dependencies."""
 from __future__ import annotations
 
-__all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "CORRECTION_KEYS", "PARAM_INDEX", "PER_CHANNEL",
-           "PER_NEURON", "SHARED", "Broadcast", "channel_run"]
+from typing import Any
+
+__all__ = ["BROADCASTS", "CHANNEL_KEYS", "CHANNEL_RUN", "CORRECTION_KEYS", "GRADIENT_GROUP", "PARAM_INDEX",
+           "PER_CHANNEL", "PER_NEURON", "SHARED", "Broadcast", "channel_run", "gradient_groups"]
 
 # How a tensor parameter spreads over the neurons (`KernelOptions.tensor_params`): one value for all, one per neuron,
 # or one per channel of a [..., C, inner] neuron layout (neuron n's channel: n / ac_inner % ac_channels, the two
@@ -17,6 +19,15 @@ CHANNEL_KEYS = ("ac_channels", "ac_inner")
 # c1 and c0 of the per-channel term a BPTT kernel of `gradients="corrected"` adds to the input's gradient
 # (`codegen.options.GRADIENTS`), one per channel in the arithmetic's type
 CORRECTION_KEYS = ("ac_grad_x_scale", "ac_grad_x_shift")
+# A shared parameter's gradient leaves a BPTT kernel as one partial sum per group of GRADIENT_GROUP consecutive
+# neurons (the last group may be shorter), each by one binary tree over its neurons whatever the layout
+# (`Transfer.group_sum`): a thread's lanes (1, 2, 4 or 8 neurons) divide a group, a warp's 32 threads hold whole groups.
+GRADIENT_GROUP = 32
+
+
+def gradient_groups(neurons: Any) -> Any:  # an int, or a SymInt under torch.compile's fake tensors
+    """How many partial sums a shared parameter's gradient has over `neurons` neurons."""
+    return (neurons + GRADIENT_GROUP - 1) // GRADIENT_GROUP
 
 
 def channel_run(lane: str) -> str:

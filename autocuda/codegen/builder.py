@@ -20,7 +20,7 @@ from ..spec.derive import (
 )
 from ..spec.draws import system_draws
 from ..toolchain.cnames import DRAW_KEYS, FIXED_KEYS, c_name, input_register
-from .broadcast import CHANNEL_KEYS, PARAM_INDEX, PER_CHANNEL
+from .broadcast import CHANNEL_KEYS, GRADIENT_GROUP, PARAM_INDEX, PER_CHANNEL, SHARED
 from .ckernel import CParam
 from .dtypes import fill
 from .noise import cached_draw_function, draw_function
@@ -160,15 +160,19 @@ class Builder:
 
     def param_gradient(self, param: sp.Symbol, register: str) -> Transfer:
         """The store of a learnable tensor parameter's gradient, summed over the thread's steps in `register`:
-        one partial sum per neuron, or added into its channel's sum (`Transfer.channel_sum`; the caller passes
-        zeros)."""
+        one partial sum per neuron (a parameter per neuron), per group of neurons (a shared one:
+        `Transfer.group_sum`), or added into its channel's sum (`Transfer.channel_sum`; the caller passes zeros)."""
         name = param.name
         pointer = self.pointer(f"grad_{name}", const=False, compute_type=True)
         store = self.store(pointer, "ac_n0", register, f"per-neuron sum of d loss / d {name}", compute_type=True)
-        if self.tensor_params.get(param) != PER_CHANNEL:
-            return store
-        return dataclasses.replace(store, comment=f"d loss / d {name}, added into each channel's sum",
-                                   channel_sum=True)
+        spread = self.tensor_params.get(param)
+        if spread == PER_CHANNEL:
+            return dataclasses.replace(store, comment=f"d loss / d {name}, added into each channel's sum",
+                                       channel_sum=True)
+        if spread is SHARED:
+            return dataclasses.replace(store, comment=f"d loss / d {name}, one sum per {GRADIENT_GROUP} neurons",
+                                       group_sum=True)
+        return store
 
     # -- printing -------------------------------------------------------------------------------------
     def hoist(self, expr: sp.Expr) -> sp.Expr:

@@ -27,6 +27,7 @@ from sympy.printing.str import StrPrinter
 
 from ..spec.derive import BackwardStep, Derivation, ForwardStep, StepSystem, spike_value
 from ..toolchain.cnames import comment_text
+from .broadcast import GRADIENT_GROUP
 from .builder import kernel_param
 from .ckernel import CKernel
 from .dtypes import headers_for
@@ -86,6 +87,7 @@ class NeuronKernel(CKernel):
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()],
                 "description": self.description, "async_copies": self.plan.depth > 1,
                 "channel_sums": any(t.channel_sum for t in self.plan.finish),
+                "group_sums": any(t.group_sum for t in self.plan.finish), "group": GRADIENT_GROUP,
                 "body": kernel_body(self.plan, self.options)}
 
 

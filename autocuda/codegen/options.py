@@ -128,6 +128,7 @@ class Transfer:
     streamable: bool = True      # a per-step load that may be issued steps ahead (not an accumulation)
     per_lane: bool = True        # False: every lane reads element `offset` (a parameter shared by all)
     channel_sum: bool = False    # a store adding each lane's value into its channel's element (`CHANNEL_RUN`)
+    group_sum: bool = False      # a store of one sum per group of neurons (`broadcast.GRADIENT_GROUP`)
     pair: str = ""
     halves: tuple[str, str] = ("", "")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..toolchain.code import Code
-from .broadcast import CHANNEL_RUN, channel_run
+from .broadcast import CHANNEL_RUN, GRADIENT_GROUP, channel_run
 from .noise import draw_cache_init, draw_cache_type
 from .options import VECTOR_CTYPES, KernelOptions, KernelPlan, Statement, Transfer, pair_copies
 
@@ -58,6 +58,7 @@ class BodyWriter:
         self.pair_copy = pair_copies(options)
         self.loop = _Loop(options.kernel == "fptt")
         self.code = Code(depth=1)
+        self.group_sums = 0  # the group sums written so far: each has a scratch of its own on the host runner
 
     def text(self) -> str:
         self.declarations()
@@ -155,6 +156,8 @@ class BodyWriter:
                           f"{item.lane_value(item.register + '[lane]')};")
             if item.channel_sum:
                 self.channel_sum(item)
+            elif item.group_sum:
+                self.group_sum(item)
             elif self.vector and item.vectorizable:
                 # elements meet the vector through memcpy: a pointer cast would break aliasing rules
                 code.line(f"{self.vector_t} ac_vec;  ")
@@ -186,6 +189,22 @@ class BodyWriter:
             code.line("#pragma unroll")
             code.line(f"for (int lane = 0; lane < {lanes}; ++lane) ac_add_to_channel_alone({item.pointer}, "
                       f"{CHANNEL_RUN}, ac_channels, {value});")
+
+    def group_sum(self, item: Transfer) -> None:
+        """Add the thread's lanes (`ac_stage`) below N pairwise, the lower levels of its group's tree
+        (`ac_add_to_group` adds the threads' sums in the levels above)."""
+        code, lanes = self.code, self.lanes
+        if GRADIENT_GROUP % lanes or self.options.block % 32:
+            raise ValueError(f"a shared parameter's gradient is summed per {GRADIENT_GROUP} neurons by warps: {lanes} "
+                             f"neurons per thread must divide them, and {self.options.block} threads per block be "
+                             f"whole warps")
+        step = 1
+        while step < lanes:
+            for lane in range(0, lanes, 2 * step):
+                code.line(f"if (ac_n0 + {lane + step} < N) ac_stage[{lane}] += ac_stage[{lane + step}];")
+            step *= 2
+        code.line(f"ac_add_to_group<{self.group_sums}>({item.pointer}, ac_n0, N, {lanes}, ac_stage[0]);")
+        self.group_sums += 1
 
     def load(self, item: Transfer, slot: str) -> None:
         code, lanes = self.code, self.lanes

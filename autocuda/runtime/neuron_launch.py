@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..base.errors import KernelArgumentError
-from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast
+from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast, gradient_groups
 from ..codegen.dtypes import get_dtype
 from ..codegen.layout import FIELDS, Layout
 from ..spec.draws import makes_draws
@@ -25,7 +25,8 @@ from . import tuning
 from .records import KernelRecord, kernel_record
 
 Flags = tuple[bool | str, ...]  # a kind's options in `KIND_OPTIONS` order: bools, and BPTT's `gradients` (a word)
-OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels")  # channels: zeros, one per channel (sums)
+# channels: zeros, one per channel (sums); groups: one sum per GRADIENT_GROUP neurons (a shared parameter's gradient)
+OUTPUT_KINDS = ("vector", "sequence", "checkpoints", "channels", "groups")
 
 
 def output_kind(name: str) -> str:
@@ -47,9 +48,9 @@ FINAL = "final"  # a final state [N]: in the neuron shape a call gives, not a vi
 
 class Recipe:
     """How to fill one kernel's arguments (`_source`), worked out once; outputs come back in parameter order."""
-    def __init__(self, kernel: KernelRecord, storage: torch.dtype, channel_sums: frozenset[str] = frozenset()):
+    def __init__(self, kernel: KernelRecord, storage: torch.dtype, sums: Mapping[str, str] | None = None):
         self.kernel = kernel
-        self.sources = tuple(_source(name, param, channel_sums) for name, param in kernel.cparams.items())
+        self.sources = tuple(_source(name, param, sums or {}) for name, param in kernel.cparams.items())
         self.outputs = tuple(name for source, name, _ in self.sources if source in OUTPUT_KINDS)
         self.allocations = tuple((FINAL if source == "vector" and name.endswith("_final") else source,
                                   None if dtype == storage else dtype)
@@ -68,6 +69,9 @@ class Recipe:
             elif kind == "checkpoints":
                 rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
                 produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
+            elif kind == "groups":
+                groups = gradient_groups(n)
+                produced.append(like.new_empty(groups) if dtype is None else like.new_empty(groups, dtype=dtype))
             else:  # sums the kernel adds into
                 produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))
         pool: list[Any] = [n, steps, *map(_data_ptr, produced)]  # by kind; `arrange` orders it: no branch per value
@@ -91,13 +95,14 @@ class Recipe:
 _data_ptr = torch.Tensor.data_ptr
 
 
-def _source(name: str, param: Any, channel_sums: frozenset[str]) -> tuple[str, str, Any]:
-    """(source, name, dtype): a size (N, T), a scalar or input of the caller's, or an output kind (`OUTPUT_KINDS`)."""
+def _source(name: str, param: Any, sums: Mapping[str, str]) -> tuple[str, str, Any]:
+    """(source, name, dtype): a size (N, T), a scalar or input of the caller's, or an output kind (`OUTPUT_KINDS`;
+    `sums`: the kind of each output the kernel sums, "channels" or "groups")."""
     if name in ("N", "T"):
         return "size", name, None
     if not param.pointer:
         return "scalar", name, None
-    kind = "input" if param.const else "channels" if name in channel_sums else output_kind(name)
+    kind = "input" if param.const else sums.get(name) or output_kind(name)
     return kind, name, param.torch_dtype
 
 
@@ -219,13 +224,24 @@ class NeuronConfig:
         if found is None:
             options = dict(zip(KIND_OPTIONS[kind], flags))
             kernel = self.kernel(kind, dtype, **options, **layout.options())
-            found = self._recipes[key] = Recipe(kernel, dtype, self.channel_sums)
+            found = self._recipes[key] = Recipe(kernel, dtype, self.summed_outputs)
         return found
 
     @functools.cached_property
     def channel_sums(self) -> frozenset[str]:
         """Backward's outputs summed per channel in the kernel: the gradients of per-channel parameters."""
         return frozenset(f"grad_{n}" for n, kind in self.tensors if kind == PER_CHANNEL)
+
+    @functools.cached_property
+    def group_sums(self) -> frozenset[str]:
+        """Backward's outputs summed per group of neurons in the kernel (`GRADIENT_GROUP`): the gradients of
+        shared parameters."""
+        return frozenset(f"grad_{n}" for n, kind in self.tensors if kind not in (PER_NEURON, PER_CHANNEL))
+
+    @functools.cached_property
+    def summed_outputs(self) -> dict[str, str]:
+        """The output kind of each output the kernel sums (`OUTPUT_KINDS`)."""
+        return {**dict.fromkeys(self.channel_sums, "channels"), **dict.fromkeys(self.group_sums, "groups")}
 
     @functools.cached_property
     def state_names(self) -> tuple[str, ...]:

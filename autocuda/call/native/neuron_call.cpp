@@ -43,7 +43,8 @@ using torch::autograd::variable_list;
 enum Source : int64_t { kConstant = 0, kOutput = 1, kTensor = 2, kNumber = 3 };
 enum SlotType : int64_t { kF32 = 0, kF64 = 1, kI64 = 2, kI32 = 3, kU32 = 4, kU8 = 5 };
 enum Runner : int64_t { kNone = 0, kCuda = 1, kHost = 2 };
-constexpr int64_t kVector = -1, kFinal = -2;  // an output's rows: one value per neuron; a final state
+// an output's rows: one value per neuron; a final state; a flat output of a number of values the next word gives
+constexpr int64_t kVector = -1, kFinal = -2, kFlat = -3;
 
 using CuLaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                                void**, void**);
@@ -62,7 +63,9 @@ struct Driver {
 };
 
 struct Output {
-  int64_t rows;  // -1: one value per neuron [N]; -2: a final state, [N] or the call's neuron shape; r >= 0: [r, N]
+  int64_t rows;  // -1: one value per neuron [N]; -2: a final state, [N] or the call's neuron shape; -3: [numel];
+                 // r >= 0: [r, N]
+  int64_t numel;
   at::ScalarType dtype;
 };
 
@@ -145,9 +148,12 @@ Launch read_launch(Reader& in, const std::vector<at::ScalarType>& dtypes, int64_
   int64_t outputs = in.next();
   TORCH_CHECK(outputs >= 0 && outputs <= 64, "autocuda native plan: ", outputs, " outputs");
   for (int64_t i = 0; i < outputs; ++i) {
-    int64_t rows = in.next(), dtype = in.next();
-    TORCH_CHECK(rows >= kFinal && dtype >= 0 && dtype < int64_t(dtypes.size()), "autocuda native plan: output ", i);
-    launch.outputs.push_back({rows, dtypes[dtype]});
+    int64_t rows = in.next();
+    int64_t numel = rows == kFlat ? in.next() : 0;
+    int64_t dtype = in.next();
+    TORCH_CHECK(rows >= kFlat && numel >= 0 && dtype >= 0 && dtype < int64_t(dtypes.size()),
+                "autocuda native plan: output ", i);
+    launch.outputs.push_back({rows, numel, dtypes[dtype]});
   }
   int64_t slots = in.next();
   TORCH_CHECK(slots >= 0 && slots <= 256, "autocuda native plan: ", slots, " slots");
@@ -289,6 +295,8 @@ std::vector<at::Tensor> run(const Plan& plan, const Launch& launch, const std::v
     auto shaped = options.dtype(output.dtype);
     if (output.rows >= 0) {
       outputs.push_back(at::empty({output.rows, plan.neurons}, shaped));
+    } else if (output.rows == kFlat) {
+      outputs.push_back(at::empty({output.numel}, shaped));
     } else if (output.rows == kFinal && !final_sizes.empty()) {
       outputs.push_back(at::empty(final_sizes, shaped));
     } else {

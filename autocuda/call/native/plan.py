@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ...base.errors import AutocudaError
+from ...codegen.broadcast import gradient_groups
 from ...runtime.neuron_launch import FINAL, BoundLaunch, checkpoint_rows
 from ...toolchain import driver
 
@@ -18,6 +19,7 @@ SLOT_TYPES = {"float": 0, "double": 1, "long long": 2, "int64_t": 2, "int": 3, "
               "unsigned char": 5, "bool": 5}  # slot 0-5: float, double, int64, int32, uint32, one byte
 POINTER = 2  # an address, 8 bytes
 SINGLE = -1  # a single step's `steps`: x is the neuron shape, its sequences one value per neuron
+FLAT = -3  # an output's rows: a flat output of the number of values that the next word gives
 
 
 class Unplannable(AutocudaError):
@@ -46,14 +48,15 @@ def add_launch(out: Words, bound: BoundLaunch, tensors: int, numbers: int) -> No
         raise Unplannable("a call of no neurons launches nothing")
     runner, function, context = _kernel_function(bound)
     out.add(runner, function, context, bound.grid[0], bound.block[0], tensors)
-    rows: dict[str, int] = {"vector": -1, FINAL: -2, "sequence": -1 if bound.steps is None else bound.steps}
+    rows: dict[str, tuple[int, ...]] = {"vector": (-1,), FINAL: (-2,), "groups": (FLAT, gradient_groups(bound.n)),
+                                        "sequence": (-1 if bound.steps is None else bound.steps,)}
     if kernel.checkpoint_steps:
-        rows["checkpoints"] = checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps)
+        rows["checkpoints"] = (checkpoint_rows(bound.steps or 0, kernel.checkpoint_steps),)
     out.add(len(recipe.allocations))
-    for kind, dtype in recipe.allocations:  # rows -1: [N]; -2: a final state, neuron-shaped (`run`); else [rows, N]
-        if kind not in rows:
+    for kind, dtype in recipe.allocations:  # rows -1: [N]; -2: a final state, neuron-shaped (`run`); FLAT, numel:
+        if kind not in rows:                # [numel]; else [rows, N]
             raise Unplannable(f"{kind} outputs")
-        out.add(rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
+        out.add(*rows[kind], out.dtype(bound.like_dtype if dtype is None else dtype))
     outputs, inputs = len(recipe.outputs), len(binding.inputs)
     taken = sorted(at for at, _, _ in binding.inputs)  # the arguments that are tensors, by their place
     out.add(len(binding.order))

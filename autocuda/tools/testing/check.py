@@ -15,6 +15,7 @@ import sympy
 import torch
 
 from ...codegen import noise
+from ...codegen.broadcast import GRADIENT_GROUP, gradient_groups
 from ...codegen.dtypes import get_dtype
 from ...codegen.layout import Layout
 from ...codegen.neuron_kernel import REPLAY_STEPS, KernelOptions, replay_steps
@@ -222,14 +223,26 @@ def _compare_run(config: NeuronConfig, inputs: Inputs, expected: dict[str, torch
         if name.endswith("_checkpoints"):  # rows K-1, 2K-1, ... of the state's sequence
             want, valid = (v[segment - 1::segment][:got.shape[0]] for v in (expected[f"{name[:-12]}_seq"], valid))
         valid = valid.reshape(-1)  # a flat mask: 2-D boolean indexing runs a threaded nonzero (slow on busy cores)
-        got, want = got.reshape(-1)[valid], want.reshape(-1)[valid]
-        if name in shared:  # one value for all neurons: what matters is the sum of the per-neuron partials
-            got, want = got.sum(0, keepdim=True), want.sum(0, keepdim=True)
+        if name in shared:  # one value for all neurons, which the kernel sums per group of neurons: what matters is
+            # the sum, over the groups of valid neurons alone, of the per-neuron partials
+            whole = _grouped(valid, True).all(1)
+            want = _grouped(want.reshape(-1), 0).sum(1)
+            got, want = got[whole].sum(0, keepdim=True), want[whole].sum(0, keepdim=True)
             scale = max(scale, float(expected[name].abs().sum()))
+        else:
+            got, want = got.reshape(-1)[valid], want.reshape(-1)[valid]
         exact = name == "spike_seq"
         results.append(_compare(f"{kernel} {name}", got, want, 0.0 if exact else tol.rtol,
                                 0.0 if exact else tol.atol, scale))
     return results, int((~clean).sum())
+
+
+def _grouped(values: torch.Tensor, fill: Any) -> torch.Tensor:
+    """Per-neuron values [N] as rows of the kernels' groups of neurons (`GRADIENT_GROUP`), the last row filled up."""
+    rows = gradient_groups(len(values))
+    padded = values.new_full((rows * GRADIENT_GROUP,), fill)
+    padded[:len(values)] = values
+    return padded.view(rows, GRADIENT_GROUP)
 
 
 def check_case(case: Case, backend: str = "host", config: NeuronConfig | None = None, single_step: bool = True
