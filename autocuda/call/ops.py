@@ -17,8 +17,8 @@ states are either `states` ([N] tensors in x's dtype) or `initial` (one number e
 empty. Tensor parameters are [N], [C] (per channel) or [1] in the compute dtype. Forward returns the kernel's outputs
 in declaration order (`forward_outputs`); with final_states False it writes none and backward gets none of their
 gradients. Backward takes a gradient for every final state or none ([]: the kernel starts from zero), and returns
-grad of each step input, of each initial state given as a tensor, then each learnable parameter's per-neuron partials
-(`NeuronConfig.learnable`). neuron_backward_part runs one pass of a BPTT in two (a fused BatchNorm's backward,
+grad of each step input, of each initial state given as a tensor, then each learnable parameter's partial sums
+(`NeuronConfig.learnable`: one per neuron, per channel, or per group of `GRADIENT_GROUP` neurons for a shared one). neuron_backward_part runs one pass of a BPTT in two (a fused BatchNorm's backward,
 `nn.batchnorm_passes`): `gradients` "sums" (the per-channel sums alone) or "corrected" (the rest, the input's with
 c1[c] * x + c0[c] added; `correction` = [c1, c0]). CUDA tensors run the NVRTC-compiled kernels on torch's current
 stream, CPU tensors the same source through the host runner.

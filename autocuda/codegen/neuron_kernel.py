@@ -7,7 +7,8 @@ Tensor parameter names are the interface to the op layer:
               <state>_final
     backward: grad_spike_seq, grad_<state>_seq, grad_<state>_final, h_seq, <state>_seq, <state>_checkpoints,
               x_seq, <state>_init
-              -> grad_x_seq, grad_<state>_init, grad_<param> (per-neuron partial sums, reduced by the caller)
+              -> grad_x_seq, grad_<state>_init, grad_<param> (partial sums, reduced by the caller: one per neuron,
+              or for a shared parameter one per group of `broadcast.GRADIENT_GROUP` neurons)
               (x_seq only where the adjoint needs x and cannot take it back from h: `BackwardStep.needs_x`;
               <state>_checkpoints [(T - 1) // K, N] instead of the saved <state>_seq where backward replays: row j
               is the state after step (j + 1)·K - 1, K = `replay_steps`; none after the last step)

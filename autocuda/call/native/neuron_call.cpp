@@ -97,7 +97,7 @@ struct Plan {
   std::vector<int64_t> input_numels;  // of each input after x
   std::vector<at::ScalarType> input_dtypes;
   // of each backward launch: where each input's gradient stands among its outputs (-1: none), x's first; and
-  // whether an input's gradient is the sum of per-neuron partials (a parameter of one value)
+  // whether an input's gradient is the sum of partials (a parameter of one value: one per group of neurons)
   std::vector<int64_t> grads, grads_finals, sums;
   Driver driver;
 };

@@ -117,7 +117,7 @@ def plan_words(x: torch.Tensor, others: Sequence[torch.Tensor], numbers: int, fo
         at = [-1 if name is None else launch.recipe.outputs.index(name) for name, _ in grads] \
             if launch is not None else []
         out.add(len(at), *at)
-    sums = [int(summed) for _, summed in grads] if trains else []  # a gradient summed from per-neuron partials
+    sums = [int(summed) for _, summed in grads] if trains else []  # a gradient summed from partials
     out.add(len(sums), *sums)
     out.add(*(driver.function_addresses(driver.NATIVE_FUNCTIONS) if x.is_cuda else (0,) * 5))
     add_launch(out, forward, 1 + len(others), numbers)
