@@ -18,7 +18,8 @@ empty. Tensor parameters are [N], [C] (per channel) or [1] in the compute dtype.
 in declaration order (`forward_outputs`); with final_states False it writes none and backward gets none of their
 gradients. Backward takes a gradient for every final state or none ([]: the kernel starts from zero), and returns
 grad of each step input, of each initial state given as a tensor, then each learnable parameter's partial sums
-(`NeuronConfig.learnable`: one per neuron, per channel, or per group of `GRADIENT_GROUP` neurons for a shared one). neuron_backward_part runs one pass of a BPTT in two (a fused BatchNorm's backward,
+(`NeuronConfig.learnable`: one per neuron, per channel, or per group of `GRADIENT_GROUP` neurons for a shared one).
+neuron_backward_part runs one pass of a BPTT in two (a fused BatchNorm's backward,
 `nn.batchnorm_passes`): `gradients` "sums" (the per-channel sums alone) or "corrected" (the rest, the input's with
 c1[c] * x + c0[c] added; `correction` = [c1, c0]). CUDA tensors run the NVRTC-compiled kernels on torch's current
 stream, CPU tensors the same source through the host runner.

@@ -47,7 +47,8 @@ def backward(config: NeuronConfig, grads: Mapping[str, torch.Tensor], saved: Map
     `saved`: h_seq and whatever else the kernel reads (x_seq or each input's sequence, <state>_seq,
     <state>_init: tensors, or numbers when `given_inits` is False). Returns grad_x_seq (grad_<input>_seq for
     each of several inputs), grad_<state>_init (for tensors given) and grad_<param>
-    (partial sums, one per neuron, or per group of `GRADIENT_GROUP` neurons for a shared parameter; reduce them). `gradients` (BPTT): what it stores (`kernels.neuron_kernel`); the
+    (partial sums, one per neuron, or per group of `GRADIENT_GROUP` neurons for a shared parameter; reduce them).
+    `gradients` (BPTT): what it stores (`kernels.neuron_kernel`); the
     correction's c1 and c0 come in `params` under their keys."""
     flags = (grad_state_seq, grad_finals, given_inits) + (() if gradients == "all" else (gradients,))
     return _run(config, "step-backward" if single_step else "bptt", flags, {**grads, **saved, **params},
