@@ -66,7 +66,8 @@ def check_group_sums(neurons: int, dtype: torch.dtype, layouts: Iterable[Mapping
             assert torch.equal(shared[key], by_neuron[key]), f"{layout}: {key} differs"
 
 
-HOST_LAYOUTS = [None, {"lanes": 2, "unroll": 2}, {"lanes": 4, "unroll": 1}, {"lanes": 2, "vector": True}]
+HOST_LAYOUTS = [None, {"lanes": 2, "unroll": 2}, {"lanes": 4, "unroll": 1}, {"lanes": 2, "vector": True},
+                {"lanes": 2, "unroll": 2, "block": 64}]
 
 
 @NEEDS_HOST

@@ -190,3 +190,14 @@ def test_short_loop_candidates_are_access_widths_that_fit():
     assert tuning.candidates((1 << 20) + 1, torch.float16, lambda width: True, long=False) == [
         {"lanes": 0, "vector": False, "unroll": tuning.SHORT_UNROLL}]
     assert lanes(1 << 20, torch.float32, lambda width: width <= 8) == [0, 2], "tensors aligned to 8 bytes only"
+
+
+def test_short_loops_of_kernels_that_draw_also_try_small_blocks():
+    from autocuda.runtime import tuning
+
+    plain = tuning.candidates(1 << 20, torch.float32, lambda width: True, long=False)
+    drawing = tuning.candidates(1 << 20, torch.float32, lambda width: True, long=False, draws=True)
+    assert drawing == plain + [{**layout, "block": tuning.DRAWING_BLOCK} for layout in plain]
+    assert all("block" not in layout for layout in plain)
+    long = tuning.candidates(16384, torch.float32, lambda width: True)
+    assert tuning.candidates(16384, torch.float32, lambda width: True, draws=True) == long, "long loops: as before"

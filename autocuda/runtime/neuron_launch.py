@@ -316,7 +316,8 @@ class KernelCall:
         key = (self.kind, like.dtype, self.flags, group)
         found = config._tuned.get(key)
         if found is None:
-            layouts = [Layout.of(c) for c in tuning.candidates(n, like.dtype, aligned, tuning.long_loop(n, steps))]
+            layouts = [Layout.of(c) for c in tuning.candidates(n, like.dtype, aligned, tuning.long_loop(n, steps),
+                                                               makes_draws(config.spec))]
             text = repr((config.text, self.kind, str(like.dtype), self.flags, group))
 
             def run(layout: Layout) -> None:

@@ -33,6 +33,9 @@ REPLAY = 32  # steps per checkpoint of replayed states in long loops
 # Loops over many neurons: bytes each thread moves per access (one 4-byte word, 8- or 16-byte vectors), unrolled
 # twice (the fixed rule, `SHORT_LOOP`) or four times, 256 threads per block.
 SHORT_WIDTHS, SHORT_UNROLL, SHORT_UNROLLS = (4, 8, 16), 2, (2, 4)
+# Kernels that draw random numbers are bound by their arithmetic more than by memory: their short loops also try
+# each of those layouts with 64 threads a block.
+DRAWING_BLOCK = 64
 
 # -- the fixed rules: the layout of a call that is not timed ----------------------------------------------------
 VECTOR_BYTES = (8, 16, 4)       # preferred aligned access widths, in order
@@ -128,16 +131,18 @@ def aligned(tensors: list[torch.Tensor], width: int) -> bool:
     return all(t.data_ptr() % width == 0 for t in tensors)
 
 
-def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long: bool = True
-               ) -> list[dict[str, Any]]:
+def candidates(n: int, dtype: torch.dtype, aligned: Callable[[int], bool], long: bool = True,
+               draws: bool = False) -> list[dict[str, Any]]:
     """The layouts to try for N neurons: for long loops, per-thread neuron counts this dtype and N allow, with
     and without prefetching (a kernel that cannot prefetch its elements asynchronously runs without:
     `codegen.neuron_kernel.pipeline_depth`). Half precision moves neurons in pairs (one 4-byte word), so one neuron
     per thread is two, except with prefetching, whose ring copies the pair holding a thread's one neuron.
     For other loops (`long=False`), the access widths of `SHORT_WIDTHS` that N and the alignment allow, each
-    unrolled as `SHORT_UNROLLS` says."""
+    unrolled as `SHORT_UNROLLS` says, and for a kernel that `draws` each also with `DRAWING_BLOCK` threads a
+    block."""
     if not long:
-        return _short_candidates(n, dtype.itemsize, aligned)
+        short = _short_candidates(n, dtype.itemsize, aligned)
+        return short + [{**layout, "block": DRAWING_BLOCK} for layout in short] if draws else short
     out = []
     for lanes, prefetch, block, staged in CANDIDATES:
         pairs = _pair_copies(lanes, prefetch, dtype.itemsize)

@@ -51,7 +51,8 @@ def test_gpu_draws_equal_host_and_torch_bitwise(kind, precision):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("layout", [None, {"lanes": 4, "block": 128}], ids=["fixed", "lanes4"])
+@pytest.mark.parametrize("layout", [None, {"lanes": 4, "block": 128}, {"lanes": 2, "unroll": 2, "block": 64}],
+                         ids=["fixed", "lanes4", "block64"])
 def test_gpu_forward_equals_host_bitwise(dtype, layout):
     spec = spec_from_toml(NOISY_LIF)
     config = NeuronConfig(spec, spec.surrogate, "hard")
