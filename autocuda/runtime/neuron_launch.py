@@ -61,19 +61,19 @@ class Recipe:
         """(outputs, parameter values in order); final states shaped `final_shape` (N contiguous values) if given."""
         produced = []  # from `like`: less host time than `torch.empty`; contiguous, as `like` must be (below)
         for kind, dtype in self.allocations:
-            if kind == "vector" or kind == FINAL:
-                size = n if final_shape is None or kind == "vector" else final_shape
-                produced.append(like.new_empty(size) if dtype is None else like.new_empty(size, dtype=dtype))
-            elif kind == "sequence":
+            if kind == "sequence":
                 produced.append(torch.empty_like(like) if dtype is None else torch.empty_like(like, dtype=dtype))
-            elif kind == "checkpoints":
-                rows = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
-                produced.append(like.new_empty(rows) if dtype is None else like.new_empty(rows, dtype=dtype))
-            elif kind == "groups":
-                groups = gradient_groups(n)
-                produced.append(like.new_empty(groups) if dtype is None else like.new_empty(groups, dtype=dtype))
-            else:  # sums the kernel adds into
+                continue
+            if kind == "channels":  # sums the kernel adds into
                 produced.append(like.new_zeros(int(args[binding.channels]), dtype=dtype))
+                continue
+            if kind == "checkpoints":
+                size: Any = (checkpoint_rows(steps or 0, self.kernel.checkpoint_steps), n)
+            elif kind == "groups":
+                size = gradient_groups(n)
+            else:  # a vector, or a final state (neuron-shaped where `final_shape` is given)
+                size = final_shape if kind == FINAL and final_shape is not None else n
+            produced.append(like.new_empty(size) if dtype is None else like.new_empty(size, dtype=dtype))
         pool: list[Any] = [n, steps, *map(_data_ptr, produced)]  # by kind; `arrange` orders it: no branch per value
         for at, name, dtype in binding.inputs:
             value = args[at]
