@@ -112,7 +112,10 @@ def with_efficiency(rows: list[dict]) -> list[dict]:
 def format_table(rows: list[dict]) -> str:
     head = [("gpus", ">4", lambda r: r["gpus"]), *network.HEAD]
     return network.columns_table(rows, head, [
-        ("step ms", ">8", lambda r: f"{r['step_ms']:.2f}"), ("samples/s", ">10", lambda r: f"{r['samples_per_s']:.0f}"),
+        ("step ms", ">8", lambda r: f"{r['step_ms']:.2f}"),
+        ("p10-p90 ms", ">11", lambda r: f"{r['step_ms_p10']:.2f}-{r['step_ms_p90']:.2f}" if "step_ms_p10" in r else ""),
+        ("wall ms", ">8", lambda r: f"{r['wall_ms_per_step']:.2f}" if "wall_ms_per_step" in r else ""),
+        ("samples/s", ">10", lambda r: f"{r['samples_per_s']:.0f}"),
         ("eff.", ">6", lambda r: f"{r['efficiency']:.1%}" if "efficiency" in r else ""),
         ("graphs", ">6", lambda r: r["graphs"]), ("breaks", ">6", lambda r: r["graph_breaks"]),
         ("first s", ">8", lambda r: f"{r['first_step_s']:.1f}"), ("peak MiB", ">9", lambda r: f"{r['peak_mib']:.0f}")])

@@ -250,7 +250,9 @@ def measure(system: str, T: int, B: int, precision: str, steps: int, device: tor
     wall = (time.perf_counter() - t0) / steps * 1e3
     ms = [timer() for timer in timers]
     peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20 if cuda else float("nan")
-    return {"step_ms": statistics.median(ms), "wall_ms_per_step": wall, "first_step_s": first, "peak_mib": peak}
+    deciles = statistics.quantiles(ms, n=10) if len(ms) > 1 else [ms[0]] * 9
+    return {"step_ms": statistics.median(ms), "step_ms_p10": deciles[0], "step_ms_p90": deciles[-1],
+            "wall_ms_per_step": wall, "first_step_s": first, "peak_mib": peak}
 
 
 def measure_all(systems: list[str], shapes: list[tuple[int, int]], precisions: list[str], steps: int,

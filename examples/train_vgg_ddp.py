@@ -18,7 +18,8 @@ gradients are views of the buckets DDP reduces: no copies), resets the neuron st
 trains on its slice of each batch; DDP averages the gradients. On GPUs the model runs channels-last, and its
 neurons keep no final states (`store_final_states=False`: each call starts from the reset states). `--compile`
 compiles the DDP model with `mode="reduce-overhead"` on GPUs (CUDA graphs: the fastest of our DDP models,
-docs/distributed.md "Which to pick").
+docs/distributed.md "Which to pick"), as one graph rather than one per gradient bucket (a step this short is bound by
+the host's work per graph, not by the gradients' reduction that the split would overlap).
 Rank 0 evaluates and prints.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -133,6 +135,8 @@ def main() -> None:
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                       gradient_as_bucket_view=True)
         cuda_graphs = args.compile and device.type == "cuda"
+        if args.compile:
+            torch._dynamo.config.optimize_ddp = "no_optimization"  # one graph: the whole backward, then the reduction
         step_model = torch.compile(ddp, mode="reduce-overhead" if cuda_graphs else "default") if args.compile else ddp
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, args.epochs)
