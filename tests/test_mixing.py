@@ -12,7 +12,7 @@ from conftest import compile_launched
 from conftest import deterministic_algorithms as deterministic
 
 from autocuda.call import mixing
-from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, mixing_kernels
+from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, mixing_kernels, weight_chunk_bytes
 from autocuda.nn import PSN, MaskedPSN, SlidingPSN
 from autocuda.spec.surrogate import ATan, Sigmoid
 
@@ -121,6 +121,50 @@ def test_calls_the_kernels_do_not_run_get_none(case):
     else:
         weight = weight[:3, :3]
     assert mixing.fire(rows, weight, bias, surrogate, backend=backend) is None
+
+
+@pytest.mark.parametrize(("steps", "itemsize", "chunk"), [(8, 4, 16), (6, 4, 8), (3, 4, 4), (1, 4, 4), (8, 8, 16),
+                                                    (5, 8, 8)])
+def test_the_weights_are_read_in_the_widest_vector_a_row_allows(steps, itemsize, chunk):
+    assert weight_chunk_bytes(steps, itemsize) == chunk
+    kernel = mixing_kernels(steps, "float32" if itemsize == 4 else "float64", ATan().frozen())[0]
+    assert kernel.chunk_bytes == chunk
+    assert ("reinterpret_cast" in kernel.full_codes) == (chunk > itemsize)
+
+
+def test_a_tensor_is_aligned_by_a_copy_where_it_is_not():
+    store = torch.arange(20, dtype=torch.float32)
+    assert mixing.aligned(store, 16) is store
+    view = store[1:17]
+    copy = mixing.aligned(view, 16)
+    assert view.data_ptr() % 16 and copy.data_ptr() % 16 == 0 and torch.equal(copy, view)
+
+
+def test_weights_and_biases_at_an_unaligned_offset(backward, monkeypatch):
+    """Weights and biases in the compute dtype that are views into another tensor, at an offset the kernels'
+    vector reads do not allow, reach every kernel as an aligned copy (a GPU refuses a misaligned vector read; the
+    host's processor does not), with the composition's spikes and gradients."""
+    launched = []
+    original = mixing.launch_per_neuron
+
+    def recorded(kernel, args, *more, **options):
+        launched.append([args[name].data_ptr() % kernel.chunk_bytes for name in ("weight", "bias")])
+        return original(kernel, args, *more, **options)
+
+    monkeypatch.setattr(mixing, "launch_per_neuron", recorded)
+    rows, weight, bias = inputs(8, 37, torch.float32)
+    store = torch.zeros(1 + 64 + 8, dtype=torch.float32)
+    with torch.no_grad():
+        store[1:65], store[65:] = weight.flatten(), bias.flatten()
+    store.requires_grad_()
+    w, b = store[1:65].view(8, 8), store[65:].view(8, 1)
+    assert w.data_ptr() % 16 and b.data_ptr() % 16
+    got = mixing.fire(rows, w, b, ATan(), backend="host")
+    want = composed(rows, w, b, ATan())
+    assert torch.equal(got, want)
+    for g, expected in zip(gradients(got, (rows, store)), gradients(want, (rows, store))):
+        assert (g.double() - expected.double()).norm() <= TOLERANCE[torch.float32] * expected.double().norm()
+    assert launched == [[0, 0], [0, 0]]  # the forward kernel and a backward one
 
 
 def test_the_kernels_are_built_once_per_steps_dtype_and_surrogate():

@@ -75,9 +75,11 @@ class _Fire(torch.autograd.Function):
 
         steps, compute = x.shape[0], compute_dtype(x.dtype)
         rows = x.reshape(steps, -1).contiguous()
-        weights = weight.detach().to(compute).contiguous()
-        biases = bias.detach().reshape(-1).expand(steps).to(compute).contiguous()  # one bias (SlidingPSN's): each step
         forward, backward, fused = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate)
+        # the kernels read the weights and biases in aligned vectors of `chunk_bytes`
+        weights = aligned(weight.detach().to(compute).contiguous(), forward.chunk_bytes)
+        biases = aligned(bias.detach().reshape(-1).expand(steps).to(compute).contiguous(),  # one bias (SlidingPSN's):
+                         forward.chunk_bytes)                                              # each step
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
@@ -124,6 +126,12 @@ class _Fire(torch.autograd.Function):
             grad_bias = (grad_b.sum() if len(grad_b) != bias_shape.numel() else grad_b).reshape(bias_shape) \
                 .to(bias_dtype)
         return grad_x.view(shape), grad_weight, grad_bias, None, None
+
+
+def aligned(t: Tensor, alignment: int) -> Tensor:
+    """`t` (contiguous), or a copy where its first element is not aligned to `alignment` bytes (a view into another
+    tensor's storage): allocators align every new block far beyond 16 bytes."""
+    return t if t.data_ptr() % alignment == 0 else t.clone()
 
 
 def launch_per_neuron(kernel: Any, args: dict[str, Any], backend: str, grid_stride: bool = False) -> None:

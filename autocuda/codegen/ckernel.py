@@ -148,6 +148,7 @@ class CKernel:
     template = "kernel.cu.j2"
     builtin_params: tuple[tuple[str, str], ...] = ()
     reserved_cnames: tuple[str, ...] = ()
+    launch_bounds = ""  # the arguments of the kernel's __launch_bounds__, if it has one
 
     def __init__(self, kernel_name: str):
         problem = identifier_problem(kernel_name)
@@ -182,7 +183,7 @@ class CKernel:
         preludes = dict.fromkeys(get_dtype(d).prelude for d in dtypes if get_dtype(d).prelude)
         return {"name": self.kernel_name, "headers": headers_for(dtypes), "prelude": "".join(preludes),
                 "params": [p.declaration() for p in self.cparams.values()], "core": _tidy(self.core),
-                "index_t": INDEX_CTYPE}
+                "index_t": INDEX_CTYPE, "launch_bounds": self.launch_bounds}
 
     def _block(self, block: str) -> str:
         return render_block(self.template, block, **self._context())

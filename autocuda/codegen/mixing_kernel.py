@@ -1,6 +1,7 @@
 """The kernels of a mixing over time then a threshold (SpikingJelly's parallel spiking neurons, `nn.psn`): over
 [T, N] rows x, H = W x + b and S = Θ(H), with W [T, T] and b [T] in the compute type, one thread per neuron
-(`templates/mixing.cu.j2`).
+(`templates/mixing.cu.j2`). Every thread reads the same weights and biases, in the widest aligned vectors a row of T
+allows (`weight_chunk_bytes`: a warp's read is one access, so a neuron costs T² / chunk of them rather than T²).
 
 The forward kernel writes the spikes. The backward kernel rebuilds H from x (nothing is saved but x), and writes
 grad_h = grad_spike · σ'(H) (σ' the surrogate's gradient, printed from its sympy form) and grad_x = Wᵀ grad_h:
@@ -21,12 +22,16 @@ import sympy
 from ..spec.surrogate import Surrogate
 from .ckernel import CKernel1D
 from .dtypes import fill, get_dtype
+from .options import VECTOR_CTYPES
 from .printer import print_expr
 
-__all__ = ["FUSED_STEPS", "MixingKernel", "mixing_kernels"]
+__all__ = ["FUSED_STEPS", "MixingKernel", "mixing_kernels", "weight_chunk_bytes"]
 
 MAX_STEPS = 64  # the rows' values of one neuron are held in registers: longer sequences compose torch ops
 FUSED_STEPS = 8  # the fused backward holds T² + T sums per thread in registers: up to T = 8
+# Its float sums in at most 128 registers a thread, so that two blocks of 256 threads fit a multiprocessor (double
+# sums would spill: no bound there)
+FUSED_LAUNCH_BOUNDS = "256, 2"
 
 
 class MixingKernel(CKernel1D):
@@ -39,6 +44,9 @@ class MixingKernel(CKernel1D):
         stored = get_dtype(dtype)
         element, compute = stored.element if stored.packed else stored.ctype, stored.compute
         self.steps, self.dtype, self.surrogate, self.backward, self.fused = steps, stored, surrogate, backward, fused
+        self.chunk_bytes = weight_chunk_bytes(steps, compute.torch_dtype.itemsize)
+        if fused and compute.name == "float32":
+            self.launch_bounds = FUSED_LAUNCH_BOUNDS
         self.add_param(f"const {element} *", "x")
         self.add_param(f"const {compute.ctype} *", "weight")
         self.add_param(f"const {compute.ctype} *", "bias")
@@ -65,10 +73,23 @@ class MixingKernel(CKernel1D):
                        zero=compute.literal(0.0),
                        load_x=load("x"), load_grad_spike=load("grad_spike", "[t * grad_step + index * grad_neuron]"),
                        store_spike=fill(stored.element_store, x=compute.op("heaviside", x="h")),
-                       store_grad_h=fill(stored.element_store, x="grad_hs[t]"),
-                       store_grad_x=fill(stored.element_store, x="g"),
+                       store_grad_h=fill(stored.element_store, x="grad_h_t"),
+                       store_grad_x=fill(stored.element_store, x="gx[j]"),
+                       chunk=self.chunk_bytes // compute.torch_dtype.itemsize,
+                       vector=VECTOR_CTYPES.get(self.chunk_bytes, ""),
                        gradient=f"({print_expr(self.surrogate.gradient(h), compute.name, {h: 'h'})})")
         return context
+
+
+def weight_chunk_bytes(steps: int, itemsize: int) -> int:
+    """Bytes of one read of the weights and biases: the widest vector access (`VECTOR_CTYPES`, 16 or 8 bytes) of
+    more than one value that divides a row of T values, else one value. Every thread reads the same weights, so
+    each read is one access of the whole warp: vectors make T² / chunk of them a neuron rather than T²."""
+    for size in (16, 8):
+        chunk = size // itemsize
+        if chunk > 1 and steps % chunk == 0:
+            return size
+    return itemsize
 
 
 @functools.lru_cache(maxsize=64)

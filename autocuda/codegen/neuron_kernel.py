@@ -86,6 +86,7 @@ class NeuronKernel(CKernel):
         return {"name": self.kernel_name, "headers": headers_for([storage]),
                 "prelude": (storage.prelude if self.options.native else "") + draws,
                 "params": [p.declaration(restrict=p.pointer) for p in self.cparams.values()],
+                "launch_bounds": self.launch_bounds,
                 "description": self.description, "async_copies": self.plan.depth > 1,
                 "channel_sums": any(t.channel_sum for t in self.plan.finish),
                 "group_sums": any(t.group_sum for t in self.plan.finish), "group": GRADIENT_GROUP,
