@@ -84,3 +84,29 @@ def test_the_fused_backward_sums_many_neurons_a_thread(steps: int, monkeypatch: 
             results.append(torch.autograd.grad(out, leaves, grad))
     for fused, reference in zip(*results):
         assert torch.allclose(fused, reference, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_weights_at_an_unaligned_offset_on_cuda(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Float32 weights and biases that are views at an offset the kernels' 16-byte reads do not allow (a GPU faults
+    on a misaligned vector read; the call copies them aligned first): the spikes and gradients of the same values in
+    tensors of their own, through the fused backward (many neurons a thread) and the one writing grad_h."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS under deterministic algorithms asks for it
+    generator = torch.Generator(CUDA).manual_seed(0)
+    rows = (torch.randn(8, 300_001, device=CUDA, generator=generator) * 1.5).to(dtype)
+    values = torch.randn(1 + 64 + 8, device=CUDA, generator=generator)
+    grad = torch.randn(rows.shape, device=CUDA, generator=generator).to(dtype)
+    for deterministic in (False, True):
+        store = values.clone().requires_grad_(True)
+        weight, bias = store[1:65].view(8, 8), store[65:].view(8, 1)
+        assert weight.data_ptr() % 16 and bias.data_ptr() % 16
+        own_weight = values[1:65].view(8, 8).clone().requires_grad_(True)
+        own_bias = values[65:].view(8, 1).clone().requires_grad_(True)
+        with deterministic_algorithms(deterministic):
+            offset = mixing.fire(rows, weight, bias, ATan())
+            own = mixing.fire(rows, own_weight, own_bias, ATan())
+            assert offset is not None and torch.equal(offset, own)
+            got = torch.autograd.grad(offset, [store], grad)[0]
+            want = torch.autograd.grad(own, [own_weight, own_bias], grad)
+        for g, w in zip((got[1:65].view(8, 8), got[65:].view(8, 1)), want):
+            assert torch.allclose(g, w, rtol=1e-4, atol=1e-3)
