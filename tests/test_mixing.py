@@ -41,10 +41,13 @@ def gradients(out, wrt, seed=1):
     return torch.autograd.grad((out * weights).sum(), wrt)
 
 
-# every dtype, both surrogates in a tight and a half dtype, one step, no neurons, beyond FUSED_STEPS
+# every dtype, both surrogates in a tight and a half dtype, one step, no neurons, beyond FUSED_STEPS; an odd number
+# of neurons (a neuron a thread) and an even one (two a thread, `mixing.word_lanes`, but in float64)
 CASES = [(torch.float64, 8, 37, ATan()), (torch.float32, 8, 37, Sigmoid(alpha=2.5)), (torch.float16, 8, 37, ATan()),
          (torch.bfloat16, 8, 37, Sigmoid(alpha=2.5)), (torch.float64, 1, 5, Sigmoid(alpha=2.5)),
-         (torch.float32, 3, 0, ATan()), (torch.float32, FUSED_STEPS + 1, 37, ATan())]
+         (torch.float32, 3, 0, ATan()), (torch.float32, FUSED_STEPS + 1, 37, ATan()),
+         (torch.float32, 8, 36, ATan()), (torch.float16, 6, 36, Sigmoid(alpha=2.5)), (torch.bfloat16, 8, 36, ATan()),
+         (torch.float32, FUSED_STEPS + 1, 36, Sigmoid(alpha=2.5)), (torch.float64, 3, 36, ATan())]
 
 
 @pytest.fixture(params=["fused", "deterministic"])
@@ -55,8 +58,8 @@ def backward(request):
         yield request.param
 
 
-def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate, fused: bool = True) -> None:
-    rows, weight, bias = inputs(steps, 3, dtype)
+def _fire_and_gradients(steps: int, dtype: torch.dtype, surrogate, fused: bool = True, neurons: int = 3) -> None:
+    rows, weight, bias = inputs(steps, neurons, dtype)
     with deterministic(not fused):
         gradients(mixing.fire(rows, weight, bias, surrogate, backend="host"), (rows, weight, bias))
 
@@ -66,7 +69,8 @@ def compiled_kernels() -> int:
     """The forward and backward kernels of the calls below (a kernel per steps, dtype and surrogate, both backward
     kernels of each case), compiled up front many to a compiler run (`conftest.compile_launched`): the calls would
     compile them one a run."""
-    runs = [(steps, dtype, surrogate, fused) for dtype, steps, _, surrogate in CASES for fused in (True, False)]
+    runs = [(steps, dtype, surrogate, fused, max(neurons, 1)) for dtype, steps, neurons, surrogate in CASES
+            for fused in (True, False)]
     runs += [(4, F64, ATan(alpha=2.0)), (4, F64, ATan(alpha=5.0)), *((steps, F64, ATan()) for steps in (2, 3, 4, 5)),
              (2, F64, ATan(), False), (4, F64, ATan(), False)]
     return compile_launched(*(functools.partial(_fire_and_gradients, *run) for run in runs))
@@ -245,3 +249,39 @@ def test_a_second_derivative_through_the_kernels_is_refused():
                                   create_graph=True)
     with pytest.raises(RuntimeError, match="second derivative"):  # a gradient penalty
         ((grad_x ** 2).sum() + (rows ** 2).sum()).backward()
+
+
+def test_a_thread_takes_two_neurons_where_the_rows_allow():
+    assert mixing.word_lanes(torch.zeros(4, 6)) == 2
+    assert mixing.word_lanes(torch.zeros(4, 6, dtype=torch.bfloat16)) == 2
+    assert mixing.word_lanes(torch.zeros(4, 5)) == 1  # a row's length odd
+    assert mixing.word_lanes(torch.zeros(25)[1:].view(4, 6)) == 1  # at an offset no pair is aligned to
+    assert mixing.word_lanes(torch.zeros(4, 6, dtype=F64)) == 1  # float64: one neuron a thread
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_neurons_a_thread_give_one_neurons_values(dtype, backward, monkeypatch):
+    """Rows of an even length at an aligned address go two neurons to a thread (a word of two per access), the same
+    rows at an odd offset one neuron a thread: the same spikes and grad_x bit for bit (each neuron's sums run in
+    one order), the weights' and biases' gradients within rounding (summed over the neurons in another order)."""
+    launched = []
+    original = mixing.launch_per_neuron
+
+    def recorded(kernel, args, *more, **options):
+        launched.append((kernel.lanes, args["numel"]))
+        return original(kernel, args, *more, **options)
+
+    monkeypatch.setattr(mixing, "launch_per_neuron", recorded)
+    rows, weight, bias = inputs(8, 36, dtype)
+    store = torch.zeros(1 + rows.numel(), dtype=dtype)
+    with torch.no_grad():
+        store[1:] = rows.flatten()
+    shifted = store[1:].view(8, 36).requires_grad_()
+    paired = mixing.fire(rows, weight, bias, ATan(), backend="host")
+    paired_grads = gradients(paired, (rows, weight, bias))
+    single = mixing.fire(shifted, weight, bias, ATan(), backend="host")
+    single_grads = gradients(single, (shifted, weight, bias))
+    assert launched == [(2, 18), (2, 18), (1, 36), (1, 36)]
+    assert torch.equal(paired, single) and torch.equal(paired_grads[0], single_grads[0])
+    for got, want in zip(paired_grads[1:], single_grads[1:]):  # float sums of 36 terms in another order
+        assert (got - want).norm() <= 1e-6 * want.norm()

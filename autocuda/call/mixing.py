@@ -3,7 +3,8 @@ S = Θ(W X + b) over [T, N] rows, by the kernels of `codegen.mixing_kernel`. Bac
 X): for T up to `FUSED_STEPS` it gives grad_x and the weights' and biases' gradients (summed over the neurons in
 the kernel), else grad_h and grad_x, and torch's matrix product and sum give those (also under torch's
 deterministic algorithms: the fused kernel's atomics add in any order). Autograd keeps X alone (which its
-producer keeps anyway, where it trains).
+producer keeps anyway, where it trains). A thread takes two neighbouring neurons where the rows allow one access
+for both (`word_lanes`), else one.
 
 `fire` runs a call where the kernels can: rows on a GPU with NVRTC (or `backend="host"`: CPU rows through the host
 runner, for tests), T up to `MAX_STEPS`, a surrogate of ours or SpikingJelly's in its spiking form, no
@@ -75,7 +76,8 @@ class _Fire(torch.autograd.Function):
 
         steps, compute = x.shape[0], compute_dtype(x.dtype)
         rows = x.reshape(steps, -1).contiguous()
-        forward, backward, fused = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate)
+        lanes = word_lanes(rows)
+        forward, backward, fused = mixing_kernels(steps, str(x.dtype).removeprefix("torch."), surrogate, lanes)
         # the kernels read the weights and biases in aligned vectors of `chunk_bytes`
         weights = aligned(weight.detach().to(compute).contiguous(), forward.chunk_bytes)
         biases = aligned(bias.detach().reshape(-1).expand(steps).to(compute).contiguous(),  # one bias (SlidingPSN's):
@@ -83,7 +85,7 @@ class _Fire(torch.autograd.Function):
         spike = torch.empty_like(rows)
         neurons = rows.shape[1]
         if neurons:
-            launch_per_neuron(forward, {"numel": neurons, "x": rows, "weight": weights, "bias": biases,
+            launch_per_neuron(forward, {"numel": neurons // lanes, "x": rows, "weight": weights, "bias": biases,
                                         "spike": spike}, backend)
         ctx.save_for_backward(rows, weights, biases)
         ctx.kernels, ctx.backend, ctx.shapes = (backward, fused), backend, (x.shape, weight.dtype, bias.shape,
@@ -98,7 +100,7 @@ class _Fire(torch.autograd.Function):
         gradient = grad_spike.reshape(rows.shape)  # a view where its strides allow (a sum's expanded one's do)
         grad_x = torch.empty_like(rows)
         steps, neurons = rows.shape
-        args = {"numel": neurons, "x": rows, "weight": weight, "bias": bias, "grad_step": gradient.stride(0),
+        args = {"x": rows, "weight": weight, "bias": bias, "grad_step": gradient.stride(0),
                 "grad_neuron": gradient.stride(1), "grad_x": grad_x}
         if neurons:
             args["grad_spike"] = span(gradient)
@@ -110,12 +112,13 @@ class _Fire(torch.autograd.Function):
             sums = torch.zeros(square + steps, dtype=weight.dtype, device=rows.device)  # grad_W, then grad_b
             grad_w, grad_b = sums[:square].view(steps, steps), sums[square:]
             if neurons:
-                launch_per_neuron(fused, args | {"grad_weight": grad_w, "grad_bias": grad_b}, ctx.backend,
+                launch_per_neuron(fused, args | {"numel": neurons // fused.lanes, "grad_weight": grad_w,
+                                                 "grad_bias": grad_b}, ctx.backend,
                                   grid_stride=True)
         else:
             grad_h = torch.empty_like(rows)
             if neurons:
-                launch_per_neuron(backward, args | {"grad_h": grad_h}, ctx.backend)
+                launch_per_neuron(backward, args | {"numel": neurons // backward.lanes, "grad_h": grad_h}, ctx.backend)
             else:
                 grad_h.zero_()
             grad_w = _outer_sum(grad_h, rows) if ctx.needs_input_grad[1] else None
@@ -126,6 +129,16 @@ class _Fire(torch.autograd.Function):
             grad_bias = (grad_b.sum() if len(grad_b) != bias_shape.numel() else grad_b).reshape(bias_shape) \
                 .to(bias_dtype)
         return grad_x.view(shape), grad_weight, grad_bias, None, None
+
+
+def word_lanes(rows: Tensor) -> int:
+    """Neurons per thread for rows [T, N] (contiguous): 2 where the elements' size is one of PAIRED_ITEMSIZES, a
+    row's length is even and the rows start at a multiple of a pair's bytes, so that each pair is one aligned
+    access; else 1. The outputs the kernels write are new tensors, aligned far beyond that."""
+    from ..codegen.mixing_kernel import PAIRED_ITEMSIZES
+
+    size = rows.element_size()
+    return 2 if size in PAIRED_ITEMSIZES and rows.shape[1] % 2 == 0 and rows.data_ptr() % (2 * size) == 0 else 1
 
 
 def aligned(t: Tensor, alignment: int) -> Tensor:

@@ -110,3 +110,34 @@ def test_weights_at_an_unaligned_offset_on_cuda(dtype: torch.dtype, monkeypatch:
             want = torch.autograd.grad(own, [own_weight, own_bias], grad)
         for g, w in zip((got[1:65].view(8, 8), got[65:].view(8, 1)), want):
             assert torch.allclose(g, w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_two_neurons_a_thread_give_one_neurons_values_on_cuda(dtype: torch.dtype,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of an even length at an aligned address go two neurons to a thread (one access for a pair), the same rows
+    at an odd offset one neuron a thread: the same spikes and grad_x bit for bit, the weights' and biases'
+    gradients within rounding, through the fused backward (many words a thread) and the one writing grad_h."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS under deterministic algorithms asks for it
+    generator = torch.Generator(CUDA).manual_seed(0)
+    neurons = 2 * 150_001
+    rows = (torch.randn(8, neurons, device=CUDA, generator=generator) * 1.5).to(dtype)
+    store = torch.empty(1 + rows.numel(), device=CUDA, dtype=dtype)
+    store[1:] = rows.flatten()
+    shifted = store[1:].view(8, neurons)
+    assert mixing.word_lanes(rows) == 2 and mixing.word_lanes(shifted) == 1
+    weight = torch.randn(8, 8, device=CUDA, generator=generator)
+    bias = torch.randn(8, 1, device=CUDA, generator=generator)
+    grad = torch.randn(rows.shape, device=CUDA, generator=generator).to(dtype)
+    for deterministic in (False, True):
+        results = []
+        for given in (rows, shifted):
+            leaves = [t.clone().requires_grad_(True) if t is not shifted else t.detach().requires_grad_(True)
+                      for t in (given, weight, bias)]
+            with deterministic_algorithms(deterministic):
+                out = mixing.fire(*leaves, ATan())
+                results.append((out, *torch.autograd.grad(out, leaves, grad)))
+        (spikes, grad_x, grad_w, grad_b), (spikes_1, grad_x_1, grad_w_1, grad_b_1) = results
+        assert torch.equal(spikes, spikes_1) and torch.equal(grad_x, grad_x_1)
+        for got, want in ((grad_w, grad_w_1), (grad_b, grad_b_1)):
+            assert (got - want).norm() <= 1e-5 * want.norm()
