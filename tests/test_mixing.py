@@ -12,7 +12,7 @@ from conftest import compile_launched
 from conftest import deterministic_algorithms as deterministic
 
 from autocuda.call import mixing
-from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, mixing_kernels, weight_chunk_bytes
+from autocuda.codegen.mixing_kernel import FUSED_STEPS, MAX_STEPS, PAIRED_MAX_STEPS, mixing_kernels, weight_chunk_bytes
 from autocuda.nn import PSN, MaskedPSN, SlidingPSN
 from autocuda.spec.surrogate import ATan, Sigmoid
 
@@ -257,6 +257,8 @@ def test_a_thread_takes_two_neurons_where_the_rows_allow():
     assert mixing.word_lanes(torch.zeros(4, 5)) == 1  # a row's length odd
     assert mixing.word_lanes(torch.zeros(25)[1:].view(4, 6)) == 1  # at an offset no pair is aligned to
     assert mixing.word_lanes(torch.zeros(4, 6, dtype=F64)) == 1  # float64: one neuron a thread
+    assert mixing.word_lanes(torch.zeros(PAIRED_MAX_STEPS, 6)) == 2
+    assert mixing.word_lanes(torch.zeros(PAIRED_MAX_STEPS + 1, 6)) == 1  # longer: one neuron a thread
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

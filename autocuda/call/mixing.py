@@ -132,13 +132,16 @@ class _Fire(torch.autograd.Function):
 
 
 def word_lanes(rows: Tensor) -> int:
-    """Neurons per thread for rows [T, N] (contiguous): 2 where the elements' size is one of PAIRED_ITEMSIZES, a
-    row's length is even and the rows start at a multiple of a pair's bytes, so that each pair is one aligned
-    access; else 1. The outputs the kernels write are new tensors, aligned far beyond that."""
-    from ..codegen.mixing_kernel import PAIRED_ITEMSIZES
+    """Neurons per thread for rows [T, N] (contiguous): 2 where the elements' size is one of PAIRED_ITEMSIZES, T is
+    at most PAIRED_MAX_STEPS, a row's length is even and the rows start at a multiple of a pair's bytes, so that
+    each pair is one aligned access; else 1. The outputs the kernels write are new tensors, aligned far beyond
+    that."""
+    from ..codegen.mixing_kernel import PAIRED_ITEMSIZES, PAIRED_MAX_STEPS
 
+    steps, neurons = rows.shape
     size = rows.element_size()
-    return 2 if size in PAIRED_ITEMSIZES and rows.shape[1] % 2 == 0 and rows.data_ptr() % (2 * size) == 0 else 1
+    paired = size in PAIRED_ITEMSIZES and steps <= PAIRED_MAX_STEPS and neurons % 2 == 0
+    return 2 if paired and rows.data_ptr() % (2 * size) == 0 else 1
 
 
 def aligned(t: Tensor, alignment: int) -> Tensor:

@@ -27,13 +27,16 @@ from .dtypes import fill, get_dtype
 from .options import VECTOR_CTYPES
 from .printer import print_expr
 
-__all__ = ["FUSED_STEPS", "LANES", "PAIRED_ITEMSIZES", "MixingKernel", "mixing_kernels", "weight_chunk_bytes"]
+__all__ = ["FUSED_STEPS", "LANES", "PAIRED_ITEMSIZES", "PAIRED_MAX_STEPS", "MixingKernel", "mixing_kernels",
+           "weight_chunk_bytes"]
 
 MAX_STEPS = 64  # the rows' values of one neuron are held in registers: longer sequences compose torch ops
 # Neurons a thread takes as one word of its rows: 2 where the rows' length is even (one access for both, and one
-# read of the weights for both), for elements of PAIRED_ITEMSIZES bytes (float64's fused backward would spill)
+# read of the weights for both), for elements of PAIRED_ITEMSIZES bytes (float64's fused backward would spill) and
+# T up to PAIRED_MAX_STEPS (at T = 64 the float32 backward spills: its training step is slower paired)
 LANES = (1, 2)
 PAIRED_ITEMSIZES = (2, 4)
+PAIRED_MAX_STEPS = 32
 FUSED_STEPS = 8  # the fused backward holds T² + T sums per thread in registers: up to T = 8
 # Its float sums in at most 128 registers a thread, so that two blocks of 256 threads fit a multiprocessor (double
 # sums would spill: no bound there)
