@@ -85,13 +85,12 @@ class MixingKernel(CKernel1D):
                        zero=compute.literal(0.0),
                        lanes=self.lanes, element=self.element,
                        lane_vector=VECTOR_CTYPES.get(self.lanes * stored.torch_dtype.itemsize, ""),
-                       load_x=load("ac_in[l]"), load_x_lane=load("ac_in[t][l]"),
+                       load_x=load("ac_in[l]"),
                        load_grad_spike=load(f"grad_spike[t * grad_step + ((long long)index * {self.lanes} + l) * "
                                             "grad_neuron]"),
                        store_spike=fill(stored.element_store, x=compute.op("heaviside", x="h")),
                        store_grad_h=fill(stored.element_store, x="grad_h_t"),
                        store_grad_x=fill(stored.element_store, x="gx[l][j]"),
-                       store_grad_x_lane=fill(stored.element_store, x="gx[j]"),
                        chunk=self.chunk_bytes // compute.torch_dtype.itemsize,
                        vector=VECTOR_CTYPES.get(self.chunk_bytes, ""),
                        gradient=f"({print_expr(self.surrogate.gradient(h), compute.name, {h: 'h'})})")
