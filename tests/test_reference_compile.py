@@ -133,3 +133,28 @@ def test_a_layer_compiled_before_any_eager_call_traces_whole() -> None:
     expected = layer(y)
     expected.sum().backward()
     assert torch.equal(got, expected) and torch.equal(x.grad, y.grad)
+
+
+def test_a_compiled_reference_call_evaluates_programs_not_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference's step, its surrogate's gradient and a primitive surrogate are evaluated under torch.compile by
+    the flat programs their layer prepared (`spec.flat.run`), the same ops eager runs: Dynamo never walks a sympy
+    tree (a walk traced here raises, and fullgraph turns that into a failed compile)."""
+    from autocuda.spec import surrogate as sg
+    from autocuda.spec import torch_eval
+
+    def no_walk(*_: object) -> torch.Tensor:
+        raise AssertionError("the sympy walk was traced")
+
+    torch.manual_seed(0)
+    for surrogate in (sg.Sigmoid(), sg.ATan(spiking=False)):
+        layer = LIFNode(step_mode="m", backend="reference", surrogate_function=surrogate)
+        x = (torch.randn(examples(3, STEPS), 2, 5) * 3).requires_grad_()
+        expected = layer(x)
+        expected.sum().backward()
+        expected_grad, x.grad = x.grad, None
+        layer.reset()
+        with monkeypatch.context() as patched:
+            patched.setattr(torch_eval, "_walk", no_walk)
+            _, got = compiled_training_call(layer, x)
+        assert torch.equal(got, expected)
+        torch.testing.assert_close(x.grad, expected_grad)

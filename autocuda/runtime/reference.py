@@ -35,10 +35,14 @@ from ..spec.derive import (
     spike_levels,
 )
 from ..spec.draws import Draw, system_draws
+from ..spec.flat import run
 from ..spec.surrogate import Surrogate
-from ..spec.torch_eval import evaluate, prepare_expression
+from ..spec.torch_eval import evaluate, prepare_expression, program_of
 
 Values = Mapping[sp.Symbol, "torch.Tensor | float"]
+# The names `step` gives the values it computes (the programs read values by name).
+_H, _THRESHOLD, _SPIKE, _SPIKE_RESET, _EVENT, _EVENT_RESET = (
+    s.name for s in (H, THRESHOLD, SPIKE, SPIKE_RESET, EVENT, EVENT_RESET))
 
 
 def _inputs(x: torch.Tensor | Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -51,53 +55,91 @@ def step(system: StepSystem, x: torch.Tensor | Sequence[torch.Tensor], states: S
          ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
     """One step: (spike, new states, h). `x`: the input, or one tensor per step input (`StepSystem.inputs`);
     `draws`: the values of the step's random draws (`noise.step_values`), where it makes any."""
-    updates = prepare(system)
+    return _step(prepare(system), x, states, _by_name(params), surrogate, detach_reset, _by_name(draws or {}))
+
+
+def _step(prepared: _Prepared, x: torch.Tensor | Sequence[torch.Tensor], states: Sequence[torch.Tensor],
+          params: Mapping[str, torch.Tensor | float], surrogate: Surrogate, detach_reset: bool,
+          draws: Mapping[str, torch.Tensor | float]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+    """`step` with the values by name (what the prepared programs read)."""
     inputs = _inputs(x)
     x = inputs[0]
-    values = {**params, **dict(zip(system.inputs, inputs)), **dict(zip(system.states, states)), **(draws or {})}
-    h = evaluate(system.charge, values)
-    threshold = evaluate(system.threshold, values)
-    values |= {H: h, THRESHOLD: threshold}
-    spike, event = fire(system, values, surrogate)
+    values = {**params, **dict(zip(prepared.inputs, inputs)), **dict(zip(prepared.states, states)), **draws}
+    h = prepared.charge(values)
+    threshold = prepared.threshold(values)
+    values |= {_H: h, _THRESHOLD: threshold}
+    spike, event = _fire(prepared, values, surrogate)
     reset_spike = spike.detach() if detach_reset else spike
-    values |= {SPIKE: spike, SPIKE_RESET: reset_spike}
-    if system.levels:
-        values |= {EVENT: event, EVENT_RESET: event.detach() if detach_reset else event}
-    new_states = tuple(evaluate(update, values) for update in updates)
+    values |= {_SPIKE: spike, _SPIKE_RESET: reset_spike}
+    if prepared.levels:
+        values |= {_EVENT: event, _EVENT_RESET: event.detach() if detach_reset else event}
+    new_states = tuple(update(values) for update in prepared.updates)
     return _like(spike, x), tuple(_like(s, x) for s in new_states), _like(h, x)
 
 
 def fire(system: StepSystem, values: Values, surrogate: Surrogate) -> tuple[torch.Tensor, torch.Tensor]:
     """(spike, event) from `values` of H, THRESHOLD, states and parameters: each level through its surrogate's
     autograd function (the neuron's `surrogate` where it has none of its own)."""
+    return _fire(prepare(system), _by_name(values), surrogate)
+
+
+def _fire(prepared: _Prepared, values: Mapping[str, torch.Tensor | float], surrogate: Surrogate
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     # The step Θ(0) = 0 (fires strictly above, derive.fire_step) is asked for by keyword, so that a surrogate of
     # the default comparison may be any callable of z alone.
-    strict = {"strict": True} if system.fires_at == ">" else {}
-    if not system.levels:
-        spike = surrogate(values[H] - values[THRESHOLD], **strict)  # type: ignore[arg-type]  # H is a tensor
+    strict = {"strict": True} if prepared.strict else {}
+    if not prepared.levels:
+        spike = surrogate(values[_H] - values[_THRESHOLD], **strict)  # type: ignore[arg-type]  # H: a tensor
         return spike, spike
-    fired = [(level.surrogate or surrogate)(evaluate(level.argument, values), **strict) for level in system.levels]
-    weights = [float(level.weight) for level in system.levels]
-    spike = functools.reduce(operator.add, (c * f for c, f in zip(weights, fired)))
-    event = functools.reduce(operator.add, (abs(c) * f for c, f in zip(weights, fired)))
+    fired = [(own or surrogate)(argument(values), **strict) for argument, own in prepared.levels]
+    spike = functools.reduce(operator.add, (c * f for c, f in zip(prepared.weights, fired)))
+    event = functools.reduce(operator.add, (abs(c) * f for c, f in zip(prepared.weights, fired)))
     return spike, event
 
 
-def prepare(system: StepSystem) -> tuple[sp.Expr, ...]:
-    """The new states' expressions of `system` (the membrane's reset rule, then the updates), built once and
-    kept on the system, with every node of the step prepared for evaluation (`torch_eval.prepare`): so that
-    torch.compile traces torch ops only, never sympy. The reference's plans call it before anything is traced."""
-    cached = system.__dict__.get("_reference_updates")
+class _Expression:
+    """One expression of the step, evaluated by its flat program (`spec.flat`: a loop over a tuple, which
+    torch.compile traces in a fraction of the sympy walk's time), or by the walk where it cannot be lowered (which
+    then raises, naming the node)."""
+
+    def __init__(self, expr: sp.Basic):
+        self.expr, self.program = prepare_expression(expr), program_of(expr)
+
+    def __call__(self, values: Mapping[str, torch.Tensor | float]) -> torch.Tensor:
+        if self.program is not None:
+            return run(self.program, values)
+        return evaluate(self.expr, {sp.Symbol(name, real=True): value for name, value in values.items()})
+
+
+class _Prepared:
+    """A step's expressions as programs and its symbols' names: all `step` reads, built outside any trace."""
+
+    def __init__(self, system: StepSystem):
+        self.inputs = tuple(u.name for u in system.inputs)
+        self.states = tuple(s.name for s in system.states)
+        self.charge, self.threshold = _Expression(system.charge), _Expression(system.threshold)
+        self.updates = tuple(_Expression(u) for u in (membrane_update(system), *system.updates))
+        self.levels = tuple((_Expression(level.argument), level.surrogate) for level in system.levels)
+        self.weights = tuple(float(level.weight) for level in system.levels)
+        self.strict = system.fires_at == ">"
+
+
+def _by_name(values: Mapping[sp.Symbol, torch.Tensor | float] | Mapping[str, torch.Tensor | float]
+             ) -> dict[str, torch.Tensor | float]:
+    return {k if isinstance(k, str) else k.name: v for k, v in values.items()}
+
+
+def prepare(system: StepSystem) -> _Prepared:
+    """The step of `system` prepared for evaluation (its expressions lowered to programs, the membrane's reset rule
+    and the updates among them), built once and kept on the system: so that torch.compile traces torch ops only,
+    never sympy. The reference's plans call it before anything is traced."""
+    cached = system.__dict__.get("_reference_step")
     if cached is None:
-        cached = (membrane_update(system), *system.updates)
-        arguments = (level.argument for level in system.levels)
-        for expr in (system.charge, system.threshold, *cached, *arguments, H, SPIKE, SPIKE_RESET, THRESHOLD, EVENT,
-                     EVENT_RESET):
-            prepare_expression(expr)  # the step's symbols too: they key the values `step` builds
+        cached = _Prepared(system)
         for level in system.levels:  # the levels' own surrogates' gradients, built now rather than when traced
             if level.surrogate is not None:
                 level.surrogate.gradient_of_x()
-        object.__setattr__(system, "_reference_updates", cached)  # a frozen dataclass: a derived cache only
+        object.__setattr__(system, "_reference_step", cached)  # a frozen dataclass: a derived cache only
     return cached
 
 
@@ -107,14 +149,15 @@ def multi_step(system: StepSystem, x_seq: torch.Tensor | Sequence[torch.Tensor],
     """Over x_seq [T, *] (or one such sequence per step input): (spike_seq, final states, state sequences [T, *]
     per state). `seed`: the call's seed, for a step that draws (`spec.draws`)."""
     draws = _draws_of(system, seed)
+    prepared, named = prepare(system), _by_name(params)
     sequences_in = _inputs(x_seq)
     x_seq = sequences_in[0]
     states = tuple(initial)
     spikes: list[torch.Tensor] = []
     sequences: list[list[torch.Tensor]] = [[] for _ in states]
     for t, x in enumerate(zip(*sequences_in)):
-        drawn = step_values(draws, seed, t, x[0]) if seed is not None and draws else None
-        spike, states, _ = step(system, x, states, params, surrogate, detach_reset, drawn)
+        drawn = _by_name(step_values(draws, seed, t, x[0])) if seed is not None and draws else {}
+        spike, states, _ = _step(prepared, x, states, named, surrogate, detach_reset, drawn)
         spikes.append(spike)
         for seq, s in zip(sequences, states):
             seq.append(s)

@@ -133,6 +133,8 @@ class _Machine(Evaluation):
     def step(self, instruction: tuple[Any, ...]) -> Value:
         op, args, r = instruction[0], instruction[1:], self.results
         if op == "symbol":
+            if args[0] not in self.values:
+                raise TypeError(f"no value given for symbol {args[0]}")
             value = self.values[args[0]]
             return value if isinstance(value, torch.Tensor) else float(value)
         if op == "number":

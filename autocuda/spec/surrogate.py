@@ -251,21 +251,17 @@ class Surrogate:
 
     def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
         """The gradient evaluated with torch ops (same dtype and device as `x`)."""
-        from .torch_eval import evaluate
-
-        symbol, gradient = self.gradient_of_x()
-        return evaluate(gradient, {symbol: x})
+        self.gradient_of_x()
+        return _evaluate_in_x(self.__dict__["_gradient_x"], x)
 
     def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
-        """(x, the gradient in x), built once: torch.compile traces `torch_gradient` through the cached pair,
-        never through sympy (call this before compiling: the reference's plans do)."""
+        """(x, the gradient in x), built once with its flat program: torch.compile traces `torch_gradient` through
+        the cached program, never through sympy (call this before compiling: the reference's plans do)."""
         cached = self.__dict__.get("_gradient_x")
         if cached is None:
-            from .torch_eval import prepare_expression
-
-            cached = (_x(), prepare_expression(self.gradient(_x())))
+            cached = _in_x(self.gradient(_x()))
             object.__setattr__(self, "_gradient_x", cached)
-        return cached
+        return cached[0], cached[1]
 
     def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
         """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
@@ -273,13 +269,32 @@ class Surrogate:
         gradient)."""
         if self._spiking:
             return _SpikeFunction.apply(x, self, strict)
-        from .torch_eval import evaluate
-
         cached = self.__dict__.get("_primitive_x")
         if cached is None:
-            cached = self.primitive(_x())
+            cached = _in_x(self.primitive(_x()))
             object.__setattr__(self, "_primitive_x", cached)
-        return evaluate(cached, {_x(): x})
+        return _evaluate_in_x(cached, x)
+
+
+def _in_x(expr: sympy.Expr | None) -> tuple[sympy.Symbol, Any, Any]:
+    """(x, `expr` prepared for evaluation, its flat program or None where it has none)."""
+    from .torch_eval import prepare_expression, program_of
+
+    if expr is None:
+        return _x(), None, None
+    return _x(), prepare_expression(expr), program_of(expr)
+
+
+def _evaluate_in_x(cached: tuple[sympy.Symbol, Any, Any], x: torch.Tensor) -> torch.Tensor:
+    """The value at `x` of an expression in x cached by `_in_x`: by its program, else by the walk (which names
+    what it cannot evaluate)."""
+    from .flat import run
+    from .torch_eval import evaluate
+
+    symbol, expr, program = cached
+    if program is not None:
+        return run(program, {symbol.name: x})
+    return evaluate(expr, {symbol: x})
 
 
 def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any], frozen: bool = False) -> Surrogate:
