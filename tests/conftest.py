@@ -106,6 +106,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.enable()
 
 
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a test file's last test: what its tests made and still hold (torch.compile's and sympy's caches, kept
+    kernels, module fixtures) frozen out of the collector's passes too, after one collection of what they left. Each
+    full pass walks every object not frozen (seconds over a run), and a process's caches only grow."""
+    if nextitem is not None and nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
+
+
 def cores() -> int:
     """The cores this test process may keep busy: in an xdist worker its share, else all of them."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
