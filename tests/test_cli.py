@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+import python_children
 from conftest import first_arch_by_default
 
 from autocuda import __version__
@@ -24,8 +25,7 @@ from autocuda.tools.cli import main
 def autocuda(*args: str) -> subprocess.CompletedProcess:
     """The installed entry point's code in a child process, output piped (as a user's shell pipeline)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "autocuda.tools.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return python_children.run(["-m", "autocuda.tools.cli", *args], env=env)
 
 
 class Ran(NamedTuple):
@@ -111,7 +111,8 @@ def assert_one_line_error(result: Ran | subprocess.CompletedProcess, words: str)
 
 
 def test_the_entry_point_exits_with_one_line_error():
-    """In a fresh interpreter: nothing else (an import-time warning, say) reaches stderr."""
+    """In a new process (`python_children`: torch imported, autocuda not): nothing else (an import-time warning of
+    ours, say) reaches stderr."""
     assert_one_line_error(autocuda("show", "no_such_spec"), "no_such_spec")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import python_children
 import torch
 
 from autocuda.toolchain.host import cxx as toolchain
@@ -22,16 +22,16 @@ HOST_MISSING = toolchain.missing()
 
 
 def run_ranks(command: list[str], world_size: int, env: dict[str, str]) -> list[subprocess.CompletedProcess]:
-    """`command` run as each rank of a process group, as torchrun's workers are (RANK, WORLD_SIZE, LOCAL_RANK...),
-    without torchrun's own process (another interpreter importing torch). The group's rendezvous store is served
+    """Python with the arguments `command` run as each rank of a process group, as torchrun's workers are (RANK,
+    WORLD_SIZE, LOCAL_RANK...), without torchrun's own process (another interpreter importing torch); the ranks are
+    forked children (`python_children`). The group's rendezvous store is served
     here, on a port the system picks (TORCHELASTIC_USE_AGENT_STORE: the ranks connect to it, as to torchrun's)."""
     from torch.distributed import TCPStore
 
     store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
     shared = env | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(world_size),
                     "LOCAL_WORLD_SIZE": str(world_size), "TORCHELASTIC_USE_AGENT_STORE": "True"}
-    ranks = [subprocess.Popen(command, env=shared | {"RANK": str(rank), "LOCAL_RANK": str(rank)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    ranks = [python_children.Child(command, shared | {"RANK": str(rank), "LOCAL_RANK": str(rank)}, REPO)
              for rank in range(world_size)]
     try:
         outputs = [rank.communicate(timeout=600) for rank in ranks]
@@ -65,7 +65,7 @@ def test_ddp_over_two_cpu_processes_gives_the_single_process_gradients(tmp_path)
     # AUTOCUDA_NATIVE=0: see test_store's warm-cache test (a fresh cache would start a native build per process)
     env = os.environ | {"AUTOCUDA_CACHE_DIR": str(store.root()), "OMP_NUM_THREADS": "1", "AUTOCUDA_NATIVE": "0",
                         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    for rank, done in enumerate(run_ranks([sys.executable, str(DDP_SCRIPT), str(outfile), "--cpu"], 2, env)):
+    for rank, done in enumerate(run_ranks([str(DDP_SCRIPT), str(outfile), "--cpu"], 2, env)):
         assert done.returncode == 0, f"rank {rank} failed:\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     ddp = torch.load(outfile)
     assert ddp["world_size"] == 2

@@ -288,12 +288,11 @@ def test_a_core_without_a_spike(backend: str) -> None:
 
 def test_a_warm_cache_maps_the_trace_without_sympy(tmp_path, monkeypatch) -> None:
     """A second process finds the traced spec on disk: it does not import sympy to build the layer. The first is
-    this one (the mapping onto a spec runs here, and writes it into the cache); only the second is a fresh
-    interpreter, where sympy's import can be seen."""
-    import os
+    this one (the mapping onto a spec runs here, and writes it into the cache); only the second is a new
+    process (`python_children`: torch imported, nothing of ours), where sympy's import can be seen."""
     import runpy
-    import subprocess
-    import sys
+
+    import python_children
 
     from autocuda.spec import python as spec_python
 
@@ -308,6 +307,5 @@ def test_a_warm_cache_maps_the_trace_without_sympy(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr(spec_python, "from_trace", lambda *a, **k: mapped.append(1) or from_trace(*a, **k))
     runpy.run_path(str(path), run_name="__main__")  # the cold cache: the trace is mapped (sympy), and kept
     assert mapped == [1]
-    second = subprocess.run([sys.executable, str(path)], env=dict(os.environ), capture_output=True, text=True,
-                            timeout=120)
+    second = python_children.run([str(path)], timeout=120)
     assert second.stdout.strip() == "False", second.stderr[-2000:]

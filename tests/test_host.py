@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import python_children
 import torch
 from conftest import HOST_PARAM_CLASS, cores, host_group
 
@@ -367,7 +366,7 @@ def test_disk_cache_is_shared_between_processes_and_rebuilt_when_corrupt(tmp_pat
     env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
 
     def run(*again: str) -> list[str]:
-        done = subprocess.run([sys.executable, "-c", PROBE, *again], env=env, capture_output=True, text=True)
+        done = python_children.run(["-c", PROBE, *again], env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
 

@@ -9,6 +9,7 @@ import gc
 import pickle
 
 import pytest
+import python_children
 import torch
 from conftest import compile_launched, profile
 
@@ -478,8 +479,6 @@ def test_a_process_that_exits_while_the_library_builds_leaves_the_build_to_finis
     import os
     import shutil
     import stat
-    import subprocess
-    import sys
 
     from autocuda.toolchain import store
     from autocuda.toolchain.host import cache
@@ -495,12 +494,12 @@ def test_a_process_that_exits_while_the_library_builds_leaves_the_build_to_finis
            "CXX": str(compiler), "GATE": str(gate), "LIBRARY": str(tmp_path / "library.so")}
     script = ("from autocuda import native\n"
               "assert not native.loaded() and native.status() == 'building', native.status()\n")
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    python_children.run(["-c", script], env=env, check=True, timeout=120)
     assert not [p for p in (tmp_path / "cache").rglob("native-*.so")], "the library was stored before the gate"
     gate.touch()  # the script has ended: now its helper may finish the build
     _wait_for_a_stored_library(tmp_path / "cache", store)
     script = "from autocuda import native\nassert native.loaded(), native.status()\n"
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    python_children.run(["-c", script], env=env, check=True, timeout=120)
 
 
 def _wait_for_a_stored_library(folder, store) -> None:
@@ -518,15 +517,13 @@ def _wait_for_a_stored_library(folder, store) -> None:
 def test_a_process_that_exits_while_the_real_compiler_builds_leaves_the_build_to_finish(tmp_path):
     """As above, with the real compiler building the library from its source in a fresh cache."""
     import os
-    import subprocess
-    import sys
 
     from autocuda.toolchain import store
 
     env = {**os.environ, "AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "AUTOCUDA_NATIVE": "1"}
     script = ("from autocuda import native\n"
               "assert not native.loaded() and native.status() == 'building', native.status()\n")
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    python_children.run(["-c", script], env=env, check=True, timeout=120)
     _wait_for_a_stored_library(tmp_path / "cache", store)
     script = "from autocuda import native\nassert native.loaded(), native.status()\n"
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    python_children.run(["-c", script], env=env, check=True, timeout=120)

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import python_children
 import torch
 
 from autocuda.codegen.kernels import neuron_kernel
@@ -114,16 +113,16 @@ WARM = textwrap.dedent("""
 
 
 def test_a_process_with_a_warm_cache_imports_no_sympy(tmp_path):
-    """A fresh interpreter that finds the kernels on disk does not import sympy. The cold run that derives them and
-    writes them into the cache runs in a fork of that interpreter taken before it runs anything (where the system
-    can fork): fresh but for the imports, which it shares with the warm run (which cannot see what the fork did in
-    its memory, only the cache it wrote)."""
+    """A new process (`python_children`: torch imported, nothing of ours) that finds the kernels on disk does not
+    import sympy. The cold run that derives them and writes them into the cache runs in a fork of that process taken
+    before it runs anything (where the system can fork): fresh but for the imports, which it shares with the warm
+    run (which cannot see what the fork did in its memory, only the cache it wrote)."""
     # AUTOCUDA_NATIVE=0: with a fresh cache, each process would leave a helper building the native library after it
     # ends, which no test uses, and a build that finished in time would change the path midway
     env = os.environ | {"AUTOCUDA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "AUTOCUDA_NATIVE": "0"}
     script = tmp_path / "warm.py"
     script.write_text(WARM)
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    done = python_children.run([str(script)], env=env)
     assert done.returncode == 0, done.stderr
     runs = json.loads(done.stdout.strip().splitlines()[-1])
     cold, warm = runs["cold"], runs["warm"]
