@@ -115,6 +115,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         gc.freeze()
 
 
+def collect_everything() -> None:
+    """A full collection, what earlier files left included (`pytest_runtest_teardown` froze it): for a test that
+    counts what is still held (native plans, say) once objects an earlier test may have made are dropped."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def cores() -> int:
     """The cores this test process may keep busy: in an xdist worker its share, else all of them."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import gc
 import pickle
 
 import pytest
 import python_children
 import torch
-from conftest import compile_launched, profile
+from conftest import collect_everything, compile_launched, profile
 
 from autocuda.call import functional as F
 from autocuda.call import native, program
@@ -265,7 +264,7 @@ def forget_programs() -> set[int]:
     (the ops' own forms hold the plans of the op implementations they ran, a backward's here)."""
     held, live = program_plans(), native.live_plans()
     program.PROGRAMS.clear()
-    gc.collect()
+    collect_everything()
     assert native.live_plans() == live - len(held)
     return held
 
@@ -348,7 +347,7 @@ def test_threads_making_and_dropping_plans_leave_none_behind():
         for thread in threads:
             thread.join()
         assert not failures, failures
-        gc.collect()
+        collect_everything()
         live.append(native.live_plans())
     assert live[0] == live[1] <= before + len(xs)  # at most a backward's plan per shape
     with pytest.raises(RuntimeError, match="no holder to release"):
