@@ -1,7 +1,8 @@
 """What importing autocuda costs: the public names of `autocuda.nn` are imported on first use, and none of them
 needs the generator (sympy, jinja2), Dynamo or the optional tools (NIR, matplotlib, cupy).
 
-The import checks share one fresh process (a child interpreter costs more than all of them): it runs STEPS in turn
+The import checks share one new process (`python_children`: forked with torch imported, the first thing
+`import autocuda` imports, and nothing of ours; a child interpreter costs more than all of them): it runs STEPS in turn
 and records the WATCHED modules imported after each. A step only adds modules, so one absent after a step is
 absent from a fresh process that runs that step alone: sharing the process can fail an absence check wrongly,
 never pass it wrongly. The check that every public name resolves in a fresh import (FRESH) runs in a fork of that
@@ -11,11 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import python_children
 
 import autocuda.nn
 
@@ -77,8 +77,7 @@ def _child_program() -> str:
 @pytest.fixture(scope="module")
 def child() -> dict:
     """What the child process reports (`_child_program`)."""
-    done = subprocess.run([sys.executable, "-c", _child_program()], env=os.environ | {"PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=300)
+    done = python_children.run(["-c", _child_program()], env=os.environ | {"PYTHONPATH": str(REPO)}, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
