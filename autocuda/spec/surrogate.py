@@ -251,17 +251,20 @@ class Surrogate:
 
     def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
         """The gradient evaluated with torch ops (same dtype and device as `x`)."""
-        self.gradient_of_x()
-        return _evaluate_in_x(self.__dict__["_gradient_x"], x)
+        return _evaluate_in_x(self._gradient_in_x(), x)
 
     def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
         """(x, the gradient in x), built once with its flat program: torch.compile traces `torch_gradient` through
         the cached program, never through sympy (call this before compiling: the reference's plans do)."""
+        symbol, gradient, _ = self._gradient_in_x()
+        return symbol, gradient
+
+    def _gradient_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
         cached = self.__dict__.get("_gradient_x")
         if cached is None:
             cached = _in_x(self.gradient(_x()))
             object.__setattr__(self, "_gradient_x", cached)
-        return cached[0], cached[1]
+        return cached
 
     def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
         """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
