@@ -359,7 +359,7 @@ def test_a_call_unlike_its_plan_is_refused_by_the_operator():
     x = torch.rand(4, 64)
     for _ in range(2):
         F.multi_step("lif", x, backend="host")
-    number = next(p.native for p in program.PROGRAMS.values() if p.seen[0] == (4, 64) and p.native is not None)
+    number = next(p.native for key, p in program.PROGRAMS.items() if key[1] == (4, 64) and p.native is not None)
     with pytest.raises(RuntimeError, match="is not the call plan"):
         native.call(number, torch.rand(4, 65), [], [0.0, 2.0, 1.0, 0.0])
     with pytest.raises(RuntimeError, match="is not the call plan"):  # a state tensor where its plan takes numbers

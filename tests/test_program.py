@@ -230,7 +230,7 @@ def test_calls_whose_program_binds_nothing_take_the_unbound_path(tmp_path, monke
         want = make()
         monkeypatch.setattr(program, "ENABLED", True)
         assert torch.equal(got[0], want[0])
-        assert all(p.launch is None or p.seen[4] for p in program.PROGRAMS.values())  # contiguous
+        assert all(p.launch is None or key[5] for key, p in program.PROGRAMS.items())  # x contiguous (`program_key`)
     text = _shipped()["lif"].read_text()
     spec = tmp_path / "lif.toml"
     spec.write_text(text)

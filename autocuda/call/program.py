@@ -107,12 +107,6 @@ def state_class(states: Sequence[Any]) -> tuple:
     return types, tuple((s.data_ptr() & 15, grad and s.requires_grad) for s in states if isinstance(s, Tensor))
 
 
-def input_class(x: Tensor) -> tuple:
-    """What a program's bound launches assume of x: shape, dtype, device, alignment, contiguity, graph."""
-    grad = torch.is_grad_enabled() and x.requires_grad
-    return x.shape, x.dtype, x.device, x.data_ptr() & 15, x.is_contiguous(), grad
-
-
 # Each spec's constants' names, by the spec's identity (a name or an id; the spec is held, so the id stays its own)
 _CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
 # Whether a string names a spec file: asked on every eager call, so cached (a C call, no Python frame)
@@ -122,10 +116,8 @@ _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tens
 
 
 def _surrogate_identity(surrogate: Any) -> Any:
-    """A surrogate as a key: a name by value, a Surrogate by id and version (each change takes a new one), anything
-    else (mutable: a mapping, a SpikingJelly surrogate) by its reference now (`surrogate_ref`)."""
-    if surrogate is None or type(surrogate) is str:
-        return surrogate
+    """A surrogate as a key (None and names are their own): a Surrogate by id and version (each change takes a new
+    one), anything else (mutable: a mapping, a SpikingJelly surrogate) by its reference now (`surrogate_ref`)."""
     if isinstance(surrogate, Surrogate):
         return id(surrogate), surrogate.version
     return surrogate_ref(surrogate)
@@ -265,7 +257,7 @@ class Program:
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
         self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
-        self.bound_form, self.seen = form, input_class(given)
+        self.bound_form, self.neuron_shape = form, given.shape[1:]  # (a multi-step call's: `run_bound`)
         self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
@@ -274,7 +266,7 @@ class Program:
         parameters' values; None while the native plan is still to be made (`Call.launch` makes it)."""
         if self.native_wanted and native.USE and self.plannable():
             return None
-        shape = self.seen[0][1:]
+        shape = self.neuron_shape
         values = self.values(params, x, shape)
         initial = list(map(float, states))
         for name in self.state_names[len(initial):]:
