@@ -12,9 +12,12 @@ import gc
 import hashlib
 import math
 import os
+import random
 import shutil
 import subprocess
+import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -95,6 +98,19 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.register_profile(f"autocuda-{name}", max_examples=count)
     if not config.getoption("hypothesis_profile", None):  # an explicit --hypothesis-profile wins
         settings.load_profile(f"autocuda-{profile()}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test (and the fixtures it sets up first) starts torch's, NumPy's and Python's global generators from a
+    seed of its own name: what an unseeded draw gives then depends neither on the tests that ran before it in its
+    process nor on which worker runs it, so a failure is the same in every run and when the test runs alone."""
+    seed = zlib.crc32(item.nodeid.encode())
+    random.seed(seed)
+    for name in ("torch", "numpy"):  # seeded where imported already: importing them here would cost the others
+        module = sys.modules.get(name)
+        if module is not None:
+            (module.manual_seed if name == "torch" else module.random.seed)(seed)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
