@@ -315,6 +315,36 @@ def test_nan_and_inf_propagate_as_in_the_reference(name, reset, dtype):
     assert torch.isnan(v_seq[:, 0]).all() and torch.isnan(v_seq[2:, 1]).all()  # NaN in: NaN membrane from then on
 
 
+# `w` records k * x and no step reads it: before the last step autograd's graph holds no path from the loss to it
+RECORDER = NeuronSpec(name="recorder", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0,
+                                               "k": {"default": 1.0, "learnable": True}},
+                      states={"v": "v_reset", "w": 0.0}, charge="v + (x - (v - v_reset)) / tau",
+                      updates={"w": "k * x"})
+
+
+@needs_host
+@pytest.mark.parametrize("finals", [True, False], ids=["final-gradients", "spikes-alone"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_a_state_that_no_step_reads_takes_no_nan_from_the_steps_before_the_last(finals, dtype):
+    """A state's gradient is 0 before the last step where no step reads it: the kernels leave its terms out there,
+    as the reference (autograd) does, so a NaN or inf partial (here k) does not make 0 * NaN a NaN gradient of x
+    at every step; at the last step both take the final state's gradient through it."""
+    x = seq(6, 5, dtype=dtype, seed=15) * 2
+    k = torch.tensor([1.0, 0.5, NAN, INF, -INF], dtype=dtype)
+    runs = []
+    for backend in ("host", "reference"):
+        leaf, gain = x.clone().requires_grad_(), k.clone().requires_grad_()
+        spikes, (v, w), _ = F.multi_step(RECORDER, leaf, k=gain, backend=backend)
+        loss = (spikes * seq(6, 5, dtype=dtype, seed=16)).sum()
+        if finals:
+            loss = loss + (v * seq(5, dtype=dtype, seed=17)).sum() + w.nan_to_num(0.0, 0.0, 0.0).sum()
+        grads = torch.autograd.grad(loss, (leaf, gain), allow_unused=True)  # k: unused by the spikes alone
+        runs.append((spikes.detach(), w.detach(), *(torch.zeros_like(k) if g is None else g for g in grads)))
+    for what, got, want in zip(("spikes", "w", "grad x", "grad k"), *runs):
+        _specials_agree(what, got, want, 1e-5 if dtype == F32 else 1e-12)
+    assert torch.isfinite(runs[0][2][:-1]).all()  # before the last step: the w path adds nothing
+
+
 @needs_host
 @pytest.mark.parametrize("tau", [0.0, -1.0, 1e-30, INF, NAN], ids=str)
 def test_out_of_domain_tensor_parameters_are_not_checked_and_match_the_reference(tau):

@@ -14,6 +14,7 @@ from ..spec.derive import (
     THRESHOLD,
     Derivation,
     H,
+    adjoint_symbol,
     fire_step,
     level_gradient_symbol,
     previous_membrane,
@@ -191,7 +192,7 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.statement(level_gradient_symbol(k).name, _substituted(gradient, SURROGATE_INPUT, level.argument))
     input_grads = (step.grad_inputs[0] + _SCALE * system.x + _SHIFT, *step.grad_inputs[1:]) if corrected \
         else step.grad_inputs
-    outputs = b.emit([*input_grads, *step.grad_states, *step.grad_params], comment="adjoint of one step")
+    outputs = _adjoint_of_one_step(b, derivation, options, [*input_grads, *step.grad_states, *step.grad_params])
     count = len(outs)
     grad_inputs, grad_states = outputs[:count], outputs[count:count + len(system.states)]
     grad_params = outputs[count + len(system.states):]
@@ -224,6 +225,30 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
         b.plan.finish.append(b.param_gradient(p, c_name(p.name, "acc")))
     b.scalar_params()
     return b.done()
+
+
+def _adjoint_of_one_step(b: Builder, derivation: Derivation, options: KernelOptions, exprs: list[sp.Expr]
+                         ) -> list[str]:
+    """The printed adjoint of one step. The λ of a state that no step reads (its own λ of the step before is 0: a
+    recorded value, say) is 0 before the last step of a multi-step BPTT, unless its sequence's gradient is given:
+    autograd's graph holds no path there, so its terms are left out (0 times a NaN or inf partial would be NaN), and
+    at the last step they take the final state's gradient (everywhere left out where the kernel takes none)."""
+    step = derivation.backward
+    unread = {adjoint_symbol(s): sp.Integer(0) for s, grad in zip(derivation.system.states, step.grad_states)
+              if grad == 0} if b.multi and not options.grad_state_seq else {}
+    if not unread:
+        return b.emit(exprs, comment="adjoint of one step")
+    before = [expr.subs(unread) for expr in exprs]
+    if not options.grad_finals:
+        return b.emit(before, comment="adjoint of one step")
+    printed = b.emit([*exprs, *before], comment="adjoint of one step (the last; the steps before it)")
+    values = []
+    for i, (last, earlier) in enumerate(zip(printed, printed[len(exprs):])):
+        if last != earlier:
+            b.statement(f"ac_adj{i}", last, guard="t == T - 1", otherwise=earlier)
+            last = f"ac_adj{i}"
+        values.append(last)
+    return values
 
 
 @functools.lru_cache(maxsize=1024)
