@@ -346,6 +346,22 @@ def test_a_state_that_no_step_reads_takes_no_nan_from_the_steps_before_the_last(
 
 
 @needs_host
+def test_a_final_state_left_out_of_a_loss_that_reads_another_has_a_zero_gradient():
+    """The one NaN difference docs/bad-input.md records: the kernels take the final states' gradients all or none, so
+    w's final, unread by a loss that reads v's, gets a zero gradient, which its NaN and inf partials (k) make NaN
+    at the last step; autograd holds no path there. The steps before agree."""
+    x = seq(6, 5, dtype=F64, seed=18) * 2
+    k = torch.tensor([1.0, 0.5, NAN, INF, -INF], dtype=F64)
+    grads = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        spikes, (v, _), _ = F.multi_step(RECORDER, leaf, k=k, backend=backend)
+        grads.append(torch.autograd.grad(spikes.sum() + v.sum(), leaf)[0])
+    _specials_agree("grad x before the last step", grads[0][:-1], grads[1][:-1], 1e-12)
+    assert torch.isnan(grads[0][-1, 2:]).all() and torch.isfinite(grads[1][-1]).all()
+
+
+@needs_host
 @pytest.mark.parametrize("tau", [0.0, -1.0, 1e-30, INF, NAN], ids=str)
 def test_out_of_domain_tensor_parameters_are_not_checked_and_match_the_reference(tau):
     """tau <= 0 (and NaN) given as a tensor is not refused (numbers are: LIF's tau has the domain "> 0"): no check,
