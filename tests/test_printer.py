@@ -37,6 +37,9 @@ CASES: list[tuple[sp.Expr, tuple[tuple[float, float], ...]]] = [
     (sp.Piecewise((-1, x <= -1), (0, x <= 0), (y, x > 1), (x, True)), EDGES),
     (sp.Piecewise((3, sp.And(x > 0, x <= 1, y > 0)), (-x, True)), EDGES),
     (sp.Heaviside(x, 1), EDGES), (sp.Heaviside(x - 1, 1) * y, EDGES), (sp.Heaviside(-x, 1), EDGES),
+    # conditions sympy decided inside a condition chosen by a condition (ITE(c, True, d)): printed as 1 and 0
+    (sp.Piecewise((x, sp.ITE(y > 0, sp.true, x > 1)), (-x, True)), EDGES),
+    (sp.Piecewise((x, sp.ITE(x > 0, y > 0.6, sp.false)), (-x, True)), EDGES),
     # constants
     (sp.pi * x, ANY), (sp.E * x + sp.pi, ANY), (x / sp.sqrt(sp.pi), ANY), (sp.Integer(3), ANY),
 ]

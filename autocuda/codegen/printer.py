@@ -71,6 +71,10 @@ class CudaPrinter:
             raise PrintError(f"non-real constant {expr} cannot be printed")
         return self.dtype.literal(float(expr))
 
+    def _truth(self, expr: sp.logic.boolalg.BooleanAtom) -> str:
+        """A condition sympy decided (`ITE(c, 0 < 1, 0 < x)` made `ITE(c, True, 0 < x)`): 1 or 0, as comparisons."""
+        return self.dtype.literal(1.0 if expr == sp.true else 0.0)
+
     # -- arithmetic ---------------------------------------------------------------------------------
     def _op(self, name: str, *args: str) -> str:
         return self.dtype.op(name, *args)
@@ -177,6 +181,7 @@ _HANDLERS: dict[type, Callable[[CudaPrinter, sp.Basic], str]] = {
     sp.Symbol: CudaPrinter._symbol,
     sp.Number: CudaPrinter._number,
     sp.NumberSymbol: CudaPrinter._number,
+    sp.logic.boolalg.BooleanAtom: CudaPrinter._truth,
     sp.Add: CudaPrinter._add,
     sp.Mul: CudaPrinter._mul,
     sp.Pow: CudaPrinter._pow,
