@@ -361,6 +361,47 @@ def test_a_final_state_left_out_of_a_loss_that_reads_another_has_a_zero_gradient
     assert torch.isnan(grads[0][-1, 2:]).all() and torch.isfinite(grads[1][-1]).all()
 
 
+def _maxed(threshold: str) -> NeuronSpec:
+    """A LIF that charges with max(x, 0) and a threshold of `threshold`, which reads a tensor parameter k."""
+    return NeuronSpec(name="maxed", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0,
+                                            "k": {"default": 0.0, "kind": "tensor"}},
+                      states={"v": "v_reset"}, charge="v + (max(x, 0) - (v - v_reset)) / tau", threshold=threshold)
+
+
+def _maxed_runs(threshold: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(spikes, x's gradient of their sum), host then reference, for neurons whose k is 0, NaN, 0."""
+    x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
+    runs = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        spikes, _, _ = F.multi_step(_maxed(threshold), leaf, k=torch.tensor([0.0, NAN, 0.0], dtype=F64),
+                                    backend=backend)
+        runs.append((spikes.detach(), torch.autograd.grad(spikes.sum(), leaf)[0]))
+    return runs
+
+
+@needs_host
+def test_max_of_a_nan_is_the_other_operand_in_the_kernels_and_nan_in_the_reference():
+    """A NaN difference docs/bad-input.md records: the kernels print max as C's fmax (NaN ignored), the reference
+    takes torch.maximum (NaN kept). A threshold max(v_threshold, k) with k NaN: 1 in the kernels, NaN in the
+    reference, which never fires then."""
+    (spikes, _), (want, _) = _maxed_runs("max(v_threshold, k)")
+    assert torch.equal(spikes[:, [0, 2]], want[:, [0, 2]])
+    assert spikes[:, 1].sum() >= 1 and want[:, 1].sum() == 0
+
+
+@needs_host
+def test_the_derivative_of_max_multiplies_where_autograd_masks():
+    """A NaN difference docs/bad-input.md records: the kernels' derivative of max(x, 0) is a 0/1 factor, so a NaN
+    gradient (here the surrogate's of a NaN threshold) stays NaN where x < 0; autograd's masks it to 0 there."""
+    x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
+    (spikes, grad), (want, want_grad) = _maxed_runs("v_threshold + k")
+    assert torch.equal(spikes, want)
+    _specials_agree("grad x of the finite neurons", grad[:, [0, 2]], want_grad[:, [0, 2]], 1e-12)
+    assert torch.isnan(grad[:, 1]).all()
+    assert torch.equal(torch.isnan(want_grad[:, 1]), x[:, 1] > 0) and (want_grad[:, 1][x[:, 1] <= 0] == 0).all()
+
+
 @needs_host
 @pytest.mark.parametrize("tau", [0.0, -1.0, 1e-30, INF, NAN], ids=str)
 def test_out_of_domain_tensor_parameters_are_not_checked_and_match_the_reference(tau):
