@@ -486,8 +486,12 @@ def _c_double(value: float) -> str:
 
 
 def host_program(cases: Sequence[HostCase]) -> str:
+    from autocuda.codegen.dtypes import NAN_FOLDS
+
     cases = [HostCase(*case) for case in cases]
-    lines = ["#include <cmath>", "#include <math.h>", "#include <cstdio>"]
+    # the printed min and max call helpers (`NAN_FOLDS`) that kernels declare for the device
+    lines = ["#include <cmath>", "#include <math.h>", "#include <cstdio>", "#define __device__",
+             "#define __forceinline__ inline", NAN_FOLDS]
     for i, case in enumerate(cases):
         lines.append(f"static double case{i}(const double* v) {{")
         lines += [f"    const {case.ctype} {n} = ({case.ctype})v[{j}];" for j, n in enumerate(case.names)]

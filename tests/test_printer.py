@@ -77,6 +77,20 @@ def test_heaviside_is_one_at_zero(host_eval):
         assert values.tolist() == [1.0, 1.0]
 
 
+def test_min_and_max_keep_a_nan_as_torchs_do(host_eval):
+    """A spec's min and max print as torch's minimum and maximum: NaN where either operand is NaN (C's fmin and
+    fmax give the other operand). sqrt(x) is NaN in C at x < 0."""
+    root = sp.sqrt(x)
+    exprs = (sp.Min(root, y), sp.Min(y, root), sp.Max(root, y), sp.Max(y, root), sp.Max(root, y, -y))
+    points = ((-1.0, 0.5), (4.0, 0.5), (4.0, -3.0))
+    cases = [(c, f"r = {print_expr(e, d, NAMES)};", ("x", "y"), points) for d, c in CTYPES.items() for e in exprs]
+    values = host_eval(cases)
+    for got in values:
+        assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
+    assert [got.tolist()[1:] for got in values[:len(exprs)]] == [[0.5, -3.0], [0.5, -3.0], [2.0, 2.0], [2.0, 2.0],
+                                                                  [2.0, 3.0]]
+
+
 def test_rational_coefficients_are_exact_in_double():
     text = print_expr(sp.Rational(1, 3) * x, "float64", NAMES)
     assert "0.333" not in text and "3" in text  # printed as a division by 3, not a rounded decimal

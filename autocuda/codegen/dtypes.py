@@ -38,7 +38,20 @@ _SCALAR_OPS = {
     "cond_ge": "({x} >= {y})", "cond_gt": "({x} > {y})", "cond_le": "({x} <= {y})", "cond_lt": "({x} < {y})",
     "cond_and": "({x} && {y})",
     "select": "({m} ? {x} : {y})",
+    # A spec's min and max (the printer's folds) as torch's minimum and maximum: NaN where an operand is NaN (C's
+    # fmin and fmax, the builder's `minimal` and `maximum`, give the other operand); defined by NAN_FOLDS
+    "minimum_nan": "ac_minimum({x}, {y})",
+    "maximum_nan": "ac_maximum({x}, {y})",
 }
+# The definitions of the scalar folds above, for float and double; `render` adds them to a source that calls one
+NAN_FOLDS = """\
+#define AC_NAN_FOLDS(T) \\
+__device__ __forceinline__ T ac_minimum(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); } \\
+__device__ __forceinline__ T ac_maximum(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
+AC_NAN_FOLDS(float)
+AC_NAN_FOLDS(double)
+#undef AC_NAN_FOLDS
+"""
 _FLOAT_FUNCS = {
     "exp": "expf", "expm1": "expm1f", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf",
     "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "atan": "atanf", "erf": "erff",
@@ -70,6 +83,8 @@ _PACKED_OPS = {
     "erf": "{p}_erf({x})",
     "minimal": "__hmin2({x}, {y})",
     "maximum": "__hmax2({x}, {y})",
+    "minimum_nan": "__hmin2_nan({x}, {y})",
+    "maximum_nan": "__hmax2_nan({x}, {y})",
     "greater_equal": "__hge2({x}, {y})",
     "greater_than": "__hgt2({x}, {y})",
     "less_equal": "__hle2({x}, {y})",

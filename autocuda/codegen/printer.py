@@ -21,7 +21,7 @@ _FUNCTIONS: dict[type, str] = {
 _COMPARISONS: dict[type, str] = {
     sp.GreaterThan: "cond_ge", sp.StrictGreaterThan: "cond_gt", sp.LessThan: "cond_le", sp.StrictLessThan: "cond_lt",
 }
-_FOLDS: dict[type, str] = {sp.Min: "minimal", sp.Max: "maximum"}
+_FOLDS: dict[type, str] = {sp.Min: "minimum_nan", sp.Max: "maximum_nan"}  # NaN kept, as torch's
 # Heaviside(z, Θ(0)) -> the table's step: Θ(0) = 1 fires at equality (s = Θ(h - v_th) under fires_at ">="),
 # Θ(0) = 0 strictly above (fires_at ">"); no other value at 0 has a spelling.
 _STEPS: dict[sp.Expr, str] = {sp.Integer(1): "heaviside", sp.Integer(0): "heaviside_strict"}

@@ -6,6 +6,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from ..base.resources import resource_dir
+from .dtypes import NAN_FOLDS
 
 if TYPE_CHECKING:
     import jinja2
@@ -27,7 +28,11 @@ def environment() -> jinja2.Environment:
 
 
 def render(template: str, **context: Any) -> str:
-    """The whole text of a template."""
+    """The whole text of a template; a source that calls the printer's NaN-keeping min or max (`dtypes.NAN_FOLDS`)
+    gets their definitions in its prelude."""
+    if "prelude" in context and any(isinstance(v, str) and ("ac_minimum(" in v or "ac_maximum(" in v)
+                                    for v in context.values()):
+        context["prelude"] = NAN_FOLDS + context["prelude"]
     return environment().get_template(template).render(**context)
 
 
