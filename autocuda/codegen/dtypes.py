@@ -45,12 +45,18 @@ _SCALAR_OPS = {
 }
 # The definitions of the scalar folds above, for float and double; `render` adds them to a source that calls one
 NAN_FOLDS = """\
-#define AC_NAN_FOLDS(T) \\
-__device__ __forceinline__ T ac_minimum(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); } \\
-__device__ __forceinline__ T ac_maximum(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
-AC_NAN_FOLDS(float)
-AC_NAN_FOLDS(double)
-#undef AC_NAN_FOLDS
+__device__ __forceinline__ float ac_minimum(float a, float b) {
+    return (a != a || b != b) ? a + b : (b < a ? b : a);
+}
+__device__ __forceinline__ float ac_maximum(float a, float b) {
+    return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
+__device__ __forceinline__ double ac_minimum(double a, double b) {
+    return (a != a || b != b) ? a + b : (b < a ? b : a);
+}
+__device__ __forceinline__ double ac_maximum(double a, double b) {
+    return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
 """
 _FLOAT_FUNCS = {
     "exp": "expf", "expm1": "expm1f", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf",
