@@ -725,7 +725,9 @@ TARGETS = [
 
 DIRECTIVES = {"#pragma unroll", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
               # the group sums' helper (group_sum.cu.j2): a kernel with a learnable shared parameter carries it
-              "#ifndef AC_GROUP_SUM", "#define AC_GROUP_SUM", "#if defined(__CUDA_ARCH__)", "#else", "#endif"}
+              "#ifndef AC_GROUP_SUM", "#define AC_GROUP_SUM", "#if defined(__CUDA_ARCH__)", "#else", "#endif",
+              # the NaN-keeping min and max (`dtypes.NAN_FOLDS`): a kernel whose spec takes a min or max carries them
+              "#ifndef AC_NAN_FOLDS", "#define AC_NAN_FOLDS"}
 CODE_FORBIDDEN = re.compile(r"/\*|\*/|\\|'|\?\?|`|\$|@|\b(asm|__asm__|volatile|goto|__import__|printf|malloc)\b")
 
 

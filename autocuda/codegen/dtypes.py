@@ -43,8 +43,11 @@ _SCALAR_OPS = {
     "minimum_nan": "ac_minimum({x}, {y})",
     "maximum_nan": "ac_maximum({x}, {y})",
 }
-# The definitions of the scalar folds above, for float and double; `render` adds them to a source that calls one
+# The definitions of the scalar folds above, for float and double, once per translation unit (sources of several
+# kernels are compiled together); `render` adds them to a source that calls one
 NAN_FOLDS = """\
+#ifndef AC_NAN_FOLDS
+#define AC_NAN_FOLDS
 __device__ __forceinline__ float ac_minimum(float a, float b) {
     return (a != a || b != b) ? a + b : (b < a ? b : a);
 }
@@ -57,6 +60,7 @@ __device__ __forceinline__ double ac_minimum(double a, double b) {
 __device__ __forceinline__ double ac_maximum(double a, double b) {
     return (a != a || b != b) ? a + b : (b > a ? b : a);
 }
+#endif
 """
 _FLOAT_FUNCS = {
     "exp": "expf", "expm1": "expm1f", "log": "logf", "sqrt": "sqrtf", "abs": "fabsf", "power": "powf",
