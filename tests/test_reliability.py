@@ -361,20 +361,20 @@ def test_a_final_state_left_out_of_a_loss_that_reads_another_has_a_zero_gradient
     assert torch.isnan(grads[0][-1, 2:]).all() and torch.isfinite(grads[1][-1]).all()
 
 
-def _maxed(threshold: str) -> NeuronSpec:
-    """A LIF that charges with max(x, 0) and a threshold of `threshold`, which reads a tensor parameter k."""
+def _maxed(threshold: str, rectified: str = "max(x, 0)") -> NeuronSpec:
+    """A LIF that charges with `rectified` and a threshold of `threshold`, which reads a tensor parameter k."""
     return NeuronSpec(name="maxed", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0,
                                             "k": {"default": 0.0, "kind": "tensor"}},
-                      states={"v": "v_reset"}, charge="v + (max(x, 0) - (v - v_reset)) / tau", threshold=threshold)
+                      states={"v": "v_reset"}, charge=f"v + ({rectified} - (v - v_reset)) / tau", threshold=threshold)
 
 
-def _maxed_runs(threshold: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _maxed_runs(threshold: str, rectified: str = "max(x, 0)") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(spikes, x's gradient of their sum), host then reference, for neurons whose k is 0, NaN, 0."""
     x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
     runs = []
     for backend in ("host", "reference"):
         leaf = x.clone().requires_grad_()
-        spikes, _, _ = F.multi_step(_maxed(threshold), leaf, k=torch.tensor([0.0, NAN, 0.0], dtype=F64),
+        spikes, _, _ = F.multi_step(_maxed(threshold, rectified), leaf, k=torch.tensor([0.0, NAN, 0.0], dtype=F64),
                                     backend=backend)
         runs.append((spikes.detach(), torch.autograd.grad(spikes.sum(), leaf)[0]))
     return runs
@@ -390,11 +390,27 @@ def test_max_of_a_nan_is_nan_in_the_kernels_as_in_the_reference():
 
 
 @needs_host
-def test_the_derivative_of_max_multiplies_where_autograd_masks():
-    """A NaN difference docs/bad-input.md records: the kernels' derivative of max(x, 0) is a 0/1 factor, so a NaN
-    gradient (here the surrogate's of a NaN threshold) stays NaN where x < 0; autograd's masks it to 0 there."""
+@pytest.mark.parametrize("threshold", ["max(v_threshold, k)", "min(v_threshold, k)", "max(v_threshold, w)",
+                                       "min(w, v_threshold)"])
+def test_min_and_max_of_numbers_keep_a_nan_in_the_reference_as_in_the_kernels(threshold):
+    """Found by a wider fuzz: the reference took min and max of parameters given as numbers by Python's, which drop a
+    NaN in the second place (min(-2.0, nan) is -2.0), and fired where the kernels' NaN threshold never does. sympy
+    orders the operands by name: w stands after v_threshold, k before it."""
+    spec = NeuronSpec(name="maxed", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0, "k": 0.0, "w": 0.0},
+                      states={"v": "v_reset"}, charge="v + (x - (v - v_reset)) / tau", threshold=threshold)
     x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
-    (spikes, grad), (want, want_grad) = _maxed_runs("v_threshold + k")
+    spikes, want = (F.multi_step(spec, x, k=NAN, w=NAN, backend=backend)[0] for backend in ("host", "reference"))
+    assert torch.equal(spikes, want) and spikes.sum() == 0
+
+
+@needs_host
+@pytest.mark.parametrize("rectified", ["max(x, 0)", "where(x > 0, x, 0)"])
+def test_the_derivative_of_max_multiplies_where_autograd_masks(rectified):
+    """A NaN difference docs/bad-input.md records: the kernels' derivative of max(x, 0) (and of a where) is a 0/1
+    factor, so a NaN gradient (here the surrogate's of a NaN threshold) stays NaN where x < 0; autograd's masks it
+    to 0 there."""
+    x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
+    (spikes, grad), (want, want_grad) = _maxed_runs("v_threshold + k", rectified)
     assert torch.equal(spikes, want)
     _specials_agree("grad x of the finite neurons", grad[:, [0, 2]], want_grad[:, [0, 2]], 1e-12)
     assert torch.isnan(grad[:, 1]).all()

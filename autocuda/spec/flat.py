@@ -60,7 +60,7 @@ def minimum(a: Value, b: Value) -> Value:
         return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
     if isinstance(b, torch.Tensor):
         return torch.clamp(b, max=a)
-    return min(a, b)
+    return math.nan if a != a or b != b else min(a, b)  # NaN where either is, as torch's (Python's min drops one)
 
 
 def maximum(a: Value, b: Value) -> Value:
@@ -68,7 +68,7 @@ def maximum(a: Value, b: Value) -> Value:
         return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
     if isinstance(b, torch.Tensor):
         return torch.clamp(b, min=a)
-    return max(a, b)
+    return math.nan if a != a or b != b else max(a, b)  # NaN where either is, as torch's
 
 
 # Each function of one argument: its torch function and its function of a Python float.
