@@ -9,6 +9,7 @@ folder); a module may import modules of its own layer or below, and the whole gr
 from __future__ import annotations
 
 import ast
+import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -258,13 +259,18 @@ def test_every_error_class_derives_from_one_base():
 def test_errors_keep_their_builtin_bases():
     from autocuda.base import errors
 
-    expected = {"SpecError": ValueError, "LiteralError": ValueError, "PrintError": ValueError,
+    expected = {"SpecError": ValueError, "ConstantRangeError": errors.SpecError, "LiteralError": ValueError,
+                "PrintError": ValueError,
                 "RecordError": ValueError, "KernelArgumentError": TypeError, "CompileError": RuntimeError,
                 "NvrtcError": RuntimeError, "DriverError": RuntimeError, "UnsafeCachePath": OSError,
                 "CacheWarning": UserWarning}
     assert {name: issubclass(getattr(errors, name), base) for name, base in expected.items()} == \
         dict.fromkeys(expected, True)
     assert set(expected) < set(errors.__all__)
+    # a SpecError's class survives pickling (xdist, multiprocessing) and relocation (`with_source`)
+    error = errors.ConstantRangeError("too large", source="a.toml", field="params", symbol="g")
+    for copy in (pickle.loads(pickle.dumps(error)), error.with_source("b.toml")):
+        assert type(copy) is errors.ConstantRangeError and copy.field == "params" and copy.symbol == "g"
 
 
 # -- one name, one thing ------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from hypothesis import seed as fixed_seed
 from hypothesis import strategies as st
 
 from autocuda import nn as ann
-from autocuda.base.errors import SpecError
+from autocuda.base.errors import ConstantRangeError, SpecError
 from autocuda.call import functional as F
 from autocuda.call.memory_order import memory_order
 from autocuda.spec.load import spec_from_toml
@@ -401,6 +401,28 @@ def test_min_and_max_of_numbers_keep_a_nan_in_the_reference_as_in_the_kernels(th
     x = seq(6, 3, dtype=F64, seed=19) * 4 - 1
     spikes, want = (F.multi_step(spec, x, k=NAN, w=NAN, backend=backend)[0] for backend in ("host", "reference"))
     assert torch.equal(spikes, want) and spikes.sum() == 0
+
+
+@needs_host
+def test_a_float64_call_runs_a_spec_whose_float32_kernels_cannot_hold_its_constants():
+    """Found by a wider fuzz: the derivative of erf at 1e30 folds the constant 1e60, which float32 cannot hold. The
+    names of the ops' outputs and saved tensors were read from the float32 kernels, so a float64 training call was
+    refused for float32's range; now it runs (as the reference), and a float32 one is refused at its backward,
+    naming float32."""
+    spec = NeuronSpec(name="wide", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}, states={"v": "v_reset"},
+                      charge="v + (x - (v - v_reset)) / tau", threshold="erf(where(v < 1e30, 1e30, v))")
+    x = seq(6, 3, dtype=F64, seed=23) * 4
+    runs = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        spikes = F.multi_step(spec, leaf, backend=backend)[0]
+        runs.append((spikes.detach(), torch.autograd.grad((spikes * x).sum(), leaf)[0]))
+    assert torch.equal(runs[0][0], runs[1][0]) and runs[0][0].sum() > 0
+    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=1e-12, atol=1e-12)
+    leaf = x.float().requires_grad_()
+    with pytest.raises(ConstantRangeError, match="float32") as refused:
+        F.multi_step(spec, leaf, backend="host")[0].sum().backward()
+    assert refused.value.field == "params"
 
 
 @needs_host

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["AutocudaError", "SpecError", "LiteralError", "PrintError", "KernelArgumentError", "CompileError",
-           "NvrtcError", "DriverError", "RecordError", "NIRError", "UnsafeCachePath", "CacheWarning"]
+__all__ = ["AutocudaError", "SpecError", "ConstantRangeError", "LiteralError", "PrintError", "KernelArgumentError",
+           "CompileError", "NvrtcError", "DriverError", "RecordError", "NIRError", "UnsafeCachePath", "CacheWarning"]
 
 
 class AutocudaError(Exception):
@@ -36,16 +36,22 @@ class SpecError(AutocudaError, ValueError):
 
     def __reduce__(self):
         # Keyword-only constructor: teach pickle (multiprocessing, pytest-xdist) how to rebuild us.
-        return _rebuild, (self.message, self.source, self.field, self.symbol)
+        return _rebuild, (self.message, self.source, self.field, self.symbol, type(self))
 
     def with_source(self, source: str, field_prefix: str = "") -> SpecError:
         """A copy located in `source`, with `field_prefix` put before the field (for nested records)."""
         field = f"{field_prefix}.{self.field}" if field_prefix and self.field else (field_prefix or self.field)
-        return SpecError(self.message, source=source, field=field, symbol=self.symbol)
+        return type(self)(self.message, source=source, field=field, symbol=self.symbol)
 
 
-def _rebuild(message: str, source: str, field: str, symbol: str | None) -> SpecError:
-    return SpecError(message, source=source, field=field, symbol=symbol)
+def _rebuild(message: str, source: str, field: str, symbol: str | None, kind: type[SpecError] = SpecError
+             ) -> SpecError:
+    return kind(message, source=source, field=field, symbol=symbol)
+
+
+class ConstantRangeError(SpecError):
+    """A spec whose equations, their constants folded, hold a number that one dtype's kernels cannot represent (a
+    wider dtype's may)."""
 
 
 class LiteralError(AutocudaError, ValueError):

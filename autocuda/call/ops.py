@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ..base.errors import ConstantRangeError
 from ..codegen.broadcast import CORRECTION_KEYS, gradient_groups
 from ..runtime import configs, neuron_launch, tuning
 from ..runtime.configs import compute_dtype, constant_result
@@ -51,13 +52,21 @@ def entry(key: str) -> NeuronConfig:
     return found
 
 
+def _named_kernel(key: str, kind: str, **flags: bool) -> Any:
+    """A kernel whose parameters' names (the same in every dtype) a form reads: float32's, which most calls run, else
+    float64's where float32 cannot represent a constant of the equations (a float32 call is refused at its launch)."""
+    try:
+        return entry(key).kernel(kind, torch.float32, **flags)
+    except ConstantRangeError:
+        return entry(key).kernel(kind, torch.float64, **flags)
+
+
 @functools.lru_cache(maxsize=1024)
 def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bool, final_states: bool = True
                     ) -> tuple[str, ...]:
     """Names of neuron_forward's outputs, in order."""
-    kind = "step-forward" if single_step else "fptt"
-    kernel = entry(key).kernel(kind, torch.float32, store_state_seq=store_state_seq, save_for_backward=save,
-                               final_states=final_states)
+    kernel = _named_kernel(key, "step-forward" if single_step else "fptt", store_state_seq=store_state_seq,
+                           save_for_backward=save, final_states=final_states)
     return tuple(n for n, p in kernel.cparams.items() if p.pointer and not p.const)
 
 
@@ -65,7 +74,7 @@ def forward_outputs(key: str, single_step: bool, store_state_seq: bool, save: bo
 def saved_names(key: str, single_step: bool, given_inits: bool = True) -> tuple[str, ...]:
     """What autograd saves: the backward kernel's inputs besides gradients and parameters (h_seq, x_seq, ...)."""
     e = entry(key)
-    kernel = e.kernel("step-backward" if single_step else "bptt", torch.float32, given_inits=given_inits)
+    kernel = _named_kernel(key, "step-backward" if single_step else "bptt", given_inits=given_inits)
     skip = set(e.tensor_names) | set(e.op_scalars)
     return tuple(n for n, p in kernel.cparams.items()
                  if p.pointer and p.const and not n.startswith("grad_") and n not in skip)

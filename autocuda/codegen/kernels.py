@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..base.errors import LiteralError, SpecError
+from ..base.errors import ConstantRangeError, LiteralError
 from ..spec.budget import bounded, reuse
 from ..spec.derive import Derivation, Reset, StepSystem, derive, replaying_charge
 from ..spec.model import NeuronSpec, tensor_param_names
@@ -97,8 +97,8 @@ def _build(r: KernelRequest) -> NeuronKernel:
     try:
         return build_kernel(spec.name, d, options, r.surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
     except LiteralError as error:  # a number the derivation made from the spec's (constants folded, products)
-        raise SpecError(f"{error} in a {r.dtype} kernel: the equations, with their constants folded, hold a "
-                        "number this dtype cannot represent", source=spec.origin, field="params") from None
+        raise ConstantRangeError(f"{error} in a {r.dtype} kernel: the equations, with their constants folded, hold "
+                                 "a number this dtype cannot represent", source=spec.origin, field="params") from None
 
 
 def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,
@@ -171,8 +171,9 @@ def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, floa
         try:
             compute.literal(float(value))
         except (TypeError, ValueError) as error:
-            raise SpecError(f"{name} = {value!r} cannot be a {compute.name} constant of a {dtype.name} kernel "
-                            f"({error})", source=spec.origin or "<python>", field=field, symbol=name) from None
+            raise ConstantRangeError(f"{name} = {value!r} cannot be a {compute.name} constant of a {dtype.name} "
+                                     f"kernel ({error})", source=spec.origin or "<python>", field=field,
+                                     symbol=name) from None
 
 
 def source(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
