@@ -380,3 +380,18 @@ def test_new_surrogates_parameters_are_checked():
         sg.SquarewaveFourierSeries(T_period=0.0)
     with pytest.raises(SpecError, match="alpha"):
         sg.Rect(alpha=-1.0)
+
+
+@pytest.mark.parametrize("spiking", [True, False])
+def test_a_surrogate_of_a_number_is_refused_naming_it(spiking):
+    """Found by a fuzz of Python step functions: a step whose spike argument was a number (charge and threshold
+    constants) failed inside the surrogate with "'bool' object has no attribute 'to'"."""
+    with pytest.raises(TypeError, match=r"Sigmoid: expected a tensor, got the number 2\.0"):
+        sg.Sigmoid(spiking=spiking)(2.0)
+
+    def step(x, v, v_threshold=1.0):
+        return sg.Sigmoid()(3.0 - 1.0), v + x
+
+    from autocuda.spec.python import neuron
+    with pytest.raises(TypeError, match="the spike's argument, h - threshold, must depend on the input or a state"):
+        neuron(step)

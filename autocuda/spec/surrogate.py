@@ -270,6 +270,9 @@ class Surrogate:
         """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
         in backward; with spiking=False, the primitive (autograd differentiates it: its derivative is the
         gradient)."""
+        if isinstance(x, numbers.Number):  # a tensor, or a traced step's stand-in (`spec.trace.Value`)
+            raise TypeError(f"{type(self).__name__}: expected a tensor, got the number {x!r} (in a step function: "
+                            "the spike's argument, h - threshold, must depend on the input or a state)")
         if self._spiking:
             return _SpikeFunction.apply(x, self, strict)
         cached = self.__dict__.get("_primitive_x")
