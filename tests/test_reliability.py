@@ -426,6 +426,21 @@ def test_a_float64_call_runs_a_spec_whose_float32_kernels_cannot_hold_its_consta
 
 
 @needs_host
+def test_an_infinite_gradient_meets_the_resets_terms_one_by_one_in_autograd():
+    """A NaN difference docs/bad-input.md records (found by a fuzz): after a hard reset to 0 the threshold -sqrt(v)
+    has an infinite derivative. Autograd multiplies it by each term of the reset, h (1 - s) + s v_reset, so by
+    v_reset = 0 too (inf * 0: NaN); the kernels by the reset's derivative in s as one term, v_reset - h: -inf."""
+    spec = NeuronSpec(name="rooted", params={"v_threshold": 1.0, "v_reset": 0.0}, states={"v": "v_reset"},
+                      charge="0.5", threshold="-sqrt(v)")
+    grads = []
+    for backend in ("host", "reference"):
+        v0 = torch.tensor([0.5, 2.0, 0.0], dtype=F64, requires_grad=True)
+        spikes = F.multi_step(spec, torch.zeros(2, 3, dtype=F64), v0, backend=backend)[0]
+        grads.append(torch.autograd.grad(spikes.sum(), v0)[0])
+    assert torch.equal(grads[0], torch.full((3,), -INF, dtype=F64)) and torch.isnan(grads[1]).all()
+
+
+@needs_host
 @pytest.mark.parametrize("rectified", ["max(x, 0)", "where(x > 0, x, 0)"])
 def test_the_derivative_of_max_multiplies_where_autograd_masks(rectified):
     """A NaN difference docs/bad-input.md records: the kernels' derivative of max(x, 0) (and of a where) is a 0/1

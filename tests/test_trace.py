@@ -297,6 +297,32 @@ def test_arithmetic_functions_and_closures_trace() -> None:
     torch.testing.assert_close(finals[1], w)
 
 
+def test_a_where_compared_in_a_condition_traces_as_the_toml_spec_of_it_runs() -> None:
+    """Found by a fuzz of Python step functions: comparing a where's value in a where's condition gives sympy a
+    condition of several comparisons (ITE, And, Or), which the spec's text wrote as none: the step was refused.
+    Each comparison is now a where of its own, and the step computes what the TOML spec of its equations does."""
+    def step(x, v, w, k=0.5):
+        inner = torch.where(torch.where(v < 3, 1000, v) < torch.where(3 < x, 0, 3), -w, torch.where(v < 3, 1000, v))
+        h = torch.where(-(v * v) < -torch.where(w < 3, 3, w), -v, x - inner * 1e-3)
+        s = sg(h - (1 + torch.where(k < v, w, k)))
+        return s, h * (1 - s), torch.where(-(v * v) < -torch.where(w < 3, 3, w), w, x)
+
+    traced = neuron(step)
+    toml = autocuda.NeuronSpec(
+        name="written", params={"k": 0.5, "v_threshold": 1.0, "v_reset": 0.0}, states={"v": 0.0, "w": 0.0},
+        charge="where(-(v * v) < -where(w < 3, 3, w), -v, x - where(where(v < 3, 1000, v) < where(3 < x, 0, 3), "
+               "-w, where(v < 3, 1000, v)) * 1e-3)",
+        threshold="1 + where(k < v, w, k)", reset="hard", updates={"w": "where(-(v * v) < -where(w < 3, 3, w), w, x)"})
+    torch.manual_seed(3)
+    x = (torch.rand(6, 5, dtype=torch.float64) - 0.5) * 12
+    v0, w0 = ((torch.rand(5, dtype=torch.float64) - 0.5) * 12 for _ in range(2))
+    (spikes, finals, _), (want, want_finals, _) = (F.multi_step(spec, x, v0, w0, backend="reference")
+                                                   for spec in (traced, toml))
+    assert torch.equal(spikes, want) and 0 < spikes.sum() < spikes.numel()
+    for got, expected in zip(finals, want_finals):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
 def _spikingjelly_surrogates() -> list[str]:
     """SpikingJelly's surrogate modules that autocuda has (by class name)."""
     base = sj_surrogate.SurrogateFunctionBase

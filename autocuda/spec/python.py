@@ -126,7 +126,29 @@ def _piecewise_text(e: sympy.Piecewise) -> str:
     if cond == sympy.true:
         return expression_text(value)
     other = expression_text(sympy.Piecewise(*rest)) if rest else "0"
-    return f"where({_relation_text(cond)}, {expression_text(value)}, {other})"
+    return _choice_text(cond, expression_text(value), other)
+
+
+def _choice_text(cond: sympy.Basic, then: str, other: str) -> str:
+    """`then` where `cond` holds, else `other`, as where()s of one comparison each: sympy's conditions may be And,
+    Or, Not, ITE, Eq and Ne of comparisons (a where's value compared in a where's condition gives them)."""
+    if cond in (sympy.true, sympy.false):
+        return then if cond == sympy.true else other
+    if isinstance(cond, sympy.Not):
+        return _choice_text(cond.args[0], other, then)
+    if isinstance(cond, (sympy.And, sympy.Or)):
+        first, more = cond.args[0], cond.func(*cond.args[1:])
+        if isinstance(cond, sympy.And):
+            return _choice_text(first, _choice_text(more, then, other), other)
+        return _choice_text(first, then, _choice_text(more, then, other))
+    if isinstance(cond, sympy.ITE):
+        decides, when, unless = cond.args
+        return _choice_text(decides, _choice_text(when, then, other), _choice_text(unless, then, other))
+    if isinstance(cond, (sympy.Eq, sympy.Ne)):  # a = b: a <= b and a >= b
+        equal = sympy.And(sympy.LessThan(cond.lhs, cond.rhs, evaluate=False),
+                          sympy.GreaterThan(cond.lhs, cond.rhs, evaluate=False), evaluate=False)
+        return _choice_text(equal, then, other) if isinstance(cond, sympy.Eq) else _choice_text(equal, other, then)
+    return f"where({_relation_text(cond)}, {then}, {other})"
 
 
 _CALLS: Mapping[type, str] = {sympy.exp: "exp", sympy.log: "log", sympy.Abs: "abs", sympy.sin: "sin",
