@@ -346,6 +346,30 @@ def test_a_state_that_no_step_reads_takes_no_nan_from_the_steps_before_the_last(
 
 
 @needs_host
+@pytest.mark.parametrize("single", [False, True], ids=["sequence", "steps"])
+def test_an_infinite_input_at_the_last_step_leaves_the_gradients_of_a_loss_of_spikes_finite(single):
+    """Found by a probe of the surrogates at extreme arguments: an input of inf at the last step makes LIF's hard
+    reset's partial v_reset - h infinite. A loss of the spikes alone reads no final state, so autograd holds no path
+    through that reset; the kernels, whose λ of the final states was a zero, made 0 * inf a NaN there and carried it
+    to every step's gradient. Where they take no final state's gradient they now leave those terms out."""
+    x = torch.tensor([[0.5, 2.0], [0.7, -1.0], [INF, -INF]], dtype=F64)
+    grads = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        if single:
+            v, spikes = 0.0, []
+            for step in leaf:
+                spike, (v,) = F.single_step("lif", step, v, backend=backend)
+                spikes.append(spike)
+            spikes = torch.stack(spikes)
+        else:
+            spikes = F.multi_step("lif", leaf, backend=backend)[0]
+        grads.append(torch.autograd.grad((spikes * torch.tensor([1.0, 2.0], dtype=F64)).sum(), leaf)[0])
+    assert torch.isfinite(grads[1]).all()
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
+
+
+@needs_host
 def test_a_final_state_left_out_of_a_loss_that_reads_another_has_a_zero_gradient():
     """The one NaN difference docs/bad-input.md records: the kernels take the final states' gradients all or none, so
     w's final, unread by a loss that reads v's, gets a zero gradient, which its NaN and inf partials (k) make NaN

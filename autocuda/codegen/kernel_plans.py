@@ -229,25 +229,28 @@ def backward_plan(derivation: Derivation, options: KernelOptions, surrogate_grad
 
 def _adjoint_of_one_step(b: Builder, derivation: Derivation, options: KernelOptions, exprs: list[sp.Expr]
                          ) -> list[str]:
-    """The printed adjoint of one step. The λ of a state that no step reads (its own λ of the step before is 0: a
-    recorded value, say) is 0 before the last step of a multi-step BPTT, unless its sequence's gradient is given:
-    autograd's graph holds no path there, so its terms are left out (0 times a NaN or inf partial would be NaN), and
-    at the last step they take the final state's gradient (everywhere left out where the kernel takes none)."""
-    step = derivation.backward
-    unread = {adjoint_symbol(s): sp.Integer(0) for s, grad in zip(derivation.system.states, step.grad_states)
-              if grad == 0} if b.multi and not options.grad_state_seq else {}
-    if not unread:
-        return b.emit(exprs, comment="adjoint of one step")
-    before = [expr.subs(unread) for expr in exprs]
-    if not options.grad_finals:
-        return b.emit(before, comment="adjoint of one step")
-    printed = b.emit([*exprs, *before], comment="adjoint of one step (the last; the steps before it)")
+    """The printed adjoint of one step, less the terms of a λ that autograd's graph holds no path to (0 times a NaN or
+    inf partial would be NaN): every λ at the last step where the kernel takes no gradient of the final states nor of
+    the state sequences (a single step is the last), and before the last step of a multi-step BPTT, the λ of a state
+    that no step reads (a recorded value, say) unless its sequence's gradient is given."""
+    step, states = derivation.backward, derivation.system.states
+    seqs = options.grad_state_seq
+    unread = {adjoint_symbol(s): sp.Integer(0) for s, grad in zip(states, step.grad_states)
+              if grad == 0} if b.multi and not seqs else {}
+    last = [expr.subs(dict.fromkeys(map(adjoint_symbol, states), sp.Integer(0))) for expr in exprs] \
+        if not options.grad_finals and not seqs else exprs
+    if not b.multi:
+        return b.emit(last, comment="adjoint of one step")
+    earlier = [expr.subs(unread) for expr in exprs] if unread else exprs
+    if last == earlier:
+        return b.emit(last, comment="adjoint of one step")
+    printed = b.emit([*last, *earlier], comment="adjoint of one step (the last; the steps before it)")
     values = []
-    for i, (last, earlier) in enumerate(zip(printed, printed[len(exprs):])):
-        if last != earlier:
-            b.statement(f"ac_adj{i}", last, guard="t == T - 1", otherwise=earlier)
-            last = f"ac_adj{i}"
-        values.append(last)
+    for i, (final, before) in enumerate(zip(printed, printed[len(exprs):])):
+        if final != before:
+            b.statement(f"ac_adj{i}", final, guard="t == T - 1", otherwise=before)
+            final = f"ac_adj{i}"
+        values.append(final)
     return values
 
 
