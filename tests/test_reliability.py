@@ -465,6 +465,25 @@ def test_an_infinite_gradient_meets_the_resets_terms_one_by_one_in_autograd():
 
 
 @needs_host
+@pytest.mark.parametrize("charge", ["min(x, k)", "max(k, x)", "min(x, 0.5)"])
+def test_min_and_max_of_a_number_split_the_gradient_at_a_tie_in_the_reference_as_in_the_kernels(charge):
+    """Found by a wider fuzz: the reference took min and max of a tensor and a number by torch.clamp, which gives the
+    tensor the whole gradient at a tie, where the kernels (and torch.minimum of two tensors) split it evenly, as
+    docs/spec-format.md says; a hard reset to a state's value equal to k made the tie in a fuzzed spec."""
+    spec = NeuronSpec(name="tied", params={"k": 0.5, "v_threshold": 0.25, "v_reset": 0.0}, states={"v": "v_reset"},
+                      charge=charge)
+    x = torch.tensor([[0.5, 0.25, 1.0], [0.5, 0.5, 0.0]], dtype=F64)
+    grads = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        spikes = F.multi_step(spec, leaf, backend=backend)[0]
+        grads.append(torch.autograd.grad(spikes.sum(), leaf)[0])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
+    sigmoid = 4 * torch.sigmoid(torch.tensor(1.0)) * (1 - torch.sigmoid(torch.tensor(1.0)))  # at h - 0.25 = 0.25
+    assert grads[1][0, 0] == pytest.approx(float(sigmoid) / 2, rel=1e-6)  # the tie x = 0.5 = k: half
+
+
+@needs_host
 @pytest.mark.parametrize("rectified", ["max(x, 0)", "where(x > 0, x, 0)"])
 def test_the_derivative_of_max_multiplies_where_autograd_masks(rectified):
     """A NaN difference docs/bad-input.md records: the kernels' derivative of max(x, 0) (and of a where) is a 0/1

@@ -56,19 +56,27 @@ def sign(value: float) -> float:
 
 
 def minimum(a: Value, b: Value) -> Value:
-    if isinstance(a, torch.Tensor):
-        return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
-    if isinstance(b, torch.Tensor):
-        return torch.clamp(b, max=a)
-    return math.nan if a != a or b != b else min(a, b)  # NaN where either is, as torch's (Python's min drops one)
+    """min(a, b) as torch.minimum: NaN where either is NaN, the gradient split evenly at a tie (as the kernels' min;
+    torch.clamp would give it all to the tensor), a number taken as a 0-dim tensor (a CPU scalar, whatever a's
+    device)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.minimum(*_tensors(a, b))
+    return math.nan if a != a or b != b else min(a, b)  # Python's min would drop a NaN in the second place
 
 
 def maximum(a: Value, b: Value) -> Value:
+    """max(a, b) as torch.maximum (see `minimum`)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return torch.maximum(*_tensors(a, b))
+    return math.nan if a != a or b != b else max(a, b)
+
+
+def _tensors(a: Value, b: Value) -> tuple[torch.Tensor, torch.Tensor]:
+    """a and b where one is a tensor: a number as a 0-dim tensor of the other's dtype."""
     if isinstance(a, torch.Tensor):
-        return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
-    if isinstance(b, torch.Tensor):
-        return torch.clamp(b, min=a)
-    return math.nan if a != a or b != b else max(a, b)  # NaN where either is, as torch's
+        return a, b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=a.dtype)
+    assert isinstance(b, torch.Tensor)  # one of them is
+    return torch.tensor(a, dtype=b.dtype), b
 
 
 # Each function of one argument: its torch function and its function of a Python float.

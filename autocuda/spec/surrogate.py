@@ -434,11 +434,13 @@ class QPseudoSpike(Surrogate):
         return (1 + 2 * sympy.Abs(x) / (alpha - 1)) ** (-alpha)
 
     def _primitive(self, x, alpha):
-        # Each branch's base is clipped at x = 0 (Min, Max), so that it stays >= 1 where torch evaluates the branch it
-        # does not pick: a negative base to a fractional power is NaN, and so would be its (discarded) gradient
-        half = sympy.Rational(1, 2)
-        return sympy.Piecewise((half * (1 - 2 * sympy.Min(x, 0) / (alpha - 1)) ** (1 - alpha), x < 0),
-                               (1 - half * (1 + 2 * sympy.Max(x, 0) / (alpha - 1)) ** (1 - alpha), True))
+        # Each branch's x is clipped beyond the other branch's side, at -+(alpha - 1) / 4 (Min, Max), so that its base
+        # stays >= 1/2 where torch evaluates the branch it does not pick: a negative base to a fractional power is NaN,
+        # and so would be its (discarded) gradient. The clip is no tie on the branch's own side (a tie's gradient is
+        # split, as min's and max's are).
+        half, clip = sympy.Rational(1, 2), (alpha - 1) / 4
+        return sympy.Piecewise((half * (1 - 2 * sympy.Min(x, clip) / (alpha - 1)) ** (1 - alpha), x < 0),
+                               (1 - half * (1 + 2 * sympy.Max(x, -clip) / (alpha - 1)) ** (1 - alpha), True))
 
 
 class LeakyKReLU(Surrogate):
