@@ -54,14 +54,14 @@ def _outputs(layer: Any, x: torch.Tensor, gradients: bool, no_grad: bool) -> lis
     with torch.no_grad() if no_grad else torch.enable_grad():
         spikes = layer(leaf)
     v = layer.v
-    found = [spikes.detach(), v.detach() if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=F64)]
+    found = [spikes.detach(), v.detach() if isinstance(v, torch.Tensor) else x.new_tensor(float(v))]
     if layer.store_v_seq and layer.step_mode == "m" and getattr(layer, "v_seq", None) is not None:
         found.append(layer.v_seq.detach())
     if spikes.requires_grad and gradients:
-        weights = torch.linspace(-1, 1, spikes.numel(), dtype=F64).view(spikes.shape)
+        weights = torch.linspace(-1, 1, spikes.numel(), dtype=F64, device=x.device).view(spikes.shape)
         loss = (spikes * weights).sum() + (v.sum() * 0.5 if isinstance(v, torch.Tensor) and v.requires_grad else 0)
         wanted = [leaf, *(p for p in layer.parameters() if p.requires_grad)]
-        found += [torch.zeros(1, dtype=F64) if g is None else g
+        found += [x.new_zeros(1) if g is None else g
                   for g in torch.autograd.grad(loss, wanted, allow_unused=True)]
     for name in layer.__dict__["_state_names"]:
         if isinstance(getattr(layer, name), torch.Tensor):
@@ -69,9 +69,12 @@ def _outputs(layer: Any, x: torch.Tensor, gradients: bool, no_grad: bool) -> lis
     return found
 
 
-def _run(name: str, seed: int, length: int) -> None:
+def _run(name: str, seed: int, length: int, backend: str = "host") -> None:
+    """One sequence of `length` operations drawn from `seed`, on a layer of class `name` on `backend` (its tensors on
+    the GPU for "cuda") and its reference twin."""
     draw = random.Random(seed)
-    host, reference = (getattr(ann, name)(backend=backend).double() for backend in ("host", "reference"))
+    device = "cuda" if backend == "cuda" else "cpu"
+    host, reference = (getattr(ann, name)(backend=b).double().to(device) for b in (backend, "reference"))
     host.step_mode = reference.step_mode = draw.choice(["s", "m"])
     training = draw.random() < 0.7
     reference.load_state_dict(host.state_dict())
@@ -108,12 +111,13 @@ def _run(name: str, seed: int, length: int) -> None:
             if draw.random() < 0.5:
                 host.v = reference.v = 0.25
             else:
-                values = torch.randn(shape, dtype=F64, generator=torch.Generator().manual_seed(len(done)))
+                values = torch.randn(shape, dtype=F64, generator=torch.Generator().manual_seed(len(done))).to(device)
                 host.v, reference.v = values.clone(), values.clone()
         elif operation == "step":  # an optimiser's step: in place, under no_grad
             with torch.no_grad():
                 for p, q in zip(host.parameters(), reference.parameters()):
-                    change = 0.1 * torch.randn(p.shape, dtype=F64, generator=torch.Generator().manual_seed(len(done)))
+                    change = 0.1 * torch.randn(p.shape, dtype=F64,
+                                               generator=torch.Generator().manual_seed(len(done))).to(device)
                     p.add_(change), q.add_(change)
         else:
             if operation == "batch":
@@ -121,7 +125,8 @@ def _run(name: str, seed: int, length: int) -> None:
             gradients = training if draw.random() < 0.9 else not training  # mostly as the episode trains
             no_grad = draw.random() < 0.1
             size = (3, *shape) if host.step_mode == "m" else shape
-            x = torch.rand(size, dtype=F64, generator=torch.Generator().manual_seed(seed * 1000 + len(done))) * 3 - 0.5
+            x = (torch.rand(size, dtype=F64, generator=torch.Generator().manual_seed(seed * 1000 + len(done))) * 3
+                 - 0.5).to(device)
             done[-1] += f" {host.step_mode} gradients={gradients} no_grad={no_grad}"
             got, want = _outputs(host, x, gradients, no_grad), _outputs(reference, x, gradients, no_grad)
             assert len(got) == len(want), f"{name}: outputs {len(got)} against {len(want)} after {done}"
