@@ -237,8 +237,8 @@ def _adjoint_of_one_step(b: Builder, derivation: Derivation, options: KernelOpti
     seqs = options.grad_state_seq
     unread = {adjoint_symbol(s): sp.Integer(0) for s, grad in zip(states, step.grad_states)
               if grad == 0} if b.multi and not seqs else {}
-    last = [expr.subs(dict.fromkeys(map(adjoint_symbol, states), sp.Integer(0))) for expr in exprs] \
-        if not options.grad_finals and not seqs else exprs
+    finals_free = dict.fromkeys(map(adjoint_symbol, states), sp.Integer(0))
+    last = [expr.subs(finals_free) for expr in exprs] if not options.grad_finals and not seqs else exprs
     if not b.multi:
         return b.emit(last, comment="adjoint of one step")
     earlier = [expr.subs(unread) for expr in exprs] if unread else exprs

@@ -16,5 +16,5 @@ from test_layer_sequences import CLASSES, MORE_CLASSES, _run  # noqa: E402 - the
 
 @pytest.mark.parametrize("name", CLASSES + MORE_CLASSES)
 def test_a_layer_changed_between_calls_on_cuda_computes_what_its_reference_twin_does(name: str) -> None:
-    for seed in range(6):  # each class's kernels compile with NVRTC as the sequences reach them: 2-3 min on 11 cores
+    for seed in range(6):  # fewer than the CPU test's --slow: each class's kernels compile with NVRTC as reached
         _run(name, seed, 80, backend="cuda")
