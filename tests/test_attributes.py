@@ -217,6 +217,38 @@ def test_a_layer_switch_set_after_building_is_checked_as_at_construction() -> No
         assert getattr(layer, name) is True
 
 
+def test_a_parameter_of_a_type_no_call_takes_is_refused_when_set() -> None:
+    """A string, a list, a bool or (but for v_reset) None set as a parameter is refused at once, naming it, as at
+    construction; before, it was kept and reset() raised a ValueError that named nothing. A number outside the
+    domain is refused by the next call (ILIFNode builds with any threshold, as SpikingJelly's)."""
+    for value in ("x", [2.0], True, None):
+        with pytest.raises(TypeError, match="^tau: expected a number or a tensor"):
+            ann.LIFNode(tau=value)
+        layer = ann.LIFNode(backend="host")
+        with pytest.raises(TypeError, match="^tau: expected a number or a tensor"):
+            layer.tau = value
+        with pytest.raises(TypeError, match="^v_reset: expected a number or a tensor") if value is not None else \
+                _no_error():
+            layer.v_reset = value
+        layer.reset()
+        assert layer.tau == 2.0 and layer(torch.ones(3)).shape == (3,)
+    layer = ann.LIFNode(backend="host")
+    layer.tau, layer.v_threshold = 3, torch.tensor(0.5)  # h = 1.2 / 3 = 0.4: below 0.5 (at tau 2, 0.6 fires)
+    assert torch.equal(layer(torch.full((3,), 1.2)), torch.zeros(3))
+    torch.testing.assert_close(layer.v, torch.full((3,), 0.4))
+    layer.tau = -1.0
+    with pytest.raises(ValueError, match="parameter 'tau' of 'lif' must be > 0"):
+        layer(torch.ones(3))
+
+
+class _no_error:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
 EMPTY_REFUSED = ["DSRIFNode", "DSRLIFNode", "ILCIFNode", "ILCLIFNode", "ILCCUBALIFNode",
                  "MPBNLIFNode", "NonSpikingIFNode", "NonSpikingLIFNode"]
 

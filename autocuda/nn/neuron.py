@@ -29,7 +29,7 @@ from torch import nn
 
 from ..call import functional as F
 from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
-from ..spec.model import NeuronSpec
+from ..spec.model import NeuronSpec, Param
 from ..spec.surrogate import Sigmoid, Surrogate, get_surrogate
 from .arguments import BACKENDS, check_backend
 from .layer_call import (
@@ -60,6 +60,17 @@ _UNSET: Any = object()
 # The default surrogate (SpikingJelly's), frozen: each layer given it changes a copy of its own (SpikingJelly's
 # nodes share their default object, so that set_spiking_mode on one node's default changes them all)
 SIGMOID = Sigmoid().frozen()
+
+
+def _check_param(param: Param, value: Any) -> None:
+    """Refuse a value of a type no call takes for `param`: a number (bools not), a tensor, or None for v_reset (a soft
+    reset). A number's domain is checked by the constructor and by each call (SpikingJelly's ILIFNode builds with any
+    threshold)."""
+    if isinstance(value, torch.Tensor) or (value is None and param.name == "v_reset"):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{param.name}: expected a number or a tensor, got {type(value).__name__}"
+                        + (" (None is for v_reset only: a soft reset)" if value is None else ""))
 
 
 class Neuron(MemoryViews, MemoryBase):
@@ -152,6 +163,8 @@ class Neuron(MemoryViews, MemoryBase):
                 check_backend(value)
             elif name in FLAGS and not isinstance(value, bool):
                 raise TypeError(f"{name}: expected True or False, got {value!r}")
+            elif name in self.__dict__.get("_param_names", ()):  # as at construction (calls would refuse it)
+                _check_param(next(p for p in self.spec.params if p.name == name), value)
             elif name == "store_final_states" and not value and \
                     type(self).multi_step_forward is not Neuron.multi_step_forward:
                 raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, which "
@@ -223,11 +236,10 @@ class Neuron(MemoryViews, MemoryBase):
             value = params.get(p.name, _UNSET)
             if value is _UNSET:
                 value = nn.Parameter(torch.tensor(p.default)) if p.learnable else p.default
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                p.check(value)
-            elif not isinstance(value, (int, float, torch.Tensor)) and (value is not None or p.name != "v_reset"):
-                raise TypeError(f"{p.name}: expected a number or a tensor, got {type(value).__name__}"
-                                + (" (None is for v_reset only: a soft reset)" if value is None else ""))
+            else:
+                _check_param(p, value)
+                if isinstance(value, (int, float)):
+                    p.check(value)
             if isinstance(value, nn.Parameter):
                 self.register_parameter(p.name, value)
             elif isinstance(value, torch.Tensor):
