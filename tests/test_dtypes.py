@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -102,6 +103,18 @@ def test_pack_scalar_word_types(dtype: DType, np_type: type, value: float):
     packed = dtype.pack_scalar(value)
     assert type(packed) is np_type
     assert packed == np_type(value)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
+def test_a_scalar_beyond_the_type_packs_as_torch_converts_it_without_a_warning(dtype: DType):
+    """1e300 in float32 (or a 16-bit type) is an infinity, as the reference's conversion and the CUDA launch give; the
+    host runner's packing printed NumPy's overflow warning at every call."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        packed = dtype.pack_scalar(-1e300)
+    expected = torch.tensor(-1e300, dtype=torch.float64).to(dtype.torch_dtype).item()
+    found = _halves(int(packed), dtype.torch_dtype)[0] if dtype.packed else float(packed)
+    assert found == expected
 
 
 def _halves(word: int, torch_dtype: torch.dtype) -> list[float]:

@@ -202,9 +202,11 @@ class DType:
         return fill(self.literal_format, v=text)
 
     def pack_scalar(self, value: float) -> np.generic:
-        """`value` as the bytes of one word, for passing a scalar parameter of this type by value."""
+        """`value` as the bytes of one word, for passing a scalar parameter of this type by value; beyond the type's
+        range, an infinity (as torch's conversion and the CUDA launch's give), without NumPy's warning."""
         if not self.packed:
-            return np.dtype(str(self.torch_dtype).removeprefix("torch.")).type(value)
+            with np.errstate(over="ignore"):
+                return np.dtype(str(self.torch_dtype).removeprefix("torch.")).type(value)
         pair = torch.tensor([value, value], dtype=self.torch_dtype)
         return np.uint32(int(pair.view(torch.int32).item()) & 0xFFFFFFFF)
 
