@@ -275,6 +275,19 @@ def test_a_t_shaped_input_in_step_mode_m_is_one_neuron(backend: str) -> None:
         torch.testing.assert_close(mine.v_seq, theirs.v_seq, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_v_reset_set_later_is_where_a_reset_starts_v(backend: str) -> None:
+    """A deliberate difference (docs/spikingjelly.md): our reset reads v_reset, so the layer computes what one built
+    with the new value does; SpikingJelly's reset restores the value its layer was built with."""
+    x = inputs(3)
+    mine, theirs = our.LIFNode(step_mode="m", backend=backend), sj.LIFNode(step_mode="m")
+    for layer in (mine, theirs):
+        layer.v_reset = 0.5
+        layer.reset()
+    assert mine.v == 0.5 and theirs.v == 0.0
+    assert_as_theirs(outcome(mine, x), outcome(sj.LIFNode(step_mode="m", v_reset=0.5), x))
+
+
 def test_ilif_takes_any_threshold_at_construction() -> None:
     """As SpikingJelly's (whose calls then give NaN at 0); a call names the threshold's domain."""
     for threshold in (0.0, -1.0):
