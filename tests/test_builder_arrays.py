@@ -85,7 +85,7 @@ def test_arrays_no_kernel_can_read_are_refused() -> None:
 def test_an_array_given_for_a_scalar_is_refused() -> None:
     kernel = heaviside()
     kernel.add_param("const float", "alpha")
-    with pytest.raises(KernelArgumentError, match="alpha: a float scalar is passed by value; got an array"):
+    with pytest.raises(KernelArgumentError, match="alpha: a scalar of C type float is passed by value; got an array"):
         kernel.simple_call(x=torch.zeros(4), y=torch.zeros(4), alpha=CudaArray())
 
 

@@ -3,6 +3,7 @@ CodeTyper/CodeBlock, the Jinja templates. No GPU needed (argument checks run on 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import jinja2
 import jinja2.meta
@@ -260,8 +261,8 @@ def test_valid_arguments_pass(kernel: CKernel1D):
     ({"y": torch.zeros(8, dtype=torch.float16)}, r"y: expected dtype torch.float32 .*got torch.float16"),
     ({"x": torch.zeros(4, 4).t()}, r"x: tensor must be contiguous"),
     ({"y": torch.zeros(16)[::2]}, r"y: tensor must be contiguous"),
-    ({"alpha": torch.tensor(0.5)}, r"alpha: a float scalar is passed by value"),
-    ({"alpha": np.array([0.5])}, r"alpha: a float scalar is passed by value"),
+    ({"alpha": torch.tensor(0.5)}, r"alpha: a scalar of C type float is passed by value"),
+    ({"alpha": np.array([0.5])}, r"alpha: a scalar of C type float is passed by value"),
     ({"alpha": "0.5"}, r"alpha: expected a number"),
     ({"x": np.zeros(8, dtype=np.float32)}, r"x: expected a torch.Tensor .*__dlpack__.*got ndarray"),
     ({"y": torch.zeros(8, device="meta")}, r"y: on meta, expected cpu"),
@@ -269,6 +270,56 @@ def test_valid_arguments_pass(kernel: CKernel1D):
 def test_bad_arguments_are_explained(kernel: CKernel1D, changes: dict, pattern: str):
     with pytest.raises(KernelArgumentError, match=pattern):
         kernel.check_args(args(**changes), backend="host")
+
+
+def _counts() -> CKernel1D:
+    k = CKernel1D("counts")
+    k.add_param("float *", "y")
+    k.add_param("const int", "n")
+    k.add_param("const unsigned char", "u")
+    k.core = "y[index] = (float)n + (float)u;"
+    return k
+
+
+@pytest.mark.parametrize(("n", "u", "pattern"), [
+    (2.5, 1, r"n: expected an integer for int, got float 2.5"),  # was truncated to 2
+    (np.float64(3.0), 1, r"n: expected an integer for int, got float64"),
+    (float("nan"), 1, r"n: expected an integer"),
+    (2**31, 1, r"n: 2147483648 is out of range for int \(-2147483648 to 2147483647\)"),  # was NumPy's OverflowError
+    (1, -1, r"u: -1 is out of range for unsigned char \(0 to 255\)"),
+    (1, torch.tensor(2), r"u: a scalar of C type unsigned char is passed by value"),
+])
+def test_an_integer_scalar_is_an_integer_the_c_type_holds(n: Any, u: Any, pattern: str):
+    with pytest.raises(KernelArgumentError, match=pattern):
+        _counts().simple_call(y=torch.zeros(3), n=n, u=u)
+
+
+def test_integer_scalars_of_python_numpy_and_bool_run():
+    y = torch.zeros(3)
+    _counts().simple_call(y=y, n=np.int64(-4), u=True)
+    assert y.tolist() == [-3.0] * 3
+
+
+def test_a_written_tensor_counts_the_write_for_autograd_and_one_that_requires_grad_is_refused():
+    """The kernel writes through the address: the version counter is bumped, as by any in-place op, so a graph that
+    saved the tensor fails at backward instead of using the new values silently; a written tensor that requires grad
+    is refused under grad mode (torch's rule for `out=`), and written under no_grad (as an optimiser step)."""
+    w = torch.ones(3, requires_grad=True)
+    y = w * 2
+    loss = (y * y).sum()  # saves y
+    _counts().simple_call(y=y.detach(), n=1, u=1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with pytest.raises(KernelArgumentError, match="y: the kernel writes it, but it requires grad"):
+        _counts().simple_call(y=w, n=1, u=1)
+    with torch.no_grad():
+        _counts().simple_call(y=w, n=1, u=1)
+    assert w.tolist() == [2.0] * 3 and w.requires_grad
+
+
+def test_a_tensor_given_for_a_scalar_is_named_by_its_check_not_by_the_shapes(kernel: CKernel1D):
+    with pytest.raises(KernelArgumentError, match="alpha: a scalar of C type float is passed by value"):
+        kernel.simple_call(x=torch.zeros(3), y=torch.zeros(3), alpha=torch.tensor(0.5))
 
 
 def test_cpu_tensors_are_refused_on_the_cuda_backend(kernel: CKernel1D):

@@ -86,9 +86,21 @@ class CParam:
         if self.pointer:
             self._check_tensor(value, device)
         elif isinstance(value, (torch.Tensor, np.ndarray)) or arrays.is_array(value):
-            raise KernelArgumentError(f"{self.name}: a {self.ctype} scalar is passed by value; got an array")
+            raise KernelArgumentError(f"{self.name}: a scalar of C type {self.ctype} is passed by value; got an array")
+        elif self.dtype is None:
+            self._check_integer(value)
         elif not isinstance(value, (int, float, np.number, bool)):
             raise KernelArgumentError(f"{self.name}: expected a number for {self.ctype}, got {type(value).__name__}")
+
+    def _check_integer(self, value: Any) -> None:
+        """An integer scalar: an int (or bool) the C type holds; a float is refused, not truncated."""
+        if not isinstance(value, (int, np.integer, np.bool_)):
+            raise KernelArgumentError(f"{self.name}: expected an integer for {self.ctype}, got "
+                                      f"{type(value).__name__} {value!r}")
+        kind = INTEGER_CTYPES[self.ctype][1]
+        low, high = (0, 1) if kind is np.bool_ else (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+        if not low <= int(value) <= high:
+            raise KernelArgumentError(f"{self.name}: {value} is out of range for {self.ctype} ({low} to {high})")
 
     def _check_tensor(self, value: Any, device: torch.device | None) -> None:
         if not isinstance(value, torch.Tensor):
@@ -101,6 +113,10 @@ class CParam:
             raise KernelArgumentError(f"{self.name}: on {value.device}, expected {device} like the other tensors")
         if not value.is_contiguous():
             raise KernelArgumentError(f"{self.name}: tensor must be contiguous (call .contiguous() first)")
+        if not self.const and value.requires_grad and torch.is_grad_enabled():  # torch's rule for out= and in place
+            raise KernelArgumentError(f"{self.name}: the kernel writes it, but it requires grad: autograd cannot "
+                                      f"differentiate a kernel's writes (write under torch.no_grad(), or into a "
+                                      f"tensor that does not require grad)")
 
     def pack(self, value: Any) -> np.generic:
         if self.pointer:
@@ -247,9 +263,12 @@ class CKernel:
         source on the CPU through `autocuda.toolchain.host` (CPU arrays), for testing without a GPU; None (the default)
         picks the one of the arrays' device.
         """
-        with arrays.torch_views(py_dict, self._pointers(), backend) as args:
+        pointers = self._pointers()
+        with arrays.torch_views(py_dict, pointers, backend) as args:
             device = self.check_args(args, backend)
             self.launch(grid, block, self.pack_args(args), device, backend or DEVICE_BACKENDS[device.type])
+            # written in place through its address: autograd must see the change, as of any in-place op
+            torch.autograd.graph.increment_version([args[name] for name, writes in pointers.items() if writes])
 
     def cuda_launch(self, device: int) -> Any:
         """The kernel's launcher on CUDA device `device` (`toolchain.launch.PackedLaunch`, compiled on first use),
@@ -337,7 +356,8 @@ class CKernel1D(CKernel):
             self._simple_call(backend, views)
 
     def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
-        tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        pointers = self._pointers()  # a tensor for a scalar is named by its check, not by the shapes
+        tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in pointers}
         if not tensors:
             raise KernelArgumentError(f"kernel {self.kernel_name}: simple_call needs at least one tensor")
         shapes = {k: tuple(v.shape) for k, v in tensors.items()}
@@ -383,7 +403,8 @@ class CKernel2D(CKernel):
             self._simple_call(backend, views)
 
     def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
-        shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        pointers = self._pointers()  # a tensor for a scalar is named by its check, not by the shapes
+        shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in pointers}
         rows = {s for s in shapes.values() if len(s) == 2}
         if len(rows) != 1 or any(len(s) not in (1, 2) for s in shapes.values()):
             raise KernelArgumentError(f"kernel {self.kernel_name}: expected [T, N] tensors (and [N] ones) "
