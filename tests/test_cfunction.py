@@ -317,3 +317,26 @@ def test_surrogate_parameters_are_validated():
 def test_constant_refuses_non_finite(dtype: str):
     with pytest.raises(ValueError):
         cf.constant("y", float("nan"), dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_a_number_operand_is_the_dtypes_literal(dtype: str):
+    """A number was spliced as Python wrote it: `3.5` beside a half2 word, `nan`, `True` (C that does not compile,
+    or that computes in another type)."""
+    op, literal = get_dtype(dtype).op, get_dtype(dtype).literal
+    assert cf.mul(None, "a", 3.5, dtype) == op("mul", "a", literal(3.5))
+    assert cf.if_else("z", 1, 0, "m", dtype) == f"z = {op('if_else', literal(1.0), literal(0.0), 'm')};"
+
+
+@pytest.mark.parametrize(("call", "error", "pattern"), [
+    (lambda: cf.mul(None, "a", None, "float"), TypeError, "an operand is C text .* got NoneType"),
+    (lambda: cf.mul(None, "a", True, "float"), TypeError, "got bool True"),
+    (lambda: cf.mul(None, "a", [1.0], "float"), TypeError, "got list"),
+    (lambda: cf.heaviside(None, "  ", "float"), ValueError, "an operand is empty"),
+    (lambda: cf.mul(None, "a", float("nan"), "float"), ValueError, "non-finite"),
+    (lambda: cf.add("", "a", "b", "float"), TypeError, "the result is None or the C text"),
+    (lambda: cf.add(3, "a", "b", "float"), TypeError, "the result is None or the C text"),
+])
+def test_an_operand_or_result_that_is_no_c_text_is_refused(call, error: type, pattern: str):
+    with pytest.raises(error, match=pattern):
+        call()

@@ -29,15 +29,27 @@ _SIMPLE_OPERAND = re.compile(r"[A-Za-z0-9_.]+(\[[^\[\]]*\])?\Z")
 _Z = sp.Symbol("z", real=True)
 
 
-def _operand(text: str) -> str:
-    """An operand text safe to splice into a larger expression."""
-    text = str(text).strip()
+def _operand(value: str | float, dtype: Any) -> str:
+    """An operand safe to splice into a larger expression: C text, or a number as the dtype's literal. Anything else
+    (None, a bool, a list, empty text) is refused: it would print as C that does not compile, or compiles to
+    something else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return get_dtype(dtype).literal(value)
+    if not isinstance(value, str):
+        raise TypeError(f"cfunction: an operand is C text (a str) or a number, got {type(value).__name__} {value!r}")
+    text = value.strip()
+    if not text:
+        raise ValueError("cfunction: an operand is empty C text")
     return text if _SIMPLE_OPERAND.match(text) else f"({text})"
 
 
 def wrap_return_codes(y: str | None, codes: str) -> str:
     """`y = codes;` when a result name is given, else the bare expression."""
-    return codes if y is None else f"{y} = {codes};"
+    if y is None:
+        return codes
+    if not isinstance(y, str) or not y.strip():
+        raise TypeError(f"cfunction: the result is None or the C text it is assigned to, got {y!r}")
+    return f"{y} = {codes};"
 
 
 def constant(y: str | None, x: float, dtype: Any) -> str:
@@ -46,7 +58,7 @@ def constant(y: str | None, x: float, dtype: Any) -> str:
 
 def _unary(op: str) -> Callable[..., str]:
     def emit(y: str | None, x: str, dtype: Any) -> str:
-        return wrap_return_codes(y, get_dtype(dtype).op(op, _operand(x)))
+        return wrap_return_codes(y, get_dtype(dtype).op(op, _operand(x, dtype)))
     emit.__name__ = emit.__qualname__ = op
     emit.__doc__ = f"`y = {op}(x)` in the given dtype."
     return emit
@@ -54,7 +66,7 @@ def _unary(op: str) -> Callable[..., str]:
 
 def _binary(op: str) -> Callable[..., str]:
     def emit(z: str | None, x: str, y: str, dtype: Any) -> str:
-        return wrap_return_codes(z, get_dtype(dtype).op(op, _operand(x), _operand(y)))
+        return wrap_return_codes(z, get_dtype(dtype).op(op, _operand(x, dtype), _operand(y, dtype)))
     emit.__name__ = emit.__qualname__ = op
     emit.__doc__ = f"`z = {op}(x, y)` in the given dtype (comparisons give 1 or 0)."
     return emit
@@ -79,7 +91,8 @@ greater_than = _binary("greater_than")
 
 def if_else(z: str | None, x: str, y: str, mask: str, dtype: Any) -> str:
     """`z = mask ? x : y` for a 0/1 mask, lane by lane; the branch not taken is never multiplied in."""
-    return wrap_return_codes(z, get_dtype(dtype).op("if_else", _operand(x), _operand(y), _operand(mask)))
+    return wrap_return_codes(z, get_dtype(dtype).op("if_else", _operand(x, dtype), _operand(y, dtype),
+                                                    _operand(mask, dtype)))
 
 
 def if_else_else(w: str | None, x: str, y: str, z: str, mask_x: str, mask_y: str, dtype: Any) -> str:
@@ -89,7 +102,7 @@ def if_else_else(w: str | None, x: str, y: str, z: str, mask_x: str, mask_y: str
 
 
 def _printed(y: str | None, expr: sp.Expr, x: str, dtype: Any) -> str:
-    return wrap_return_codes(y, print_expr(expr, dtype, {_Z: _operand(x)}))
+    return wrap_return_codes(y, print_expr(expr, dtype, {_Z: _operand(x, dtype)}))
 
 
 def sigmoid(y: str | None, x: str, alpha: float, dtype: Any) -> str:
