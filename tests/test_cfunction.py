@@ -340,3 +340,9 @@ def test_a_number_operand_is_the_dtypes_literal(dtype: str):
 def test_an_operand_or_result_that_is_no_c_text_is_refused(call, error: type, pattern: str):
     with pytest.raises(error, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("alpha", [None, "abc", True, float("inf"), float("nan")])
+def test_sigmoid_takes_a_finite_number_for_alpha(alpha):
+    with pytest.raises(ValueError, match="cfunction.sigmoid: alpha must be a finite number"):
+        cf.sigmoid("y", "x", alpha, "float")

@@ -15,6 +15,7 @@ gradients) are sympy expressions printed by the same printer the neuron kernels 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -106,7 +107,9 @@ def _printed(y: str | None, expr: sp.Expr, x: str, dtype: Any) -> str:
 
 
 def sigmoid(y: str | None, x: str, alpha: float, dtype: Any) -> str:
-    """`y = 1 / (1 + exp(-alpha * x))`."""
+    """`y = 1 / (1 + exp(-alpha * x))`; alpha a finite number."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise ValueError(f"cfunction.sigmoid: alpha must be a finite number, got {alpha!r}")
     return _printed(y, 1 / (1 + sp.exp(-sp.Float(alpha) * _Z)), x, dtype)
 
 
