@@ -184,6 +184,8 @@ def test_shapes_that_differ_between_calls() -> None:
     ({"states": (), "spikes": False}, ValueError, r"^states, spikes: nothing to record"),
     ({"max_bytes": 0}, ValueError, r"^max_bytes: expected an int > 0 or None, got 0"),
     ({"max_records": 2.5}, ValueError, r"^max_records: "),
+    ({"instance": 3}, TypeError, r"^instance: expected a class or a tuple of classes, got 3"),  # was isinstance's
+    ({"instance": ()}, TypeError, r"^instance: expected a class or a tuple of classes, got \(\)"),
 ])
 def test_bad_arguments_are_named(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):

@@ -66,6 +66,9 @@ class Monitor:
                  max_bytes: int | None = None, max_records: int | None = None):
         if not isinstance(net, nn.Module):
             raise TypeError(f"net: expected a torch.nn.Module, got {type(net).__name__}")
+        if instance is not None and not (isinstance(instance, type) or (
+                isinstance(instance, tuple) and instance and all(isinstance(t, type) for t in instance))):
+            raise TypeError(f"instance: expected a class or a tuple of classes, got {instance!r}")
         for name, limit in (("max_bytes", max_bytes), ("max_records", max_records)):
             if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
                 raise ValueError(f"{name}: expected an int > 0 or None, got {limit!r}")
