@@ -122,6 +122,16 @@ def test_drawing_checks_its_arguments(tmp_path: Path) -> None:
         plot.rate_histogram({})
     with pytest.raises(ValueError, match=r"^out: expected a file ending in \.png, \.svg, \.pdf, got '.*x\.jpg'"):
         plot.save(plot.plot_fi("if", T=5), tmp_path / "x.jpg")
+    # each failed inside torch or matplotlib, or drew nothing without a word
+    with pytest.raises(ValueError, match=r"^spikes: nothing to draw, an empty tensor of shape \(0, 3\)"):
+        plot.raster(torch.zeros(0, 3))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"^max_neurons: expected an int > 0 or None"):
+            plot.raster(torch.ones(2, 3), max_neurons=bad)
+        with pytest.raises(ValueError, match=r"^max_neurons: expected an int > 0 or None"):
+            plot.traces(torch.ones(2, 3), max_neurons=bad)
+    with pytest.raises(TypeError, match=r"^threshold: expected a number or a tensor, got str"):
+        plot.traces(torch.ones(2, 3), threshold="x")
 
 
 def test_missing_matplotlib_names_the_extra(monkeypatch) -> None:

@@ -57,15 +57,23 @@ def _columns(values: Tensor, name: str) -> Tensor:
         raise TypeError(f"{name}: expected a torch.Tensor [T, *], got {type(values).__name__}")
     if values.dim() == 0:
         raise ValueError(f"{name}: expected a tensor of shape [T, *], got a 0-dim tensor")
+    if values.numel() == 0:
+        raise ValueError(f"{name}: nothing to draw, an empty tensor of shape {tuple(values.shape)}")
     return values.detach().reshape(values.shape[0], -1).double().cpu()
+
+
+def _neurons(max_neurons: Any) -> Any:
+    """`max_neurons` checked: an int > 0, or None for all."""
+    if max_neurons is not None and (isinstance(max_neurons, bool) or not isinstance(max_neurons, int)
+                                    or max_neurons <= 0):
+        raise ValueError(f"max_neurons: expected an int > 0 or None, got {max_neurons!r}")
+    return max_neurons
 
 
 # -- drawing recorded data ------------------------------------------------------------------------------------
 def raster(spikes: Tensor, ax: Any = None, *, max_neurons: int | None = None, title: str | None = None) -> Any:
     """A spike raster of spikes [T, *] (neurons flattened; the first `max_neurons` of them); returns the axes."""
-    s = _columns(spikes, "spikes")
-    if max_neurons is not None:
-        s = s[:, :max_neurons]
+    s = _columns(spikes, "spikes")[:, :_neurons(max_neurons)]
     ax = _axes(ax)
     times, neurons = torch.nonzero(s, as_tuple=True)
     ax.scatter(times.numpy(), neurons.numpy(), marker="|", s=40, color="k", linewidths=1)
@@ -82,7 +90,7 @@ def traces(values: Tensor, ax: Any = None, *, threshold: float | Tensor | None =
            max_neurons: int = 8, label: str = "v", title: str | None = None) -> Any:
     """Traces of values [T, *] (the first `max_neurons` neurons) with `threshold` (a number, or a sequence [T]
     or [T, *]) dashed, and spike times (spikes [T, *]) marked on the trace; returns the axes."""
-    v = _columns(values, "values")[:, :max_neurons]
+    v = _columns(values, "values")[:, :_neurons(max_neurons)]
     ax = _axes(ax)
     steps = torch.arange(v.shape[0]).numpy()
     for i in range(v.shape[1]):
@@ -90,8 +98,10 @@ def traces(values: Tensor, ax: Any = None, *, threshold: float | Tensor | None =
     if threshold is not None:
         if isinstance(threshold, Tensor) and threshold.numel() > 1:
             ax.plot(steps, _columns(threshold, "threshold")[:, 0].numpy(), "k--", linewidth=1, label="threshold")
-        else:
+        elif isinstance(threshold, Tensor) or (isinstance(threshold, (int, float)) and not isinstance(threshold, bool)):
             ax.axhline(float(threshold), color="k", linestyle="--", linewidth=1, label="threshold")
+        else:
+            raise TypeError(f"threshold: expected a number or a tensor, got {type(threshold).__name__}")
     if spikes is not None:
         s = _columns(spikes, "spikes")[:, :max_neurons]
         if s.shape[0] != v.shape[0]:
