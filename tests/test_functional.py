@@ -196,6 +196,11 @@ def test_non_float_inputs_are_refused(dtype):
     (lambda: F.multi_step("lif", torch.zeros(2, 3), backend="tpu"), ValueError, "backend: expected"),
     (lambda: F.multi_step("no_such_neuron", torch.zeros(2, 3)), ValueError, "no shipped spec"),
     (lambda: F.multi_step(42, torch.zeros(2, 3)), TypeError, "spec: expected a NeuronSpec"),
+    # switches given as words ("no" is true: they were turned on)
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), detach_reset="no"), TypeError, "^detach_reset: expected True"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), store_state_seq="no"), TypeError, "^store_state_seq: expected"),
+    (lambda: F.multi_step("lif", torch.zeros(2, 3), final_states=0), TypeError, "^final_states: expected True"),
+    (lambda: F.single_step("lif", torch.zeros(3), detach_reset="no"), TypeError, "^detach_reset: expected True"),
 ])
 def test_argument_errors_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
