@@ -266,6 +266,18 @@ def test_toml_param_type_errors(tmp_path, params, field):
     assert info.value.field == field
 
 
+def test_a_name_path_or_text_of_the_wrong_type_is_refused_naming_the_function():
+    """It failed inside os.fspath, tomllib (bytes: "a bytes-like object is required, not 'str'") or str.replace."""
+    from autocuda.spec.load import spec_from_toml
+    for bad in (3, None):
+        with pytest.raises(TypeError, match="^load_spec: expected a spec's name or a path, got"):
+            load_spec(bad)
+        with pytest.raises(TypeError, match="^spec_from_toml: expected the TOML text as a str"):
+            spec_from_toml(bad)
+    with pytest.raises(TypeError, match=r"got bytes \(decode bytes first\)"):
+        spec_from_toml(b'name = "x"')
+
+
 def test_toml_unknown_key_suggests(tmp_path):
     with pytest.raises(SpecError, match="did you mean 'threshold'"):
         load_spec(write(tmp_path, "treshold = 'v_threshold'\n" + BASE))

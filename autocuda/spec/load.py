@@ -34,6 +34,9 @@ _TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name not 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
     """Parse TOML text into a NeuronSpec; every error is a SpecError naming `source` and the field."""
+    if not isinstance(text, str):
+        raise TypeError(f"spec_from_toml: expected the TOML text as a str, got {type(text).__name__}"
+                        + (" (decode bytes first)" if isinstance(text, (bytes, bytearray)) else ""))
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -105,6 +108,8 @@ def is_spec_path(name_or_path: str | os.PathLike[str]) -> bool:
 def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
     """Load a TOML spec file, or a shipped spec by (case-insensitive) name, e.g. 'lif' or 'Izhikevich'. A file
     is read again when its modification time or size changed since it was last loaded."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"load_spec: expected a spec's name or a path, got {type(name_or_path).__name__}")
     text = os.fspath(name_or_path)
     if is_spec_path(name_or_path):
         return _load_path(Path(text), text)
