@@ -78,7 +78,7 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
         return _eagerly(multi_step)(spec, x_seq, *initial_states, surrogate=surrogate, detach_reset=detach_reset,
                                     reset=reset, store_state_seq=store_state_seq, final_states=final_states,
                                     backend=backend, recompute=recompute, save_h=save_h, **params)
-    _check_switches(detach_reset=detach_reset, store_state_seq=store_state_seq, final_states=final_states,
+    check_switches(detach_reset=detach_reset, store_state_seq=store_state_seq, final_states=final_states,
                     save_h=save_h)
     if recompute is not False:
         if recompute is not True:
@@ -184,12 +184,12 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
     if _draws_under_compile(spec):
         return _eagerly(single_step)(spec, x, *states, surrogate=surrogate, detach_reset=detach_reset, reset=reset,
                                      backend=backend, **params)
-    _check_switches(detach_reset=detach_reset)
+    check_switches(detach_reset=detach_reset)
     return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)[0]
 
 
-def _check_switches(**switches: Any) -> None:
-    """Refuse a switch that is no bool: a word such as "no" is true, and would turn it on."""
+def check_switches(**switches: Any) -> None:
+    """Refuse a switch that is no bool (here and on layers): a word such as "no" is true, and would turn it on."""
     for name, value in switches.items():
         if value is not True and value is not False:
             raise TypeError(f"{name}: expected True or False, got {value!r}")

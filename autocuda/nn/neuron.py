@@ -113,9 +113,7 @@ class Neuron(MemoryViews, MemoryBase):
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         check_backend(backend)
-        for name, flag in zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h, store_final_states)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}: expected True or False, got {flag!r}")
+        F.check_switches(**dict(zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h, store_final_states))))
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.configs)
         self._spec_ref = spec_ref(self.spec)
         self.surrogate_function = self.spec.surrogate if surrogate_function is None else surrogate_function
@@ -161,14 +159,14 @@ class Neuron(MemoryViews, MemoryBase):
         else:
             if name == "backend":
                 check_backend(value)
-            elif name in FLAGS and not isinstance(value, bool):
-                raise TypeError(f"{name}: expected True or False, got {value!r}")
+            elif name in FLAGS:
+                F.check_switches(**{name: value})
+                if name == "store_final_states" and not value and \
+                        type(self).multi_step_forward is not Neuron.multi_step_forward:
+                    raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, "
+                                    f"which keep their final states")
             elif name in self.__dict__.get("_param_names", ()):  # as at construction (calls would refuse it)
                 _check_param(next(p for p in self.spec.params if p.name == name), value)
-            elif name == "store_final_states" and not value and \
-                    type(self).multi_step_forward is not Neuron.multi_step_forward:
-                raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, which "
-                                f"keep their final states")
             nn.Module.__setattr__(self, name, value)
 
     def _use_surrogate(self, source: Any) -> None:
@@ -222,8 +220,7 @@ class Neuron(MemoryViews, MemoryBase):
 
     @store_v_seq.setter
     def store_v_seq(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"store_v_seq: expected True or False, got {value!r}")
+        F.check_switches(store_v_seq=value)
         self.__dict__["_store_v_seq"] = value
         self.__dict__["v_seq"] = None
 

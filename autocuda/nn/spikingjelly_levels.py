@@ -15,6 +15,7 @@ import math
 import numbers
 from typing import Any
 
+from ..call.functional import check_switches
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
 from ..spec.surrogate import Custom, Surrogate
@@ -33,8 +34,7 @@ def _real(name: str, value: Any) -> float:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    check_switches(**{name: value})
     return value
 
 

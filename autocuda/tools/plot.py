@@ -62,7 +62,7 @@ def _columns(values: Tensor, name: str) -> Tensor:
     return values.detach().reshape(values.shape[0], -1).double().cpu()
 
 
-def _neurons(max_neurons: Any) -> Any:
+def _neurons(max_neurons: Any) -> int | None:
     """`max_neurons` checked: an int > 0, or None for all."""
     if max_neurons is not None and (isinstance(max_neurons, bool) or not isinstance(max_neurons, int)
                                     or max_neurons <= 0):
