@@ -304,6 +304,32 @@ def test_state_dict_and_interface_as_batchnorm() -> None:
     assert layer.neuron.v == 0.0
 
 
+def test_track_running_stats_set_later_is_read_as_torchs_batchnorm_reads_it() -> None:
+    """Set False after construction: training calls stop updating the running statistics (and counting batches),
+    eval calls still use them, and reset_running_stats leaves them: as nn.BatchNorm2d, where the fused layer kept
+    updating and resetting them."""
+    fused = ann.BatchNormNeuron(3, ann.LIFNode(step_mode="m", backend="reference")).double()
+    bn, lif = nn.BatchNorm2d(3).double(), ann.LIFNode(step_mode="m", backend="reference").double()
+
+    def both(x: torch.Tensor) -> None:
+        fused.reset(), lif.reset()
+        torch.testing.assert_close(fused(x), lif(bn(x.flatten(0, 1)).view(x.shape)))
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(fused, name), getattr(bn, name), msg=name)
+
+    both(_input(4, 2, 3, 2, 2, seed=1))
+    fused.track_running_stats = bn.track_running_stats = False
+    both(_input(4, 2, 3, 2, 2, seed=2))
+    assert int(fused.num_batches_tracked) == 1
+    fused.reset_running_stats(), bn.reset_running_stats()
+    fused.eval(), bn.eval()
+    both(_input(4, 2, 3, 2, 2, seed=3))
+    fused.track_running_stats = bn.track_running_stats = True
+    fused.train(), bn.train()
+    both(_input(4, 2, 3, 2, 2, seed=4))
+    assert int(fused.num_batches_tracked) == 2
+
+
 # ---- rewriting models ------------------------------------------------------------------------------------
 def _spiking_vgg():
     """SpikingJelly's model zoo imports torchvision for its download helper only: a stand-in while importing."""

@@ -107,6 +107,9 @@ class BatchNormNeuron(nn.Module):
 
     # -- BatchNorm's interface ------------------------------------------------------------------------
     def reset_running_stats(self) -> None:
+        """As torch's BatchNorm: the running statistics at their start, while `track_running_stats` holds."""
+        if not self.track_running_stats:
+            return
         for buffer, value in ((self.running_mean, 0), (self.running_var, 1), (self.num_batches_tracked, 0)):
             if buffer is not None:
                 buffer.fill_(value)
@@ -168,7 +171,7 @@ class BatchNormNeuron(nn.Module):
         if self.training or self.running_mean is None:
             count = self._count(x)
             mean, var = _Statistics.apply(x, first + 1, count)
-            if self.training and self.running_mean is not None:
+            if self._tracks():
                 self._track(mean.detach(), var.detach(), count, self.running_mean, self.running_var,
                             self.num_batches_tracked)
         else:  # eval, with running statistics
@@ -219,11 +222,16 @@ class BatchNormNeuron(nn.Module):
             return None
         count = self._count(x)
         spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2, n.store_final_states)
-        if self.training and self.running_mean is not None:
+        if self._tracks():
             self._track(mean, var, count, self.running_mean, self.running_var, self.num_batches_tracked)
         if finals:  # unless the neuron's `store_final_states` is False
             store_states(n, n.state_names, finals, compiling)
         return spikes
+
+    def _tracks(self) -> bool:
+        """Whether a training call updates the running statistics: as torch's BatchNorm, while it has them and
+        `track_running_stats` (read at each call) holds."""
+        return self.training and self.track_running_stats and self.running_mean is not None
 
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int, running_mean: torch.Tensor,
                running_var: Any, batches: Any) -> None:
