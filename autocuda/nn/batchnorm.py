@@ -171,9 +171,7 @@ class BatchNormNeuron(nn.Module):
         if self.training or self.running_mean is None:
             count = self._count(x)
             mean, var = _Statistics.apply(x, first + 1, count)
-            if self._tracks():
-                self._track(mean.detach(), var.detach(), count, self.running_mean, self.running_var,
-                            self.num_batches_tracked)
+            self._track(mean.detach(), var.detach(), count)
         else:  # eval, with running statistics
             mean, var = self.running_mean, cast(torch.Tensor, self.running_var)
         scale = torch.rsqrt(var + self.eps)
@@ -222,20 +220,19 @@ class BatchNormNeuron(nn.Module):
             return None
         count = self._count(x)
         spikes, finals, mean, var = passes.two_passes(call, x, weight, bias, self.eps, 2, n.store_final_states)
-        if self._tracks():
-            self._track(mean, var, count, self.running_mean, self.running_var, self.num_batches_tracked)
+        self._track(mean, var, count)
         if finals:  # unless the neuron's `store_final_states` is False
             store_states(n, n.state_names, finals, compiling)
         return spikes
 
-    def _tracks(self) -> bool:
-        """Whether a training call updates the running statistics: as torch's BatchNorm, while it has them and
+    def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
+        """BatchNorm's running statistics after a call with batch statistics: momentum, or (None) the cumulative
+        average; the unbiased variance. As torch's BatchNorm: in training, while the layer has them and
         `track_running_stats` (read at each call) holds."""
-        return self.training and self.track_running_stats and self.running_mean is not None
-
-    def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int, running_mean: torch.Tensor,
-               running_var: Any, batches: Any) -> None:
-        """BatchNorm's running statistics: momentum, or (None) the cumulative average; the unbiased variance."""
+        running_mean, running_var, batches = self.running_mean, self.running_var, self.num_batches_tracked
+        if not (self.training and self.track_running_stats) or running_mean is None or running_var is None \
+                or batches is None:
+            return
         with torch.no_grad():
             batches.add_(1)
             factor: Any = self.momentum if self.momentum is not None else 1.0 / batches.to(running_mean.dtype)
