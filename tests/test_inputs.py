@@ -201,6 +201,9 @@ def test_layer_functional_forward_takes_one_tensor_per_input():
     assert torch.equal(spike, expected[0])
     with pytest.raises(TypeError, match=r"takes 2 step input\(s\) \(g_e, g_i\)"):
         layer.functional_forward((g_e[0],), (0.0,))
+    for states in (None, 0.0):  # "'NoneType' object is not iterable" (SpikingJelly's: "... not subscriptable")
+        with pytest.raises(TypeError, match=r"^states: expected a tuple of the memories \(v\), got"):
+            layer.functional_forward((g_e[0], g_i[0]), states)
 
 
 def test_layer_output_expression_reads_the_inputs():

@@ -308,6 +308,9 @@ class Neuron(MemoryViews, MemoryBase):
         """The states a call on `inputs` starts from: numbers kept, tensors of another neuron shape restarted
         at their initial values, others cast to the input's dtype."""
         n = len(self._state_names)
+        if not isinstance(states, (tuple, list)):
+            raise TypeError(f"states: expected a tuple of the memories ({', '.join(self._memory_names)}), got "
+                            f"{type(states).__name__}")
         if len(states) != len(self._memory_names):
             raise ValueError(f"states: expected {len(self._memory_names)} ({', '.join(self._memory_names)}), "
                              f"got {len(states)}")
@@ -330,7 +333,7 @@ class Neuron(MemoryViews, MemoryBase):
         """A call in this layer's step mode from explicit `states`; the layer's own states are not touched."""
         if self.step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
-        states = self.materialize_states(inputs, tuple(states), self.step_mode)
+        states = self.materialize_states(inputs, states, self.step_mode)
         if self.step_mode == "m":
             return self.multi_step_functional_forward(inputs, states, **kwargs)
         return self.single_step_functional_forward(inputs, states, **kwargs)
