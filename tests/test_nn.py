@@ -144,6 +144,12 @@ def test_extra_repr_shows_spec_and_parameters():
     (lambda: ann.LIFNode(step_mode="x"), ValueError, "step_mode"),
     (lambda: ann.Neuron("lif", taux=1.0), TypeError, "unknown parameter 'taux'"),
     (lambda: ann.Neuron("lif", initial={"q": 1.0}), TypeError, "initial: 'q' is not a state"),
+    # these failed inside: an AttributeError of the reset, Python's "argument after ** must be a mapping", a call
+    (lambda: ann.Neuron("lif", initial={"v": "nope"}), ValueError,
+     "^initial: state 'v' starts at 'nope', which is neither a parameter nor an attribute"),
+    (lambda: ann.Neuron("lif", initial={"v": [1.0]}), TypeError, "^initial: state 'v': an initial value must be"),
+    (lambda: ann.Neuron("lif", initial=[0.0]), TypeError, r"^initial: expected a mapping by name \(a dict\)"),
+    (lambda: ann.Neuron("lif", options=["decay_input"]), TypeError, "^options: expected a mapping by name"),
     (lambda: ann.LIFNode(backend="tpu"), ValueError, "backend"),
     (lambda: ann.ParametricLIFNode(init_tau=1.0), ValueError, "init_tau"),
 ])

@@ -108,6 +108,9 @@ class Neuron(MemoryViews, MemoryBase):
                  options: Mapping[str, bool] | None = None, initial: Mapping[str, float | str] | None = None,
                  recompute: bool = False, save_h: bool = True, store_final_states: bool = True, **params: Any):
         nn.Module.__init__(self)  # not MemoryModule's (where it is the base): it sets the dict this class lacks
+        for name, given in (("options", options), ("initial", initial)):
+            if given is not None and not isinstance(given, Mapping):
+                raise TypeError(f"{name}: expected a mapping by name (a dict), got {type(given).__name__}")
         spec = resolve_spec(spec)
         self.spec = spec.with_options(**options) if options else spec
         if step_mode not in ("s", "m"):
@@ -134,6 +137,12 @@ class Neuron(MemoryViews, MemoryBase):
         for name in states:
             if hasattr(type(self), name) or name in self._param_names:
                 raise ValueError(f"state {name!r} of {self.spec.name!r} clashes with an attribute of {type(self)}")
+        for name, init in (initial or {}).items():  # a number or tensor, or the name of what each reset reads
+            if not isinstance(init, str):
+                check_memory(f"initial: state {name!r}", init)
+            elif not hasattr(self, init):
+                raise ValueError(f"initial: state {name!r} starts at {init!r}, which is neither a parameter nor an "
+                                 f"attribute of the layer")
         self.reset()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
