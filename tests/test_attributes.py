@@ -293,3 +293,9 @@ def test_a_flexsn_core_and_its_state_count_are_fixed_and_its_backend_checked() -
     layer.reset()
     layer.backend = "eager"  # the core itself, step by step: the same spikes
     assert torch.equal(layer(x), want)
+    for bad in ("no", 1):  # a word such as "no" is true: it turned the sequences on
+        with pytest.raises(TypeError, match="^store_state_seqs: expected True or False"):
+            ann.FlexSN(core=_lif_core, num_states=1, store_state_seqs=bad)
+        with pytest.raises(TypeError, match="^store_state_seqs: expected True or False"):
+            layer.store_state_seqs = bad
+    assert layer.store_state_seqs is False

@@ -161,7 +161,7 @@ class FlexSN(Memories, MemoryBase):
                 self.register_buffer(name, tensor)
         self._refs()
         self.step_mode = step_mode
-        self._store_state_seqs = bool(store_state_seqs)
+        self.store_state_seqs = store_state_seqs
         self._start_memories(dict.fromkeys(self._state_names))
 
     def _refs(self) -> None:
@@ -235,7 +235,8 @@ class FlexSN(Memories, MemoryBase):
 
     @store_state_seqs.setter
     def store_state_seqs(self, value: bool) -> None:
-        self._store_state_seqs = bool(value)
+        F.check_switches(store_state_seqs=value)  # a word such as "no" is true
+        self._store_state_seqs = value
         self.state_seqs = None
 
     def reset(self) -> None:
