@@ -299,3 +299,6 @@ def test_a_flexsn_core_and_its_state_count_are_fixed_and_its_backend_checked() -
         with pytest.raises(TypeError, match="^store_state_seqs: expected True or False"):
             layer.store_state_seqs = bad
     assert layer.store_state_seqs is False
+    clif = ann.ComplementaryLIFNode()
+    with pytest.raises(TypeError, match="^store_state_seqs: expected True or False"):
+        clif.store_state_seqs = "no"

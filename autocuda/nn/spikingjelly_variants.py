@@ -111,7 +111,8 @@ class ComplementaryLIFNode(Neuron):
 
     @store_state_seqs.setter
     def store_state_seqs(self, value: bool) -> None:
-        self.__dict__["_store_state_seqs"] = bool(value)
+        F.check_switches(store_state_seqs=value)  # a word such as "no" is true
+        self.__dict__["_store_state_seqs"] = value
         self.state_seqs = None
 
     def reset(self) -> None:
