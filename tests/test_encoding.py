@@ -91,6 +91,29 @@ def test_poisson_and_latency_refuse_values_outside_unit_interval(bad: float) -> 
         E.latency(x, 4)
 
 
+def test_seeds_generators_and_switches_of_the_wrong_kind_are_named() -> None:
+    """They failed inside torch (manual_seed's RuntimeError, an overflow, an AttributeError of the generator), or a
+    word such as "no" turned a switch on; latency has no gain, so its range error no longer suggests one."""
+    x = torch.full((3,), 0.5)
+    with pytest.raises(TypeError, match=r"^seed: expected an int or None, got '1'"):
+        E.poisson(x, 4, seed="1")
+    with pytest.raises(ValueError, match=r"^seed: expected an int of 64 bits"):
+        E.poisson(x, 4, seed=2**70)
+    with pytest.raises(ValueError, match=r"^seed: expected an int of 64 bits"):
+        E.PoissonEncoder(4, seed=-2**63 - 1)
+    assert E.poisson(x, 4, seed=2**64 - 1).shape == (4, 3)
+    with pytest.raises(TypeError, match=r"^generator: expected a torch.Generator, got int"):
+        E.poisson(x, 4, generator=3)
+    with pytest.raises(TypeError, match=r"^check: expected True or False, got 'no'"):
+        E.poisson(x, 4, check="no")
+    with pytest.raises(TypeError, match=r"^check: expected True or False"):
+        E.latency(x, 4, check=0)
+    with pytest.raises(TypeError, match=r"^signed: expected True or False, got 'no'"):
+        E.delta(torch.rand(3, 2), 0.1, signed="no")
+    with pytest.raises(ValueError, match=r"^x: values must lie in \[0, 1\] \(scale them first\)$"):
+        E.latency(torch.full((3,), 2.0), 4)
+
+
 def test_check_false_skips_the_value_check() -> None:
     s = E.poisson(torch.tensor([1.5, -1.0]), 6, seed=0, check=False)
     assert s[:, 0].eq(1).all() and s[:, 1].eq(0).all()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..base.switches import check_switches
+
 __all__ = ["poisson", "latency", "delta", "PoissonEncoder", "LatencyEncoder", "DeltaEncoder"]
 
 Tensor = torch.Tensor
@@ -32,13 +34,16 @@ def poisson(x: Tensor, T: int, *, gain: float = 1.0, seed: int | None = None,
     """
     _check_tensor(x, "x")
     _check_steps(T)
+    check_switches(check=check)
     if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain >= 0:
         raise ValueError(f"gain: expected a number >= 0, got {gain!r}")
     if seed is not None and generator is not None:
         raise ValueError("seed, generator: pass one of them (seed makes a new generator; generator continues one)")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
     p = x * gain if gain != 1 else x
     if check:
-        _check_range(p, "x" if gain == 1 else "gain * x")
+        _check_range(p, "x" if gain == 1 else "gain * x", " (scale them first, or use gain=)")
     generator = _generator(x.device, seed) if seed is not None else generator
     if generator is not None and generator.device.type != x.device.type:
         raise ValueError(f"generator: it lives on {generator.device}, x on {x.device}; make it with "
@@ -55,8 +60,9 @@ def latency(x: Tensor, T: int, *, check: bool = True) -> Tensor:
     """
     _check_tensor(x, "x")
     _check_steps(T)
+    check_switches(check=check)
     if check:
-        _check_range(x, "x")
+        _check_range(x, "x", " (scale them first)")
     when = torch.round((T - 1) * (1 - x.to(torch.float64))).long()
     steps = torch.arange(T, device=x.device).view(T, *([1] * x.dim()))
     return (steps == when.unsqueeze(0)).to(_float_dtype(x))
@@ -72,6 +78,7 @@ def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool =
         raise ValueError(f"x_seq: expected a sequence of shape [T, *] with T > 0, got shape {tuple(x_seq.shape)}")
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
         raise ValueError(f"threshold: expected a number > 0, got {threshold!r}")
+    check_switches(signed=signed, check=check)
     if check and not bool(torch.isfinite(x_seq).all()):
         raise ValueError("x_seq: holds NaN or infinite values")
     reference = x_seq[0]
@@ -95,8 +102,8 @@ class PoissonEncoder(nn.Module):
     def __init__(self, T: int, gain: float = 1.0, seed: int | None = None, check: bool = True):
         super().__init__()
         _check_steps(T)
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise TypeError(f"seed: expected an int or None, got {seed!r}")
+        if seed is not None:
+            _check_seed(seed)
         self.T, self.gain, self.seed, self.check = T, gain, seed, check
         self._generators: dict[str, torch.Generator] = {}
 
@@ -161,10 +168,18 @@ def _check_steps(T: object) -> None:
         raise ValueError(f"T: expected the number of time steps, an int > 0, got {T!r}")
 
 
-def _check_range(p: Tensor, name: str) -> None:
+def _check_range(p: Tensor, name: str, hint: str) -> None:
     """One read-back for the whole tensor: NaN fails too (comparisons with NaN are false)."""
     if not bool(((p >= 0) & (p <= 1)).all()):
-        raise ValueError(f"{name}: values must lie in [0, 1] (scale them first, or use gain=)")
+        raise ValueError(f"{name}: values must lie in [0, 1]{hint}")
+
+
+def _check_seed(seed: object) -> None:
+    """A seed a torch.Generator takes: an int of 64 bits (signed or not)."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed: expected an int or None, got {seed!r}")
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"seed: expected an int of 64 bits (-2**63 to 2**64 - 1), got {seed}")
 
 
 def _float_dtype(x: Tensor) -> torch.dtype:
@@ -173,6 +188,7 @@ def _float_dtype(x: Tensor) -> torch.dtype:
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
+    _check_seed(seed)
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator

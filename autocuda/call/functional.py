@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
+from ..base.switches import check_switches
 from ..codegen.noise import Seed, step_values
 from ..runtime.configs import config, spec_facts, spec_ref
 from ..spec.draws import system_draws
@@ -187,12 +188,6 @@ def single_step(spec: NeuronSpec | str, x: Tensor | Sequence[Tensor], *states: T
     check_switches(detach_reset=detach_reset)
     return run_step(PROGRAMS, spec, x, states, surrogate, detach_reset, reset, backend, params)[0]
 
-
-def check_switches(**switches: Any) -> None:
-    """Refuse a switch that is no bool (here and on layers): a word such as "no" is true, and would turn it on."""
-    for name, value in switches.items():
-        if value is not True and value is not False:
-            raise TypeError(f"{name}: expected True or False, got {value!r}")
 
 
 def run_step(programs: Programs, spec: NeuronSpec | str, x: Tensor | Sequence[Tensor],

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..base.errors import SpecError
+from ..base.switches import check_switches
 from ..call import functional as F
 from ..runtime.configs import spec_ref, surrogate_ref
 from ..spec import flat
@@ -235,7 +236,7 @@ class FlexSN(Memories, MemoryBase):
 
     @store_state_seqs.setter
     def store_state_seqs(self, value: bool) -> None:
-        F.check_switches(store_state_seqs=value)  # a word such as "no" is true
+        check_switches(store_state_seqs=value)  # a word such as "no" is true
         self._store_state_seqs = value
         self.state_seqs = None
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..base.switches import check_switches
 from ..call import functional as F
 from ..runtime.configs import resolve_spec, spec_ref, surrogate_ref
 from ..spec.model import NeuronSpec, Param
@@ -116,7 +117,7 @@ class Neuron(MemoryViews, MemoryBase):
         if step_mode not in ("s", "m"):
             raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {step_mode!r}")
         check_backend(backend)
-        F.check_switches(**dict(zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h, store_final_states))))
+        check_switches(**dict(zip(FLAGS, (detach_reset, store_v_seq, recompute, save_h, store_final_states))))
         # References by string: what torch.compile's Dynamo can pass around as constants (see runtime.configs)
         self._spec_ref = spec_ref(self.spec)
         self.surrogate_function = self.spec.surrogate if surrogate_function is None else surrogate_function
@@ -169,7 +170,7 @@ class Neuron(MemoryViews, MemoryBase):
             if name == "backend":
                 check_backend(value)
             elif name in FLAGS:
-                F.check_switches(**{name: value})
+                check_switches(**{name: value})
                 if name == "store_final_states" and not value and \
                         type(self).multi_step_forward is not Neuron.multi_step_forward:
                     raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, "
@@ -229,7 +230,7 @@ class Neuron(MemoryViews, MemoryBase):
 
     @store_v_seq.setter
     def store_v_seq(self, value: bool) -> None:
-        F.check_switches(store_v_seq=value)
+        check_switches(store_v_seq=value)
         self.__dict__["_store_v_seq"] = value
         self.__dict__["v_seq"] = None
 

@@ -15,7 +15,7 @@ import math
 import numbers
 from typing import Any
 
-from ..call.functional import check_switches
+from ..base.switches import check_switches
 from ..spec.load import load_spec
 from ..spec.model import Level, NeuronSpec
 from ..spec.surrogate import Custom, Surrogate

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..base.switches import check_switches
 from ..call import functional as F
 from .arguments import BACKENDS, require_steps
 from .layer_call import read_params, start_states, step_inputs, store_states, sync_surrogate
@@ -111,7 +112,7 @@ class ComplementaryLIFNode(Neuron):
 
     @store_state_seqs.setter
     def store_state_seqs(self, value: bool) -> None:
-        F.check_switches(store_state_seqs=value)  # a word such as "no" is true
+        check_switches(store_state_seqs=value)  # a word such as "no" is true
         self.__dict__["_store_state_seqs"] = value
         self.state_seqs = None
 
