@@ -145,3 +145,19 @@ def test_the_memory_protocol() -> None:
     for layer, name in ((ours, "k"), (our.MaskedPSN(2, 4), "T"), (our.PSN(3), "T")):
         with pytest.raises(AttributeError, match=f"{name} is fixed at construction"):
             setattr(layer, name, 5)  # the weights' shapes follow it: a new value would be silently wrong
+
+
+def test_arguments_of_the_wrong_kind_are_refused_by_name() -> None:
+    """An integer sequence failed inside torch's matmul, a word for lambda_ inside torch.fill_; a NaN lambda_init
+    made every output NaN, and a word for exp_init (true) chose the exponential weights."""
+    with pytest.raises(TypeError, match=r"^PSN: x_seq: expected a floating dtype, got torch.int64"):
+        our.PSN(4)(torch.ones(4, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"^lambda_init: expected a finite number, got nan"):
+        our.MaskedPSN(2, 4, lambda_init=float("nan"))
+    layer = our.MaskedPSN(2, 4)
+    with pytest.raises(TypeError, match=r"^lambda_: expected a number, got 'x'"):
+        layer.lambda_ = "x"
+    layer.lambda_ = torch.tensor(0.5)
+    assert float(layer.lambda_) == 0.5
+    with pytest.raises(TypeError, match=r"^exp_init: expected True or False, got 'no'"):
+        our.SlidingPSN(2, exp_init="no")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..base.switches import check_switches
 from ..call import mixing
 from ..spec.surrogate import ATan
 from .arguments import fixed_at_construction, require_number
@@ -46,6 +47,8 @@ def _sequence(x_seq: Any, steps: int | None, layer: str) -> torch.Tensor:
         raise TypeError(f"{layer}: x_seq: expected a tensor of shape [T, *], got {type(x_seq).__name__}")
     if x_seq.dim() < 1 or (steps is not None and x_seq.shape[0] != steps):
         raise ValueError(f"{layer}: x_seq: expected shape [T, *] with T = {steps}, got {tuple(x_seq.shape)}")
+    if not x_seq.is_floating_point():
+        raise TypeError(f"{layer}: x_seq: expected a floating dtype, got {x_seq.dtype}")
     return x_seq
 
 
@@ -174,6 +177,8 @@ class MaskedPSN(_QueuedPSN):
         self.__dict__["_k"], self.__dict__["_T"] = _check_order("k", k), _check_order("T", T)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
         require_number("lambda_init", lambda_init)
+        if not math.isfinite(lambda_init):
+            raise ValueError(f"lambda_init: expected a finite number, got {lambda_init!r}")
         self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
         self.weight = nn.Parameter(torch.zeros(T, T))
         self.bias = nn.Parameter(torch.full((T, 1), -1.0))
@@ -188,6 +193,8 @@ class MaskedPSN(_QueuedPSN):
 
     @lambda_.setter
     def lambda_(self, value: float) -> None:
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+            require_number("lambda_", value)
         torch.fill_(self._lambda_, value)
 
     def masked_weight(self) -> torch.Tensor:
@@ -243,6 +250,7 @@ class SlidingPSN(_QueuedPSN):
     def __init__(self, k: int, exp_init: bool = True, surrogate_function: Any = None, step_mode: str = "s"):
         super().__init__(step_mode, {"queue": []})
         self.__dict__["_k"] = _check_order("k", k)
+        check_switches(exp_init=exp_init)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
         if exp_init:
             weight = torch.ones(k)
