@@ -302,3 +302,16 @@ def test_a_flexsn_core_and_its_state_count_are_fixed_and_its_backend_checked() -
     clif = ann.ComplementaryLIFNode()
     with pytest.raises(TypeError, match="^store_state_seqs: expected True or False"):
         clif.store_state_seqs = "no"
+
+
+def test_inputs_of_a_kind_a_layer_cannot_take_are_refused_by_name() -> None:
+    """They failed inside torch: MPBN's BatchNorm on bool or complex input, PSN's matmul of half input with float
+    weights (outside autocast, which runs it)."""
+    make, shape = CASES["MPBNLIFNode"]
+    for dtype in (torch.bool, torch.complex64):
+        with pytest.raises(TypeError, match=f"^MPBNLIFNode: x: expected a tensor of real numbers, got {dtype}"):
+            _call(_build(ann.MPBNLIFNode, make()), torch.ones(shape, dtype=dtype))
+    with pytest.raises(TypeError, match=r"^x_seq: torch.float16, but the layer's weights are torch.float32"):
+        ann.PSN(4)(torch.rand(4, 3).half())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert ann.PSN(4)(torch.rand(4, 3).bfloat16()).dtype == torch.bfloat16

@@ -163,6 +163,9 @@ class MPBNLIFNode(MPBNBaseNode):
         return {**stats, "mu": self.mu, "sigma2": self.sigma2, "bn_momentum": self.bn_momentum}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and (x.dtype == torch.bool or x.is_complex()):
+            raise TypeError(f"MPBNLIFNode: x: expected a tensor of real numbers, got {x.dtype}")
         stats = self._statistics()
         out = super().forward(*args, _mpbn_stats=stats, **kwargs)
         if self.training:
