@@ -59,11 +59,9 @@ def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch
     spikes = mixing.fire(x_seq, weight, bias, surrogate)
     if spikes is not None:
         return spikes
-    if x_seq.dtype != weight.dtype and not torch.is_autocast_enabled(x_seq.device.type):
-        raise TypeError(f"x_seq: {x_seq.dtype}, but the layer's weights are {weight.dtype}: convert the layer "
-                        f"(.to({x_seq.dtype})) or run it under torch.autocast")
     rows = x_seq.flatten(1) if x_seq.dim() > 1 else x_seq.unsqueeze(1)
-    return surrogate(torch.addmm(bias, weight, rows)).view(x_seq.shape)
+    # weights in x's dtype, as the kernels take them (torch's matmul refuses two dtypes; autocast chooses its own)
+    return surrogate(torch.addmm(bias.to(x_seq.dtype), weight.to(x_seq.dtype), rows)).view(x_seq.shape)
 
 
 class PSN(MultiStepOnly, nn.Module):
