@@ -187,6 +187,8 @@ BAD_ARGUMENTS = [
     ("NoisyNonSpikingIFNode", "sigma_init", "bad"), ("OutlierAwareThresholdNode", "split_threshold", None),
     ("OutlierAwareThresholdNode", "clamp_value", "bad"), ("STBIFNode", "level", float("nan")),
     ("MPBNLIFNode", "bn_momentum", "bad"), ("MPBNLIFNode", "bn_min_momentum", None),
+    # a NaN noise scale made every output NaN
+    ("NoisyCUBALIFNode", "sigma_init", float("nan")), ("NoisyCUBALIFNode", "beta", float("inf")),
 ]
 
 
@@ -313,6 +315,9 @@ def test_inputs_of_a_kind_a_layer_cannot_take_are_refused_by_name() -> None:
     for dtype in (torch.bool, torch.complex64):
         with pytest.raises(TypeError, match=f"^MPBNLIFNode: x: expected a tensor of real numbers, got {dtype}"):
             _call(_build(ann.MPBNLIFNode, make()), torch.ones(shape, dtype=dtype))
+    for column in ("x", None):  # failed inside torch.as_tensor
+        with pytest.raises(TypeError, match="^theta: expected a number, a sequence of numbers or a tensor"):
+            ann.FewSpikeTable(column, [1.0], [1.0])
     layer, x = ann.PSN(4), torch.rand(4, 3)
     half = layer(x.half())
     assert half.dtype == torch.float16

@@ -36,7 +36,7 @@ Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # theta,
 
 def _vector(name: str, value: Any) -> torch.Tensor:
     """A table's column: a non-empty, finite, real 1-D tensor (integers as the default float dtype), copied."""
-    tensor = torch.as_tensor(value)
+    tensor = as_values(name, value)  # a word, None or a bool refused by name
     if tensor.dim() != 1:
         raise ValueError(f"{name}: must be a 1-D tensor or sequence, got shape {tuple(tensor.shape)}")
     if tensor.numel() == 0:
