@@ -4,6 +4,7 @@ values were derived from), read as attributes and refused by name when set, so t
 unseen."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -23,11 +24,15 @@ def check_backend(value: Any) -> None:
         raise ValueError(f"backend: expected one of {[b for b in BACKENDS if b]} or None, got {value!r}")
 
 
-def require_number(name: str, value: Any, none: bool = False) -> None:
-    """A real number (a Python or NumPy one; None too where `none`), else a TypeError naming the argument."""
-    if (value is None and none) or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+def require_number(name: str, value: Any, none: bool = False, finite: bool = False) -> None:
+    """A real number (a Python or NumPy one; None too where `none`), else a TypeError naming the argument; with
+    `finite`, a NaN or an infinity is a ValueError."""
+    if value is None and none:
         return
-    raise TypeError(f"{name}: expected a number{' or None' if none else ''}, got {value!r}")
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{name}: expected a number{' or None' if none else ''}, got {value!r}")
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
 
 
 def as_values(name: str, value: Any) -> torch.Tensor:

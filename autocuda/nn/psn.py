@@ -177,9 +177,7 @@ class MaskedPSN(_QueuedPSN):
         super().__init__(step_mode, {"time_step": 0, "queue": []})
         self.__dict__["_k"], self.__dict__["_T"] = _check_order("k", k), _check_order("T", T)
         self.surrogate_function = ATan() if surrogate_function is None else surrogate_function
-        require_number("lambda_init", lambda_init)
-        if not math.isfinite(lambda_init):
-            raise ValueError(f"lambda_init: expected a finite number, got {lambda_init!r}")
+        require_number("lambda_init", lambda_init, finite=True)  # NaN: every output NaN
         self.register_buffer("_lambda_", torch.as_tensor(float(lambda_init)))
         self.weight = nn.Parameter(torch.zeros(T, T))
         self.bias = nn.Parameter(torch.full((T, 1), -1.0))

@@ -184,10 +184,8 @@ class NoisyBaseNode(_Episodes, MultiStepOnly, Neuron):
         check_float("v_threshold", v_threshold)
         check_size("num_node", num_node)
         check_size("T", T)
-        for name, value in (("sigma_init", sigma_init), ("beta", beta)):
-            require_number(name, value)
-            if not math.isfinite(value):  # it scales every draw: NaN outputs
-                raise ValueError(f"{name}: expected a finite number, got {value!r}")
+        require_number("sigma_init", sigma_init, finite=True)  # it scales every draw: NaN outputs
+        require_number("beta", beta, finite=True)
         super().__init__(self.SPEC, surrogate_function=surrogate_function, step_mode="m", backend=backend,
                          v_threshold=v_threshold, v_reset=v_reset, **spec_params)
         self.__dict__["_num_node"] = num_node
@@ -314,10 +312,8 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
                              f"last membrane 'last-me'), got {decode!r}")
         check_size("num_node", num_node)
         check_size("T", T)
-        for name, value in (("sigma_init", sigma_init), ("beta", beta)):
-            require_number(name, value)
-            if not math.isfinite(value):  # it scales every draw: NaN outputs
-                raise ValueError(f"{name}: expected a finite number, got {value!r}")
+        require_number("sigma_init", sigma_init, finite=True)  # it scales every draw: NaN outputs
+        require_number("beta", beta, finite=True)
         super().__init__(self.SPEC, step_mode="m", backend=backend)
         self.__dict__["_num_node"] = num_node
         self.is_training, self.T, self.beta, self.decode = is_training, T, beta, decode
