@@ -27,12 +27,18 @@ def pair(name: str, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[torch.nn.
     return theirs, ours
 
 
-def check_same(theirs: torch.nn.Module, ours: torch.nn.Module, calls: list[torch.Tensor]) -> None:
-    """The calls' spikes equal, and the gradients of a weighted sum of them by the inputs and every parameter."""
+def check_same(theirs: torch.nn.Module, ours: torch.nn.Module, calls: list[torch.Tensor], spiking: bool = True
+               ) -> None:
+    """The calls' spikes equal, and the gradients of a weighted sum of them by the inputs and every parameter. Not
+    `spiking`, the outputs are a surrogate's primitive: torch's sigmoid (SpikingJelly's) and the formula ours
+    evaluates round apart by an ulp on some CPUs (torch's AVX-512 kernels), so they agree to rounding."""
     outs_theirs = [theirs(x) for x in calls]
     outs_ours = [ours(x) for x in calls]
     for a, b in zip(outs_theirs, outs_ours):
-        assert torch.equal(a, b)
+        if spiking:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(b, a, rtol=1e-14, atol=1e-15)
     weights = [torch.randn_like(a) for a in outs_theirs]
     loss_theirs = sum((a * w).sum() for a, w in zip(outs_theirs, weights))
     loss_ours = sum((b * w).sum() for b, w in zip(outs_ours, weights))
@@ -125,7 +131,7 @@ def test_the_surrogate_is_read_at_every_call(surrogate: str) -> None:
     x = sequence(3, 4)
     check_same(theirs, ours, [x])
     theirs.surrogate_function, ours.surrogate_function = theirs_new(), ours_new()
-    check_same(theirs, ours, [x])
+    check_same(theirs, ours, [x], spiking=surrogate != "not spiking")
 
 
 def test_the_memory_protocol() -> None:
