@@ -107,6 +107,40 @@ def test_non_floating_inputs_are_refused_on_every_path(entry, dtype):
         ENTRY_POINTS[entry](x)
 
 
+def _multi_step_entry(entry: str) -> bool:
+    return entry.endswith(" m") or entry.startswith("multi")
+
+
+@pytest.mark.parametrize(("entry", "layout"), [(e, "sparse_coo") for e in ENTRY_POINTS] +  # a nested x[0] is a row
+                         [(e, "nested") for e in ENTRY_POINTS if _multi_step_entry(e)])
+def test_sparse_and_nested_inputs_are_refused_on_every_path(entry, layout):
+    if layout == "nested":  # of [3] and [2]
+        x = torch.nested.nested_tensor([torch.zeros(3), torch.zeros(2)], layout=torch.jagged)
+    else:
+        x = torch.zeros(2, 3).to_sparse()
+    name = "x_seq" if _multi_step_entry(entry) else "x"
+    kind = "nested" if layout == "nested" else "torch.sparse_coo"
+    with pytest.raises(TypeError, match=rf"^{name}: expected a dense tensor, got a {kind} one \(a dense copy"):
+        ENTRY_POINTS[entry](x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_a_layer_refuses_a_sparse_input_after_dense_ones(backend, step_mode):
+    """The layer's keyed call (after a dense call) leaves a sparse input to the checks that name it."""
+    layer = ann.LIFNode(step_mode=step_mode, backend=backend)
+    x = seq(2, 3)
+    x = x if step_mode == "m" else x[0]
+    layer(x)
+    layer(x)
+    with pytest.raises(TypeError, match=r"expected a dense tensor, got a torch.sparse_coo one"):
+        layer(x.to_sparse())
+    layer.reset()
+    layer.v_threshold = torch.ones(3).to_sparse()
+    with pytest.raises(TypeError, match=r"^parameter 'v_threshold': expected a dense tensor"):
+        layer(x)
+
+
 BAD_STATES = [  # (what, make the state for x [2, 3], error, message)
     ("too long", lambda: torch.zeros(4), ValueError,
      r"^state 'v': expected shape \(3,\) \(the neuron shape\), got \(4,\)$"),
@@ -117,6 +151,8 @@ BAD_STATES = [  # (what, make the state for x [2, 3], error, message)
     ("float16", lambda: torch.zeros(3, dtype=torch.float16), TypeError, r"got torch.float16$"),
     ("a bool", lambda: True, TypeError, r"^state 'v': expected a torch.Tensor or a number, got bool$"),
     ("a NumPy array", lambda: np.zeros(3, dtype=np.float32), TypeError, r"got ndarray$"),
+    ("sparse", lambda: torch.zeros(3).to_sparse(), TypeError,
+     r"^state 'v': expected a dense tensor, got a torch.sparse_coo one \(a dense copy: .to_dense\(\)\)$"),
 ]
 
 

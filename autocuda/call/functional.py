@@ -125,7 +125,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
         try:
             program = programs.get(call_key(spec, x_seq, initial_states, surrogate, detach_reset, reset, backend,
                                             save_h, options, params))
-        except TypeError:  # the checks below name the argument
+        except (TypeError, RuntimeError):  # the checks below name the argument (a sparse x has no data pointer)
             program = None
         ran = None if program is None or program.launch is None else program.run_bound(x_seq, initial_states, params)
         found = program
@@ -257,6 +257,9 @@ def _check_input(x: Any, name: str, min_dim: int) -> None:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}: expected a floating dtype (float32, float64, float16, bfloat16), got {x.dtype}")
+    if x.layout != torch.strided or x.is_nested:
+        raise TypeError(f"{name}: expected a dense tensor, got a {'nested' if x.is_nested else x.layout} one "
+                        "(a dense copy: .to_dense(), or a nested tensor's .to_padded_tensor(0))")
     if x.dim() < min_dim:
         raise ValueError(f"{name}: expected a tensor of shape [T, *] (at least {min_dim} dims), "
                          f"got shape {tuple(x.shape)}")

@@ -43,8 +43,9 @@ __all__ = ["FLOATS", "Call", "Program", "Programs", "as_rows", "call_key", "conf
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
 ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
-# whether a functorch transform (vmap, grad, ...) is active; a torch without the query counts as always
-transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+# whether a torch.func transform (vmap, grad, ...) is active; a torch without the query counts as always
+_TRANSFORMS_QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
+transforms_active: Callable[[], bool] = _TRANSFORMS_QUERY or (lambda: True)
 
 
 # -- the key -------------------------------------------------------------------------------------------------------
@@ -147,7 +148,8 @@ class Programs(dict):
         try:
             key = call_key(spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
             found = self.get(key)
-        except TypeError:  # an unhashable argument, or a spec of the wrong type: the program's checks name it
+        except (TypeError, RuntimeError):  # an unhashable argument, a spec of the wrong type, a tensor of no data
+            # pointer (sparse, say): the program's checks name it
             return Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
         if found is None:
             found = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
@@ -398,11 +400,18 @@ def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
 def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, ...]) -> None:
     if not value.is_floating_point():
         raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
+    _check_dense(f"parameter {name!r}", value)
     if value.device != x.device:
         raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {x.device}")
     if not broadcasts(tuple(value.shape), shape):
         raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
                          f"neuron shape {shape}")
+
+
+def _check_dense(what: str, value: Tensor) -> None:
+    if value.layout != torch.strided or value.is_nested:
+        raise TypeError(f"{what}: expected a dense tensor, got a {'nested' if value.is_nested else value.layout} "
+                        "one (a dense copy: .to_dense())")
 
 
 # -- a call --------------------------------------------------------------------------------------------------------
@@ -429,6 +438,8 @@ class Call:
                 spec, x, states, surrogate, detach_reset, reset, backend, save_h, options, params)
         self.program = program
         self.backend, self.key, self.state_names = program.backend, program.key, program.state_names
+        if not self.owned and not self.compiling and program.backend != "reference":
+            _refuse_transforms(program)
         if num_inputs != len(program.inputs):
             several = f"a tuple of {len(program.inputs)} tensors" if len(program.inputs) > 1 else "one tensor"
             raise TypeError(f"neuron {program.name!r} takes {len(program.inputs)} step input(s) "
@@ -456,6 +467,7 @@ class Call:
             return float(state)
         if not isinstance(state, torch.Tensor):
             raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
+        _check_dense(f"state {name!r}", state)
         if tuple(state.shape) != self.shape:
             raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
                              f"{tuple(state.shape)}")
@@ -531,6 +543,15 @@ class Call:
         converted = tuple(u.to(compute) for u in inputs)
         return (converted[0] if len(converted) == 1 else converted, states, params, configured.surrogate,
                 configured.detach_reset)
+
+
+def _refuse_transforms(program: Program) -> None:
+    """The kernels take no torch.func transform (their ops have no batching rule, their autograd no functorch form)."""
+    if _TRANSFORMS_QUERY is not None and _TRANSFORMS_QUERY():
+        raise NotImplementedError(
+            f"neuron {program.name!r}: autocuda's kernels (backend {program.backend!r}) do not run under torch.func "
+            "transforms (functorch transforms: grad, vmap, jacrev, ...); build the layer, or make the call, with "
+            "backend='reference', whose torch ops they take")
 
 
 PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)

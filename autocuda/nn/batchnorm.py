@@ -233,6 +233,10 @@ class BatchNormNeuron(nn.Module):
         if not (self.training and self.track_running_stats) or running_mean is None or running_var is None \
                 or batches is None:
             return
+        if _is_batched(mean):  # torch's BatchNorm refuses it alike
+            raise RuntimeError("BatchNormNeuron: under torch.vmap a training call would update the running "
+                               "statistics, which are not batched, with batched ones: call it in eval mode or with "
+                               "track_running_stats=False")
         with torch.no_grad():
             batches.add_(1)
             factor: Any = self.momentum if self.momentum is not None else 1.0 / batches.to(running_mean.dtype)
@@ -272,14 +276,19 @@ class _Statistics(torch.autograd.Function):
     """Per channel (dim `channel` of x): mean and biased variance over the other dims, in float32 for
     float16/bfloat16 x. Backward is one expression over x, `x * c1 + c0` with per-channel c1 and c0, since
     d mean/dx = 1/M and d var/dx = 2 (x - mean)/M (M = `count` values per channel); autograd's own derivative of
-    var_mean makes several passes over x."""
+    var_mean makes several passes over x. Torch ops apart from `setup_context`: torch.func's transforms take it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, channel: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, var = passes.batch_statistics(x.float() if x.dtype in _LOW else x, channel)
-        ctx.save_for_backward(x, mean)
-        ctx.channel, ctx.count = channel, count
-        return mean, var
+    def forward(x: torch.Tensor, channel: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return passes.batch_statistics(x.float() if x.dtype in _LOW else x, channel)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, int, int], output: tuple[torch.Tensor, torch.Tensor]
+                      ) -> None:
+        ctx.save_for_backward(inputs[0], output[0])
+        ctx.channel, ctx.count = inputs[1], inputs[2]
 
     @staticmethod
     def backward(ctx: Any, grad_mean: torch.Tensor, grad_var: torch.Tensor) -> tuple[Any, None, None]:
@@ -290,6 +299,8 @@ class _Statistics(torch.autograd.Function):
         return torch.addcmul(c0.reshape(shape), x, c1.reshape(shape)).to(x.dtype), None, None
 
 
+# whether a tensor is vmap's batched view (torch.func)
+_is_batched: Any = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", lambda tensor: False)
 _KINDS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 _FORWARDS = ("forward", "single_step_forward", "multi_step_forward")
 

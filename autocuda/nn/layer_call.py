@@ -185,7 +185,10 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
             return None
     if numbers and tensors:
         return None
-    program = owned.get(program_key(configuration, x, state_class(tensors) if tensors else floats))
+    try:
+        program = owned.get(program_key(configuration, x, state_class(tensors) if tensors else floats))
+    except RuntimeError:  # x has no data pointer (a sparse tensor, say): the full path names it
+        return None
     if program is None:
         return None
     results = program.run_layer(x, tensors, [*numbers, *scalars], [now[i] for i in picks] if picks else ())

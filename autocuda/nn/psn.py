@@ -140,13 +140,18 @@ def _placement(steps: int, k: int, device: torch.device, dtype: torch.dtype) -> 
 class _Banded(torch.autograd.Function):
     """SlidingPSN's [T, T] matrix of its k weights: the gather of `_band` forward; backward sums each weight's
     entries as one product with the band's 0/1 placement (`_placement`), where the gather's own backward
-    accumulates through a sort and several more operations."""
+    accumulates through a sort and several more operations. Torch ops apart from `setup_context`: torch.func's
+    transforms take it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx: Any, weight: torch.Tensor, steps: int) -> torch.Tensor:
-        k = weight.shape[0]
-        ctx.shape = (steps, k)
-        return torch.cat((weight.new_zeros(1), weight))[_band(steps, k, weight.device)]
+    def forward(weight: torch.Tensor, steps: int) -> torch.Tensor:
+        return torch.cat((weight.new_zeros(1), weight))[_band(steps, weight.shape[0], weight.device)]
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, int], output: torch.Tensor) -> None:
+        ctx.shape = (inputs[1], inputs[0].shape[0])
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:

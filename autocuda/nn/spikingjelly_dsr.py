@@ -101,16 +101,23 @@ def _output(spikes: torch.Tensor, v_th: torch.Tensor, divisor: float, backend: s
 
 
 class _DSRIF(torch.autograd.Function):
+    """The DSR IF's output and its gradient. Forward apart from `setup_context`, so torch.func's transforms take it
+    where the torch reference runs it (the kernels refuse them by name)."""
+
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx: Any, x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int,
-                grad_scale: float, backend: str | None) -> torch.Tensor:
-        ctx.save_for_backward(x_seq, v_threshold)
-        ctx.steps, ctx.grad_scale = steps, grad_scale
-        ctx.backend = backend
+    def forward(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int, grad_scale: float,
+                backend: str | None) -> torch.Tensor:
         v_th = v_threshold.to(x_seq.dtype)
         if kernel_backend(x_seq, BACKENDS[backend]) is not None:  # the output s v_threshold in one launch
             return _spikes(x_seq, v_th, alpha, 1.0, 1.0, backend, _written_dsr())
         return _output(_spikes(x_seq, v_th, alpha, 1.0, 1.0, backend), v_th, 1.0, backend)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        x_seq, v_threshold, _, ctx.steps, ctx.grad_scale, ctx.backend = inputs
+        ctx.save_for_backward(x_seq, v_threshold)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
@@ -130,15 +137,21 @@ class _DSRIF(torch.autograd.Function):
 
 
 class _DSRLIF(torch.autograd.Function):
+    """The DSR LIF's output and its gradient (as `_DSRIF`: torch.func's transforms take the reference's)."""
+
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx: Any, x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int, tau: float,
+    def forward(x_seq: torch.Tensor, v_threshold: torch.Tensor, alpha: float, steps: int, tau: float,
                 delta_t: float, grad_scale: float, backend: str | None) -> torch.Tensor:
-        ctx.save_for_backward(x_seq, v_threshold)
-        ctx.steps, ctx.tau, ctx.delta_t, ctx.grad_scale = steps, tau, delta_t, grad_scale
-        ctx.backend = backend
         v_th = v_threshold.to(x_seq.dtype)
         beta = math.exp(-delta_t / tau)
         return _output(_spikes(x_seq, v_th, alpha, beta, 1 - beta, backend), v_th, delta_t, backend)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        x_seq, v_threshold, _, ctx.steps, ctx.tau, ctx.delta_t, ctx.grad_scale, ctx.backend = inputs
+        ctx.save_for_backward(x_seq, v_threshold)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:

@@ -311,11 +311,19 @@ def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any], frozen: bool = False)
 
 
 class _SpikeFunction(torch.autograd.Function):
+    """Θ(x) with the surrogate's gradient. Forward apart from `setup_context` and elementwise, so torch.func's
+    transforms (grad, vmap, jacrev, ...) take it: vmap batches it as it batches its body."""
+
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, surrogate: Surrogate, strict: bool) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.surrogate = surrogate
+    def forward(x: torch.Tensor, surrogate: Surrogate, strict: bool) -> torch.Tensor:
         return (x > 0 if strict else x >= 0).to(x.dtype)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[0])
+        ctx.surrogate = inputs[1]
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:

@@ -1,0 +1,108 @@
+"""torch.func's transforms (grad, vmap) over the layers: the reference backend and the torch paths of SlidingPSN, the
+DSR nodes and BatchNormNeuron run under them and agree with autograd and with a loop over the batch; the kernel
+backends refuse them by name (docs/bad-input.md, Gradients)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from autocuda import nn as ann
+from autocuda.call import functional as F
+
+F64 = torch.float64
+
+
+def inputs(*shape: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=generator, dtype=F64) * 2.5 - 0.5
+
+
+# (the layer, made in float64; x's shape; x's scale: every layer spikes)
+LAYERS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], float]] = {
+    "LIFNode": (lambda: ann.LIFNode(step_mode="m", backend="reference"), (5, 2, 3), 1.0),
+    "ParametricLIFNode": (lambda: ann.ParametricLIFNode(step_mode="m", backend="reference"), (5, 2, 3), 1.0),
+    "IzhikevichNode s": (lambda: ann.IzhikevichNode(backend="reference"), (2, 3), 40.0),
+    "SlidingPSN": (lambda: ann.SlidingPSN(3, step_mode="m"), (5, 2, 3), 1.0),
+    "DSRLIFNode": (lambda: ann.DSRLIFNode(T=5, step_mode="m"), (5, 2, 3), 4.0),
+    "BatchNormNeuron eval": (lambda: ann.BatchNormNeuron(2, step_mode="m").eval(), (5, 2, 2, 3, 3), 1.0),
+    "BatchNormNeuron no running statistics": (
+        lambda: ann.BatchNormNeuron(2, step_mode="m", track_running_stats=False), (5, 2, 2, 3, 3), 1.0),
+}
+
+
+def made(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    make, shape, scale = LAYERS[name]
+    torch.manual_seed(0)
+    return make().to(F64), inputs(*shape) * scale
+
+
+def loss_of(layer: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        layer.reset()
+        return (layer(x) * torch.linspace(0.5, 1.5, x.shape[-1], dtype=F64)).sum()
+    return loss
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_grad_equals_autograd(name):
+    layer, x = made(name)
+    got = torch.func.grad(loss_of(layer))(x)
+    x = x.clone().requires_grad_()
+    loss_of(layer)(x).backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    torch.testing.assert_close(got, x.grad, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_vmap_equals_a_loop(name):
+    layer, x = made(name)
+    batch = torch.stack([x, x.flip(-1), x * 0.5])
+    def run(u: torch.Tensor) -> torch.Tensor:
+        layer.reset()
+        return layer(u)
+    got = torch.vmap(run)(batch)
+    expected = torch.stack([run(u) for u in batch])
+    assert expected.abs().sum() > 0
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_a_learnable_parameter_takes_grad_through_functional_call():
+    layer, x = made("ParametricLIFNode")
+    params = {"w": torch.tensor(0.3, dtype=F64)}
+
+    def loss(p: dict[str, torch.Tensor]) -> torch.Tensor:
+        layer.reset()
+        return torch.func.functional_call(layer, p, (x,)).sum()
+    got = torch.func.grad(loss)(params)["w"]
+    with torch.no_grad():
+        layer.w.fill_(0.3)
+    layer.reset()
+    layer(x).sum().backward()
+    assert got != 0
+    torch.testing.assert_close(got, layer.w.grad, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap"])
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_the_kernels_refuse_the_transforms_by_name(transform, step_mode):
+    layer = ann.LIFNode(step_mode=step_mode, backend="host")
+    x = inputs(5, 3) if step_mode == "m" else inputs(3)
+    run = torch.func.grad(loss_of(layer)) if transform == "grad" else torch.vmap(loss_of(layer))
+    message = (r"^neuron 'lif': autocuda's kernels \(backend 'host'\) do not run under torch.func transforms .* "
+               r"backend='reference'")
+    with pytest.raises(NotImplementedError, match=message):
+        run(x if transform == "grad" else torch.stack([x, x]))
+    with pytest.raises(NotImplementedError, match=message):  # the functional API alike
+        torch.vmap(lambda u: F.multi_step("lif", u, backend="host")[0])(torch.stack([inputs(5, 3)] * 2))
+    layer.reset()
+    assert layer(x).shape == x.shape  # outside the transform the layer runs as before
+
+
+def test_batchnorm_training_with_running_statistics_refuses_vmap():
+    layer, x = made("BatchNormNeuron eval")
+    layer.train()
+    with pytest.raises(RuntimeError, match=r"^BatchNormNeuron: under torch.vmap a training call would update the "
+                                           r"running statistics"):
+        torch.vmap(loss_of(layer))(torch.stack([x, x]))
