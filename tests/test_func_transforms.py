@@ -106,3 +106,17 @@ def test_batchnorm_training_with_running_statistics_refuses_vmap():
     with pytest.raises(RuntimeError, match=r"^BatchNormNeuron: under torch.vmap a training call would update the "
                                            r"running statistics"):
         torch.vmap(loss_of(layer))(torch.stack([x, x]))
+
+
+def test_the_mixing_kernels_leave_a_transformed_call_to_torch():
+    """PSN's kernels (asked for by name here; a GPU's default) step aside under a transform: torch composes the
+    call, so a PSN on a GPU runs under grad and vmap as on the CPU (tests/gpu/test_func_transforms_gpu.py)."""
+    from autocuda.call import mixing
+    from autocuda.spec.surrogate import ATan
+
+    x, weight, bias = inputs(4, 3), torch.eye(4, dtype=F64), torch.zeros(4, 1, dtype=F64)
+    assert mixing.kernel_backend(x, "host") == "host"
+    seen = []
+    torch.vmap(lambda u: seen.append(mixing.kernel_backend(u, "host")) or u)(torch.stack([x, x]))
+    torch.func.grad(lambda u: seen.append(mixing.fire(u, weight, bias, ATan(), "host")) or u.sum())(x)
+    assert seen == [None, None]

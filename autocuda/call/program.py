@@ -43,9 +43,11 @@ __all__ = ["FLOATS", "Call", "Program", "Programs", "as_rows", "call_key", "conf
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
 ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
-# whether a torch.func transform (vmap, grad, ...) is active; a torch without the query counts as always
-_TRANSFORMS_QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
-transforms_active: Callable[[], bool] = _TRANSFORMS_QUERY or (lambda: True)
+# whether a torch.func transform (vmap, grad, ...) is active: none on a torch without the query, except for the
+# fast paths (`transforms_active`), which then count one as always active
+_QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
+functorch_active: Callable[[], bool] = _QUERY or (lambda: False)
+transforms_active: Callable[[], bool] = _QUERY or (lambda: True)
 
 
 # -- the key -------------------------------------------------------------------------------------------------------
@@ -547,7 +549,7 @@ class Call:
 
 def _refuse_transforms(program: Program) -> None:
     """The kernels take no torch.func transform (their ops have no batching rule, their autograd no functorch form)."""
-    if _TRANSFORMS_QUERY is not None and _TRANSFORMS_QUERY():
+    if functorch_active():
         raise NotImplementedError(
             f"neuron {program.name!r}: autocuda's kernels (backend {program.backend!r}) do not run under torch.func "
             "transforms (functorch transforms: grad, vmap, jacrev, ...); build the layer, or make the call, with "
