@@ -1,6 +1,7 @@
 """torch.func's transforms (grad, vmap) over the layers: the reference backend and the torch paths of SlidingPSN, the
 DSR nodes and BatchNormNeuron run under them and agree with autograd and with a loop over the batch; the kernel
-backends refuse them by name (docs/bad-input.md, Gradients)."""
+backends refuse them by name (docs/bad-input.md, Gradients). torch.jit.trace likewise; torch.export takes the
+kernels."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -120,3 +121,39 @@ def test_the_mixing_kernels_leave_a_transformed_call_to_torch():
     torch.vmap(lambda u: seen.append(mixing.kernel_backend(u, "host")) or u)(torch.stack([x, x]))
     torch.func.grad(lambda u: seen.append(mixing.fire(u, weight, bias, ATan(), "host")) or u.sum())(x)
     assert seen == [None, None]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_jit_trace_refuses_the_kernels_and_records_the_reference(step_mode):
+    """torch.jit.trace records no kernel launch (its trace returned the tracing call's outputs): refused by name,
+    also after calls that took the layer's keyed path; the reference's torch ops trace and run as eager."""
+    x = (inputs(5, 2, 3) if step_mode == "m" else inputs(2, 3)) * 3
+    layer = ann.LIFNode(step_mode=step_mode, backend="host")
+    layer(x)
+    layer(x)
+    layer.reset()
+    with pytest.raises(NotImplementedError, match=r"^neuron 'lif': autocuda's kernels \(backend 'host'\) cannot be "
+                                                  r"recorded by torch.jit.trace"):
+        torch.jit.trace(layer, (x,), check_trace=False)
+    layer.backend = "reference"
+    layer.reset()
+    traced = torch.jit.trace(layer, (x,), check_trace=False)
+    other = inputs(*x.shape, seed=1) * 3
+    layer.reset()
+    expected = layer(other)
+    layer.reset()
+    assert expected.abs().sum() > 0
+    assert torch.equal(traced(other), expected)
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.v was assigned during export")
+def test_torch_export_takes_the_kernels():
+    """torch.export records the kernels as custom ops: the exported program runs them on new inputs."""
+    layer = ann.LIFNode(step_mode="m", backend="host")
+    x, other = inputs(5, 2, 3), inputs(5, 2, 3, seed=1)
+    exported = torch.export.export(layer, (x,))
+    layer.reset()
+    expected = layer(other)
+    assert expected.abs().sum() > 0
+    assert torch.equal(exported.module()(other), expected)

@@ -48,6 +48,7 @@ ENABLED = True  # False: programs bind nothing and make no native plan (tests co
 _QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
 functorch_active: Callable[[], bool] = _QUERY or (lambda: False)
 transforms_active: Callable[[], bool] = _QUERY or (lambda: True)
+tracing_state: Callable[[], Any] = torch._C._get_tracing_state  # not None while torch.jit.trace records a call
 
 
 # -- the key -------------------------------------------------------------------------------------------------------
@@ -429,7 +430,8 @@ class Call:
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         self.compiling = torch.compiler.is_compiling()
-        self.owned = not (self.compiling or transforms_active())  # a program found in `programs`, which may bind
+        self.owned = not (self.compiling or transforms_active() or tracing_state())  # a program found in `programs`,
+        # which may bind
         if not self.owned:
             program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
                               eager=not self.compiling)
@@ -441,7 +443,7 @@ class Call:
         self.program = program
         self.backend, self.key, self.state_names = program.backend, program.key, program.state_names
         if not self.owned and not self.compiling and program.backend != "reference":
-            _refuse_transforms(program)
+            _refuse_unrecorded(program)
         if num_inputs != len(program.inputs):
             several = f"a tuple of {len(program.inputs)} tensors" if len(program.inputs) > 1 else "one tensor"
             raise TypeError(f"neuron {program.name!r} takes {len(program.inputs)} step input(s) "
@@ -547,13 +549,18 @@ class Call:
                 configured.detach_reset)
 
 
-def _refuse_transforms(program: Program) -> None:
-    """The kernels take no torch.func transform (their ops have no batching rule, their autograd no functorch form)."""
+def _refuse_unrecorded(program: Program) -> None:
+    """The kernels take no torch.func transform (their ops have no batching rule, their autograd no functorch form),
+    and torch.jit.trace records no launch (its trace would return the tracing call's outputs as constants)."""
+    kernels = f"neuron {program.name!r}: autocuda's kernels (backend {program.backend!r})"
     if functorch_active():
         raise NotImplementedError(
-            f"neuron {program.name!r}: autocuda's kernels (backend {program.backend!r}) do not run under torch.func "
-            "transforms (functorch transforms: grad, vmap, jacrev, ...); build the layer, or make the call, with "
-            "backend='reference', whose torch ops they take")
+            f"{kernels} do not run under torch.func transforms (functorch transforms: grad, vmap, jacrev, ...); "
+            "build the layer, or make the call, with backend='reference', whose torch ops they take")
+    if tracing_state() is not None:
+        raise NotImplementedError(
+            f"{kernels} cannot be recorded by torch.jit.trace, which records no launch; torch.export.export and "
+            "torch.compile take them (as custom ops), or trace with backend='reference'")
 
 
 PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)
