@@ -165,3 +165,19 @@ def test_numpy_arrays_through_dlpack_are_used_in_place() -> None:
     assert np.array_equal(out, x.cumsum(0))
     with pytest.raises(KernelArgumentError, match=r"x: expected dtype torch.float32 .*got torch.float64"):
         heaviside().simple_call(x=x.astype(np.float64), y=np.zeros((2, 3), dtype=np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_launch_under_jit_trace_or_a_torch_func_transform_is_refused() -> None:
+    """The launch writes its arrays' memory: a trace would not run it, a transform would not batch it."""
+    kernel = heaviside()
+    y = torch.zeros(4)
+
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        kernel.simple_call(x=x, y=y)
+        return y
+
+    with pytest.raises(NotImplementedError, match=r"^kernel 'arrays_heaviside': torch.jit.trace records no launch"):
+        torch.jit.trace(launch, (torch.ones(4),))
+    with pytest.raises(NotImplementedError, match=r"^kernel 'arrays_heaviside': a launch does not run under torch"):
+        torch.vmap(launch)(torch.ones(2, 4))

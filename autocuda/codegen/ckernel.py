@@ -263,6 +263,7 @@ class CKernel:
         source on the CPU through `autocuda.toolchain.host` (CPU arrays), for testing without a GPU; None (the default)
         picks the one of the arrays' device.
         """
+        _refuse_unrecorded(self.kernel_name)
         pointers = self._pointers()
         with arrays.torch_views(py_dict, pointers, backend) as args:
             device = self.check_args(args, backend)
@@ -299,6 +300,20 @@ DEVICE_BACKENDS = {device: backend for backend, device in BACKEND_DEVICE_TYPES.i
 WHERE_ELSE = {("cuda", "host"): " (leave backend out, or pass backend='host', to run the same source on CPU tensors "
                                 "through the host runner)",
               ("host", "cuda"): " (leave backend out to run on the tensors' GPU)"}
+
+
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _refuse_unrecorded(name: str) -> None:
+    """A launch reads and writes its arrays' memory: torch.jit.trace cannot record it, nor a torch.func transform
+    (vmap, grad, ...) batch or differentiate it."""
+    if torch._C._get_tracing_state() is not None:
+        raise NotImplementedError(f"kernel {name!r}: torch.jit.trace records no launch (its trace would not run "
+                                  "the kernel); launch it outside the trace")
+    if _functorch_active():
+        raise NotImplementedError(f"kernel {name!r}: a launch does not run under torch.func transforms (grad, vmap, "
+                                  "jacrev, ...), which see no operation in it")
 
 
 def _launcher(backend: str):
@@ -352,6 +367,7 @@ class CKernel1D(CKernel):
     def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
         """Launch over all elements of tensors of one shape; `numel`, grid and block are computed from them.
         Arrays and `backend` as in `CKernel.__call__`."""
+        _refuse_unrecorded(self.kernel_name)
         with arrays.torch_views(kwargs, self._pointers(), backend) as views:
             self._simple_call(backend, views)
 
@@ -399,6 +415,7 @@ class CKernel2D(CKernel):
     def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
         """Launch over [T, N] tensors (1-D tensors are per-neuron [N]); N, numel, grid and block computed.
         Arrays and `backend` as in `CKernel.__call__`."""
+        _refuse_unrecorded(self.kernel_name)
         with arrays.torch_views(kwargs, self._pointers(), backend) as views:
             self._simple_call(backend, views)
 
