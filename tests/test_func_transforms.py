@@ -157,3 +157,22 @@ def test_torch_export_takes_the_kernels():
     expected = layer(other)
     assert expected.abs().sum() > 0
     assert torch.equal(exported.module()(other), expected)
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.v was assigned during export")
+def test_a_saved_export_loads_and_runs(tmp_path):
+    """torch.export.save and load round-trip a layer with a learnable parameter; a process that has not run the
+    configuration is told to (docs/quickstart.md, Exporting)."""
+    from autocuda.runtime import configs
+
+    torch.manual_seed(0)
+    layer = ann.ParametricLIFNode(step_mode="m", backend="host").to(F64)
+    x, other = inputs(5, 2, 3) * 2, inputs(5, 2, 3, seed=1) * 2
+    torch.export.save(torch.export.export(layer, (x,)), tmp_path / "plif.pt2")
+    loaded = torch.export.load(tmp_path / "plif.pt2")
+    layer.reset()
+    expected = layer(other)
+    assert expected.abs().sum() > 0
+    assert torch.equal(loaded.module()(other), expected)
+    with pytest.raises(KeyError, match=r"no call of this process ran its configuration; call the layer"):
+        configs.config("lif_0123456789abcdef")

@@ -159,8 +159,9 @@ def config(key: str) -> NeuronConfig:
     """The configuration of this key; KeyError where this process built none."""
     found = _CONFIGS.get(key)
     if found is None:
-        raise KeyError(f"unknown autocuda neuron key {key!r}: build the layer (autocuda.call.functional / autocuda.nn) "
-                       "in this process before calling its ops")
+        raise KeyError(f"unknown autocuda neuron key {key!r}: no call of this process ran its configuration; call the "
+                       "layer (autocuda.nn) or autocuda.functional with it once before its ops run (a loaded "
+                       "torch.export program's, say)")
     return found
 
 
