@@ -176,3 +176,15 @@ def test_a_saved_export_loads_and_runs(tmp_path):
     assert torch.equal(loaded.module()(other), expected)
     with pytest.raises(KeyError, match=r"no call of this process ran its configuration; call the layer"):
         configs.config("lif_0123456789abcdef")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
+def test_sliding_psn_traces():
+    """Its band's Function took T as the tracer's traced size, which failed in torch ('unordered_map::at')."""
+    torch.manual_seed(0)
+    layer = ann.SlidingPSN(3, step_mode="m").to(F64)
+    x, other = inputs(5, 2, 3), inputs(5, 2, 3, seed=1)
+    traced = torch.jit.trace(layer, (x,), check_trace=False)
+    expected = layer(other)
+    assert expected.abs().sum() > 0
+    assert torch.equal(traced(other), expected)

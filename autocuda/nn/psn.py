@@ -270,7 +270,8 @@ class SlidingPSN(_QueuedPSN):
     def gen_gemm_weight(self, T: int) -> torch.Tensor:
         """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t (one
         gather from the weights after a zero, which fills the rest; `_Banded`)."""
-        return _Banded.apply(self.weight, T)
+        # torch.jit.trace's sizes are traced ints, which its record of a Function's call cannot hold
+        return _Banded.apply(self.weight, int(T) if torch.jit.is_tracing() else T)
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
