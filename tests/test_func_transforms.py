@@ -1,7 +1,7 @@
 """torch.func's transforms (grad, vmap) over the layers: the reference backend and the torch paths of SlidingPSN, the
 DSR nodes and BatchNormNeuron run under them and agree with autograd and with a loop over the batch; the kernel
 backends refuse them by name (docs/bad-input.md, Gradients). torch.jit.trace likewise; torch.export takes the
-kernels."""
+kernels; torch.utils.checkpoint recomputes a layer right where its function resets it or it keeps no states."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -188,3 +188,27 @@ def test_sliding_psn_traces():
     expected = layer(other)
     assert expected.abs().sum() > 0
     assert torch.equal(traced(other), expected)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("how", ["reset inside", "no final states"])
+def test_checkpoint_recomputes_a_layer_that_starts_afresh(how, use_reentrant):
+    """torch.utils.checkpoint runs the function again in backward: right where that run starts from the first's
+    initial states (docs/bad-input.md, Module state between calls)."""
+    from torch.utils.checkpoint import checkpoint
+
+    x = inputs(5, 2, 3) * 2
+    plain = x.clone().requires_grad_()
+    ann.LIFNode(step_mode="m", backend="host")(plain).sum().backward()
+    layer = ann.LIFNode(step_mode="m", backend="host")
+    if how == "no final states":
+        layer.store_final_states = False
+
+    def run(u: torch.Tensor) -> torch.Tensor:
+        if how == "reset inside":
+            layer.reset()
+        return layer(u)
+    checkpointed = x.clone().requires_grad_()
+    checkpoint(run, checkpointed, use_reentrant=use_reentrant).sum().backward()
+    assert plain.grad is not None and plain.grad.abs().sum() > 0
+    assert torch.equal(checkpointed.grad, plain.grad)
