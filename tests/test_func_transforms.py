@@ -212,3 +212,26 @@ def test_checkpoint_recomputes_a_layer_that_starts_afresh(how, use_reentrant):
     checkpoint(run, checkpointed, use_reentrant=use_reentrant).sum().backward()
     assert plain.grad is not None and plain.grad.abs().sum() > 0
     assert torch.equal(checkpointed.grad, plain.grad)
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute")
+def test_a_layer_runs_eagerly_after_it_was_exported():
+    """torch.export runs the layer's code on fake tensors: SlidingPSN's memo of its band kept one, and every later
+    eager call returned a FakeTensor (no data). The memos now keep plain tensors only."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autocuda.base.tensor_cache import tensor_cache
+
+    torch.manual_seed(0)
+    layer = ann.SlidingPSN(3, step_mode="m").to(F64)
+    x = inputs(6, 2, 3)
+    torch.export.export(layer, (x,))
+    out = layer(x)
+    assert type(out) is torch.Tensor and out.abs().sum() > 0
+
+    made = []
+    table = tensor_cache(maxsize=4)(lambda n: made.append(n) or torch.arange(n))
+    with FakeTensorMode():
+        table(3)
+    assert type(table(3)) is torch.Tensor and table(3).tolist() == [0, 1, 2]
+    assert made == [3, 3]  # the fake one was not kept; the real one is

@@ -5,12 +5,12 @@ without `backend="host"`, a dtype the kernels lack, a torch.compile trace): the 
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 
 import torch
 
+from ..base.tensor_cache import tensor_cache
 from ..runtime.configs import compute_dtype
 from .mixing import kernel_backend, launch_per_neuron, span
 
@@ -67,7 +67,7 @@ def backward(x: Tensor, grad_out: Tensor, v_threshold: Tensor, weights: Sequence
     return grad_x.view(x.shape), partial
 
 
-@functools.lru_cache(maxsize=32)
+@tensor_cache(maxsize=32)
 def _device_weights(weights: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
     """The time weights on the device, made once: a copy from the host each call would wait for the device's queue."""
     return torch.tensor(weights, dtype=dtype, device=device)

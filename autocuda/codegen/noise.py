@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..base.tensor_cache import tensor_cache
 from ..spec.draws import Draw
 from . import normal_segments
 from .ckernel import CKernel1D
@@ -250,7 +251,7 @@ def _uniform(j: torch.Tensor, p: Precision) -> torch.Tensor:
     return j.to(p.torch_dtype) * math.ldexp(1.0, -p.bits)
 
 
-@functools.cache
+@tensor_cache(maxsize=16)
 def _segment_table(device: torch.device) -> torch.Tensor:
     return torch.tensor(normal_segments.segments(), dtype=torch.float32, device=device)
 

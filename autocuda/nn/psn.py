@@ -16,7 +16,6 @@ SpikingJelly's; `surrogate_function` is read at every call and takes ours or Spi
 """
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from typing import Any
@@ -25,6 +24,7 @@ import torch
 from torch import nn
 
 from ..base.switches import check_switches
+from ..base.tensor_cache import tensor_cache
 from ..call import mixing
 from ..spec.surrogate import ATan
 from .arguments import fixed_at_construction, require_number
@@ -117,7 +117,7 @@ class _QueuedPSN(Memories, MemoryBase):
         raise NotImplementedError
 
 
-@functools.lru_cache(maxsize=64)
+@tensor_cache(maxsize=64)
 def _band(steps: int, k: int, device: torch.device) -> torch.Tensor:
     """Where each entry of SlidingPSN's [T, T] matrix stands in its weights after a leading zero: row i, column j
     holds weight k - 1 - (i - j) (index k - (i - j)) where 0 <= i - j < k, else the zero (index 0)."""
@@ -130,7 +130,7 @@ def _eased_mask(lambda_: torch.Tensor, mask0: torch.Tensor, mask1: torch.Tensor)
     return eased * mask0 + (1.0 - eased) * mask1
 
 
-@functools.lru_cache(maxsize=64)
+@tensor_cache(maxsize=64)
 def _placement(steps: int, k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """[k, T²]: 1 where an entry of SlidingPSN's [T, T] matrix (flat) holds weight i (`_band`), else 0."""
     band = _band(steps, k, device).reshape(1, -1)
