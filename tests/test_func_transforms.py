@@ -235,3 +235,22 @@ def test_a_layer_runs_eagerly_after_it_was_exported():
         table(3)
     assert type(table(3)) is torch.Tensor and table(3).tolist() == [0, 1, 2]
     assert made == [3, 3]  # the fake one was not kept; the real one is
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.v was assigned during export")
+@pytest.mark.parametrize("save_h", [True, False])
+def test_an_export_with_a_dynamic_time_and_batch_runs_any_shape(save_h):
+    """The op's fake kernel asked the layout of the call's T even where no output's shape depends on it: an export
+    told that T varies failed ('Constraints violated (T)')."""
+    from torch.export import Dim
+
+    layer = ann.LIFNode(step_mode="m", backend="host")
+    layer.save_h = save_h
+    dims = {0: Dim("T", min=2, max=64), 1: Dim("B", min=2, max=64)}
+    exported = torch.export.export(layer, (inputs(5, 2, 3),), dynamic_shapes=((dims,),)).module()
+    for shape in ((9, 4, 3), (2, 2, 3), (40, 3, 3)):
+        x = inputs(*shape) * 2
+        layer.reset()
+        expected = layer(x)
+        assert expected.abs().sum() > 0
+        assert torch.equal(exported(x), expected), shape

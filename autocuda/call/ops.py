@@ -296,14 +296,16 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
                   final_states, more_inputs):
     single, n = x.dim() == 1, x.shape[-1]
     steps = None if single else x.shape[0]
-    kernel = entry(key).kernel("step-forward" if single else "fptt", x.dtype, store_state_seq=store_state_seq,
-                                      save_for_backward=save_for_backward, final_states=final_states,
-                                      **({} if single else tuning.replay_option(n, steps)))
+    flags = {"store_state_seq": store_state_seq, "save_for_backward": save_for_backward, "final_states": final_states}
+    launched = "step-forward" if single else "fptt"
+    kernel = entry(key).kernel(launched, x.dtype, **flags)
+    outputs = [(neuron_launch.output_kind(name), p) for name, p in kernel.cparams.items() if p.pointer and not p.const]
     shapes = {"vector": (n,), "sequence": x.shape}
-    if kernel.checkpoint_steps:  # multi-step only: a row every so many steps
-        shapes["checkpoints"] = (neuron_launch.checkpoint_rows(steps, kernel.checkpoint_steps), n)
-    return [x.new_empty(shapes[neuron_launch.output_kind(name)], dtype=p.torch_dtype)
-            for name, p in kernel.cparams.items() if p.pointer and not p.const]
+    if any(kind == "checkpoints" for kind, _ in outputs):  # multi-step: a row every so many steps of the segment
+        # the call's shape runs (asked only here: the question fixes T, which torch.export may be told varies)
+        every = entry(key).kernel(launched, x.dtype, **flags, **tuning.replay_option(n, steps)).checkpoint_steps
+        shapes["checkpoints"] = (neuron_launch.checkpoint_rows(steps, every), n)
+    return [x.new_empty(shapes[kind], dtype=p.torch_dtype) for kind, p in outputs]
 
 
 # -- backward ---------------------------------------------------------------------------------------------
