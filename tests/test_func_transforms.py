@@ -254,3 +254,34 @@ def test_an_export_with_a_dynamic_time_and_batch_runs_any_shape(save_h):
         expected = layer(x)
         assert expected.abs().sum() > 0
         assert torch.equal(exported(x), expected), shape
+
+
+@pytest.mark.parametrize("step_mode", ["s", "m"])
+def test_forward_mode_ad_through_the_reference_and_refused_by_the_kernels(step_mode):
+    """Forward mode (forward_ad's dual tensors, torch.func.jvp) gives the reference's Jacobian-vector product, the
+    surrogate's derivative as backward's; the kernels dropped the tangent silently (no autograd node where nothing
+    requires grad) and now refuse a dual input by name, while a plain input under a dual level runs."""
+    import torch.autograd.forward_ad as forward_ad
+
+    x = inputs(5, 3) * 2 if step_mode == "m" else inputs(3) * 3
+    tangent = inputs(*x.shape, seed=1)
+    layer = ann.ParametricLIFNode(step_mode=step_mode, backend="reference").to(F64)
+
+    def run(u: torch.Tensor) -> torch.Tensor:
+        layer.reset()
+        return layer(u)
+    jacobian = torch.autograd.functional.jacobian(run, x).reshape(x.numel(), x.numel())
+    expected = (jacobian @ tangent.reshape(-1)).reshape(x.shape)
+    assert expected.abs().sum() > 0
+    with forward_ad.dual_level():
+        dual = run(forward_ad.make_dual(x, tangent))
+        torch.testing.assert_close(forward_ad.unpack_dual(dual).tangent, expected, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(torch.func.jvp(run, (x,), (tangent,))[1], expected, rtol=1e-12, atol=1e-14)
+
+    layer.backend = "host"
+    run(x), run(x)  # the layer's keyed call configured
+    with forward_ad.dual_level():
+        assert run(x).shape == x.shape
+        with pytest.raises(NotImplementedError, match=r"^neuron 'parametric_lif': autocuda's kernels \(backend "
+                                                      r"'host'\) carry no forward-mode tangents"):
+            run(forward_ad.make_dual(x, tangent))

@@ -35,6 +35,7 @@ from .program import (
     Programs,
     as_rows,
     call_key,
+    forward_ad,
     neuron_shaped,
     tracing_state,
     transforms_active,
@@ -121,7 +122,7 @@ def run_sequence(programs: Programs, spec: NeuronSpec | str, x_seq: Tensor | Seq
     None). A call of a bound program's key runs it at once (`Program.run_bound`): no `Call` is built."""
     found = None  # the program of the call's key where it was looked up: `Call` need not work the key out again
     if type(x_seq) is Tensor and FLOATS.issuperset(map(type, initial_states)) and programs_module.ENABLED and not (
-            torch.compiler.is_compiling() or transforms_active() or tracing_state()):
+            torch.compiler.is_compiling() or transforms_active() or tracing_state() or forward_ad._current_level >= 0):
         options = (False, store_state_seq, final_states)
         try:
             program = programs.get(call_key(spec, x_seq, initial_states, surrogate, detach_reset, reset, backend,

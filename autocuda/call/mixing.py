@@ -22,7 +22,7 @@ from ..base.errors import SpecError
 from ..runtime.configs import compute_dtype, default_backend
 from ..spec.surrogate import Surrogate, get_surrogate
 from .ops import differentiable_once
-from .program import SUPPORTED_DTYPES, functorch_active, tracing_state
+from .program import SUPPORTED_DTYPES, forward_ad, functorch_active, tracing_state
 
 __all__ = ["fire"]
 
@@ -54,8 +54,10 @@ def kernel_backend(x: Tensor, backend: str | None) -> str | None:
     """Where kernels run a call on x: "cuda" (CUDA tensors with NVRTC), "host" (CPU tensors, asked for by name), or
     None where `backend` (default: the device's) runs no kernels for x's device, where x's dtype is none the kernels
     take, under a torch.compile trace (Dynamo would stop at the kernels' launch), a torch.func transform (whose
-    batching and functorch autograd the kernels' Functions lack) and torch.jit.trace (which records no launch)."""
-    if x.dtype not in SUPPORTED_DTYPES or torch.compiler.is_compiling() or functorch_active() or tracing_state():
+    batching and functorch autograd the kernels' Functions lack), torch.jit.trace (which records no launch) and
+    forward-mode AD (no tangents through the kernels)."""
+    if x.dtype not in SUPPORTED_DTYPES or torch.compiler.is_compiling() or functorch_active() or tracing_state() \
+            or forward_ad._current_level >= 0:
         return None
     runs = backend or default_backend(x.device.type)
     return runs if runs in ("cuda", "host") and (runs == "host") == (x.device.type == "cpu") else None

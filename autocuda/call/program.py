@@ -49,6 +49,7 @@ _QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms
 functorch_active: Callable[[], bool] = _QUERY or (lambda: False)
 transforms_active: Callable[[], bool] = _QUERY or (lambda: True)
 tracing_state: Callable[[], Any] = torch._C._get_tracing_state  # not None while torch.jit.trace records a call
+forward_ad = torch.autograd.forward_ad  # `_current_level` >= 0: forward-mode AD is on, tangents may ride on tensors
 
 
 # -- the key -------------------------------------------------------------------------------------------------------
@@ -430,8 +431,8 @@ class Call:
         self.x, self.shape = x, shape
         self.numel = _numel(self.shape)
         self.compiling = torch.compiler.is_compiling()
-        self.owned = not (self.compiling or transforms_active() or tracing_state())  # a program found in `programs`,
-        # which may bind
+        self.owned = not (self.compiling or transforms_active() or tracing_state() or forward_ad._current_level >= 0)
+        # (owned: a program found in `programs`, which may bind)
         if not self.owned:
             program = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h,
                               eager=not self.compiling)
@@ -450,6 +451,13 @@ class Call:
                             f"({', '.join(program.inputs)}): pass {several}, got {num_inputs}")
         self.values = program.values(params, x, self.shape)
         self.states = self._states(states)
+        if forward_ad._current_level >= 0 and program.backend != "reference" and any(
+                forward_ad.unpack_dual(t).tangent is not None
+                for t in (x, *self.states, *self.values.values()) if isinstance(t, Tensor)):
+            raise NotImplementedError(
+                f"neuron {program.name!r}: autocuda's kernels (backend {program.backend!r}) carry no forward-mode "
+                "tangents (torch.autograd.forward_ad, torch.func.jvp); build the layer, or make the call, with "
+                "backend='reference'")
 
     def _states(self, states: Sequence[Tensor | float]) -> list[Tensor | float]:
         """Each state's initial value: a tensor of the neuron shape, or a number for every neuron."""

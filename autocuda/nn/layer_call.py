@@ -14,7 +14,15 @@ import torch
 from ..call import functional as F
 from ..call import mixing
 from ..call import program as programs
-from ..call.program import Program, Programs, program_key, state_class, tracing_state, transforms_active
+from ..call.program import (
+    Program,
+    Programs,
+    forward_ad,
+    program_key,
+    state_class,
+    tracing_state,
+    transforms_active,
+)
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
@@ -159,7 +167,8 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
     d = layer.__dict__
     owned = d.get("_programs")
     kept = None if owned is None else owned.configured
-    if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active() or tracing_state():
+    if kept is None or type(x) is not torch.Tensor or not programs.ENABLED or transforms_active() or tracing_state() \
+            or forward_ad._current_level >= 0:
         return None
     read, seen, configuration, kept_first, floats, scalars, picks = kept
     if kept_first != first:  # configured by a call in the other step mode

@@ -274,7 +274,8 @@ class Surrogate:
             raise TypeError(f"{type(self).__name__}: expected a tensor, got the number {x!r} (in a step function: "
                             "the spike's argument, h - threshold, must depend on the input or a state)")
         if self._spiking:
-            return _SpikeFunction.apply(x, self, strict)
+            spike = _TangentSpikeFunction if _forward_ad._current_level >= 0 else _SpikeFunction
+            return spike.apply(x, self, strict)
         cached = self.__dict__.get("_primitive_x")
         if cached is None:
             cached = _in_x(self.primitive(_x()))
@@ -331,6 +332,23 @@ class _SpikeFunction(torch.autograd.Function):
         return grad * ctx.surrogate.torch_gradient(x), None, None
 
 
+class _TangentSpikeFunction(_SpikeFunction):
+    """`_SpikeFunction` with its forward-mode derivative, for calls under forward AD (torch.compile refuses a
+    Function that defines one)."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
+        _SpikeFunction.setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
+        """The tangent times the surrogate's gradient, the derivative backward uses."""
+        (x,) = ctx.saved_tensors
+        return tangent * ctx.surrogate.torch_gradient(x)
+
+
+_forward_ad = torch.autograd.forward_ad  # `_current_level` >= 0: forward-mode AD is on
 _ALPHA = {"alpha": "positive"}
 
 
