@@ -152,7 +152,7 @@ BAD_STATES = [  # (what, make the state for x [2, 3], error, message)
     ("a bool", lambda: True, TypeError, r"^state 'v': expected a torch.Tensor or a number, got bool$"),
     ("a NumPy array", lambda: np.zeros(3, dtype=np.float32), TypeError, r"got ndarray$"),
     ("sparse", lambda: torch.zeros(3).to_sparse(), TypeError,
-     r"^state 'v': expected a dense tensor, got a torch.sparse_coo one \(a dense copy: .to_dense\(\)\)$"),
+     r"^state 'v': expected a dense tensor, got a torch.sparse_coo one \(a dense copy: .to_dense\(\), or a nested "),
 ]
 
 

@@ -35,6 +35,7 @@ from .program import (
     Programs,
     as_rows,
     call_key,
+    check_dense,
     forward_ad,
     neuron_shaped,
     tracing_state,
@@ -259,9 +260,7 @@ def _check_input(x: Any, name: str, min_dim: int) -> None:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}: expected a floating dtype (float32, float64, float16, bfloat16), got {x.dtype}")
-    if x.layout != torch.strided or x.is_nested:
-        raise TypeError(f"{name}: expected a dense tensor, got a {'nested' if x.is_nested else x.layout} one "
-                        "(a dense copy: .to_dense(), or a nested tensor's .to_padded_tensor(0))")
+    check_dense(name, x)
     if x.dim() < min_dim:
         raise ValueError(f"{name}: expected a tensor of shape [T, *] (at least {min_dim} dims), "
                          f"got shape {tuple(x.shape)}")

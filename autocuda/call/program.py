@@ -404,7 +404,7 @@ def _kinds(spreads: dict[str, int]) -> tuple[dict[str, Broadcast], int]:
 def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, ...]) -> None:
     if not value.is_floating_point():
         raise TypeError(f"parameter {name!r}: expected a floating tensor, got {value.dtype}")
-    _check_dense(f"parameter {name!r}", value)
+    check_dense(f"parameter {name!r}", value)
     if value.device != x.device:
         raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {x.device}")
     if not broadcasts(tuple(value.shape), shape):
@@ -412,10 +412,11 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
                          f"neuron shape {shape}")
 
 
-def _check_dense(what: str, value: Tensor) -> None:
+def check_dense(what: str, value: Tensor) -> None:
+    """Refuse a sparse or nested tensor (the kernels read strided memory), naming `what`."""
     if value.layout != torch.strided or value.is_nested:
         raise TypeError(f"{what}: expected a dense tensor, got a {'nested' if value.is_nested else value.layout} "
-                        "one (a dense copy: .to_dense())")
+                        "one (a dense copy: .to_dense(), or a nested tensor's .to_padded_tensor(0))")
 
 
 # -- a call --------------------------------------------------------------------------------------------------------
@@ -479,7 +480,7 @@ class Call:
             return float(state)
         if not isinstance(state, torch.Tensor):
             raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
-        _check_dense(f"state {name!r}", state)
+        check_dense(f"state {name!r}", state)
         if tuple(state.shape) != self.shape:
             raise ValueError(f"state {name!r}: expected shape {self.shape} (the neuron shape), got "
                              f"{tuple(state.shape)}")
