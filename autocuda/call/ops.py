@@ -488,7 +488,8 @@ class _Eager(torch.autograd.Function):
 # unwraps dead functorch wrappers among the arguments, which `forward_eager` does for the tensors.
 _APPLY = super(torch.autograd.Function, _Eager).apply
 _unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+# whether a torch.func transform (vmap, grad, ...) is active; None on a torch without the query
+FUNCTORCH_QUERY: Any = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
 def forward(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
@@ -512,7 +513,7 @@ def forward_eager(form: ForwardForm, x: Tensor, states: list[Tensor], initial: l
         return run(form, program, x, states, initial, tensor_params, scalars, more_inputs, final_shape)
     if len(more_inputs) != form.n_more:
         form._refuse_inputs(x, more_inputs)
-    if _unwrap_if_dead is None or _transforms_active is None or _transforms_active():  # torch's own path
+    if _unwrap_if_dead is None or FUNCTORCH_QUERY is None or FUNCTORCH_QUERY():  # torch's own path
         return list(_Eager.apply(form, program, initial, scalars, final_shape, x, *more_inputs, *states,
                                  *tensor_params))
     return list(_APPLY(form, program, initial, scalars, final_shape,

@@ -43,11 +43,10 @@ __all__ = ["FLOATS", "Call", "Program", "Programs", "as_rows", "call_key", "conf
 Tensor = torch.Tensor
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # of step inputs
 ENABLED = True  # False: programs bind nothing and make no native plan (tests compare the two paths)
-# whether a torch.func transform (vmap, grad, ...) is active: none on a torch without the query, except for the
+# whether a torch.func transform is active (`ops.FUNCTORCH_QUERY`): none on a torch without the query, except for the
 # fast paths (`transforms_active`), which then count one as always active
-_QUERY: Callable[[], bool] | None = getattr(torch._C, "_are_functorch_transforms_active", None)
-functorch_active: Callable[[], bool] = _QUERY or (lambda: False)
-transforms_active: Callable[[], bool] = _QUERY or (lambda: True)
+functorch_active: Callable[[], bool] = ops.FUNCTORCH_QUERY or (lambda: False)
+transforms_active: Callable[[], bool] = ops.FUNCTORCH_QUERY or (lambda: True)
 tracing_state: Callable[[], Any] = torch._C._get_tracing_state  # not None while torch.jit.trace records a call
 forward_ad = torch.autograd.forward_ad  # `_current_level` >= 0: forward-mode AD is on, tangents may ride on tensors
 
