@@ -480,6 +480,44 @@ def test_the_detached_spike_is_the_detach_reset() -> None:
         step_spec(elsewhere, ["v", "a"], [])
 
 
+def _soft(x, v, v_threshold=1.0):
+    h = v + x
+    s = sg(h - v_threshold)
+    return s, h - s * v_threshold
+
+
+def _soft_detached(x, v, v_threshold=1.0):
+    h = v + x
+    s = sg(h - v_threshold)
+    return s, h - s.detach() * v_threshold
+
+
+@pytest.mark.parametrize("backend", ["reference", "host"])
+def test_a_decorated_step_with_s_detach_detaches_its_reset_in_every_call(backend: str) -> None:
+    """The decorator's spec keeps the detachment: its calls' gradients are those of detach_reset=True (they were the
+    attached reset's), the layer's switch reads True and refuses False, and the TOML key says the same."""
+    attached, detached = neuron(_soft, name="soft"), neuron(_soft_detached, name="soft_detached")
+    assert detached.detach_reset and not attached.detach_reset
+
+    def grad(spec, **switches):
+        x = torch.full((3, 2), 0.6, dtype=torch.float64, requires_grad=True)  # fires at the second step
+        F.multi_step(spec, x, backend=backend, **switches)[0].sum().backward()
+        return x.grad
+
+    torch.testing.assert_close(grad(detached), grad(attached, detach_reset=True), rtol=0, atol=0)
+    assert not torch.equal(grad(detached), grad(attached))
+    layer = autocuda.nn.Neuron(detached, step_mode="m", backend="torch" if backend == "reference" else backend)
+    assert layer.detach_reset
+    with pytest.raises(ValueError, match="detaches the spike"):
+        layer.detach_reset = False
+    from_toml = autocuda.spec_from_toml("name = 'soft_toml'\ncharge = 'v + x'\nreset = 'soft'\n"
+                                        "detach_reset = true\n[params]\nv_threshold = 1.0\n[states]\nv = 0.0\n")
+    torch.testing.assert_close(grad(from_toml), grad(detached), rtol=0, atol=0)
+    with pytest.raises(SpecError, match="detach_reset"):
+        autocuda.spec_from_toml("name = 'bad'\ncharge = 'v + x'\nreset = 'soft'\ndetach_reset = 1\n[params]\n"
+                                "v_threshold = 1.0\n[states]\nv = 0.0\n")
+
+
 def test_names_the_language_reserves_are_renamed() -> None:
     def step(x, s, exp):  # a state named s, a parameter named exp
         h = s + x / exp

@@ -46,8 +46,9 @@ def _built_on(result: Any) -> Any:
 
 def derivation(spec: NeuronSpec, reset: Reset | None = None, detach_reset: bool = False,
                constants: Mapping[str, float] | None = None) -> Derivation:
-    """The derived step of `spec` under a reset rule (default: the spec's), cached."""
-    return _derivation(spec, reset, bool(detach_reset), _frozen(constants))
+    """The derived step of `spec` under a reset rule (default: the spec's), cached; the reset sees the spike
+    detached where `detach_reset` or the spec says so."""
+    return _derivation(spec, reset, bool(detach_reset) or spec.detach_reset, _frozen(constants))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +155,8 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     _check_literals(spec, get_dtype(dtype), constants or {}, chosen)
     layout = Layout(lanes=lanes, vector=vector, unroll=unroll, prefetch=prefetch, staged=staged,
                     staged_blocks=staged_blocks, native=native, block=block, replay=replay)
-    return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, bool(detach_reset), _frozen(constants),
+    detached = bool(detach_reset) or spec.detach_reset  # the spec's detachment holds whatever the caller asks
+    return _kernel(KernelRequest(spec, kernel, get_dtype(dtype).name, reset, detached, _frozen(constants),
                                  chosen, tuple((n, kinds.get(n, SHARED)) for n in names), store_state_seq,
                                  save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout,
                                  bool(replay_charge), gradients))

@@ -124,7 +124,9 @@ class Neuron(MemoryViews, MemoryBase):
         self._state_names = self._memory_names = tuple(s.name for s in self.spec.states)
         self._input_names = self.spec.inputs
         self._take_output()
-        self.detach_reset, self.step_mode, self.store_v_seq = bool(detach_reset), step_mode, bool(store_v_seq)
+        # a spec whose reset detaches the spike (`NeuronSpec.detach_reset`) makes the layer's switch True
+        self.detach_reset = bool(detach_reset) or self.spec.detach_reset
+        self.step_mode, self.store_v_seq = step_mode, bool(store_v_seq)
         self.recompute, self.save_h, self.store_final_states = recompute, save_h, store_final_states
         self.backend = backend
         self._param_names = tuple(p.name for p in self.spec.params)
@@ -171,6 +173,10 @@ class Neuron(MemoryViews, MemoryBase):
                 check_backend(value)
             elif name in FLAGS:
                 check_switches(**{name: value})
+                if name == "detach_reset" and not value and self.spec.detach_reset:
+                    raise ValueError(f"detach_reset: the reset of {self.spec.name!r} detaches the spike (its spec "
+                                     "says so: s.detach() in a Python step, detach_reset = true in TOML); a layer "
+                                     "cannot attach it")
                 if name == "store_final_states" and not value and \
                         type(self).multi_step_forward is not Neuron.multi_step_forward:
                     raise TypeError(f"store_final_states: {type(self).__name__} runs multi-step calls of its own, "

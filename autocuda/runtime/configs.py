@@ -144,8 +144,9 @@ def _config_key(spec: str, surrogate: str | None, reset: str | None, detach_rese
     if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
         raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
                          "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
-    return _config(resolved, chosen, reset or resolved.reset, bool(detach_reset), constants, signature, kernels,
-                   bool(replay_charge) and kernels).key
+    # a spec whose reset detaches the spike detaches it in every call (a call's detach_reset only adds it)
+    return _config(resolved, chosen, reset or resolved.reset, bool(detach_reset) or resolved.detach_reset, constants,
+                   signature, kernels, bool(replay_charge) and kernels).key
 
 
 @constant_result

@@ -9,6 +9,8 @@ TOML format (one file per neuron; unknown keys anywhere are errors, so typos do 
     reset = "hard"                        # hard (needs param v_reset) | soft | none; optional, default hard
     fires_at = ">="                       # optional (this default): s = 1 where h >= threshold; ">": only where
                                           # h > threshold (NIR, snnTorch, Norse); it applies to every level too
+    detach_reset = false                  # optional (this default): true: the reset sees the spike detached (no
+                                          # gradient through it, SpikingJelly's detach_reset) in every layer
 
     [params]                              # in declaration order
     tau = 2.0                             # a plain number: runtime scalar with this default
@@ -138,6 +140,9 @@ class NeuronSpec:
     levels: tuple[Level, ...] | None = None  # a multi-level spike; None: s = Θ(h - threshold)
     inputs: tuple[str, ...] = DEFAULT_INPUTS  # the step inputs' names, each a sequence the kernels read
     fires_at: FiresAt = ">="  # the spike's comparison: ">=" fires where h equals the threshold, ">" does not
+    # The reset sees the spike detached (SpikingJelly's detach_reset; `s.detach()` in a Python step's reset): every
+    # layer and call of the spec detaches it, whatever its own detach_reset (which can only add the detachment)
+    detach_reset: bool = False
     # The forward kernels write the output in place of the spike (inference only: nn.output's variant for calls
     # that take no gradient; no backward kernel is made of such a spec)
     writes_output: bool = False
@@ -184,6 +189,7 @@ class NeuronSpec:
         parts.expect(self.origin, str, "origin", "a string")
         if self.reset not in RESETS:
             raise SpecError(f"reset must be one of {', '.join(RESETS)}", field="reset", symbol=str(self.reset))
+        parts.expect(self.detach_reset, bool, "detach_reset", "true or false")
         if not isinstance(self.fires_at, str) or self.fires_at not in FIRES_AT:
             raise SpecError(f"fires_at must be one of {', '.join(repr(c) for c in FIRES_AT)}, got {self.fires_at!r}",
                             field="fires_at", symbol=str(self.fires_at))
@@ -354,10 +360,10 @@ def check_reset(spec: NeuronSpec, reset: str) -> Reset:
 def spec_text(spec: NeuronSpec) -> str:
     """Everything that defines a spec (not where it was loaded from), as stable text. The output is left out
     where it is the spike, the levels where there are none, the inputs where there is x alone, the comparison
-    where it is ">=" and `writes_output` where it is off: the specs that had none of these fields keep their text
-    (and so their cache entries)."""
+    where it is ">=", `detach_reset` and `writes_output` where they are off: the specs that had none of these fields
+    keep their text (and so their cache entries)."""
     defaults = {"output": SPIKE_OUTPUT, "levels": None, "inputs": DEFAULT_INPUTS, "fires_at": ">=",
-                "writes_output": False}
+                "detach_reset": False, "writes_output": False}
     return repr(tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                       if f.name != "origin" and not (f.name in defaults and getattr(spec, f.name) == defaults[f.name])))
 

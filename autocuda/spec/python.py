@@ -358,7 +358,8 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
                       states=tuple(State(n, init[n]) for n in fields["state_order"]),
                       charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
                       updates=fields["updates"], surrogate=spike.surrogate if spike else Sigmoid(),
-                      inputs=tuple(inputs), fires_at=">" if spike and spike.strict else ">=", origin=origin)
+                      inputs=tuple(inputs), fires_at=">" if spike and spike.strict else ">=", detach_reset=detach,
+                      origin=origin)
     return StepSpec(spec, tuple(states), tuple(step_params), tuple(_output(o, news, s) for o in outputs), detach,
                     spike is not None)
 
