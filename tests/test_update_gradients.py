@@ -56,3 +56,37 @@ def test_the_single_step_kernel_gives_it_too() -> None:
         grads.append(a.grad)
     assert grads[0] == 6.0
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+
+
+# A power of a runtime exponent whose base reaches 0: the membrane after a hard reset to 0, and |x| at x = 0
+POWERS = """
+name = "variable_power"
+charge = "v + 0.1 * v ** q + abs(x) ** p"
+[params]
+v_threshold = 1.0
+v_reset = 0.0
+q = 2.0
+p = { default = 1.5, learnable = true }
+[states]
+v = "v_reset"
+"""
+
+
+@NEEDS_HOST
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_powers_of_a_runtime_exponent_have_torchs_gradients_where_their_base_is_zero(dtype: torch.dtype) -> None:
+    """d(b**e)/db = e * b**(e - 1) and d(b**e)/de = 0 at b = 0 (torch's pow: the reference's), not sympy's
+    e * b**e / b and b**e * log(b), which are NaN there and made every earlier step's gradient NaN."""
+    spec = spec_from_toml(POWERS)
+    grads = []
+    for backend in ("reference", "host"):
+        x = torch.tensor([[0.0, 0.5, -1.0], [0.6, 0.0, 0.0], [0.5, 0.0, 0.3], [0.2, 0.7, 0.0]], dtype=dtype,
+                         requires_grad=True)
+        p = torch.full((3,), 1.5, dtype=dtype, requires_grad=True)
+        spikes, (v,), _ = F.multi_step(spec, x, backend=backend, p=p)
+        (spikes.sum() + v.sum()).backward()
+        grads.append((x.grad, p.grad))
+    assert all(torch.isfinite(g).all() for g in (*grads[0], *grads[1]))
+    tolerance = 1e-12 if dtype == F64 else 1e-5
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)

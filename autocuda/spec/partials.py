@@ -22,12 +22,36 @@ _STAND_IN = "ac_constant_"  # generated names start with "ac_": no spec's name i
 
 @functools.lru_cache(maxsize=2048)
 def derivative(expr: sp.Expr, u: sp.Symbol) -> sp.Expr:
-    """sp.diff(expr, u) (cached: the derivations of a system with and without detach_reset take the same ones)."""
+    """sp.diff(expr, u) (cached: the derivations of a system with and without detach_reset take the same ones), with
+    powers of a variable exponent differentiated as torch's pow is (`_Power`)."""
     stand_ins: dict[sp.Basic, sp.Symbol] = {}
     smaller = _Constants(u, stand_ins).replace(expr)
-    if not stand_ins:
-        return sp.diff(expr, u)
-    return sp.diff(smaller, u).xreplace({symbol: value for value, symbol in stand_ins.items()})
+    powers = [p for p in smaller.atoms(sp.Pow) if _variable_exponent(p)]
+    if powers:
+        smaller = smaller.replace(_variable_exponent, lambda p: _Power(*p.args))
+    found = sp.diff(smaller, u)
+    if powers:
+        found = found.replace(_Power, sp.Pow)
+    return found.xreplace({symbol: value for value, symbol in stand_ins.items()}) if stand_ins else found
+
+
+def _variable_exponent(e: sp.Basic) -> bool:
+    return isinstance(e, sp.Pow) and not e.exp.is_Number and not e.base.is_Number
+
+
+class _Power(sp.Function):
+    """b**e, e not a number, while sympy differentiates it, with torch's pow's derivatives (the reference's): d/db =
+    e * b**(e - 1), 0 where e = 0; d/de = b**e * log(b), 0 where b = 0 and e >= 0. sympy's own are e * b**e / b and
+    b**e * log(b): 0/0 and 0 * -inf where b = 0, NaN for every step before it in backward. (Equality as two
+    comparisons: the printers spell <=, >=.)"""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        b, e = self.args
+        if argindex == 1:
+            return sp.Piecewise((0, (e >= 0) & (e <= 0)), (e * _Power(b, e - 1), True))
+        return sp.Piecewise((0, (b >= 0) & (b <= 0) & (e >= 0)), (_Power(b, e) * sp.log(b), True))
 
 
 class _Constants:
