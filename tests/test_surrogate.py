@@ -376,6 +376,11 @@ def test_non_spiking_mode_is_part_of_identity_and_pickles():
 def test_new_surrogates_parameters_are_checked():
     with pytest.raises(SpecError, match="n"):
         sg.SquarewaveFourierSeries(n=2.5)
+    with pytest.raises(SpecError, match="from 1 to 256"):  # sympy writes each term: n = 100000 ran for minutes
+        sg.SquarewaveFourierSeries(n=100000)
+    series = sg.SquarewaveFourierSeries(n=256)
+    with pytest.raises(SpecError, match="surrogate.n"):
+        series.n = 257
     with pytest.raises(SpecError, match="T_period"):
         sg.SquarewaveFourierSeries(T_period=0.0)
     with pytest.raises(SpecError, match="alpha"):

@@ -47,9 +47,12 @@ def _x() -> sympy.Symbol:
     """The variable of Custom gradient expressions and of cached gradients."""
     return sympy.Symbol("x", real=True)
 
+MAX_COUNT = 256  # a series' terms (SquarewaveFourierSeries' n): sympy writes each, and a larger n would not derive
+# within spec.budget's limit (the reference's gradient, which no budget bounds, took minutes at n = 100000)
 # Parameter domains: rule name -> (test, what the message says). Parameters not listed take any finite value.
 _DOMAINS = {"positive": (lambda v: v > 0, "must be > 0"), "above_one": (lambda v: v > 1, "must be > 1"),
-            "count": (lambda v: v >= 1 and float(v).is_integer(), "must be a whole number >= 1")}
+            "count": (lambda v: 1 <= v <= MAX_COUNT and float(v).is_integer(),
+                      f"must be a whole number from 1 to {MAX_COUNT}")}
 
 
 def _number(value: float) -> sympy.Expr:
