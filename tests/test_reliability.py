@@ -534,6 +534,23 @@ def test_the_derivative_of_max_multiplies_where_autograd_masks(rectified):
 
 
 @needs_host
+def test_a_branch_not_chosen_that_is_nan_makes_autograds_gradient_nan_not_the_kernels():
+    """The other side of the case above, docs/bad-input.md records it too: where(x > 0, sqrt(x), -x) evaluates sqrt
+    of a negative x, NaN, on the branch not chosen; autograd multiplies its derivative by the 0 where passes it, so
+    the reference's gradient is NaN there, and the kernels' derivative chooses the branch: -1."""
+    spec = NeuronSpec(name="rooted", params={"v_threshold": 1.0, "v_reset": 0.0}, states={"v": 0.0},
+                      charge="v + where(x > 0, sqrt(x), -x)", reset="none")
+    x = torch.tensor([[4.0, -1.0, -0.25]], dtype=F64)
+    grads = []
+    for backend in ("host", "reference"):
+        leaf = x.clone().requires_grad_()
+        _, (v,), _ = F.multi_step(spec, leaf, backend=backend)
+        grads.append(torch.autograd.grad(v.sum(), leaf)[0])
+    assert grads[0].tolist() == [[0.25, -1.0, -1.0]]
+    assert grads[1][0, 0] == 0.25 and torch.isnan(grads[1][0, 1:]).all()
+
+
+@needs_host
 @pytest.mark.parametrize("tau", [0.0, -1.0, 1e-30, INF, NAN], ids=str)
 def test_out_of_domain_tensor_parameters_are_not_checked_and_match_the_reference(tau):
     """tau <= 0 (and NaN) given as a tensor is not refused (numbers are: LIF's tau has the domain "> 0"): no check,
