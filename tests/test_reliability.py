@@ -647,7 +647,8 @@ ODE_BASE: dict = {
     "jumps": {"w": "w + b"},
 }
 TOML_KEYS = ("name", "doc", "params", "states", "charge", "threshold", "reset", "updates", "derived", "options",
-             "surrogate", "ode", "jumps", "method", "output", "levels", "inputs", "fires_at")
+             "surrogate", "ode", "jumps", "method", "output", "levels", "inputs", "fires_at",
+             "detach_reset")
 
 
 def _toml_string(text: str) -> str:

@@ -400,3 +400,17 @@ def test_a_surrogate_of_a_number_is_refused_naming_it(spiking):
     from autocuda.spec.python import neuron
     with pytest.raises(TypeError, match="the spike's argument, h - threshold, must depend on the input or a state"):
         neuron(step)
+
+
+@pytest.mark.parametrize("backend", ["reference", "host"])
+def test_a_parameter_whose_gradient_no_dtype_represents_is_refused_by_the_surrogate(backend: str) -> None:
+    """ATan(alpha=1e300) is a valid surrogate, but its gradient folds (pi/2 alpha)**2, beyond float64: the reference
+    raised a bare OverflowError from its evaluator, the kernels named the spec's params."""
+    from autocuda.call import functional as F
+    from autocuda.spec.model import NeuronSpec
+
+    spec = NeuronSpec(name="steep", params={"v_threshold": 1.0, "v_reset": 0.0}, states={"v": 0.0},
+                      charge="v + x", surrogate=sg.ATan(alpha=1e300))
+    x = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(SpecError, match="field 'surrogate'.*1e\\+300"):
+        F.multi_step(spec, x, backend=backend)[0].sum().backward()

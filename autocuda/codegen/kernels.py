@@ -95,11 +95,28 @@ def _build(r: KernelRequest) -> NeuronKernel:
                             grad_state_seq=r.grad_state_seq, grad_finals=r.grad_finals, given_inits=r.given_inits,
                             final_states=r.final_states, gradients=r.gradients, **r.layout.options())
     title = f"{spec.name}: {spec.doc}" if spec.doc else spec.name
+    gradient = r.surrogate.gradient(SURROGATE_INPUT)
     try:
-        return build_kernel(spec.name, d, options, r.surrogate.gradient(SURROGATE_INPUT), describe(title, d, options))
-    except LiteralError as error:  # a number the derivation made from the spec's (constants folded, products)
+        return build_kernel(spec.name, d, options, gradient, describe(title, d, options))
+    except LiteralError as error:  # a number the derivation made (constants folded, products), named by its source
+        if _unprintable(gradient, get_dtype(r.dtype)):
+            raise ConstantRangeError(f"{error} in a {r.dtype} kernel: the surrogate's gradient with "
+                                     f"{r.surrogate.params} holds a number this dtype cannot represent",
+                                     source=spec.origin, field="surrogate") from None
         raise ConstantRangeError(f"{error} in a {r.dtype} kernel: the equations, with their constants folded, hold "
                                  "a number this dtype cannot represent", source=spec.origin, field="params") from None
+
+
+def _unprintable(expr: Any, dtype: DType) -> bool:
+    """Whether a number of the sympy expression `expr` cannot be a constant of `dtype`'s arithmetic."""
+    import sympy  # generation only: a warm process imports no sympy
+
+    for number in expr.atoms(sympy.Number):
+        try:
+            dtype.compute.literal(float(number))
+        except (LiteralError, OverflowError, TypeError, ValueError):
+            return True
+    return False
 
 
 def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..base.errors import KernelArgumentError
+from ..base.errors import ConstantRangeError, KernelArgumentError, LiteralError, SpecError
 from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast, gradient_groups
 from ..codegen.dtypes import get_dtype
 from ..codegen.layout import FIELDS, Layout
@@ -193,7 +193,13 @@ class NeuronConfig:
         from ..spec.system import step_system  # derivation: the reference path only
         from .reference import prepare
         system = step_system(self.spec, self.reset, dict(self.constants))
-        prepare(system), self.surrogate.gradient_of_x()
+        try:
+            prepare(system), self.surrogate.gradient_of_x()
+        except LiteralError as error:  # refused as the kernels refuse it (`codegen.kernels`)
+            raise ConstantRangeError(f"{error}: the equations, with their constants folded, hold a number no dtype "
+                                     "represents", source=self.spec.origin, field="params") from None
+        except SpecError as error:  # the surrogate's, named by the spec's source
+            raise error.with_source(self.spec.origin) if error.source == "<python>" else error from None
         return system, dict(self.spec.parsed().param_symbols)
 
     def kernel(self, kind: str, dtype: Any, **options: Any) -> KernelRecord:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from ..base.errors import SpecError
+from ..base.errors import LiteralError, SpecError
 from ..base.lazy import lazy_import
 
 if TYPE_CHECKING:
@@ -265,9 +265,17 @@ class Surrogate:
     def _gradient_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
         cached = self.__dict__.get("_gradient_x")
         if cached is None:
-            cached = _in_x(self.gradient(_x()))
+            cached = self._in_x(self.gradient(_x()), "gradient")
             object.__setattr__(self, "_gradient_x", cached)
         return cached
+
+    def _in_x(self, expr: sympy.Expr | None, what: str) -> tuple[sympy.Symbol, Any, Any]:
+        """`_in_x`, refusing a number of the expression beyond float64's range by the parameters that made it."""
+        try:
+            return _in_x(expr)
+        except LiteralError as error:
+            raise SpecError(f"{type(self).__name__}'s {what} with {self.params} holds a number no dtype represents "
+                            f"({error})", field="surrogate") from None
 
     def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
         """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
@@ -281,7 +289,7 @@ class Surrogate:
             return spike.apply(x, self, strict)
         cached = self.__dict__.get("_primitive_x")
         if cached is None:
-            cached = _in_x(self.primitive(_x()))
+            cached = self._in_x(self.primitive(_x()), "primitive")
             object.__setattr__(self, "_primitive_x", cached)
         return _evaluate_in_x(cached, x)
 

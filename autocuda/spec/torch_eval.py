@@ -20,6 +20,7 @@ import torch
 from mpmath.libmp import to_float  # type: ignore[import-untyped]
 from sympy.codegen.cfunctions import expm1
 
+from ..base.errors import LiteralError
 from .flat import Evaluation, Program, run, symbols_of
 from .flat import maximum as _maximum
 from .flat import minimum as _minimum
@@ -124,10 +125,17 @@ def _symbol(w: _Walker, e: sympy.Symbol) -> Value:
 def _number(w: _Walker, e: sympy.Expr) -> float:
     # Not float(e): torch.compile cannot trace float() of a sympy number (nor, for a Rational or pi, the mpmath
     # it calls). p / q of Python ints is rounded correctly, a Float is its mpmath value, constants are math's.
+    # A finite number beyond float64's range is refused, as the kernels' printers refuse it (`LiteralError`).
     if isinstance(e, sympy.Rational):
-        return e.p / e.q
+        try:
+            return e.p / e.q
+        except OverflowError:
+            raise LiteralError(f"the number {sympy.Float(e, 3)} is beyond float64's range") from None
     if isinstance(e, sympy.Float):
-        return to_float(e._mpf_)
+        value = to_float(e._mpf_)
+        if math.isinf(value):
+            raise LiteralError(f"the number {sympy.Float(e, 3)} is beyond float64's range")
+        return value
     return _CONSTANTS.get(type(e)) or float(e)
 
 
