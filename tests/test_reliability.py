@@ -486,6 +486,20 @@ def test_a_float64_call_runs_a_spec_whose_float32_kernels_cannot_hold_its_consta
 
 
 @needs_host
+def test_a_constant_that_a_dtype_would_read_as_zero_is_refused_as_one_beyond_its_range():
+    """Found by a probe: 1e-60 was printed as 1e-60f, which is 0 in float32, so x * 1e-60 * a * b (a = b = 1e30) was 0
+    in the float32 kernels and x in the reference. A float32 call is refused, naming the constant; float64 runs."""
+    spec = NeuronSpec(name="tiny", params={"v_threshold": 1.0, "v_reset": 0.0, "a": 1e30, "b": 1e30},
+                      states={"v": 0.0}, charge="v + x * 1e-60 * a * b", reset="none")
+    x = torch.tensor([[0.5, -0.5, 2.0]], dtype=F64)
+    finals = [F.multi_step(spec, x, backend=backend)[1][0] for backend in ("host", "reference")]
+    torch.testing.assert_close(finals[0], x[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(finals[1], x[0], rtol=1e-12, atol=0)
+    with pytest.raises(ConstantRangeError, match="1e-60 is below the smallest float32"):
+        F.multi_step(spec, x.float(), backend="host")
+
+
+@needs_host
 def test_an_infinite_gradient_meets_the_resets_terms_one_by_one_in_autograd():
     """A NaN difference docs/bad-input.md records (found by a fuzz): after a hard reset to 0 the threshold -sqrt(v)
     has an infinite derivative. Autograd multiplies it by each term of the reset, h (1 - s) + s v_reset, so by

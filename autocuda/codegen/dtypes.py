@@ -196,6 +196,8 @@ class DType:
         value = float(value)
         if not np.isfinite(value) or abs(value) > torch.finfo(self.torch_dtype).max:
             raise LiteralError(f"the constant {value} is non-finite or out of range for {self.name}")
+        if value and not torch.tensor(value, dtype=self.torch_dtype).item():  # a nonzero number that would read 0
+            raise LiteralError(f"the constant {value} is below the smallest {self.name} (it would read 0)")
         text = repr(value)
         if "e" not in text and "." not in text:
             text += ".0"
