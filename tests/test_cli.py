@@ -125,6 +125,14 @@ def test_errors_are_one_line_without_a_traceback(args, words, cli):
     assert_one_line_error(cli(*args), words)
 
 
+def test_an_error_without_text_is_named_by_its_class(monkeypatch, cli):
+    """A MemoryError (no text) printed an empty `autocuda: error:`."""
+    def exhausted(name: str) -> None:
+        raise MemoryError()
+    monkeypatch.setattr("autocuda.tools.cli.spec_argument", exhausted)
+    assert_one_line_error(cli("show", "lif"), "autocuda: error: MemoryError")
+
+
 def test_debug_shows_the_traceback(cli):
     from autocuda import SpecError
 

@@ -60,10 +60,23 @@ def test_fi_curve_is_the_rate_under_constant_input() -> None:
     (lambda: plot.drive("lif", amplitude=float("nan")), r"^amplitude: expected a finite number"),
     (lambda: plot.fi_curve("lif", torch.zeros(2, 2)), r"^currents: expected a non-empty 1-d tensor"),
     (lambda: plot.drive("lif", tau=-1.0), r"tau"),
+    # past MAX_STEPS: ran for minutes, or failed in the allocator
+    (lambda: plot.drive("lif", T=plot.MAX_STEPS + 1), r"^T: expected .* at most 10000, got 10001"),
+    (lambda: plot.fi_curve("lif", T=plot.MAX_STEPS + 1), r"^T: expected .* at most 10000, got 10001"),
+    # torch's own messages, naming no seed
+    (lambda: plot.drive("lif", "noise", seed="a"), r"^seed: expected an int from -2\*\*63 to 2\*\*64 - 1"),
+    (lambda: plot.drive("lif", "noise", seed=2**64), r"^seed: expected an int .* got 18446744073709551616"),
+    (lambda: plot.drive("lif", "noise", seed=-2**63 - 1), r"^seed: expected an int"),
+    (lambda: plot.drive("lif", "noise", seed=True), r"^seed: expected an int"),
 ])
 def test_bad_arguments_are_named(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_extreme_seeds_are_taken() -> None:
+    for seed in (-2**63, 2**64 - 1):
+        assert plot.drive("lif", "noise", T=5, seed=seed).x.shape == (5,)
 
 
 def test_spec_of_the_wrong_type() -> None:
@@ -134,6 +147,28 @@ def test_drawing_checks_its_arguments(tmp_path: Path) -> None:
         plot.traces(torch.ones(2, 3), threshold="x")
 
 
+def test_traces_check_the_shapes_of_spikes_and_threshold() -> None:
+    """Spikes of more neurons than the values failed with a bare IndexError; a threshold per neuron [N] with
+    matplotlib's error, or, where N == T, was drawn as a threshold that changes over time."""
+    import matplotlib.pyplot as plt
+
+    with pytest.raises(ValueError, match=r"^spikes: expected the values' shape \(10, 2\), got \(10, 5\)"):
+        plot.traces(torch.rand(10, 2), spikes=torch.ones(10, 5))
+    for T in (10, 3):
+        with pytest.raises(ValueError, match=rf"^threshold: shape \(3,\) is the neuron shape of the values \({T}, 3\)"):
+            plot.traces(torch.rand(T, 3), threshold=torch.tensor([0.5, 0.6, 0.7]))
+    with pytest.raises(ValueError, match=r"^threshold: expected a number, one value per step \[T\] or the values' "
+                                         r"shape \(10, 3\), got shape \(4,\)"):
+        plot.traces(torch.rand(10, 3), threshold=torch.rand(4))
+    per_neuron = plot.traces(torch.rand(3, 3), threshold=torch.tensor([0.5, 0.6, 0.7]).expand(3, 3))
+    dashed = [line for line in per_neuron.get_lines() if line.get_linestyle() == "--"]
+    assert [list(line.get_ydata()) for line in dashed] == [pytest.approx([t] * 3) for t in (0.5, 0.6, 0.7)]
+    per_step = plot.traces(torch.rand(3, 3), threshold=torch.tensor([[0.5], [0.6], [0.7]]))
+    dashed = [line for line in per_step.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and list(dashed[0].get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
+    plt.close("all")
+
+
 def test_missing_matplotlib_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # import of it raises ImportError
     with pytest.raises(ImportError, match=r"needs matplotlib: pip install 'autocuda\[plot\]'"):
@@ -174,7 +209,11 @@ def test_cli_plot_fi_svg_and_default_name(tmp_path: Path, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["plot", "lif", "--out", "x.jpg"], "--out: expected a file ending in .png, .svg, .pdf, got 'x.jpg'"),
-    (["plot", "lif", "--steps", "0"], "--steps: expected a number of time steps > 0, got 0"),
+    (["plot", "lif", "--steps", "0"], "--steps: expected a number of time steps > 0 and at most 10000, got 0"),
+    (["plot", "lif", "--fi", "--steps", "100000000"], "--steps: expected a number of time steps > 0 and at most "
+     "10000, got 100000000"),
+    (["plot", "lif", "--input", "noise", "--seed", str(2**70)], "--seed: expected an integer from -2**63 to "
+     "2**64 - 1 (torch's seeds), got 1180591620717411303424"),
     (["plot", "no_such_spec"], "no shipped spec named 'no_such_spec'"),
     (["plot", "lif", "--param", "tau"], "--param: expected NAME=NUMBER (e.g. tau=5), got 'tau'"),
     (["plot", "lif", "--param", "=2"], "--param: expected NAME=NUMBER"),
@@ -185,6 +224,12 @@ def test_cli_plot_errors(tmp_path: Path, monkeypatch, capsys, argv: list[str], m
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_plot_help_states_the_limit_of_steps() -> None:
+    steps = next(a for a in cli._parser()._subparsers._group_actions[0].choices["plot"]._actions
+                 if a.dest == "steps")
+    assert f"at most {plot.MAX_STEPS})" in steps.help
 
 
 def test_cli_plot_without_matplotlib(monkeypatch, capsys, tmp_path: Path) -> None:

@@ -419,6 +419,38 @@ def test_an_edited_spec_file_is_read_again(tmp_path, backend):
     assert load_spec(path).charge == "v + 2.0 * x"
 
 
+def test_a_spec_path_that_is_not_a_small_regular_file_is_refused(tmp_path):
+    """A FIFO blocked the load for good, a link to /dev/zero filled memory: the file is opened without blocking,
+    checked on its descriptor and read to at most MAX_SPEC_BYTES + 1 bytes."""
+    from autocuda.spec.load import MAX_SPEC_BYTES
+
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    result: list[BaseException] = []
+    loader = threading.Thread(target=lambda: result.append(pytest.raises(SpecError, load_spec, fifo).value),
+                              daemon=True)
+    loader.start()
+    loader.join(CEILING)
+    if loader.is_alive():  # blocked in open(): a writer's open releases it, and the test fails
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        loader.join(CEILING)
+        pytest.fail("loading a FIFO blocked")
+    assert str(result[0]) == f"{fifo}: not a regular file (a FIFO): a spec is read from a regular file"
+    device = tmp_path / "device.toml"
+    device.symlink_to(os.devnull)  # /dev/zero was read without end; /dev/null, empty, was read as a spec
+    with pytest.raises(SpecError, match=r"device\.toml: not a regular file \(a device\)"):
+        load_spec(device)
+    (tmp_path / "folder.toml").mkdir()
+    with pytest.raises(SpecError, match=r"folder\.toml: not a regular file \(a directory\)"):
+        load_spec(tmp_path / "folder.toml")
+    big, text = tmp_path / "big.toml", SPEC_FILE.format(charge="v + x") + "#"
+    big.write_text(text + " " * (MAX_SPEC_BYTES + 1 - len(text)))
+    with pytest.raises(SpecError, match=rf"big\.toml: larger than {MAX_SPEC_BYTES} bytes, the limit of a spec file"):
+        load_spec(big)
+    big.write_text(text + " " * (MAX_SPEC_BYTES - len(text)))  # the limit itself is accepted
+    assert load_spec(big).charge == "v + x"
+
+
 # -- 7. raw Python errors ----------------------------------------------------------------------------------------------
 def nested(function: str, depth: int, inner: str = "v") -> str:
     for _ in range(depth):

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,10 @@ __all__ = ["is_spec_path", "list_specs", "load_spec", "spec_argument", "spec_fro
 # The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader) and `writes_output`
 # (a variant a layer makes of a spec whose output is not the spike, never a file's)
 _TOML_KEYS = tuple(f.name for f in dataclasses.fields(NeuronSpec) if f.name not in ("origin", "writes_output"))
+
+# A spec file is at most this many bytes (the largest shipped one is under 2 KiB): a larger file, or a path that is
+# not a regular file (a FIFO, a device, a directory), is refused before it can block or fill memory
+MAX_SPEC_BYTES = 2**20
 
 
 def spec_from_toml(text: str, *, source: str = "<toml>", default_name: str | None = None) -> NeuronSpec:
@@ -72,10 +77,29 @@ def _refuse_stem_name(fields: dict[str, Any], source: str) -> None:
     raise SpecError(advice, source=source, field="name", symbol=stem)
 
 
+def _read_file(path: Path, source: str) -> bytes:
+    """The bytes of a spec file: opened without blocking (a FIFO would wait for a writer), then checked on the
+    open descriptor, so the file checked is the file read: a regular file of at most MAX_SPEC_BYTES."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    descriptor = os.open(path, flags)
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device"
+            raise SpecError(f"not a regular file ({kind}): a spec is read from a regular file", source=source)
+        with open(descriptor, "rb", closefd=False) as file:
+            data = file.read(MAX_SPEC_BYTES + 1)  # never more than one byte past the limit, however the file grows
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"larger than {MAX_SPEC_BYTES} bytes, the limit of a spec file", source=source)
+    return data
+
+
 @functools.lru_cache(maxsize=256)
 def _load_file(path: Path, source: str, stamp: tuple[int, int]) -> NeuronSpec:
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = _read_file(path, source).decode("utf-8")
     except UnicodeDecodeError as err:
         raise SpecError(f"not UTF-8 text: {err}", source=source) from None
     return spec_from_toml(text, source=source, default_name=path.stem)

@@ -217,8 +217,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     spec = spec_argument(args.spec)
     plot.pyplot()  # the missing-matplotlib error before any work
-    if args.steps is not None and args.steps <= 0:
-        raise ValueError(f"--steps: expected a number of time steps > 0, got {args.steps}")
+    if args.steps is not None and not 0 < args.steps <= plot.MAX_STEPS:
+        raise ValueError(f"--steps: expected a number of time steps > 0 and at most {plot.MAX_STEPS}, "
+                         f"got {args.steps}")
+    if args.seed not in plot.SEEDS:
+        raise ValueError(f"--seed: expected an integer from -2**63 to 2**64 - 1 (torch's seeds), got {args.seed}")
     what = "fi" if args.fi else args.input
     out = Path(args.out or f"{spec.name}-{what}.png")
     if out.suffix.lower() not in plot.FORMATS:
@@ -281,7 +284,8 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--input", choices=("step", "ramp", "noise"), default="step", help="the test input")
     plot.add_argument("--fi", action="store_true", help="the firing rate against constant input instead")
     plot.add_argument("--out", default=None, help="FILE.png, .svg or .pdf (default: SPEC-INPUT.png)")
-    plot.add_argument("--steps", type=int, default=None, help="time steps (default: 100; 200 with --fi)")
+    plot.add_argument("--steps", type=int, default=None, help="time steps (default: 100; 200 with --fi; at most "
+                      "10000)")
     plot.add_argument("--amplitude", type=float, default=1.5, help="the input's level (step, noise mean; a ramp "
                       "goes to twice it)")
     plot.add_argument("--seed", type=int, default=0, help="seed of the noise input")
@@ -298,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # one clear line for users; the traceback with --debug
         if args.debug:
             raise
-        print(f"autocuda: error: {error}", file=sys.stderr)
+        # never an empty line: an error without text (a MemoryError) is named by its class
+        print(f"autocuda: error: {str(error) or type(error).__name__}", file=sys.stderr)
         return 2
 
 

@@ -29,11 +29,15 @@ from ..spec.model import NeuronSpec
 from .monitor import Monitor
 
 __all__ = ["raster", "traces", "rate_histogram", "drive", "Response", "response", "fi_curve", "plot_fi", "save",
-           "INPUTS", "FORMATS"]
+           "INPUTS", "FORMATS", "MAX_STEPS", "SEEDS"]
 
 Tensor = torch.Tensor
 MISSING = "autocuda.tools.plot needs matplotlib: pip install 'autocuda[plot]' (or pip install matplotlib)"
 FORMATS = (".png", ".svg", ".pdf")
+# The most time steps `drive` and `fi_curve` run: the reference takes about 0.3 ms a step, and a figure shows no more
+MAX_STEPS = 10_000
+# The seeds torch's generators take
+SEEDS = range(-2**63, 2**64)
 
 
 def pyplot() -> Any:
@@ -86,26 +90,51 @@ def raster(spikes: Tensor, ax: Any = None, *, max_neurons: int | None = None, ti
     return ax
 
 
+def _threshold_columns(threshold: float | Tensor, values: Tensor) -> float | Tensor:
+    """`threshold` against values [T, *]: a number or a one-element tensor as a float; one value per step ([T], or
+    [T, 1, ...]) as [T, 1]; the values' own shape (one per neuron and step) as [T, N]. Anything else is refused,
+    a threshold of the neuron shape too: where that shape is (T,), it cannot be told from one value per step."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Tensor)):
+        raise TypeError(f"threshold: expected a number or a tensor, got {type(threshold).__name__}")
+    if not isinstance(threshold, Tensor) or threshold.numel() == 1:
+        return float(threshold)
+    if threshold.shape == values.shape[1:]:
+        raise ValueError(f"threshold: shape {tuple(threshold.shape)} is the neuron shape of the values "
+                         f"{tuple(values.shape)}: pass a threshold per neuron expanded over time "
+                         f"(threshold.expand_as(values)), or one value per step as [T, 1]")
+    T = values.shape[0]
+    if threshold.dim() >= 1 and threshold.shape[0] == T and (threshold[0].numel() == 1
+                                                              or threshold.shape == values.shape):
+        return _columns(threshold, "threshold")
+    raise ValueError(f"threshold: expected a number, one value per step [T] or the values' shape "
+                     f"{tuple(values.shape)}, got shape {tuple(threshold.shape)}")
+
+
 def traces(values: Tensor, ax: Any = None, *, threshold: float | Tensor | None = None, spikes: Tensor | None = None,
            max_neurons: int = 8, label: str = "v", title: str | None = None) -> Any:
-    """Traces of values [T, *] (the first `max_neurons` neurons) with `threshold` (a number, or a sequence [T]
-    or [T, *]) dashed, and spike times (spikes [T, *]) marked on the trace; returns the axes."""
+    """Traces of values [T, *] (the first `max_neurons` neurons) with `threshold` dashed (a number; one value per
+    step, [T]; or one per neuron and step, the values' shape), and spike times (spikes, the values' shape) marked
+    on the trace; returns the axes."""
     v = _columns(values, "values")[:, :_neurons(max_neurons)]
-    ax = _axes(ax)
-    steps = torch.arange(v.shape[0]).numpy()
-    for i in range(v.shape[1]):
-        ax.plot(steps, v[:, i].numpy(), color=f"C{i % 10}", linewidth=1.2, label=label if i == 0 else None)
-    if threshold is not None:
-        if isinstance(threshold, Tensor) and threshold.numel() > 1:
-            ax.plot(steps, _columns(threshold, "threshold")[:, 0].numpy(), "k--", linewidth=1, label="threshold")
-        elif isinstance(threshold, Tensor) or (isinstance(threshold, (int, float)) and not isinstance(threshold, bool)):
-            ax.axhline(float(threshold), color="k", linestyle="--", linewidth=1, label="threshold")
-        else:
-            raise TypeError(f"threshold: expected a number or a tensor, got {type(threshold).__name__}")
+    limit = None if threshold is None else _threshold_columns(threshold, values)
     if spikes is not None:
         s = _columns(spikes, "spikes")[:, :max_neurons]
         if s.shape[0] != v.shape[0]:
             raise ValueError(f"spikes: {s.shape[0]} time steps, values {v.shape[0]}")
+        if spikes.shape != values.shape:
+            raise ValueError(f"spikes: expected the values' shape {tuple(values.shape)}, got {tuple(spikes.shape)}")
+    ax = _axes(ax)
+    steps = torch.arange(v.shape[0]).numpy()
+    for i in range(v.shape[1]):
+        ax.plot(steps, v[:, i].numpy(), color=f"C{i % 10}", linewidth=1.2, label=label if i == 0 else None)
+    if isinstance(limit, float):
+        ax.axhline(limit, color="k", linestyle="--", linewidth=1, label="threshold")
+    elif limit is not None:
+        limit = limit[:, :max_neurons]
+        for i in range(limit.shape[1]):  # one column: every neuron's; else each neuron's, in its trace's colour
+            ax.plot(steps, limit[:, i].numpy(), linestyle="--", linewidth=1, label="threshold" if i == 0 else None,
+                    color="k" if limit.shape[1] == 1 else f"C{i % 10}")
+    if spikes is not None:
         times, neurons = torch.nonzero(s, as_tuple=True)
         ax.scatter(times.numpy(), v[times, neurons].numpy(), marker="o", s=14, color="C3", zorder=3, label="spike")
     ax.set_xlabel("time step")
@@ -183,11 +212,13 @@ def _resolve(spec: NeuronSpec | str) -> NeuronSpec:
     raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got {type(spec).__name__}")
 
 
-def _check_run(T: int, amplitude: float) -> None:
-    if not isinstance(T, int) or isinstance(T, bool) or T <= 0:
-        raise ValueError(f"T: expected the number of time steps, an int > 0, got {T!r}")
+def _check_run(T: int, amplitude: float, seed: int = 0) -> None:
+    if not isinstance(T, int) or isinstance(T, bool) or not 0 < T <= MAX_STEPS:
+        raise ValueError(f"T: expected the number of time steps, an int > 0 and at most {MAX_STEPS}, got {T!r}")
     if not isinstance(amplitude, (int, float)) or isinstance(amplitude, bool) or not abs(amplitude) < float("inf"):
         raise ValueError(f"amplitude: expected a finite number, got {amplitude!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed not in SEEDS:
+        raise ValueError(f"seed: expected an int from -2**63 to 2**64 - 1 (torch's seeds), got {seed!r}")
 
 
 def drive(spec: NeuronSpec | str, input: str = "step", *, T: int = 100, amplitude: float = 1.5, seed: int = 0,
@@ -197,7 +228,7 @@ def drive(spec: NeuronSpec | str, input: str = "step", *, T: int = 100, amplitud
     spec = _resolve(spec)
     if input not in INPUTS:
         raise ValueError(f"input: expected one of {', '.join(INPUTS)}, got {input!r}")
-    _check_run(T, amplitude)
+    _check_run(T, amplitude, seed)
     generator = torch.Generator().manual_seed(seed)
     x = INPUTS[input](T, float(amplitude), generator)
     spikes, _, seqs = F.multi_step(spec, x.view(T, 1), store_state_seq=True, backend="reference", **params)
