@@ -23,9 +23,13 @@ nir = pytest.importorskip("nir")  # SpikingJelly's NIR exchange also needs nirto
 from backends import CPU_BACKENDS, NEEDS_HOST  # noqa: E402
 from conftest import compile_launched  # noqa: E402
 
+from autocuda.base.errors import NIRError  # noqa: E402
 from autocuda.nn import IFNode, LIFNode, Neuron, ParametricLIFNode  # noqa: E402
+from autocuda.nn.spikingjelly_more import SimpleIFNode  # noqa: E402
 from autocuda.spec import NeuronSpec  # noqa: E402
+from autocuda.spec.load import load_spec  # noqa: E402
 from autocuda.toolchain.host import cxx as toolchain  # noqa: E402
+from autocuda.tools.monitor import Monitor  # noqa: E402
 from autocuda.tools.nir import NIRModule, from_nir, to_nir  # noqa: E402
 
 DT = 1e-4
@@ -339,6 +343,40 @@ def test_round_trip_of_cuba_lif_with_exact_method(tmp_path: Path) -> None:
     assert expected.sum() > 3 and np.array_equal(got, expected.numpy())
 
 
+def test_a_module_used_twice_exports_a_node_per_use() -> None:
+    """A shared Linear is a node per use, each with its own copy of the weights (the model's never shared); a
+    shared neuron (one state for both uses) is refused. Found: the second use was left out of the graph."""
+    lin = nn.Linear(4, 4)
+    with torch.no_grad():  # a silent input gives 5 (a spike), a spike 2: the second layer depends on the first
+        lin.weight.copy_(-3 * torch.eye(4))
+        lin.bias.fill_(5.0)
+    strict = dataclasses.replace(load_spec("lif"), fires_at=">")  # NIR's comparison: an exact round trip
+    model = nn.Sequential(lin, Neuron(strict, tau=2.0), lin, Neuron(strict, tau=2.0)).double()
+    x = torch.rand(8, 2, 4, dtype=F64) * 3
+    graph = to_nir(model, x[0], dt=DT)
+    assert list(graph.nodes) == ["input", "0", "1", "2", "3", "output"]
+    assert graph.edges == [("input", "0"), ("0", "1"), ("1", "2"), ("2", "3"), ("3", "output")]
+    weights = [graph.nodes[name].weight for name in ("0", "2")]
+    assert not np.shares_memory(*weights) and not np.shares_memory(weights[0], lin.weight.detach().numpy())
+    expected = _steps(model, x)
+    assert expected.sum() > 3 and np.array_equal(_run(graph, x.numpy()), expected.numpy())
+    lif = LIFNode()
+    with pytest.raises(NIRError, match=r"module '3' \(LIFNode\) is a stateful module used a second time"):
+        to_nir(nn.Sequential(nn.Linear(4, 4), lif, nn.Linear(4, 4), lif), torch.rand(2, 4))
+
+
+def test_a_monitor_sees_nothing_of_an_export() -> None:
+    """The export's sample step runs without the modules' hooks: a Monitor records the model's runs alone and gives
+    store_v_seq back at remove(). Found: it recorded the sample step, and store_v_seq stayed True."""
+    net = nn.Sequential(nn.Linear(3, 4), LIFNode(step_mode="m", backend="reference"))
+    x = torch.rand(5, 2, 3)
+    with Monitor(net) as monitor:
+        net(x)
+        to_nir(net, x[0])
+    assert [tuple(r.shape) for r in monitor.records["1"]["spike"]] == [(5, 2, 4)]
+    assert net[1].store_v_seq is False and net[1].step_mode == "m"
+
+
 def test_round_trip_of_an_imported_recurrent_graph(tmp_path: Path) -> None:
     rng = _rng(8)
     lif, w_rec = _snntorch_lif(4, rng), nir.Linear(weight=rng.normal(size=(4, 4)))
@@ -499,13 +537,26 @@ def test_module_refusals() -> None:
     (Neuron(NeuronSpec(name="lif", params={"tau": 2.0, "v_threshold": 1.0, "v_reset": 0.0}, states={"v": 0.0},
                        charge="v + x * x / tau")), "neuron spec 'lif' is not the shipped 'lif'"),
     (nn.Conv1d(4, 4, 1, padding_mode="circular"), "padding_mode='circular'"),
+    # NIR stores no initial state: one the import would not start from is refused (it was exported silently)
+    (SimpleIFNode(v_reset=0.5), r"module '1': 'if' layer: state 'v' starts at 0, where an import of its NIR IF "
+                                r"starts at v_reset = 0.5: NIR stores no initial state"),
+    (Neuron("lif", initial={"v": 3.0}), r"'lif' layer: state 'v' starts at 3, where an import of its NIR LIF starts "
+                                        r"at v_leak = 0"),
+    (Neuron("cuba_lif", v_reset=0.2), r"'cuba_lif' layer: state 'v' starts at 0.2, where .* starts at v_leak = 0"),
+    (Neuron("cuba_lif", initial={"i": torch.tensor([0.0, 0.0, 0.0, 1.0])}),
+     r"state 'i' starts at per-neuron values, where an import of its NIR CubaLIF starts at 0 = 0"),
+    # NIR's Flatten keeps the batch apart: torch's start_dim=0 (or -2 of [B, 4]) flattens it (it was exported as
+    # NIR's start_dim 0, the first dimension after the batch)
+    (nn.Flatten(0), r"module '1': Flatten\(start_dim=0, end_dim=-1\) of an input \[B, 4\] flattens the "
+                    "batch dimension"),
+    (nn.Flatten(-2), "flattens the batch dimension"),
 ])
 def test_export_refusals(module: nn.Module, message: str) -> None:
     model = nn.Sequential(nn.Linear(3, 4), module).double()
     sample = torch.rand(2, 4, 1, dtype=F64) if isinstance(module, nn.Conv1d) else torch.rand(2, 3, dtype=F64)
     if isinstance(module, nn.Conv1d):
         model = nn.Sequential(nn.Identity(), module).double()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(NIRError, match=message):
         to_nir(model, sample)
 
 
@@ -513,6 +564,11 @@ def test_export_refuses_bad_arguments() -> None:
     model = nn.Sequential(nn.Linear(3, 4))
     with pytest.raises(ValueError, match="dt: the time step must be positive"):
         to_nir(model, torch.rand(2, 3), dt=-1.0)
+    # a time step that is no positive, finite number of seconds (inf was written as tau = inf, True as 1 s)
+    for dt, message in ((float("inf"), "positive and finite"), (float("nan"), "positive and finite"),
+                        (True, "a number of seconds, got bool"), ("1e-4", "a number of seconds, got str")):
+        with pytest.raises(NIRError, match=f"dt: the time step must be {message}"):
+            to_nir(nn.Sequential(nn.Linear(3, 4), LIFNode()), torch.rand(2, 3), dt=dt)
     with pytest.raises(ValueError, match=r"sample_input: expected one time step"):
         to_nir(model, torch.rand(3))
     with pytest.raises(ValueError, match="AvgPool2d with ceil_mode"):

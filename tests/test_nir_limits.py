@@ -38,6 +38,13 @@ def _lif(n: int = 2, **changes) -> nir.LIF:
     return nir.LIF(**fields)
 
 
+def _with(node, **fields):
+    """`node` with `fields` set after its constructor (whose checks a graph from elsewhere need not have passed)."""
+    for field, value in fields.items():
+        setattr(node, field, value)
+    return node
+
+
 def _run(model, x: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return model(torch.as_tensor(x)).numpy()
@@ -166,6 +173,11 @@ def test_a_top_level_name_that_an_inlined_node_would_take_is_refused_naming_both
     (_lif(), {"dt": float("inf")}, "dt: the time step must be positive and finite"),
     (_lif(), {"dt": float("nan")}, "dt: the time step must be positive and finite"),
     (_lif(), {"dt": "soon"}, "dt: the time step must be a number"),
+    (_lif(), {"dt": "1e-4"}, "dt: the time step must be a number of seconds, got str '1e-4'"),  # float(dt) took it
+    (_lif(), {"dt": True}, "dt: the time step must be a number of seconds, got bool"),  # as 1 s
+    (nir.Delay(delay=np.array([])), {}, r"node 'n0' \(Delay\): field 'delay': empty"),  # torch's max() at run time
+    (_with(_lif(), v_threshold=np.ones(3)), {}, r"node 'n0' \(LIF\): the shapes of its fields \(tau \(2,\), "
+     r"r \(2,\), v_leak \(2,\), v_threshold \(3,\), v_reset \(2,\)\) do not broadcast together"),
     (nir.Delay(delay=np.array([1e5, 0.0])), {}, r"node 'n0' \(Delay\): field 'delay': the longest delay is 1e\+09 "
                                                r"steps.*MAX_DELAY_VALUES"),
     (nir.Delay(delay=np.array([-DT, 0.0])), {}, r"field 'delay': delays must be non-negative"),
@@ -204,6 +216,74 @@ def test_edges_of_different_shapes_into_one_node_are_refused_not_broadcast() -> 
     recurrent.nodes["output"] = nir.Output(np.array([1]))
     with pytest.raises(NIRError, match=r"node 'n1' gets inputs of shapes \[\(2, 1\), \(2, 2\)\]"):
         from_nir(recurrent, dtype=F64)(torch.ones(3, 2, 2, dtype=F64))
+
+
+@pytest.mark.parametrize("node, field", [
+    (_with(_lif(4), v_threshold=np.array([[1.0] * 4, [9.0] * 4])), "v_threshold"),
+    (nir.Delay(delay=np.array([[0.0] * 4, [3 * DT] * 4])), "delay"),
+    (nir.I(r=np.array([[1.0] * 4, [100.0] * 4])), "r"),
+    (nir.Scale(scale=np.array([[1.0] * 4, [2.0] * 4])), "scale"),
+    (_lif(3, v_threshold=np.full(3, 0.5)), "tau"),  # every field one value: their shape (3,) still counts
+])
+def test_a_field_larger_than_the_neurons_is_refused_not_broadcast_over_the_batch(node, field: str) -> None:
+    """A field of shape (2, 4) on an input [T, 2, 4] was broadcast over the batch (a threshold per sample), one of
+    (3,) whose values are equal taken as one value for all 4 neurons; now refused at the first call."""
+    for step_mode, x in (("m", torch.full((3, 2, 4), 2.0, dtype=F64)), ("s", torch.full((2, 4), 2.0, dtype=F64))):
+        model = from_nir(_chain(node, shape=4), dtype=F64, step_mode=step_mode)
+        with pytest.raises(NIRError, match=rf"node 'n0': field '{field}' has shape \({node.__dict__[field].shape[0]},"
+                                           r".*does not fit the neuron shape \(4,\) of its input"):
+            model(x)
+    wide = from_nir(_chain(node, shape=4), dtype=F64)  # the same field on neurons of its own shape runs
+    shape = tuple(node.__dict__[field].shape)
+    assert wide(torch.full((3, 1, *shape), 2.0, dtype=F64)).shape == (3, 1, *shape)
+
+
+def _li(n: int = 3) -> nir.LI:
+    return nir.LI(tau=np.full(n, 2e-4), r=np.ones(n), v_leak=np.full(n, 0.25))
+
+
+def _cuba_li(n: int = 3) -> nir.CubaLI:
+    return nir.CubaLI(tau_syn=np.full(n, 3e-4), tau_mem=np.full(n, 2e-4), r=np.ones(n), v_leak=np.full(n, 0.25),
+                      w_in=np.ones(n))
+
+
+def _recurrent(n: int = 3) -> nir.NIRGraph:
+    return _chain(_lif(n, tau=np.full(n, 3e-4)), shape=n, extra_nodes={"w": nir.Linear(weight=np.eye(n) * 0.3)},
+                  extra_edges=[("n0", "w"), ("w", "n0")])
+
+
+@pytest.mark.parametrize("graph", [_chain(_li()), _chain(_cuba_li(), shape=3), _chain(nir.Delay(np.full(3, 2 * DT)),
+                                                                                        shape=3), _recurrent()])
+def test_an_empty_sequence_gives_empty_outputs_and_keeps_the_states(graph: nir.NIRGraph) -> None:
+    """T = 0 runs no step, as our layers do (docs/bad-input.md). Found: torch's 'stack expects a non-empty
+    TensorList' (a NIRError from LI, CubaLI and Delay, a bare RuntimeError from a recurrent graph)."""
+    model = from_nir(graph, dtype=F64)
+    x = torch.rand(6, 2, 3, dtype=F64) * 3
+    expected = model(x)
+    model.reset()
+    first = model(x[:3])
+    assert model(torch.zeros(0, 2, 3, dtype=F64)).shape == (0, 2, 3)
+    assert torch.equal(torch.cat([first, model(x[3:])]), expected)
+    model.reset()
+    assert model(torch.zeros(0, 2, 3, dtype=F64)).shape == (0, 2, 3)
+    assert torch.equal(model(x), expected)
+
+
+@pytest.mark.parametrize("node", [_li(), nir.I(r=np.full(3, 1e3)), _cuba_li(), nir.Delay(np.full(3, 2 * DT))])
+def test_torch_op_nodes_restart_when_the_batch_size_changes(node) -> None:
+    """As our layers (docs/bad-input.md): a kept state of another batch size restarts at its initial value. Found:
+    a batch of 1 was broadcast over the next batch of 2, and a batch of 3 then 2 raised."""
+    model = from_nir(_chain(node, shape=3), dtype=F64)
+    x = torch.rand(4, 2, 3, dtype=F64) + 1
+    expected = model(x)
+    for batch in (1, 3):
+        model.reset()
+        model(torch.full((4, batch, 3), 5.0, dtype=F64))
+        assert torch.equal(model(x), expected)
+    model.reset()
+    model.step_mode = "s"
+    model(torch.full((1, 3), 5.0, dtype=F64))
+    assert torch.equal(model(x[0]), expected[0])
 
 
 # -- sizes, lengths, depths ---------------------------------------------------------------------------------------
@@ -292,6 +372,8 @@ def test_fields_past_the_graph_total_are_refused(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_file_that_is_no_nir_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NIRError, match=r"a directory, not a NIR file"):  # it said "No such file"
+        from_nir(tmp_path)
     (tmp_path / "text.nir").write_text("not hdf5")
     with pytest.raises(NIRError, match="Unable to read it as a NIR"):
         from_nir(tmp_path / "text.nir")

@@ -9,13 +9,16 @@ them (`autocuda.nir.checks.MAX_NODES = ...`).
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 import torch
 
 from ...base.errors import NIRError
 
 __all__ = ["MAX_NODES", "MAX_EDGES", "MAX_DEPTH", "MAX_FIELD_ELEMENTS", "MAX_GRAPH_ELEMENTS", "MAX_DELAY_VALUES",
-           "Budget", "real", "floats", "integers"]
+           "Budget", "real", "floats", "integers", "time_step"]
 
 MAX_NODES = 10_000  # nodes of a graph, those of its subgraphs (and the subgraphs) counted
 MAX_EDGES = 100_000  # edges of a graph and its subgraphs together
@@ -105,3 +108,13 @@ def integers(value: object, where: str, minimum: int, counts: tuple[int, ...] = 
             np.any(numbers < minimum) or np.any(numbers >= _INT_RANGE):
         raise NIRError(f"{where}: expected whole numbers from {minimum} to {_INT_RANGE - 1}, got {array.tolist()}")
     return tuple(int(n) for n in numbers)
+
+
+def time_step(dt: object, dtype: torch.dtype = torch.float64) -> float:
+    """`dt` as a float: a real number (not a bool, a string or a tensor), finite and positive in `dtype`."""
+    if isinstance(dt, (bool, np.bool_)) or not isinstance(dt, numbers.Real):
+        raise NIRError(f"dt: the time step must be a number of seconds, got {type(dt).__name__} {dt!r}")
+    step = float(dt)
+    if not (math.isfinite(step) and step > 0 and torch.tensor(step, dtype=dtype) > 0):
+        raise NIRError(f"dt: the time step must be positive and finite (in {dtype}), got {dt!r}")
+    return step

@@ -6,7 +6,9 @@ step). A graph without such edges runs each node once over the whole sequence (n
 fused kernel per layer); a graph with them runs one time step at a time through every node (step_mode 's').
 Stateless nodes see [T * B, *] in the first case and [B, *] in the second; stateful ones (those with a
 `step_mode`: our neurons, autocuda.nir.modules) get [T, B, *] or [B, *]. The edges that reach a node must
-carry one shape (they are summed, never broadcast); a node that fails on its input raises a NIRError naming it.
+carry one shape (they are summed, never broadcast); a node's per-neuron fields (`shapes`) must broadcast to its
+input's neuron shape (without time and batch) without growing it; a node that fails on its input raises a NIRError
+naming it. An empty sequence (T = 0) runs no step: empty outputs [0, B, *], every state as it was.
 """
 from __future__ import annotations
 
@@ -85,11 +87,12 @@ class NIRModule(nn.Module):
 
     step_mode 'm' (default): forward(x [T, B, *]) -> [T, B, *]; 's': forward(x [B, *]) -> [B, *], one step,
     keeping every state until `reset()`. Several inputs: pass a dict by input name; several outputs come back
-    as a dict by output name.
+    as a dict by output name. `shapes`: per node, the shapes of its per-neuron fields by field name.
     """
 
     def __init__(self, nodes: Mapping[str, nn.Module], edges: Sequence[tuple[str, str]], inputs: Sequence[str],
-                 outputs: Sequence[str], step_mode: str = "m"):
+                 outputs: Sequence[str], step_mode: str = "m",
+                 shapes: Mapping[str, Mapping[str, tuple[int, ...]]] | None = None):
         super().__init__()
         self.names = list(nodes)
         self.keys = _keys(self.names)
@@ -103,10 +106,12 @@ class NIRModule(nn.Module):
         self.sources: dict[str, list[str]] = {name: [] for name in self.names}
         for source, target in self.edges:  # one pass over the edges: graphs of thousands of nodes and edges
             self.sources[target].append(source)
+        self.shapes = {name: dict(fields) for name, fields in (shapes or {}).items()}
         # Per node after the inputs, in order: (name, ModuleDict key, sources this step, sources of the previous
-        # step): what `_run` reads per call, so that a call walks no edge lists
+        # step, per-neuron fields' shapes): what `_run` reads per call, so that a call walks no edge lists
         self._plan = [(name, self.keys[name], tuple(s for s in self.sources[name] if (s, name) not in self.back_edges),
-                       tuple(s for s in self.sources[name] if (s, name) in self.back_edges))
+                       tuple(s for s in self.sources[name] if (s, name) in self.back_edges),
+                       tuple(self.shapes.get(name, {}).items()))
                       for name in self.order if name not in self.inputs]
         self._previous: dict[str, torch.Tensor] = {}
         self.step_mode = step_mode
@@ -147,8 +152,25 @@ class NIRModule(nn.Module):
             return self._pack(self._run(given, 1))
         if not self.recurrent:
             return self._pack(self._run(given, 2))
+        if _length(given) == 0:
+            return self._pack(self._no_step(given))
         steps = [self._run({k: v[t] for k, v in given.items()}, 1) for t in range(_length(given))]
         return self._pack({name: _stack(name, [step[name] for step in steps]) for name in self.outputs})
+
+    def _no_step(self, given: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The empty outputs [0, B, *] of an empty sequence: the graph run over it as a sequence (each layer in step
+        mode 'm' runs no step), the recurrent edges carrying nothing; states and previous outputs are kept."""
+        previous = self._previous
+        modes = {module: cast(Any, module).step_mode for module in self.nodes.values() if _stateful(module)}
+        try:
+            self._previous = {}
+            for module in modes:
+                cast(Any, module).step_mode = "m"
+            return self._run(given, 2)
+        finally:
+            self._previous = previous
+            for module, mode in modes.items():
+                cast(Any, module).step_mode = mode
 
     def _named_inputs(self, x: torch.Tensor | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(x, torch.Tensor):
@@ -167,7 +189,7 @@ class NIRModule(nn.Module):
         """Every node once, in order; batch_dims 2: tensors are [T, B, *], 1: [B, *] (one step)."""
         values = {name: given[name] for name in self.inputs}
         modules = self.nodes._modules  # the ModuleDict's own dict: no key check per node
-        for name, key, sources, recurrent in self._plan:
+        for name, key, sources, recurrent, fields in self._plan:
             arriving = [values[source] for source in sources]
             # a recurrent edge: the previous step's output (none at the first step)
             arriving += [self._previous[source] for source in recurrent if source in self._previous]
@@ -181,6 +203,8 @@ class NIRModule(nn.Module):
                         raise NIRError(f"node {name!r} gets inputs of shapes {[tuple(v.shape) for v in arriving]}: "
                                        "the edges that reach a node must carry one shape")
                     total = total + value
+                if fields:
+                    _fit(name, fields, tuple(total.shape[batch_dims:]))
                 values[name] = total if type(module) is nn.Identity else _call(module, total, batch_dims)
             except (AutocudaError, torch.cuda.OutOfMemoryError):
                 raise
@@ -191,6 +215,16 @@ class NIRModule(nn.Module):
         if self.recurrent:
             self._previous = {source: values[source] for source, _ in self.back_edges}
         return {name: values[name] for name in self.outputs}
+
+
+def _fit(name: str, fields: tuple[tuple[str, tuple[int, ...]], ...], neurons: tuple[int, ...]) -> None:
+    """Each per-neuron field of a node broadcasts to its input's neuron shape without growing it: a longer or larger
+    shape would be broadcast over the batch (one value per sample)."""
+    for field, shape in fields:
+        if len(shape) > len(neurons) or any(f not in (1, n) for f, n in zip(shape[::-1], neurons[::-1])):
+            raise NIRError(f"node {name!r}: field {field!r} has shape {shape}, which does not fit the neuron shape "
+                           f"{neurons} of its input (without time and batch): a field has the node's neuron shape, "
+                           "or one that broadcasts to it")
 
 
 def _call(module: nn.Module, x: torch.Tensor, batch_dims: int) -> torch.Tensor:

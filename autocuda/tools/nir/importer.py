@@ -5,8 +5,10 @@ kernels on CUDA); LI, I, CubaLI, Threshold, Delay, Scale, SumPool2d are autocuda
 Conv1d, Conv2d, Flatten, AvgPool2d are torch.nn layers. Every field is checked (autocuda.nir.checks: its
 size before anything is converted, then finite, time constants positive, integers whole and in range) and
 copied into a new tensor of `dtype`; a neuron parameter whose values are all equal is passed as a float (a
-scalar of the kernel), others as a tensor of the neuron shape. A graph (or file, read by autocuda.nir.reader)
-that breaks a rule is refused with a NIRError naming the node and field before any module is built.
+scalar of the kernel), others as a tensor of the neuron shape. A node's per-neuron fields must broadcast
+together; their shapes go to the NIRModule, which checks them against the node's input at each call. A graph
+(or file, read by autocuda.nir.reader) that breaks a rule is refused with a NIRError naming the node and field
+before any module is built.
 """
 from __future__ import annotations
 
@@ -45,6 +47,13 @@ class _Options:
 
 # Fields that are time constants: finite and positive; every other float field finite (autocuda.nir.checks)
 TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")
+# Per-neuron fields by node type: each of the node's neuron shape, or of one that broadcasts to it (one value for
+# all); they must broadcast together, and each to the node's input without time and batch (NIRModule's check)
+PER_NEURON: Mapping[str, tuple[str, ...]] = {
+    **{kind: fields for kind, (fields, _, _) in NEURONS.items()}, "LI": ("tau", "r", "v_leak"), "I": ("r",),
+    "CubaLI": ("tau_syn", "tau_mem", "r", "v_leak", "w_in"), "Scale": ("scale",), "Threshold": ("threshold",),
+    "Delay": ("delay",)}
+Shape = tuple[int, ...]
 
 
 def _where(node: Any, name: str, field: str) -> str:
@@ -162,6 +171,8 @@ def _two(values: tuple[int, ...]) -> tuple[int, int]:
 
 def _delay(node: Any, name: str, options: _Options) -> nn.Module:
     delay = _floats(node, name, "delay", options)
+    if delay.size == 0:
+        raise NIRError(f"{_where(node, name, 'delay')}: empty: a Delay needs one delay per neuron (or one for all)")
     steps = delay / options.dt
     if np.any(delay < 0) or not np.all(np.isfinite(steps)):
         raise NIRError(f"{_where(node, name, 'delay')}: delays must be non-negative, and delay / dt finite "
@@ -182,9 +193,9 @@ NODE_TYPES: Mapping[str, Callable[[Any, str, _Options], nn.Module | Callable[[],
     "Input": lambda node, name, options: nn.Identity(),
     "Output": lambda node, name, options: nn.Identity(),
     "LIF": _neuron, "IF": _neuron, "CubaLIF": _neuron,
-    "LI": _non_spiking(M.LeakyIntegrator, ("tau", "r", "v_leak")),
-    "I": _non_spiking(M.Integrator, ("r",)),
-    "CubaLI": _non_spiking(M.CubaLI, ("tau_syn", "tau_mem", "r", "v_leak", "w_in")),
+    "LI": _non_spiking(M.LeakyIntegrator, PER_NEURON["LI"]),
+    "I": _non_spiking(M.Integrator, PER_NEURON["I"]),
+    "CubaLI": _non_spiking(M.CubaLI, PER_NEURON["CubaLI"]),
     "Affine": _affine, "Linear": _affine, "Conv1d": _conv, "Conv2d": _conv, "Flatten": _flatten,
     "AvgPool2d": _pool, "SumPool2d": _pool,
     "Scale": lambda node, name, options: M.Scale(_tensor(node, name, "scale", options)),
@@ -274,6 +285,19 @@ def _build(node: Any, name: str, options: _Options) -> nn.Module | Callable[[], 
         raise NIRError(f"node {name!r} ({type(node).__name__}): {error}") from None
 
 
+def _field_shapes(node: Any, name: str) -> dict[str, Shape]:
+    """The shapes of the node's per-neuron fields (PER_NEURON) that hold dimensions; they must broadcast together."""
+    shapes = {field: tuple(int(d) for d in np.shape(getattr(node, field)))
+              for field in PER_NEURON.get(type(node).__name__, ())}
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        listed = ", ".join(f"{field} {shape}" for field, shape in shapes.items())
+        raise NIRError(f"node {name!r} ({type(node).__name__}): the shapes of its fields ({listed}) do not broadcast "
+                       "together: each field has the node's neuron shape, or one that broadcasts to it") from None
+    return {field: shape for field, shape in shapes.items() if shape}
+
+
 def _finish(built: nn.Module | Callable[[], nn.Module], node: Any, name: str) -> nn.Module:
     if isinstance(built, nn.Module):
         return built
@@ -288,12 +312,7 @@ def _finish(built: nn.Module | Callable[[], nn.Module], node: Any, name: str) ->
 def _options(dt: Any, method: str, dtype: Any, neuron: Mapping[str, Any]) -> _Options:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise NIRError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
-    try:
-        step = float(dt)
-    except (TypeError, ValueError):
-        raise NIRError(f"dt: the time step must be a number, got {dt!r}") from None
-    if not (math.isfinite(step) and step > 0 and torch.tensor(step, dtype=dtype) > 0):
-        raise NIRError(f"dt: the time step must be positive and finite (in {dtype}), got {dt!r}")
+    step = checks.time_step(dt, dtype)
     if method not in METHODS:
         raise NIRError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
     return _Options(step, method, dtype, neuron)
@@ -331,8 +350,9 @@ def from_nir(graph: nir.NIRGraph | str | Path, *, dt: float = 1e-4, method: str 
     if into_inputs:
         raise NIRError(f"edge {into_inputs[0]!r} ends at Input node {into_inputs[0][1]!r}: inputs take no edges")
     built = {name: _build(node, name, options) for name, node in nodes.items()}  # every node checked first
+    shapes = {name: _field_shapes(node, name) for name, node in nodes.items()}
     modules = {name: _finish(module, nodes[name], name) for name, module in built.items()}
-    return NIRModule(modules, edges, inputs, outputs, step_mode)
+    return NIRModule(modules, edges, inputs, outputs, step_mode, shapes=shapes)
 
 
 def _ends(nodes: Mapping[str, Any], kind: str, graph: Any) -> list[str]:

@@ -44,16 +44,22 @@ class StepModule(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.step_mode == "s":
             return self.step(x)
-        if self.step_mode == "m":
-            return torch.stack([self.step(x_t) for x_t in x])
+        if self.step_mode == "m":  # an empty sequence runs no step: an empty output, the states as they were
+            return torch.stack([self.step(x_t) for x_t in x]) if len(x) else x.new_empty(x.shape)
         raise ValueError(f"step_mode: expected 's' or 'm', got {self.step_mode!r}")
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def _state(self, name: str, x: torch.Tensor, start: torch.Tensor | float = 0.0) -> torch.Tensor:
+        """The state `name` for a step of `x`: at `start` where none is kept or the kept one has another shape than
+        a step of x gives (x's broadcast with the parameters: the batch size changed), as our layers restart
+        (docs/bad-input.md)."""
         value = getattr(self, name)
-        return torch.zeros_like(x) + start if value is None else value
+        if value is None or value.shape != torch.broadcast_shapes(x.shape, *(b.shape for b in self._buffers.values()
+                                                                             if b is not None)):
+            return torch.zeros_like(x) + start
+        return value
 
     def extra_repr(self) -> str:
         return f"method={self.method!r}, dt={self.dt:g}, step_mode={self.step_mode!r}"
@@ -171,7 +177,9 @@ class Delay(StepModule):
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
         depth = int(self.steps.max()) + 1
-        history = self.history if self.history is not None else x.new_zeros((depth, *x.shape))
+        history = self.history  # restarts (zeros) where none is kept or x's shape changed (the batch size)
+        if history is None or history.shape[1:] != x.shape:
+            history = x.new_zeros((depth, *x.shape))
         history = torch.cat([x.unsqueeze(0), history[:-1]])  # history[k] is x k steps ago
         self.history = history
         index = self.steps.expand(x.shape).unsqueeze(0)

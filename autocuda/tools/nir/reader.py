@@ -29,8 +29,10 @@ def read(path: str | Path) -> nir.NIRGraph:
     import h5py
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(errno.ENOENT, "No such file", str(path))
+    if not path.is_file():
+        raise NIRError(f"{path}: {'a directory' if path.is_dir() else 'not a regular file'}, not a NIR file")
     try:
         file = h5py.File(path, "r")
     except OSError as error:
