@@ -181,3 +181,27 @@ def test_a_launch_under_jit_trace_or_a_torch_func_transform_is_refused() -> None
         torch.jit.trace(launch, (torch.ones(4),))
     with pytest.raises(NotImplementedError, match=r"^kernel 'arrays_heaviside': a launch does not run under torch"):
         torch.vmap(launch)(torch.ones(2, 4))
+
+
+@needs_host
+def test_torch_compile_runs_a_launch_outside_its_graph() -> None:
+    """Dynamo traced into the launch and failed with an internal error naming nothing; a launch reads and writes memory
+    through addresses, so it runs eagerly, a graph break (which fullgraph=True refuses)."""
+    import torch._dynamo
+
+    kernel = heaviside()
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        kernel.simple_call(x=x, y=y)
+        kernel((1,), (32,), {"numel": x.numel(), "x": y, "y": y})
+        return y + 1
+
+    x = torch.tensor([-1.0, 0.0, 2.0, -3.0])
+    torch._dynamo.reset()
+    assert torch.compile(step, backend="eager")(x).tolist() == [2.0, 2.0, 2.0, 2.0]
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(step, backend="eager", fullgraph=True)(x)
+    torch._dynamo.reset()
+

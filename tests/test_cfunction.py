@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import compile_together
 
+from autocuda.base.errors import LiteralError
 from autocuda.codegen import cfunction as cf
 from autocuda.codegen.dtypes import DTYPES, get_dtype
 from autocuda.spec import surrogate
@@ -340,6 +341,34 @@ def test_a_number_operand_is_the_dtypes_literal(dtype: str):
 def test_an_operand_or_result_that_is_no_c_text_is_refused(call, error: type, pattern: str):
     with pytest.raises(error, match=pattern):
         call()
+
+
+@pytest.mark.parametrize(("call", "error", "pattern"), [
+    # bare errors of float(): None, a list, text, an int beyond a double; True printed as 1.0f, a complex as its real
+    (lambda: cf.constant("y", None, "float"), TypeError, r"cfunction: the constant is a number, got NoneType"),
+    (lambda: cf.constant("y", [1], "float"), TypeError, r"the constant is a number, got list"),
+    (lambda: cf.constant("y", "1.5", "float"), TypeError, r"the constant is a number, got str"),
+    (lambda: cf.constant("y", True, "float"), TypeError, r"the constant is a number, got bool"),
+    (lambda: cf.constant("y", np.complex128(1 + 1j), "float"), TypeError, r"the constant is a number, got complex128"),
+    (lambda: cf.constant("y", 10**400, "float64"), LiteralError, r"the constant, an integer of 1329 bits, is beyond"),
+    (lambda: cf.mul(None, "a", 10**400, "half2"), LiteralError, r"an operand, an integer of 1329 bits, is beyond"),
+    (lambda: cf.mul(None, "a", np.complex64(1), "float"), TypeError, r"an operand is C text .* got complex64"),
+    (lambda: cf.mul(None, "a", np.bool_(True), "float"), TypeError, r"an operand is C text .* got bool"),
+    (lambda: cf.sigmoid("y", "x", 10**400, "float"), LiteralError, r"sigmoid's alpha, an integer of 1329 bits"),
+    (lambda: cf.atan_backward("y", "x", 10**400, "float64"), LiteralError, r"atan_backward's alpha, an integer of"),
+])
+def test_a_number_that_is_no_real_number_a_double_holds_is_refused_by_its_role(call, error: type, pattern: str):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "half2"])
+def test_numpy_integers_and_floats_are_numbers_as_python_ones(dtype: str):
+    """np.float64 was taken (a float), np.float32 and np.int64 refused as no C text."""
+    for number, python in ((np.float32(1.5), 1.5), (np.float64(1.5), 1.5), (np.int64(3), 3), (np.int8(-2), -2)):
+        assert cf.mul(None, "a", number, dtype) == cf.mul(None, "a", python, dtype)
+        assert cf.constant("y", number, dtype) == cf.constant("y", python, dtype)
+    assert cf.sigmoid("y", "x", np.float32(2.0), dtype) == cf.sigmoid("y", "x", 2.0, dtype)
 
 
 @pytest.mark.parametrize("alpha", [None, "abc", True, float("inf"), float("nan")])

@@ -3,6 +3,8 @@ CodeTyper/CodeBlock, the Jinja templates. No GPU needed (argument checks run on 
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jinja2
@@ -229,6 +231,18 @@ def test_packed_scalar_param_also_brings_its_header():
     assert "#include <cuda_fp16.h>" in kernel.full_codes
 
 
+def test_reverse_and_kernel_name_are_checked_when_set():
+    """reverse="False" is truthy (it reversed the loop); a name set after construction was not checked."""
+    with pytest.raises(TypeError, match="reverse: expected True or False, got 'False'"):
+        CKernel2D("k", reverse="False")  # type: ignore[arg-type]
+    kernel = make(CKernel2D)
+    with pytest.raises(TypeError, match="reverse: expected True or False, got 1"):
+        kernel.reverse = 1
+    with pytest.raises(ValueError, match=r"kernel name 'a b'"):
+        kernel.kernel_name = "a b"
+    assert kernel.reverse is False and kernel.kernel_name == "demo"
+
+
 def test_check_attributes():
     kernel = make(CKernel2D, reverse=True)
     assert kernel.check_attributes(reverse=True, kernel_name="demo")
@@ -263,13 +277,68 @@ def test_valid_arguments_pass(kernel: CKernel1D):
     ({"y": torch.zeros(16)[::2]}, r"y: tensor must be contiguous"),
     ({"alpha": torch.tensor(0.5)}, r"alpha: a scalar of C type float is passed by value"),
     ({"alpha": np.array([0.5])}, r"alpha: a scalar of C type float is passed by value"),
-    ({"alpha": "0.5"}, r"alpha: expected a number"),
+    ({"alpha": "0.5"}, r"alpha: expected a real number for float, got str"),
     ({"x": np.zeros(8, dtype=np.float32)}, r"x: expected a torch.Tensor .*__dlpack__.*got ndarray"),
     ({"y": torch.zeros(8, device="meta")}, r"y: on meta, expected cpu"),
+    # the lazy negation bit: the kernel read +2 where torch reads -2, and wrote where torch reads the negation
+    ({"x": torch.tensor([1 + 2j]).conj().imag}, r"x: a tensor with torch's lazy negation bit .*resolve_neg"),
+    ({"y": torch.tensor([1 + 2j]).conj().imag}, r"y: a tensor with torch's lazy negation bit"),
+    # a complex scalar lost its imaginary part; an int beyond a double was a bare OverflowError
+    ({"alpha": np.complex128(3 + 4j)}, r"alpha: expected a real number for float, got complex128"),
+    ({"alpha": 10**400}, r"alpha: an integer of 1329 bits is beyond a double's range \(float\)"),
 ])
 def test_bad_arguments_are_explained(kernel: CKernel1D, changes: dict, pattern: str):
     with pytest.raises(KernelArgumentError, match=pattern):
         kernel.check_args(args(**changes), backend="host")
+
+
+@pytest.mark.parametrize(("make_x", "kind"), [
+    (lambda: torch.ones(8).to_sparse(), "torch.sparse_coo"),
+    (lambda: torch.ones(2, 4).to_sparse_csr(), "torch.sparse_csr"),
+    (lambda: torch.nested.nested_tensor([torch.ones(3), torch.ones(5)]), "nested"),
+])
+def test_a_sparse_or_nested_tensor_is_refused_as_not_dense(kernel: CKernel1D, make_x: Callable, kind: str):
+    """COO was told to call .contiguous() (which does not help), CSR and nested gave torch's internal errors."""
+    with warnings.catch_warnings():  # torch's notes that these layouts are in beta or a prototype
+        warnings.simplefilter("ignore")
+        x = make_x()
+    with pytest.raises(KernelArgumentError, match=f"^x: expected a dense tensor, got a {kind} one .*to_dense"):
+        kernel.simple_call(x=x, y=torch.zeros(8), alpha=1.0)
+
+
+@pytest.mark.parametrize("ctype", ["double", "half2", "__nv_bfloat162"])
+def test_a_floating_scalar_is_a_real_number_a_double_holds(ctype: str):
+    kernel = CKernel1D("reals")
+    kernel.add_param("float *", "y")
+    kernel.add_param(f"const {ctype}", "a")
+    with pytest.raises(KernelArgumentError, match=f"a: expected a real number for {ctype}, got complex64"):
+        kernel.check_args({"numel": 1, "y": torch.zeros(1), "a": np.complex64(1 + 1j)})
+    with pytest.raises(KernelArgumentError, match="a: an integer of 1329 bits is beyond a double's range"):
+        kernel.check_args({"numel": 1, "y": torch.zeros(1), "a": -10**400})
+    kernel.check_args({"numel": 1, "y": torch.zeros(1), "a": np.float32(1.5)})
+
+
+class _NoMemory(torch.Tensor):
+    """A tensor subclass without storage, as a FakeTensor is (whose mode takes seconds to make)."""
+
+    @staticmethod
+    def __new__(cls, n: int) -> _NoMemory:
+        return torch.Tensor._make_wrapper_subclass(cls, (n,), dtype=torch.float32)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(func)
+
+
+def test_a_tensor_without_memory_is_refused_before_its_address_is_used(kernel: CKernel1D):
+    """A FakeTensor used outside its mode and a functional tensor say 'cpu' and have address 0: the host runner
+    dereferenced it (a segfault)."""
+    for name, value in (("x", _NoMemory(8)), ("y", torch._to_functional_tensor(torch.zeros(8)))):
+        with pytest.raises(KernelArgumentError, match=f"^{name}: a tensor with no memory behind it"):
+            kernel.check_args(args(**{name: value}), backend="host")
+        with pytest.raises(KernelArgumentError, match=f"^{name}: a tensor with no memory behind it"):
+            kernel.pack_args(args(**{name: value}))
+    kernel.check_args(args(x=torch.zeros(0), y=torch.zeros(0)))  # an empty tensor has address 0 and nothing to read
 
 
 def _counts() -> CKernel1D:
@@ -349,6 +418,59 @@ def test_unknown_backend_is_refused(kernel: CKernel1D):
 def test_simple_call_reports_unknown_keys_as_argument_errors(kernel: CKernel1D):
     with pytest.raises(KernelArgumentError, match=r"unexpected arguments \['z'\]"):
         kernel.simple_call(x=torch.zeros(3), y=torch.zeros(3), alpha=1.0, z=torch.zeros(3))
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "pattern"), [
+    (CKernel1D, {"x": torch.zeros(0), "y": torch.zeros(0, dtype=torch.int64), "alpha": 1.0},
+     r"y: expected dtype torch.float32"),
+    (CKernel1D, {"x": torch.zeros(0)}, r"missing arguments \['y', 'alpha'\]"),
+    (CKernel1D, {"x": torch.zeros(0), "yy": torch.zeros(0), "alpha": 1.0}, r"unexpected arguments \['yy'\]"),
+    (CKernel1D, {"x": torch.zeros(0), "y": torch.zeros(0), "alpha": "1"}, r"alpha: expected a real number"),
+    (CKernel1D, {"x": torch.zeros(0), "y": torch.zeros(0), "alpha": 1.0, "backend": "opencl"}, "unknown backend"),
+    (CKernel2D, {"x": torch.zeros(0, 4), "y": torch.zeros(0, 4, dtype=torch.float64), "alpha": 1.0},
+     r"y: expected dtype torch.float32"),
+    (CKernel2D, {"x": torch.zeros(5, 0), "alpha": 1.0}, r"missing arguments \['y'\]"),
+])
+def test_an_empty_call_checks_its_arguments_before_launching_nothing(cls: type, kwargs: dict, pattern: str):
+    """simple_call returned before any check where there was nothing to launch (numel 0, T * N 0)."""
+    with pytest.raises((KernelArgumentError, ValueError), match=pattern):
+        make(cls).simple_call(**kwargs)
+    make(cls).simple_call(x=torch.zeros(0, 4), y=torch.zeros(0, 4), alpha=1.0)  # valid: nothing runs
+
+
+@pytest.mark.parametrize("cls", [CKernel1D, CKernel2D])
+@pytest.mark.parametrize(("x", "y"), [("const float *", "half2 *"), ("const half2 *", "float *"),
+                                      ("const __nv_bfloat162 *", "__nv_bfloat16 *")])
+def test_simple_call_refuses_packed_and_single_value_pointers_together(cls: type, x: str, y: str):
+    """numel (N) counts one kind of word: a float x and a half2 y of one shape had the kernel write past y (numel
+    the float count), or read past x the other way; in 2-D, dt in half2 words addressed a float [T, N] wrongly."""
+    kernel = cls("mixed")
+    kernel.add_param(x, "x")
+    kernel.add_param(y, "y")
+    kernel.core = ""
+    dtypes = [CParam.parse(ctype, "p").torch_dtype for ctype in (x, y)]
+    for shape in ((0, 8), (3, 8)):  # an empty call is checked too; none is launched
+        with pytest.raises(KernelArgumentError, match=r"simple_call counts one kind of word, but \['[xy]'\] point "
+                                                      r"to packed words .* to single values"):
+            kernel.simple_call(x=torch.zeros(shape, dtype=dtypes[0]), y=torch.zeros(shape, dtype=dtypes[1]))
+
+
+def test_cuda_launch_follows_changes_to_the_kernel(monkeypatch: pytest.MonkeyPatch):
+    """The launcher was kept per device, compiled from the first source: a changed core, reverse or parameter list
+    launched the old kernel."""
+    import autocuda.toolchain.launch as launch
+
+    compiled: list[tuple[str, str, tuple]] = []
+    monkeypatch.setattr(launch, "packed_launch", lambda *made: compiled.append(made[:3]) or len(compiled))
+    kernel = make(CKernel2D)
+    assert kernel.cuda_launch(0) == 1 and kernel.cuda_launch(0) == 1  # kept while the kernel is unchanged
+    kernel.core = "y[t] = 2.0f * x[t];"
+    assert kernel.cuda_launch(0) == 2 and "2.0f * x[t]" in compiled[-1][0]
+    kernel.reverse = True
+    assert kernel.cuda_launch(0) == 3 and compiled[-1][0] == kernel.full_codes
+    kernel.add_param("const float *", "z")
+    assert kernel.cuda_launch(0) == 4 and [p.name for p in compiled[-1][2]][-1] == "z"
+    assert kernel.cuda_launch(1) == 5 and kernel.cuda_launch(0) == 4  # one per device
 
 
 def test_simple_call_1d_needs_one_shape(kernel: CKernel1D):

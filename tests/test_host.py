@@ -18,7 +18,7 @@ import autocuda.toolchain.host.cache as host_cache
 import autocuda.toolchain.host.cxx as host_cxx
 import autocuda.toolchain.host.runner as runner
 from autocuda.codegen import cfunction
-from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D, CParam, launch_shape
+from autocuda.codegen.ckernel import CKernel, CKernel1D, CKernel2D, CParam, KernelArgumentError, launch_shape
 from autocuda.codegen.dtypes import get_dtype
 from autocuda.toolchain.compile import CompileError
 
@@ -147,6 +147,26 @@ def test_explicit_launch_and_memory_cache() -> None:
     assert host.stats["memory"] >= before + 1
     with pytest.raises(ValueError, match="1024"):
         kernel((1,), (2048,), {"numel": x.numel(), "x": x, "y": y}, backend="host")
+
+
+@pytest.mark.parametrize(("grid", "block", "pattern"), [
+    ((2.7,), (128,), r"grid: expected a tuple of 1 to 3 integers, got \(2.7,\)"),  # was run as 2 blocks
+    ((1,), (128.0,), r"block: expected a tuple of 1 to 3 integers"),
+    (("3",), (128,), r"grid: expected a tuple"),
+    ((True,), (128,), r"grid: expected a tuple"),
+    (3, (128,), r"grid: expected a tuple of 1 to 3 integers, got 3"),  # was 'int' object is not iterable
+])
+def test_launch_sizes_are_integers_never_truncated(grid, block, pattern: str) -> None:
+    kernel, x = heaviside(torch.float32), torch.randn(300)
+    y = torch.zeros_like(x)
+    with pytest.raises(KernelArgumentError, match=pattern):
+        kernel(grid, block, {"numel": x.numel(), "x": x, "y": y}, backend="host")
+    with pytest.raises(KernelArgumentError, match=pattern):
+        runner.launch(kernel.full_codes, kernel.kernel_name, tuple(kernel.cparams.values()), grid, block,
+                      kernel.pack_args({"numel": x.numel(), "x": x, "y": y}))
+    assert not y.any()
+    kernel((np.int64(3),), [np.uint16(128)], {"numel": x.numel(), "x": x, "y": y}, backend="host")  # NumPy integers
+    assert torch.equal(y, (x >= 0).float())
 
 
 def scaler(name: str, factor: float) -> CKernel1D:

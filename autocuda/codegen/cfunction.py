@@ -20,8 +20,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import sympy as sp
 
+from ..base.errors import LiteralError
 from ..spec import surrogate as _surrogate
 from .dtypes import get_dtype
 from .printer import print_expr
@@ -30,12 +32,29 @@ _SIMPLE_OPERAND = re.compile(r"[A-Za-z0-9_.]+(\[[^\[\]]*\])?\Z")
 _Z = sp.Symbol("z", real=True)
 
 
+def _is_number(value: Any) -> bool:
+    """A number of the emitters: a Python or NumPy integer or float; not a bool (True is no number to print), not
+    a complex (its imaginary part would be lost)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _real(value: Any, what: str) -> float:
+    """`value`, a number (`_is_number`), as a float; `what` names it in a refusal."""
+    if not _is_number(value):
+        raise TypeError(f"cfunction: {what} is a number, got {type(value).__name__} {value!r:.80}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a double
+        raise LiteralError(f"cfunction: {what}, an integer of {int(value).bit_length()} bits, is beyond the range "
+                           f"of every dtype") from None
+
+
 def _operand(value: str | float, dtype: Any) -> str:
     """An operand safe to splice into a larger expression: C text, or a number as the dtype's literal. Anything else
-    (None, a bool, a list, empty text) is refused: it would print as C that does not compile, or compiles to
+    (None, a bool, a complex, a list, empty text) is refused: it would print as C that does not compile, or compiles to
     something else."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return get_dtype(dtype).literal(value)
+    if _is_number(value):
+        return get_dtype(dtype).literal(_real(value, "an operand"))
     if not isinstance(value, str):
         raise TypeError(f"cfunction: an operand is C text (a str) or a number, got {type(value).__name__} {value!r}")
     text = value.strip()
@@ -54,7 +73,8 @@ def wrap_return_codes(y: str | None, codes: str) -> str:
 
 
 def constant(y: str | None, x: float, dtype: Any) -> str:
-    return wrap_return_codes(y, get_dtype(dtype).literal(x))
+    """`y = x` for the number `x`, as the dtype's literal."""
+    return wrap_return_codes(y, get_dtype(dtype).literal(_real(x, "the constant")))
 
 
 def _unary(op: str) -> Callable[..., str]:
@@ -108,9 +128,9 @@ def _printed(y: str | None, expr: sp.Expr, x: str, dtype: Any) -> str:
 
 def sigmoid(y: str | None, x: str, alpha: float, dtype: Any) -> str:
     """`y = 1 / (1 + exp(-alpha * x))`; alpha a finite number."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    if not _is_number(alpha) or not math.isfinite(_real(alpha, "sigmoid's alpha")):
         raise ValueError(f"cfunction.sigmoid: alpha must be a finite number, got {alpha!r}")
-    return _printed(y, 1 / (1 + sp.exp(-sp.Float(alpha) * _Z)), x, dtype)
+    return _printed(y, 1 / (1 + sp.exp(-sp.Float(float(alpha)) * _Z)), x, dtype)
 
 
 def _surrogate_backward(function_name: str, class_name: str, params: tuple[str, ...]) -> Callable[..., str]:
@@ -119,6 +139,9 @@ def _surrogate_backward(function_name: str, class_name: str, params: tuple[str, 
     def emit(y: str | None, x: str, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(y, x, *args, **kwargs)
         values = {p: bound.arguments[p] for p in params}
+        for name, value in values.items():  # the surrogate checks its parameters; a double must hold them first
+            if isinstance(value, int) and not isinstance(value, bool):
+                _real(value, f"{function_name}'s {name}")
         return _printed(y, cls(**values).gradient(_Z), x, bound.arguments["dtype"])
 
     signature = inspect.Signature(

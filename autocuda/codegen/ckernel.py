@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,10 @@ import numpy as np
 import torch
 
 from ..base.errors import KernelArgumentError
+from ..base.switches import check_switches
 from ..toolchain import arrays
 from ..toolchain.cnames import identifier_problem
+from ..toolchain.host.runner import launch_dims
 from .dtypes import DTYPES, INTEGER_CTYPES, DType, get_dtype, headers_for
 from .render import render, render_block
 
@@ -89,8 +92,20 @@ class CParam:
             raise KernelArgumentError(f"{self.name}: a scalar of C type {self.ctype} is passed by value; got an array")
         elif self.dtype is None:
             self._check_integer(value)
-        elif not isinstance(value, (int, float, np.number, bool)):
-            raise KernelArgumentError(f"{self.name}: expected a number for {self.ctype}, got {type(value).__name__}")
+        else:
+            self._check_real(value)
+
+    def _check_real(self, value: Any) -> None:
+        """A floating scalar: a real number (a complex one would lose its imaginary part) that a double holds;
+        beyond the C type's range it is passed as an infinity, as torch's conversion gives."""
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise KernelArgumentError(f"{self.name}: expected a real number for {self.ctype}, got "
+                                      f"{type(value).__name__}")
+        try:
+            float(value)
+        except OverflowError:
+            raise KernelArgumentError(f"{self.name}: an integer of {int(value).bit_length()} bits is beyond a "
+                                      f"double's range ({self.ctype})") from None
 
     def _check_integer(self, value: Any) -> None:
         """An integer scalar: an int (or bool) the C type holds; a float is refused, not truncated."""
@@ -106,6 +121,10 @@ class CParam:
         if not isinstance(value, torch.Tensor):
             raise KernelArgumentError(f"{self.name}: expected a torch.Tensor (or, passed to the kernel, an array with "
                                       f"__dlpack__ or __cuda_array_interface__), got {type(value).__name__}")
+        if value.layout != torch.strided or value.is_nested:  # a kernel addresses one dense block of memory
+            kind = "nested" if value.is_nested else str(value.layout)
+            raise KernelArgumentError(f"{self.name}: expected a dense tensor, got a {kind} one (a dense copy: "
+                                      f".to_dense(), or a nested tensor's .to_padded_tensor(0))")
         if value.dtype != self.torch_dtype:
             raise KernelArgumentError(f"{self.name}: expected dtype {self.torch_dtype} (C type {self.ctype}), "
                                       f"got {value.dtype}")
@@ -113,14 +132,36 @@ class CParam:
             raise KernelArgumentError(f"{self.name}: on {value.device}, expected {device} like the other tensors")
         if not value.is_contiguous():
             raise KernelArgumentError(f"{self.name}: tensor must be contiguous (call .contiguous() first)")
+        if value.is_neg():  # torch negates on reading; a kernel reads the memory as it is
+            raise KernelArgumentError(f"{self.name}: a tensor with torch's lazy negation bit (the kernel would read "
+                                      f"its values unnegated); pass .resolve_neg()")
+        self._address(value)
         if not self.const and value.requires_grad and torch.is_grad_enabled():  # torch's rule for out= and in place
             raise KernelArgumentError(f"{self.name}: the kernel writes it, but it requires grad: autograd cannot "
                                       f"differentiate a kernel's writes (write under torch.no_grad(), or into a "
                                       f"tensor that does not require grad)")
 
+    def _address(self, tensor: torch.Tensor) -> int:
+        """The tensor's data address. A tensor with elements at address 0, or none (a FakeTensor, a functional tensor:
+        the stand-ins torch.compile, torch.export and make_fx trace with), has no memory a launch could read."""
+        try:
+            if type(tensor) is torch.Tensor:
+                address = tensor.data_ptr()
+            else:
+                with warnings.catch_warnings():  # torch warns that a FakeTensor's address is deprecated, then gives 0
+                    warnings.simplefilter("ignore")
+                    address = tensor.data_ptr()
+        except RuntimeError:  # torch's refusal of a stand-in's address
+            address = 0
+        if address == 0 and tensor.numel():
+            raise KernelArgumentError(f"{self.name}: a tensor with no memory behind it (a FakeTensor or a functional "
+                                      f"tensor, as torch.export and make_fx trace with); a launch needs a real tensor: "
+                                      f"launch outside the trace, or inside a custom op")
+        return address
+
     def pack(self, value: Any) -> np.generic:
         if self.pointer:
-            return np.uint64(value.data_ptr())
+            return np.uint64(self._address(value))
         if self.dtype is not None:
             return self.dtype.pack_scalar(float(value))
         return INTEGER_CTYPES[self.ctype][1](value)
@@ -167,9 +208,6 @@ class CKernel:
     launch_bounds = ""  # the arguments of the kernel's __launch_bounds__, if it has one
 
     def __init__(self, kernel_name: str):
-        problem = identifier_problem(kernel_name)
-        if problem:
-            raise ValueError(f"kernel name {kernel_name!r} {problem}")
         self.kernel_name = kernel_name
         self.cparams: dict[str, CParam] = {}
         self.core = ""
@@ -188,7 +226,12 @@ class CKernel:
         self._source: str | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Any change to what the source is made of (core, reverse, ...) forgets the rendered text.
+        # Any change to what the source is made of (core, reverse, ...) forgets the rendered text; a name and a
+        # switch are checked as at construction.
+        if name == "kernel_name" and (problem := identifier_problem(value)):
+            raise ValueError(f"kernel name {value!r} {problem}")
+        if name == "reverse":
+            check_switches(reverse=value)
         object.__setattr__(self, name, value)
         if not name.startswith("_"):
             object.__setattr__(self, "_source", None)
@@ -263,30 +306,59 @@ class CKernel:
         source on the CPU through `autocuda.toolchain.host` (CPU arrays), for testing without a GPU; None (the default)
         picks the one of the arrays' device.
         """
+        if torch.compiler.is_dynamo_compiling():
+            return _eagerly(self.kernel_name, CKernel.__call__)(self, grid, block, py_dict, backend=backend)
         _refuse_unrecorded(self.kernel_name)
-        pointers = self._pointers()
-        with arrays.torch_views(py_dict, pointers, backend) as args:
-            device = self.check_args(args, backend)
-            self.launch(grid, block, self.pack_args(args), device, backend or DEVICE_BACKENDS[device.type])
-            # written in place through its address: autograd must see the change, as of any in-place op
-            torch.autograd.graph.increment_version([args[name] for name, writes in pointers.items() if writes])
+        with arrays.torch_views(py_dict, self._pointers(), backend) as args:
+            self._launch_checked(grid, block, args, self.check_args(args, backend), backend)
+
+    def _launch_checked(self, grid: tuple, block: tuple, args: Mapping[str, Any], device: torch.device,
+                        backend: str | None) -> None:
+        """Launch arguments that `check_args` passed, on `device`."""
+        launch_dims(grid, "grid")  # sizes as the host runner checks them, on every backend
+        launch_dims(block, "block")
+        self.launch(grid, block, self.pack_args(args), device, backend or DEVICE_BACKENDS[device.type])
+        # written in place through its address: autograd must see the change, as of any in-place op
+        torch.autograd.graph.increment_version([args[name] for name, writes in self._pointers().items() if writes])
 
     def cuda_launch(self, device: int) -> Any:
         """The kernel's launcher on CUDA device `device` (`toolchain.launch.PackedLaunch`, compiled on first use),
         kept on the kernel: called with (grid, block, the arguments' values in parameter order, tensors as
-        addresses, stream), it launches without the checks of `__call__` (for callers that make every tensor)."""
+        addresses, stream), it launches without the checks of `__call__` (for callers that make every tensor).
+        One launcher per device, of the kernel as it is: a change to the source or the parameters compiles anew."""
         launches = self.__dict__.setdefault("_launches", {})
+        made = (self.full_codes, self.kernel_name, tuple(self.cparams.values()))
         found = launches.get(device)
-        if found is None:
+        if found is None or found[0] != made:
             from ..toolchain.launch import packed_launch
 
-            found = launches[device] = packed_launch(self.full_codes, self.kernel_name, tuple(self.cparams.values()),
-                                                     device)
-        return found
+            found = launches[device] = (made, packed_launch(*made, device))
+        return found[1]
 
     def _pointers(self) -> dict[str, bool]:
         """The pointer parameters, each with whether the kernel may write what it points to."""
         return {name: not param.const for name, param in self.cparams.items() if param.pointer}
+
+    def _simple(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
+        """`simple_call` of the 1-D and 2-D kernels: the checks, then their `_simple_call`."""
+        if torch.compiler.is_dynamo_compiling():
+            return _eagerly(self.kernel_name, CKernel._simple)(self, backend, kwargs)
+        _refuse_unrecorded(self.kernel_name)
+        with arrays.torch_views(kwargs, self._pointers(), backend) as views:
+            # every argument checked as a launch checks it (the computed sizes aside), also where nothing runs
+            device = self.check_args({**views, **{name: 0 for _, name in self.builtin_params}}, backend)
+            packed = [name for name, p in self.cparams.items() if p.packed]
+            plain = [name for name, p in self.cparams.items() if p.pointer and not p.packed]
+            if packed and plain:  # the sizes count one kind of word: no one index addresses both
+                raise KernelArgumentError(f"kernel {self.kernel_name}: simple_call counts one kind of word, but "
+                                          f"{packed} point to packed words (half2, __nv_bfloat162) and {plain} to "
+                                          f"single values: launch it as kernel(grid, block, {{...}}) with sizes "
+                                          f"of your own")
+            self._simple_call(views, device, backend)
+
+    def _simple_call(self, kwargs: Mapping[str, Any], device: torch.device, backend: str | None) -> None:
+        """The launch of checked arguments (on `device`): sizes, padding, and nothing where there is nothing to do."""
+        raise NotImplementedError
 
     def launch(self, grid: tuple, block: tuple, packed: tuple, device: torch.device, backend: str = "cuda") -> None:
         """Launch with arguments already checked and packed in parameter order (the generated ops' fast path)."""
@@ -314,6 +386,13 @@ def _refuse_unrecorded(name: str) -> None:
     if _functorch_active():
         raise NotImplementedError(f"kernel {name!r}: a launch does not run under torch.func transforms (grad, vmap, "
                                   "jacrev, ...), which see no operation in it")
+
+
+def _eagerly(name: str, method: Any) -> Any:
+    """`method` as torch.compile runs it: outside the graph (a graph break, which fullgraph=True refuses), since a
+    launch reads and writes memory through addresses, no operation a graph could hold."""
+    return torch.compiler.disable(method, reason=f"kernel {name!r}: a launch reads and writes its tensors' memory, "
+                                                 f"no operation torch.compile can trace")
 
 
 def _launcher(backend: str):
@@ -367,15 +446,11 @@ class CKernel1D(CKernel):
     def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
         """Launch over all elements of tensors of one shape; `numel`, grid and block are computed from them.
         Arrays and `backend` as in `CKernel.__call__`."""
-        _refuse_unrecorded(self.kernel_name)
-        with arrays.torch_views(kwargs, self._pointers(), backend) as views:
-            self._simple_call(backend, views)
+        self._simple(backend, kwargs)
 
-    def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
-        pointers = self._pointers()  # a tensor for a scalar is named by its check, not by the shapes
+    def _simple_call(self, kwargs: Mapping[str, Any], device: torch.device, backend: str | None) -> None:
+        pointers = self._pointers()
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in pointers}
-        if not tensors:
-            raise KernelArgumentError(f"kernel {self.kernel_name}: simple_call needs at least one tensor")
         shapes = {k: tuple(v.shape) for k, v in tensors.items()}
         if len(set(shapes.values())) > 1:  # element i of one is element i of every other, in any layout
             raise KernelArgumentError(f"kernel {self.kernel_name}: an element-wise kernel's tensors have one "
@@ -387,7 +462,7 @@ class CKernel1D(CKernel):
         numel = max(words) if words else 0
         padded.args["numel"] = numel
         if numel:
-            self(*launch_shape(numel), padded.args, backend=backend)
+            self._launch_checked(*launch_shape(numel), padded.args, device, backend)  # padded: as checked
             padded.finish()
 
 
@@ -415,12 +490,10 @@ class CKernel2D(CKernel):
     def simple_call(self, backend: str | None = None, **kwargs: Any) -> None:
         """Launch over [T, N] tensors (1-D tensors are per-neuron [N]); N, numel, grid and block computed.
         Arrays and `backend` as in `CKernel.__call__`."""
-        _refuse_unrecorded(self.kernel_name)
-        with arrays.torch_views(kwargs, self._pointers(), backend) as views:
-            self._simple_call(backend, views)
+        self._simple(backend, kwargs)
 
-    def _simple_call(self, backend: str | None, kwargs: Mapping[str, Any]) -> None:
-        pointers = self._pointers()  # a tensor for a scalar is named by its check, not by the shapes
+    def _simple_call(self, kwargs: Mapping[str, Any], device: torch.device, backend: str | None) -> None:
+        pointers = self._pointers()
         shapes = {k: tuple(v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k in pointers}
         rows = {s for s in shapes.values() if len(s) == 2}
         if len(rows) != 1 or any(len(s) not in (1, 2) for s in shapes.values()):
@@ -433,7 +506,7 @@ class CKernel2D(CKernel):
         words = math.ceil(n / 2) if packed else n
         padded = _PaddedCall(self, dict(kwargs) | {"numel": T * words, "N": words}, row_dim=1)
         if T * words:
-            self(*launch_shape(words), padded.args, backend=backend)
+            self._launch_checked(*launch_shape(words), padded.args, device, backend)  # padded: as checked
             padded.finish()
 
 

@@ -312,7 +312,13 @@ def _compile(unit: str, source: str, name: str, output: Path) -> None:
                            f"{result.stderr.strip()}\n--- {name}.cu ---\n{numbered}")
 
 
-def _dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
+def launch_dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
+    """A grid or a block (`what`) as (x, y, z): 1 to 3 sizes, each an int or a NumPy integer (a float or a text
+    is refused, never truncated), from 1 to 2**31 - 1."""
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in shape):
+        from ...base.errors import KernelArgumentError
+        raise KernelArgumentError(f"{what}: expected a tuple of 1 to 3 integers, got {shape!r:.80}")
     dims = tuple(int(d) for d in shape)
     if not 1 <= len(dims) <= 3 or any(d < 1 or d >= 2**31 for d in dims):
         raise ValueError(f"{what} must be 1 to 3 positive integers, got {tuple(shape)}")
@@ -328,8 +334,8 @@ def launch(source: str, name: str, params: Sequence[KernelParam], grid: Sequence
     NumPy scalars of the declared width); `device` (torch.device('cpu')) is accepted for the common
     backend signature.
     """
-    gx, gy, gz = _dims(grid, "grid")
-    bx, by, bz = _dims(block, "block")
+    gx, gy, gz = launch_dims(grid, "grid")
+    bx, by, bz = launch_dims(block, "block")
     if bx * by * bz > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"block {tuple(block)} has more than {MAX_THREADS_PER_BLOCK} threads")
     if len(args) != len(params):
