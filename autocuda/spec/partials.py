@@ -49,9 +49,12 @@ class _Power(sp.Function):
 
     def fdiff(self, argindex: int = 1) -> sp.Expr:
         b, e = self.args
-        if argindex == 1:
-            return sp.Piecewise((0, (e >= 0) & (e <= 0)), (e * _Power(b, e - 1), True))
-        return sp.Piecewise((0, (b >= 0) & (b <= 0) & (e >= 0)), (_Power(b, e) * sp.log(b), True))
+        value = e * _Power(b, e - 1) if argindex == 1 else _Power(b, e) * sp.log(b)
+        try:
+            zero = (e >= 0) & (e <= 0) if argindex == 1 else (b >= 0) & (b <= 0) & (e >= 0)
+            return sp.Piecewise((0, zero), (value, True))
+        except TypeError:  # a base or exponent sympy knows is not real (log of a negative): no comparison
+            return value
 
 
 class _Constants:
