@@ -32,6 +32,7 @@ from ..spec.domain import checks as domain_checks
 from ..spec.domain import problem as domain_problem
 from ..spec.load import is_spec_path, load_spec
 from ..spec.surrogate import Surrogate
+from ..toolchain.arrays import dense_problem
 from ..toolchain.cnames import DRAW_KEYS
 from . import native, ops
 from .memory_order import broadcasts
@@ -413,9 +414,9 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
 
 def check_dense(what: str, value: Tensor) -> None:
     """Refuse a sparse or nested tensor (the kernels read strided memory), naming `what`."""
-    if value.layout != torch.strided or value.is_nested:
-        raise TypeError(f"{what}: expected a dense tensor, got a {'nested' if value.is_nested else value.layout} "
-                        "one (a dense copy: .to_dense(), or a nested tensor's .to_padded_tensor(0))")
+    problem = dense_problem(what, value)
+    if problem is not None:
+        raise TypeError(problem)
 
 
 # -- a call --------------------------------------------------------------------------------------------------------

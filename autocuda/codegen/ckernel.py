@@ -121,10 +121,9 @@ class CParam:
         if not isinstance(value, torch.Tensor):
             raise KernelArgumentError(f"{self.name}: expected a torch.Tensor (or, passed to the kernel, an array with "
                                       f"__dlpack__ or __cuda_array_interface__), got {type(value).__name__}")
-        if value.layout != torch.strided or value.is_nested:  # a kernel addresses one dense block of memory
-            kind = "nested" if value.is_nested else str(value.layout)
-            raise KernelArgumentError(f"{self.name}: expected a dense tensor, got a {kind} one (a dense copy: "
-                                      f".to_dense(), or a nested tensor's .to_padded_tensor(0))")
+        problem = arrays.dense_problem(self.name, value)  # a kernel addresses one dense block of memory
+        if problem is not None:
+            raise KernelArgumentError(problem)
         if value.dtype != self.torch_dtype:
             raise KernelArgumentError(f"{self.name}: expected dtype {self.torch_dtype} (C type {self.ctype}), "
                                       f"got {value.dtype}")

@@ -25,6 +25,15 @@ DLPACK_MEMORY = {1: "cpu", 2: "cuda", 13: "cuda"}  # kDLCPU, kDLCUDA, kDLCUDAMan
 BACKEND_MEMORY = {"cuda": "cuda", "host": "cpu"}
 
 
+def dense_problem(what: str, value: torch.Tensor) -> str | None:
+    """Why `value` (named `what`) is no dense tensor, where it is not (sparse, nested): kernels read strided memory."""
+    if value.layout == torch.strided and not value.is_nested:
+        return None
+    kind = "nested" if value.is_nested else value.layout
+    return (f"{what}: expected a dense tensor, got a {kind} one (a dense copy: .to_dense(), or a nested tensor's "
+            ".to_padded_tensor(0))")
+
+
 def is_array(value: Any) -> bool:
     """Whether `value` is an array of another library that a kernel can take as a tensor."""
     return not isinstance(value, torch.Tensor) and (
