@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ...base.errors import KernelArgumentError
 from .. import store
 from ..cnames import KERNEL_NAME
 from ..code import Code, braced
@@ -317,7 +318,6 @@ def launch_dims(shape: Sequence[int], what: str) -> tuple[int, int, int]:
     is refused, never truncated), from 1 to 2**31 - 1."""
     if not isinstance(shape, (tuple, list)) or not all(
             isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in shape):
-        from ...base.errors import KernelArgumentError
         raise KernelArgumentError(f"{what}: expected a tuple of 1 to 3 integers, got {shape!r:.80}")
     dims = tuple(int(d) for d in shape)
     if not 1 <= len(dims) <= 3 or any(d < 1 or d >= 2**31 for d in dims):
