@@ -246,6 +246,30 @@ def test_check_spec_compiles_the_kernels_its_cases_launch_up_front(monkeypatch):
     assert launched and launched <= ahead
 
 
+@pytest.mark.parametrize(("arguments", "error", "names"), [
+    ({"examples": 0}, ValueError, "examples"),  # no case: a report that passes having checked nothing
+    ({"examples": 1.5}, TypeError, "examples"),
+    ({"dtypes": ()}, ValueError, "dtypes"),
+    ({"detach": ["yes"]}, TypeError, "detach"),  # truthy text is no switch
+    ({"resets": [None]}, TypeError, "resets"),
+    ({"max_steps": 0}, ValueError, "max_steps"),  # torch's randint error, unnamed, before
+    ({"max_neurons": 10**9}, ValueError, "max_neurons"),  # [T, N] float64 tensors of gigabytes, before
+    ({"seed": "x"}, TypeError, "seed"),
+    ({"constants": {"tau_typo": 2.0}}, ValueError, "tau_typo"),  # folded nowhere, silently, before
+    ({"backend": "gpu"}, ValueError, "backend"),
+])
+def test_check_spec_refuses_arguments_that_would_check_nothing_or_crash_by_name(arguments, error, names) -> None:
+    with pytest.raises(error, match=names):
+        check_spec("lif", **{"dtypes": "float64", **arguments})
+    with pytest.raises(TypeError, match="spec: expected a NeuronSpec"):
+        check_spec(42, dtypes="float64")  # type: ignore[arg-type]
+
+
+def test_check_spec_takes_one_dtype_by_name_not_its_letters() -> None:
+    report = check_spec("lif", dtypes="float64", resets="hard", detach=False, examples=1)
+    assert [case.label.split()[:3] for case in report.cases] == [["lif", "float64", "hard"]] and report.passed
+
+
 def default_path_dtypes(name: str, run: str = profile()) -> tuple[str, ...]:
     """The dtypes `test_kernels_without_state_sequences` checks a spec in through check_spec (its own reset, not
     detached): float32 and float16 with --slow and for REPRESENTATIVE_SPECS; by default one of them for each other

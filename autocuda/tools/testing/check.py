@@ -300,12 +300,23 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
     (when it has v_reset) and soft. `layout` forces kernel layout options (e.g. {"lanes": 4, "vector": True};
     N must then suit them); by default the launch layer chooses. Returns a Report (per case: each output's
     largest error as a multiple of its tolerance); with `raise_on_failure`, failures raise AssertionError."""
-    spec = load_spec(spec) if isinstance(spec, str) else spec
+    if isinstance(spec, str):
+        spec = load_spec(spec)
+    elif not isinstance(spec, NeuronSpec):
+        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got "
+                        f"{type(spec).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if resets is None:
         has_v_reset = any(p.name == "v_reset" for p in spec.params)
         resets = dict.fromkeys([spec.reset, *(["hard"] if has_v_reset else []), "soft"])
+    dtypes, resets = _names("dtypes", dtypes), _names("resets", resets)
+    detach = _choices("detach", detach)
+    examples, seed = _integer("examples", examples, 1), _integer("seed", seed)
+    max_steps = _integer("max_steps", max_steps, 1, MAX_STEPS)
+    max_neurons = _integer("max_neurons", max_neurons, 1, MAX_VALUES // max_steps)
     chosen = get_surrogate(surrogate) if surrogate is not None else None
-    frozen = tuple(sorted((constants or {}).items()))
+    frozen = tuple(sorted(_constants(spec, constants or {}).items()))
     multiple = (layout or {}).get("lanes", 1) if (layout or {}).get("vector") else 1   # vector access needs it
     jobs = []
     for dtype in dtypes:
@@ -326,6 +337,55 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
     if raise_on_failure:
         report.raise_on_failure()
     return report
+
+
+BACKENDS = ("host", "cuda")
+MAX_STEPS = 10_000  # a case's T at most (the reference steps through T in Python)
+MAX_VALUES = 1 << 22  # max_steps x max_neurons at most: a case's [T, N] tensors stay a few MiB each
+
+
+def _names(field: str, given: Any) -> tuple[str, ...]:
+    """Names given one (a string) or several (an iterable of strings), at least one: nothing checked passes nothing."""
+    names = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, Iterable) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{field}: expected a name or an iterable of names, got {given!r}")
+    if not names:
+        raise ValueError(f"{field}: none given, so nothing would be checked")
+    return names
+
+
+def _choices(field: str, given: Any) -> tuple[bool, ...]:
+    """Switches given one (a bool) or several, at least one."""
+    values = (given,) if isinstance(given, bool) else tuple(given) if isinstance(given, Iterable) else None
+    if values is None or not all(isinstance(value, bool) for value in values):
+        raise TypeError(f"{field}: expected True, False or an iterable of them, got {given!r}")
+    if not values:
+        raise ValueError(f"{field}: none given, so nothing would be checked")
+    return values
+
+
+def _constants(spec: NeuronSpec, constants: Any) -> dict[str, float]:
+    """Parameters of `spec` to fold in, by name, each a real number."""
+    if not isinstance(constants, Mapping):
+        raise TypeError(f"constants: expected a mapping of parameter names to numbers, got {type(constants).__name__}")
+    names = [p.name for p in spec.params]
+    for name, value in constants.items():
+        if name not in names:
+            raise ValueError(f"constants: {name!r} is not a parameter of {spec.name!r} (parameters: "
+                             f"{', '.join(names)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"constants: {name!r} must be a number, got {type(value).__name__}")
+    return {name: float(value) for name, value in constants.items()}
+
+
+def _integer(field: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """An int (not a bool) within [low, high] where given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field}: expected an int, got {type(value).__name__} {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"from {low} to {high}"
+        raise ValueError(f"{field}: expected {bounds}, got {value}")
+    return value
 
 
 def _compile_host_kernels(jobs: Iterable[tuple[Setup, tuple[int, int], int]]) -> None:
