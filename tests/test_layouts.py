@@ -250,6 +250,18 @@ def test_staged_inputs_fit_the_register_budget_and_need_vector_accesses():
             neuron_kernel(lif, "fptt", **bad)
 
 
+@pytest.mark.parametrize("bad", [{"lanes": -1}, {"lanes": 1000}, {"unroll": 0}, {"unroll": -2}, {"block": 0},
+                                 {"block": 1.5}, {"block": 5000}, {"prefetch": -1}, {"replay": 10**7},
+                                 {"vector": 1}, {"native": "yes"}])
+def test_layout_numbers_outside_what_a_kernel_runs_are_refused_by_name(bad):
+    """A layout is a caller's (`neuron_kernel`, `source`, `check_spec(layout=...)`): each number is an int within its
+    bounds, or the kernel is refused naming it. Before, lanes=-1 printed C the compiler rejected, block=0 divided by
+    zero at the launch, unroll=0 and block=1.5 printed a kernel, replay=10**7 sized register arrays by it."""
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        neuron_kernel(load_spec("alif"), "bptt", **bad)
+
+
 def test_repeated_calls_build_no_layout_after_the_first(monkeypatch):
     """A call's layout is looked up, not built: a call shorter than a replay segment (T < REPLAY_STEPS) once built
     a new Layout on every launch, which cost more host time than the rest of a small call."""

@@ -26,6 +26,12 @@ STAGED_WORDS = 128
 # gradient, the input's with a per-channel term c1[c] * x + c0[c] added (the second of two passes, between which
 # the caller turns the sums into c1 and c0: a BatchNorm's statistics' term)
 GRADIENTS = ("all", "sums", "corrected")
+# The layout's numbers a kernel is generated for, (least, most) each: a block launches at most 1024 threads; more
+# lanes or unrolling than 64 only grows the source and the compile (prefetch is cut to fit SHARED_BYTES, staged to
+# STAGED_WORDS); 0 lanes: the dtype's word width
+LAYOUT_BOUNDS = {"lanes": (0, 64), "unroll": (1, 64), "prefetch": (0, 1 << 16), "staged": (0, 1 << 16),
+                 "staged_blocks": (1, 64), "block": (1, 1024)}
+MAX_REPLAY = 1024  # backward keeps a segment of replayed states in two [replay][lanes] register arrays per thread
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,13 @@ class KernelOptions:
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
-        for name, least in (("staged", 0), ("staged_blocks", 1)):
+        for name, (least, most) in LAYOUT_BOUNDS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: an int >= {least}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise ValueError(f"{name}: an int from {least} to {most}, got {value!r}")
+        for name in ("vector", "native"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: True or False, got {getattr(self, name)!r}")
         if self.prefetch > 1 and self.staged > 1:
             raise ValueError("prefetch (a ring in shared memory) and staged (registers) are two ways of loading "
                              f"ahead: give one (got prefetch={self.prefetch}, staged={self.staged})")
@@ -72,8 +81,9 @@ class KernelOptions:
         if self.gradients != "all" and (self.kernel != "bptt" or not self.per_channel):
             raise ValueError(f"gradients={self.gradients!r}: a BPTT kernel with per-channel parameters only (got a "
                              f"{self.kernel!r} kernel{'' if self.per_channel else ' without per-channel parameters'})")
-        if isinstance(self.replay, bool) or not isinstance(self.replay, int) or self.replay < 0:
-            raise ValueError(f"replay: steps per checkpoint, an int >= 0 (0 or 1: every step), got {self.replay!r}")
+        if isinstance(self.replay, bool) or not isinstance(self.replay, int) or not 0 <= self.replay <= MAX_REPLAY:
+            raise ValueError(f"replay: steps per checkpoint, an int from 0 to {MAX_REPLAY} (0 or 1: every step), got "
+                             f"{self.replay!r}")
         object.__setattr__(self, "dtype", get_dtype(self.dtype))
         for symbol, kind in self.tensor_params:
             if kind not in BROADCASTS or type(kind) not in (bool, str):
