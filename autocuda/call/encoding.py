@@ -81,8 +81,10 @@ def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool =
     check_switches(signed=signed, check=check)
     if check and not bool(torch.isfinite(x_seq).all()):
         raise ValueError("x_seq: holds NaN or infinite values")
-    reference = x_seq[0]
     out = torch.zeros_like(x_seq, dtype=_float_dtype(x_seq))
+    if not x_seq.is_floating_point():  # signed changes: uint8 would wrap (1 - 3 = 254), bool has no subtraction
+        x_seq = x_seq.long()
+    reference = x_seq[0]
     for t in range(1, x_seq.shape[0]):  # the reference depends on earlier spikes: a loop over time
         change = x_seq[t] - reference
         spike = torch.sign(change) * (change.abs() >= threshold)
@@ -102,10 +104,20 @@ class PoissonEncoder(nn.Module):
     def __init__(self, T: int, gain: float = 1.0, seed: int | None = None, check: bool = True):
         super().__init__()
         _check_steps(T)
-        if seed is not None:
-            _check_seed(seed)
-        self.T, self.gain, self.seed, self.check = T, gain, seed, check
         self._generators: dict[str, torch.Generator] = {}
+        self.T, self.gain, self.seed, self.check = T, gain, seed, check
+
+    @property
+    def seed(self) -> int | None:
+        return self.__dict__["_seed"]
+
+    @seed.setter
+    def seed(self, value: int | None) -> None:
+        """A new seed starts the trains afresh from it, as `reset()` does (the generators of the old one go)."""
+        if value is not None:
+            _check_seed(value)
+        self.__dict__["_seed"] = value
+        self._generators.clear()
 
     def reset(self) -> None:
         """Start every generator afresh from the seed (SpikingJelly's `functional.reset_net` calls this)."""

@@ -24,6 +24,7 @@ from ..base.switches import check_switches
 from ..call import functional as F
 from .arguments import BACKENDS, require_steps
 from .layer_call import read_params, start_states, step_inputs, store_states, sync_surrogate
+from .memory import MultiStepOnly
 from .neuron import SIGMOID, Neuron, option_attribute
 from .spikingjelly import _common, require_tau
 from .spikingjelly_more import RECT
@@ -36,6 +37,11 @@ def _max_abs(v_seq: torch.Tensor) -> torch.Tensor:
     return high * (high.abs() > low.abs()) + low * (high.abs() <= low.abs())
 
 
+def _check_decode(decode: Any) -> None:
+    if not isinstance(decode, (str, type(None))) or decode not in DECODES:
+        raise ValueError(f"decode: expected one of {list(DECODES)}, got {decode!r}")
+
+
 DECODES: Mapping[str | None, Callable[[torch.Tensor], Any]] = {
     None: lambda v_seq: list(v_seq.unbind(0)),
     "max-mem": lambda v_seq: v_seq.max(0).values,
@@ -45,14 +51,24 @@ DECODES: Mapping[str | None, Callable[[torch.Tensor], Any]] = {
 }
 
 
-class _NonSpiking(Neuron):
-    """A non-spiking node of SpikingJelly: multi-step, the membrane from 0 at every call, decoded."""
+class _NonSpiking(MultiStepOnly, Neuron):
+    """A non-spiking node of SpikingJelly: multi-step (setting step_mode to 's' is refused, as SpikingJelly's
+    MultiStepModule does), the membrane from 0 at every call, decoded."""
 
     def __init__(self, spec: str, decode: str | None, backend: str | None, **params: Any):
-        if not isinstance(decode, (str, type(None))) or decode not in DECODES:
-            raise ValueError(f"decode: expected one of {list(DECODES)}, got {decode!r}")
+        _check_decode(decode)
         super().__init__(spec, step_mode="m", backend=backend, **params)
         self.decode = decode
+
+    @property
+    def decode(self) -> str | None:
+        return self.__dict__["_decode"]
+
+    @decode.setter
+    def decode(self, value: str | None) -> None:
+        """Checked where it is set, as in the constructor (a call would otherwise find no decoder)."""
+        _check_decode(value)
+        self.__dict__["_decode"] = value
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         require_steps(self, inputs[0] if inputs else None)

@@ -27,12 +27,17 @@ Memory cap: `max_bytes` and/or `max_records`. The first layer call whose records
 recorded; recording stops there (the records kept are the run's beginning, whole), a `MonitorFullWarning` is
 issued once, and `full` becomes True. `clear()` empties the records and starts recording again.
 
+An output that is no spike record (a list, as OTTT's [spike, trace]; in step mode 'm' a tensor that is no sequence
+of the input's steps, as a non-spiking node's decoded membrane) is skipped with a warning that says so. A deep copy
+of a watched network is not watched: the hooks it copies do nothing (they hold the monitor and the layer weakly).
+
 The same hooks serve any layer with SpikingJelly's conventions (`step_mode`, `v`, `store_v_seq`, `v_seq`): pass
 `instance=spikingjelly.activation_based.neuron.BaseNode` to watch SpikingJelly's nodes.
 """
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
@@ -89,8 +94,8 @@ class Monitor:
         self._handles = []
         for name, layer in self._layers:
             if _membrane(layer) in self._keys[name] and hasattr(layer, "store_v_seq"):
-                self._handles.append(layer.register_forward_pre_hook(self._keep_v_seq))
-            self._handles.append(layer.register_forward_hook(self._hook(name)))
+                self._handles.append(layer.register_forward_pre_hook(_bound(self, layer, Monitor._keep_v_seq)))
+            self._handles.append(layer.register_forward_hook(_bound(self, layer, self._hook(name))))
 
     # -- recording ------------------------------------------------------------------------------------
     def _keep_v_seq(self, layer: Any, inputs: Any) -> None:
@@ -106,20 +111,27 @@ class Monitor:
     def _hook(self, name: str) -> Any:
         keys = self._keys[name]
 
-        def hook(layer: nn.Module, inputs: Any, output: Any) -> None:
-            if self.enabled and not self.full:
-                self._record(name, layer, keys, output)
+        def hook(monitor: Monitor, layer: nn.Module, inputs: Any, output: Any) -> None:
+            if monitor.enabled and not monitor.full:
+                monitor._record(name, layer, keys, inputs, output)
 
         return hook
 
-    def _record(self, name: str, layer: nn.Module, keys: Sequence[str], output: Any) -> None:
+    def _record(self, name: str, layer: nn.Module, keys: Sequence[str], inputs: Any, output: Any) -> None:
         multi = getattr(layer, "step_mode", "s") == "m"
         found = []
         for key in keys:
-            value = output if key == SPIKE else getattr(layer, _attribute(layer, key, multi), None)
-            if not isinstance(value, torch.Tensor):
-                self._missing(name, key, multi)
-                continue
+            if key == SPIKE:
+                why = _not_a_record(inputs, output, multi)
+                if why:
+                    self._missing(name, key, multi, why)
+                    continue
+                value = output
+            else:
+                value = getattr(layer, _attribute(layer, key, multi), None)
+                if not isinstance(value, torch.Tensor):
+                    self._missing(name, key, multi)
+                    continue
             value = value.detach()
             found.append((key, value if multi else value.unsqueeze(0)))
         size = sum(v.numel() * v.element_size() for _, v in found)  # shapes only: no device read
@@ -127,22 +139,27 @@ class Monitor:
                 (self.max_records is not None and self.count + len(found) > self.max_records):
             self.full = True
             warnings.warn(f"Monitor: the memory cap ({self._cap()}) is reached at layer {name!r}; recording "
-                          f"stopped (clear() starts it again)", MonitorFullWarning, stacklevel=3)
+                          f"stopped (clear() starts it again)", MonitorFullWarning, stacklevel=4)
             return
         for key, value in found:
             self.records[name][key].append(value)
         self.nbytes += size
         self.count += len(found)
 
-    def _missing(self, name: str, key: str, multi: bool) -> None:
+    def _missing(self, name: str, key: str, multi: bool, output: str = "") -> None:
+        """Warn (once per layer and key) that `key` is not recorded: the output, `output` saying why it is none,
+        or a state the layer does not keep."""
         if (name, key) in self._warned:
             return
         self._warned.add((name, key))
+        if output:
+            warnings.warn(f"Monitor: layer {name!r}'s output is {output}; {key!r} is not recorded", stacklevel=5)
+            return
         where = f"{key}_seq (step_mode 'm')" if multi else f"{key} (step_mode 's')"
         advice = ("; record it in step_mode 's', or run functional.multi_step(store_state_seq=True)" if multi
                   else "")
         warnings.warn(f"Monitor: layer {name!r} has no tensor {where}; {key!r} is not recorded{advice}",
-                      stacklevel=4)
+                      stacklevel=5)
 
     def _cap(self) -> str:
         caps = [f"max_bytes={self.max_bytes}"] * (self.max_bytes is not None)
@@ -247,6 +264,36 @@ class Monitor:
     def __repr__(self) -> str:
         return (f"Monitor(layers={list(self.layers)}, records={self.count}, nbytes={self.nbytes}, "
                 f"full={self.full}, hooked={bool(self._handles)})")
+
+
+def _bound(monitor: Monitor, layer: nn.Module, hook: Any) -> Any:
+    """`hook(monitor, layer, *args)` as a hook of `layer` that acts only on `layer` itself while the monitor lives.
+    `copy.deepcopy` of a network copies its layers' hooks: a copy's layer then calls this same function (a function
+    is not copied), and it does nothing there, rather than record the copy into this monitor (also after
+    `remove()`, which reaches only the original layers' hooks). It holds the monitor and the layer by weak
+    references, so that a copy's hooks keep neither the monitor's records nor the layer alive."""
+    monitor_ref, layer_ref = weakref.ref(monitor), weakref.ref(layer)
+
+    def bound(module: nn.Module, *args: Any) -> None:
+        owner = monitor_ref()
+        if owner is not None and module is layer_ref():
+            hook(owner, module, *args)
+
+    return bound
+
+
+def _not_a_record(inputs: Any, output: Any, multi: bool) -> str:
+    """Why a layer's output is not a record of "spike" ("" where it is one): it must be a tensor, and in step
+    mode 'm' a sequence of the input's steps, [T, *] as the input (not a non-spiking node's decoded membrane
+    [*], which `sequence` would join along its first dim as if it were time)."""
+    if not isinstance(output, torch.Tensor):
+        return f"a {type(output).__name__}, not a tensor"
+    x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+    if multi and isinstance(x, torch.Tensor) and x.dim() >= 1 and (
+            output.dim() != x.dim() or output.shape[:1] != x.shape[:1]):
+        return (f"of shape {tuple(output.shape)}, not a sequence [T, *] of the input's {x.shape[0]} steps "
+                f"(input {tuple(x.shape)})")
+    return ""
 
 
 def _select(net: nn.Module, instance: type | tuple[type, ...], names: Iterable[str] | None
