@@ -192,6 +192,21 @@ def test_bad_arguments_are_named(kwargs: dict, error: type, match: str) -> None:
         Monitor(net_of("s"), **kwargs)
 
 
+@pytest.mark.parametrize(("name", "value"), [("max_bytes", -1), ("max_records", 2.5), ("max_records", True)])
+def test_caps_set_after_construction_are_checked_and_read(name: str, value: object) -> None:
+    """A cap set on a built monitor: refused as the constructor refuses it (a negative one was taken, and made the
+    monitor full at once), and read by the next call."""
+    net = net_of("m")
+    mon = Monitor(net)
+    with pytest.raises(ValueError, match=f"^{name}: expected an int > 0 or None"):
+        setattr(mon, name, value)
+    assert getattr(mon, name) is None and not mon.full
+    mon.max_records = 1
+    with pytest.warns(MonitorFullWarning):
+        net(torch.rand(3, 2, 4) * 3)
+    assert mon.full
+
+
 def test_unknown_layer_and_key_when_reading() -> None:
     net = net_of("s")
     mon = Monitor(net)

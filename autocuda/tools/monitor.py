@@ -74,9 +74,6 @@ class Monitor:
         if instance is not None and not (isinstance(instance, type) or (
                 isinstance(instance, tuple) and instance and all(isinstance(t, type) for t in instance))):
             raise TypeError(f"instance: expected a class or a tuple of classes, got {instance!r}")
-        for name, limit in (("max_bytes", max_bytes), ("max_records", max_records)):
-            if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
-                raise ValueError(f"{name}: expected an int > 0 or None, got {limit!r}")
         if isinstance(states, str) and states not in ("membrane", "all"):
             raise ValueError(f"states: expected 'membrane', 'all' or a sequence of state names, got {states!r} "
                              f"(one state: states=({states!r},))")
@@ -96,6 +93,23 @@ class Monitor:
             if _membrane(layer) in self._keys[name] and hasattr(layer, "store_v_seq"):
                 self._handles.append(layer.register_forward_pre_hook(_bound(self, layer, Monitor._keep_v_seq)))
             self._handles.append(layer.register_forward_hook(_bound(self, layer, self._hook(name))))
+
+    # The caps are checked where set, also after construction (the next layer call reads them)
+    @property
+    def max_bytes(self) -> int | None:
+        return self._max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int | None) -> None:
+        self._max_bytes = _limit("max_bytes", value)
+
+    @property
+    def max_records(self) -> int | None:
+        return self._max_records
+
+    @max_records.setter
+    def max_records(self, value: int | None) -> None:
+        self._max_records = _limit("max_records", value)
 
     # -- recording ------------------------------------------------------------------------------------
     def _keep_v_seq(self, layer: Any, inputs: Any) -> None:
@@ -264,6 +278,12 @@ class Monitor:
     def __repr__(self) -> str:
         return (f"Monitor(layers={list(self.layers)}, records={self.count}, nbytes={self.nbytes}, "
                 f"full={self.full}, hooked={bool(self._handles)})")
+
+
+def _limit(name: str, limit: Any) -> int | None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0):
+        raise ValueError(f"{name}: expected an int > 0 or None, got {limit!r}")
+    return limit
 
 
 def _bound(monitor: Monitor, layer: nn.Module, hook: Any) -> Any:
