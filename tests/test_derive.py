@@ -213,3 +213,26 @@ def test_backward_reads_x_only_where_h_cannot_give_it_back(spec):
 def test_learnable_coefficient_gradients_equal_autograd(spec, shared):
     for reset, detach_reset in (("hard", False), ("soft", True)):
         _check_against_autograd(spec, reset, detach_reset, shared)
+
+
+def test_a_constant_naming_no_parameter_is_refused_by_name():
+    """`constants` fold parameters into the source (`neuron_kernel`, `source`, `check_spec`): a name the spec lacks
+    was dropped silently, so a misspelt one left its parameter a runtime value."""
+    from autocuda.base.errors import SpecError
+
+    lif = load_spec("lif")
+    with pytest.raises(SpecError, match="field 'constants': 'tau_typo' is not a parameter"):
+        neuron_kernel(lif, "fptt", constants={"tau_typo": 3.0})
+    assert "tau" not in neuron_kernel(lif, "fptt", constants={"tau": 3.0}).cparams  # folded
+
+
+def test_kernel_requests_take_a_spec_by_name_and_refuse_arguments_of_the_wrong_kind():
+    """`autocuda.source("lif")` raised AttributeError ('str' object has no attribute 'params'); per_neuron="tau" was
+    read as its letters ("'t' is not a tensor parameter"); store_state_seq="no" was true and stored sequences."""
+    assert neuron_kernel("lif").full_codes == neuron_kernel(load_spec("lif")).full_codes
+    with pytest.raises(TypeError, match="^spec: expected a NeuronSpec"):
+        neuron_kernel(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^per_neuron: expected an iterable of parameter names, got 'tau'"):
+        neuron_kernel("lif", per_neuron="tau")
+    with pytest.raises(TypeError, match="^store_state_seq: expected True or False, got 'no'"):
+        neuron_kernel("lif", store_state_seq="no")  # type: ignore[arg-type]

@@ -11,8 +11,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..base.errors import ConstantRangeError, LiteralError
+from ..base.switches import check_switches
 from ..spec.budget import bounded, reuse
 from ..spec.derive import Derivation, Reset, StepSystem, derive, replaying_charge
+from ..spec.load import load_spec
 from ..spec.model import NeuronSpec, tensor_param_names
 from ..spec.surrogate import Surrogate, get_surrogate
 from ..spec.system import step_system
@@ -119,7 +121,7 @@ def _unprintable(expr: Any, dtype: DType) -> bool:
     return False
 
 
-def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,
+def neuron_kernel(spec: NeuronSpec | str, kernel: str = "fptt", dtype: Any = "float32", *, reset: Reset | None = None,
                   detach_reset: bool = False, constants: Mapping[str, float] | None = None,
                   surrogate: Any = None, per_neuron: Iterable[str] = (), tensors: Iterable[str] | None = None,
                   per_channel: Iterable[str] = (),
@@ -158,12 +160,20 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
     `final_states=False`: a multi-step forward that does not write the final states (inference that starts
     every sequence afresh: one write per neuron and state less).
     """
+    if isinstance(spec, str):
+        spec = load_spec(spec)
+    elif not isinstance(spec, NeuronSpec):
+        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got "
+                        f"{type(spec).__name__}")
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
-    names = tuple(tensor_param_names(spec) if tensors is None else tensors)
+    check_switches(detach_reset=detach_reset, store_state_seq=store_state_seq, save_for_backward=save_for_backward,
+                   grad_state_seq=grad_state_seq, grad_finals=grad_finals, given_inits=given_inits,
+                   final_states=final_states, replay_charge=replay_charge)
+    names = tuple(tensor_param_names(spec) if tensors is None else _names("tensors", tensors))
     kinds: dict[str, Broadcast] = {}
-    for kind, given in ((PER_NEURON, per_neuron), (PER_CHANNEL, per_channel)):
-        for name in given:
+    for kind, field, given in ((PER_NEURON, "per_neuron", per_neuron), (PER_CHANNEL, "per_channel", per_channel)):
+        for name in _names(field, given):
             if name not in names:
                 raise ValueError(f"{spec.name}: {name!r} is not a tensor parameter {list(names)}")
             if kinds.setdefault(name, kind) != kind:
@@ -177,6 +187,14 @@ def neuron_kernel(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32"
                                  chosen, tuple((n, kinds.get(n, SHARED)) for n in names), store_state_seq,
                                  save_for_backward, grad_state_seq, grad_finals, given_inits, final_states, layout,
                                  bool(replay_charge), gradients))
+
+
+def _names(field: str, given: Iterable[str]) -> tuple[str, ...]:
+    """Parameter names, as an iterable of strings (a string alone would be read as its letters)."""
+    names = tuple(given) if isinstance(given, Iterable) and not isinstance(given, str) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"{field}: expected an iterable of parameter names, got {given!r}")
+    return names
 
 
 def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, float], surrogate: Surrogate) -> None:
@@ -195,6 +213,6 @@ def _check_literals(spec: NeuronSpec, dtype: DType, constants: Mapping[str, floa
                                      symbol=name) from None
 
 
-def source(spec: NeuronSpec, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
+def source(spec: NeuronSpec | str, kernel: str = "fptt", dtype: Any = "float32", **options: Any) -> str:
     """The CUDA source of one kernel of `spec` (see `neuron_kernel` for the options)."""
     return neuron_kernel(spec, kernel, dtype, **options).full_codes

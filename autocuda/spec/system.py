@@ -5,6 +5,7 @@ from collections.abc import Mapping
 
 import sympy as sp
 
+from ..base.errors import SpecError
 from .budget import bounded, substituted, working_on
 from .derive import SPIKE, H, Reset, SpikeLevel, StepSystem
 from .model import NeuronSpec, check_reset, runtime_params
@@ -35,7 +36,11 @@ def _step_system(spec: NeuronSpec, reset: Reset, constants: Mapping[str, float] 
     parsed = spec.parsed()
     params = {p.name: p for p in spec.params}
     folded = {name: float(p.default) for name, p in params.items() if p.kind == "constant"}
-    folded |= {k: float(v) for k, v in (constants or {}).items() if k in params}
+    unknown = [name for name in constants or {} if name not in params]
+    if unknown:  # folded nowhere: a misspelt name would leave its parameter at runtime, silently
+        raise SpecError(f"{unknown[0]!r} is not a parameter (parameters: {', '.join(params)})", source=spec.origin,
+                        field="constants", symbol=unknown[0])
+    folded |= {k: float(v) for k, v in (constants or {}).items()}
     if reset != "hard" and "v_reset" in params:
         folded["v_reset"] = 0.0
     replace = {parsed.param_symbols[n]: sp.Float(v) for n, v in folded.items()}

@@ -316,7 +316,7 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
     max_steps = _integer("max_steps", max_steps, 1, MAX_STEPS)
     max_neurons = _integer("max_neurons", max_neurons, 1, MAX_VALUES // max_steps)
     chosen = get_surrogate(surrogate) if surrogate is not None else None
-    frozen = tuple(sorted(_constants(spec, constants or {}).items()))
+    frozen = tuple(sorted(_constants(constants or {}).items()))
     multiple = (layout or {}).get("lanes", 1) if (layout or {}).get("vector") else 1   # vector access needs it
     jobs = []
     for dtype in dtypes:
@@ -364,15 +364,11 @@ def _choices(field: str, given: Any) -> tuple[bool, ...]:
     return values
 
 
-def _constants(spec: NeuronSpec, constants: Any) -> dict[str, float]:
-    """Parameters of `spec` to fold in, by name, each a real number."""
+def _constants(constants: Any) -> dict[str, float]:
+    """Parameters to fold in, by name (the derivation refuses one the spec lacks), each a real number."""
     if not isinstance(constants, Mapping):
         raise TypeError(f"constants: expected a mapping of parameter names to numbers, got {type(constants).__name__}")
-    names = [p.name for p in spec.params]
     for name, value in constants.items():
-        if name not in names:
-            raise ValueError(f"constants: {name!r} is not a parameter of {spec.name!r} (parameters: "
-                             f"{', '.join(names)})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"constants: {name!r} must be a number, got {type(value).__name__}")
     return {name: float(value) for name, value in constants.items()}
