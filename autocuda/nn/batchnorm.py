@@ -84,6 +84,11 @@ class BatchNormNeuron(nn.Module):
             self.running_mean = self.running_var = self.num_batches_tracked = None
         self._fused = (neuron.spec, spec_ref(with_input_affine(neuron.spec)))
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "neuron":  # the layer calls the neuron's kernels itself: a neuron set later is checked as at first
+            _check_neuron(value)
+        super().__setattr__(name, value)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         # a spec reference names an object registered in the process that made it (unpickling: register here)
@@ -157,7 +162,9 @@ class BatchNormNeuron(nn.Module):
     def _check(self, x: Any, first: int) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-        shapes = SHAPES[self.dims]
+        shapes = SHAPES.get(self.dims)  # `dims` is read at each call: a value set later is checked here
+        if shapes is None:
+            raise ValueError(f"dims: expected 1, 2 or 3 (as BatchNorm1d/2d/3d), got {self.dims!r}")
         if x.dim() - first not in [s.count(",") + 1 for s in shapes]:
             expected = " or ".join(f"[{'T, ' if first else ''}{s}]" for s in shapes)
             raise ValueError(f"x: step_mode {self.step_mode!r} of BatchNorm{self.dims}d expects {expected}, "
@@ -228,18 +235,23 @@ class BatchNormNeuron(nn.Module):
     def _track(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
         """BatchNorm's running statistics after a call with batch statistics: momentum, or (None) the cumulative
         average; the unbiased variance. As torch's BatchNorm: in training, while the layer has them and
-        `track_running_stats` (read at each call) holds."""
+        `track_running_stats` (read at each call) holds; without a `num_batches_tracked` (set to None) nothing is
+        counted, and momentum None then leaves the statistics as they are (torch's factor 0)."""
         running_mean, running_var, batches = self.running_mean, self.running_var, self.num_batches_tracked
-        if not (self.training and self.track_running_stats) or running_mean is None or running_var is None \
-                or batches is None:
+        if not (self.training and self.track_running_stats) or running_mean is None or running_var is None:
             return
         if _is_batched(mean):  # torch's BatchNorm refuses it alike
             raise RuntimeError("BatchNormNeuron: under torch.vmap a training call would update the running "
                                "statistics, which are not batched, with batched ones: call it in eval mode or with "
                                "track_running_stats=False")
         with torch.no_grad():
-            batches.add_(1)
-            factor: Any = self.momentum if self.momentum is not None else 1.0 / batches.to(running_mean.dtype)
+            factor: Any = self.momentum
+            if batches is not None:
+                batches.add_(1)
+                if factor is None:
+                    factor = 1.0 / batches.to(running_mean.dtype)
+            if factor is None:
+                return
             running_mean.mul_(1 - factor).add_(factor * mean.to(running_mean.dtype))
             unbiased = var * (count / (count - 1))
             running_var.mul_(1 - factor).add_(factor * unbiased.to(running_var.dtype))

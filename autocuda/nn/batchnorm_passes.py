@@ -102,6 +102,7 @@ class _TwoPasses(torch.autograd.Function):
         return (spikes, *finals, mean, var)
 
     @staticmethod
+    @ops.differentiable_once  # a double backward (create_graph=True) raises, as the neuron's own kernels' does
     def backward(ctx: Any, grad_spikes: torch.Tensor | None, *grads: torch.Tensor | None) -> tuple[Any, ...]:
         block: Block = ctx.block
         saved = ctx.saved_tensors

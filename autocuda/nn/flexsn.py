@@ -168,9 +168,33 @@ class FlexSN(Memories, MemoryBase):
     def _refs(self) -> None:
         self._spec_ref = spec_ref(self.step.spec)
         self._surrogate_ref = surrogate_ref(self.step.spec.surrogate)
+        # each output's flat program (None: the spike or a state), made here and not in a call: torch.compile
+        # cannot trace the disk cache that `_output_program` reads
+        self._output_programs = tuple(_output_program(self.step, o.expr) if o.kind == EXPRESSION else None
+                                      for o in self.step.outputs)
 
     core = fixed_at_construction("core", "its step was traced from it")
     num_states = fixed_at_construction("num_states", "its step was traced with that many states")
+
+    @property
+    def num_inputs(self) -> int:
+        """The step inputs a call takes: the core's arguments before its states (fixed by the trace)."""
+        return self.step.num_inputs
+
+    @num_inputs.setter
+    def num_inputs(self, value: Any) -> None:
+        raise AttributeError(f"FlexSN.num_inputs is fixed at construction ({self.num_inputs!r}): it is the core's "
+                             f"arguments before its states; build a new layer for num_inputs={value!r}")
+
+    @property
+    def num_outputs(self) -> int:
+        """The outputs a call returns: what the core returns before its new states (fixed by the trace)."""
+        return len(self.step.outputs)
+
+    @num_outputs.setter
+    def num_outputs(self, value: Any) -> None:
+        raise AttributeError(f"FlexSN.num_outputs is fixed at construction ({self.num_outputs!r}): it is what the "
+                             f"core returns before its new states; build a new layer for num_outputs={value!r}")
 
     @property
     def backend(self) -> str | None:
@@ -253,10 +277,15 @@ class FlexSN(Memories, MemoryBase):
         for i, value in enumerate(inputs):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"input {i}: expected a tensor, got {type(value).__name__}")
+        multi = self.step_mode == "m"
+        if multi and (inputs[0].dim() < 1 or inputs[0].shape[0] == 0):  # every backend, "eager" too
+            raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(inputs[0].shape)}")
         if self.backend == "eager":
             outputs = self._eager(inputs)
+        elif multi:
+            outputs = self._one_neuron(inputs) if inputs[0].dim() == 1 else self._multi(inputs)
         else:
-            outputs = self._multi(inputs) if self.step_mode == "m" else self._single(inputs)
+            outputs = self._single(inputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _params(self, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -273,10 +302,23 @@ class FlexSN(Memories, MemoryBase):
         given = {n: v for n, v in zip(self.step.states, self._states) if v is not None}
         return [given.get(s.name, 0.0) for s in self.step.spec.states]
 
+    def _one_neuron(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """A multi-step call on [T] inputs (one neuron, as SpikingJelly's FlexSN takes them, and as a single step
+        takes a 0-d input): run as [T, 1]; outputs and state sequences [T], states 0-d, as the core gives them."""
+        kept = self._states
+        self._states = [s.reshape(1) if isinstance(s, torch.Tensor) and s.numel() == 1 else s for s in kept]
+        try:
+            outputs = self._multi(tuple(v.unsqueeze(1) if v.dim() == 1 else v for v in inputs))
+        except BaseException:
+            self._states = kept
+            raise
+        self._states = [s.reshape(()) if isinstance(s, torch.Tensor) else s for s in self._states]
+        if self.state_seqs is not None:
+            self.state_seqs = tuple(q.squeeze(1) for q in self.state_seqs)
+        return tuple(o.squeeze(1) for o in outputs)
+
     def _multi(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         x_seq = inputs[0]
-        if x_seq.dim() < 1 or x_seq.shape[0] == 0:
-            raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(x_seq.shape)}")
         kinds = {o.kind for o in self.step.outputs}
         seqs_needed = self._store_state_seqs or bool(kinds & {STATE, EXPRESSION})
         params = self._params(tuple(x_seq.shape[1:]))
@@ -317,14 +359,14 @@ class FlexSN(Memories, MemoryBase):
                  before: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         x = inputs[0]
         results = []
-        for output in self.step.outputs:
+        for output, program in zip(self.step.outputs, self._output_programs):
             if output.kind == SPIKE:
                 results.append(spike)
             elif output.kind == STATE:
                 results.append(after[output.state])
             else:
+                assert program is not None
                 values = {**dict(zip(self.step.spec.inputs, inputs)), "s": spike, **before, **params}
-                program = _output_program(self.step, output.expr)
                 results.append(flat.run(program, values).to(x.dtype).expand(x.shape))
         return tuple(results)
 
@@ -334,7 +376,8 @@ class FlexSN(Memories, MemoryBase):
         x = inputs[0]
         states: list[torch.Tensor] = [torch.zeros_like(x[0] if multi else x) if s is None else s
                                       for s in self._states]
-        statics = self.static_inputs
+        # the static inputs as the kernels read them: one value, or one per neuron in the neuron's shape
+        statics = tuple(self._params(tuple(x.shape[1:] if multi else x.shape)).values())
         steps = zip(*(v.unbind(0) for v in inputs)) if multi else (tuple(inputs),)
         per_step: list[tuple[torch.Tensor, ...]] = []
         seqs: list[list[torch.Tensor]] = [[] for _ in states]
