@@ -33,8 +33,9 @@ def run(x: Tensor, theta: Tensor, h: Tensor, d: Tensor, thresholds: Tensor, surr
 
     chosen = spiking_surrogate(surrogate)
     regions, steps = theta.shape
+    # every thread reads K entries of each table row and R - 1 thresholds: tables of another shape are not read
     if chosen is None or not 1 <= steps <= MAX_STEPS or (sequence and (x.dim() < 1 or x.shape[0] != steps)) \
-            or thresholds.numel() != regions - 1:
+            or h.shape != theta.shape or d.shape != theta.shape or thresholds.numel() != regions - 1:
         return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in (theta, h, d)):
         return None  # a table made learnable: the kernels give x's gradient alone, the composition the table's too

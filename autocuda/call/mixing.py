@@ -37,8 +37,11 @@ def fire(x: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str |
 
     steps = x.shape[0] if x.dim() else 0
     chosen = spiking_surrogate(surrogate)
-    if chosen is None or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) \
-            or bias.numel() not in (1, steps) or weight.device != x.device or bias.device != x.device:
+    # the kernels add one bias per step: a bias that broadcasts over [T, N] as one value per step ([T, 1], or one
+    # value), not one that torch would broadcast along the neurons ([T] or [1, T] against N = T neurons)
+    per_step = bias.numel() == 1 or tuple(bias.shape) == (steps, 1)
+    if chosen is None or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) or not per_step \
+            or weight.device != x.device or bias.device != x.device:
         return None  # (torch's composition names what is wrong)
     runs = kernel_backend(x, backend)
     if runs is None:

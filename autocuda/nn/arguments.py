@@ -1,7 +1,7 @@
 """Constructor arguments' rules that the layers share: the backends a layer names, numbers checked by name, a
-sequence's steps, and attributes fixed at construction (sizes that parameters' shapes follow, settings that other
-values were derived from), read as attributes and refused by name when set, so that a change never goes silently
-unseen."""
+sequence's steps, a surrogate taken at any time (`TakesSurrogate`), and attributes fixed at construction (sizes
+that parameters' shapes follow, settings that other values were derived from), read as attributes and refused by
+name when set, so that a change never goes silently unseen."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["BACKENDS", "check_backend", "fixed_at_construction", "require_number", "as_values", "require_steps"]
+from ..spec.surrogate import Surrogate
+
+__all__ = ["BACKENDS", "TakesSurrogate", "check_backend", "fixed_at_construction", "require_number", "as_values",
+           "require_steps"]
 
 # a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
 BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
@@ -66,3 +69,34 @@ def fixed_at_construction(name: str, follows: str) -> property:
         raise AttributeError(f"{type(layer).__name__}.{name} is fixed at construction ({get(layer)!r}): {follows}; "
                              f"build a new layer for {name}={value!r}")
     return property(get, refuse)
+
+
+def _prepare(surrogate: Any) -> None:
+    """Build now what a call of our surrogate evaluates (its gradient, or its primitive where it is not spiking), so
+    that torch.compile traces torch ops only, never the sympy that builds it."""
+    if isinstance(surrogate, Surrogate):
+        if surrogate.spiking:
+            surrogate.gradient_of_x()
+        else:
+            surrogate(torch.zeros(()))
+
+
+class TakesSurrogate(nn.Module):
+    """A layer whose `surrogate_function` takes any surrogate at any time: ours (a plain attribute, prepared for
+    torch.compile when set and after each change of its values, `_prepare`) or SpikingJelly's (a submodule), each
+    replacing the other."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "surrogate_function":
+            modules = self.__dict__.get("_modules")
+            if modules is not None and name in modules and not isinstance(value, nn.Module):
+                del modules[name]  # a SpikingJelly surrogate (a module) replaced by another kind
+            _prepare(value)
+            if isinstance(value, Surrogate):
+                value.watch(self)
+        super().__setattr__(name, value)
+
+    def _surrogate_changed(self, source: Surrogate) -> None:
+        """Our surrogate `source` changed its values (it calls this): prepare it again where it is still ours."""
+        if self.__dict__.get("surrogate_function") is source:
+            _prepare(source)

@@ -27,7 +27,7 @@ from ..base.switches import check_switches
 from ..base.tensor_cache import tensor_cache
 from ..call import mixing
 from ..spec.surrogate import ATan
-from .arguments import fixed_at_construction, require_number
+from .arguments import TakesSurrogate, fixed_at_construction, require_number
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
@@ -64,7 +64,7 @@ def _fire(surrogate: Any, weight: torch.Tensor, bias: torch.Tensor, x_seq: torch
     return surrogate(torch.addmm(bias.to(x_seq.dtype), weight.to(x_seq.dtype), rows)).view(x_seq.shape)
 
 
-class PSN(MultiStepOnly, nn.Module):
+class PSN(MultiStepOnly, TakesSurrogate):
     """`PSN(T, surrogate_function=ATan())`: H = W X + B over T steps, then the spikes; multi-step only."""
 
     T = fixed_at_construction("T", WEIGHTS_FOLLOW)
@@ -84,7 +84,7 @@ class PSN(MultiStepOnly, nn.Module):
         return f"T={self.T}"
 
 
-class _QueuedPSN(Memories, MemoryBase):
+class _QueuedPSN(TakesSurrogate, Memories, MemoryBase):
     """The step modes and memories of MaskedPSN and SlidingPSN (SpikingJelly's `MemoryModule`s)."""
 
     def __init__(self, step_mode: str, memories: dict[str, Any]):
@@ -199,6 +199,8 @@ class MaskedPSN(_QueuedPSN):
     def lambda_(self, value: float) -> None:
         if not (isinstance(value, torch.Tensor) and value.numel() == 1):
             require_number("lambda_", value)
+        if math.isnan(float(value)):  # as at construction: NaN passes every comparison's refusal, then all outputs NaN
+            raise ValueError(f"lambda_: expected a number that is not NaN, got {value!r}")
         torch.fill_(self._lambda_, value)
 
     def masked_weight(self) -> torch.Tensor:

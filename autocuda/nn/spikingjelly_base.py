@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .arguments import require_steps
+from .arguments import TakesSurrogate, require_steps
 from .memory import Memories, MemoryBase
 from .neuron import SIGMOID
 from .spikingjelly_variants import DECODES
@@ -66,7 +66,7 @@ def _state_like(value: Any, x: torch.Tensor, fresh: float) -> Any:
     return value
 
 
-class _MemoryNode(Memories, MemoryBase):
+class _MemoryNode(TakesSurrogate, Memories, MemoryBase):
     """SpikingJelly's `MemoryModule` calls: single and multi steps from the memories, with keyword arguments
     passed on to the functional step, and `functional_forward` from explicit states."""
 

@@ -11,7 +11,8 @@ exp(-(T - t) delta_t / tau) (SpikingJelly's `weight_rate_spikes`).
 
 A gradient rule over the whole sequence is not a recurrence, which the spec language describes: the forward is
 the `dsr` spec (on the generated kernels for CUDA tensors, the IF's writing its output), the backward the rate rule's
-kernel (`call.dsr`) or a torch composition (a few reductions over time) in an autograd function; with SpikingJelly's
+kernel (`call.dsr`) or a torch composition (a few reductions over time; also under `create_graph=True`, where the
+gradient is differentiated again: it is linear in the output's gradient) in an autograd function; with SpikingJelly's
 constructors, checks (as `ValueError`s naming the argument), parameter (`v_threshold`, a 0-d `nn.Parameter`
 when `v_threshold_training`) and results. The outputs keep the input's dtype (SpikingJelly's are float32).
 """
@@ -123,7 +124,8 @@ class _DSRIF(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         x_seq, v_threshold = ctx.saved_tensors
         v_th = v_threshold.to(x_seq.dtype)
-        found = dsr.backward(x_seq, grad_out, v_th, [1.0] * ctx.steps, 1.0, ctx.steps, False, BACKENDS[ctx.backend])
+        found = None if torch.is_grad_enabled() else \
+            dsr.backward(x_seq, grad_out, v_th, [1.0] * ctx.steps, 1.0, ctx.steps, False, BACKENDS[ctx.backend])
         if found is not None:
             grad_x, partial = found
             grad_v_th = partial.sum() * ctx.grad_scale
@@ -157,8 +159,9 @@ class _DSRLIF(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         x_seq, v_threshold = ctx.saved_tensors
         tau, delta_t = ctx.tau, ctx.delta_t
-        found = dsr.backward(x_seq, grad_out, v_threshold.to(x_seq.dtype), _weight_values(ctx.steps, tau, delta_t),
-                             tau / delta_t, tau * ctx.steps, True, BACKENDS[ctx.backend])
+        found = None if torch.is_grad_enabled() else \
+            dsr.backward(x_seq, grad_out, v_threshold.to(x_seq.dtype), _weight_values(ctx.steps, tau, delta_t),
+                         tau / delta_t, tau * ctx.steps, True, BACKENDS[ctx.backend])
         if found is not None:
             grad_x, partial = found
             grad_v_th = partial.sum() * delta_t * ctx.grad_scale
@@ -177,6 +180,23 @@ class _DSRNode(MultiStepOnly, Memories, MemoryBase):
     SpikingJelly's plain tensor), multi-step mode only, no memories (SpikingJelly's `MemoryModule` protocol)."""
 
     v_threshold: torch.Tensor
+
+    @property
+    def T(self) -> int:
+        """The time-steps a gradient is spread over (read at every call); checked when set, as at construction."""
+        return self.__dict__["_T"]
+
+    @T.setter
+    def T(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"T: expected a whole number of time-steps >= 1, got {value!r}")
+        self.__dict__["_T"] = value
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "T" in state:  # pickled when it was a plain attribute
+            state = {**state, "_T": state["T"]}
+            del state["T"]
+        super().__setstate__(state)
 
     @property
     def backend(self) -> str | None:

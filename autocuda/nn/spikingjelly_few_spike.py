@@ -27,7 +27,7 @@ from torch import nn
 
 from ..call import few_spike
 from ..spec.surrogate import Sigmoid
-from .arguments import as_values, require_number
+from .arguments import TakesSurrogate, as_values, require_number
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
 
@@ -83,7 +83,7 @@ def _like(tensor: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return tensor.to(device=reference.device, dtype=reference.dtype).clone()
 
 
-class FewSpikeNode(nn.Module):
+class FewSpikeNode(TakesSurrogate):
     """`FewSpikeNode(table, surrogate_function=Sigmoid(), step_mode='s')`: 's' takes the gate x [*] and returns
     Σ_k d_k z_k [*]; 'm' takes x_seq [K, *] (the gate is its sum) and returns d_k z_k [K, *]."""
 
@@ -132,6 +132,7 @@ class FewSpikeNode(nn.Module):
 
     def _run(self, x: torch.Tensor, sequence: bool) -> torch.Tensor:
         """The call by the few-spike kernels where they run it (`call.few_spike.run`), else composed."""
+        self._check_tables()
         tables = self._kernel_tables()
         if tables is not None:
             out = few_spike.run(self._kernel_input(x), *tables, self.surrogate_function, sequence,
@@ -139,6 +140,10 @@ class FewSpikeNode(nn.Module):
             if out is not None:
                 return out
         return self._from_gate(x.sum(dim=0) if sequence else x, sequence)
+
+    def _check_tables(self) -> None:
+        """The table's buffers, which a user may replace, still one table: theta, h and d of one shape [K]."""
+        _one_shape(self, ("theta", "h", "d"), 1)
 
     def _kernel_tables(self) -> Tables | None:
         """(theta, h, d [R, K], the R - 1 gate thresholds) for the kernels: one table, no thresholds."""
@@ -172,6 +177,16 @@ class FewSpikeNode(nn.Module):
 
     def extra_repr(self) -> str:
         return f"K={self.K}, step_mode={self.step_mode}"
+
+
+def _one_shape(layer: nn.Module, names: Sequence[str], dims: int) -> None:
+    """The buffers `names` of `layer` are `dims`-D tensors of one shape (every step has its θ, h and d; the kernels
+    read each as the first's shape), else a ValueError naming them."""
+    shapes = [tuple(getattr(layer, name).shape) if isinstance(getattr(layer, name), torch.Tensor) else None
+              for name in names]
+    if shapes[0] is None or len(shapes[0]) != dims or shapes[0][-1] == 0 or any(s != shapes[0] for s in shapes):
+        raise ValueError(f"{type(layer).__name__}: {', '.join(names)}: must be non-empty {dims}-D tensors of one shape "
+                         f"(one entry per step), got shapes {shapes}")
 
 
 def _check_input(name: str, x: Any) -> None:
@@ -209,6 +224,44 @@ class OutlierAwareThresholdNode(FewSpikeNode):
         for column in ("theta", "h", "d"):
             self.register_buffer(f"outlier_{column}", _like(getattr(outlier_table, column), getattr(table, column)))
         self.split_threshold, self.clamp_value = split_threshold, clamp_value
+
+    @property
+    def split_threshold(self) -> float:
+        """The gate's magnitude above which the outlier table runs; checked when set, as at construction."""
+        return self.__dict__["_split_threshold"]
+
+    @split_threshold.setter
+    def split_threshold(self, value: float) -> None:
+        require_number("split_threshold", value)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"split_threshold: must be finite and >= 0, got {value!r}")
+        self.__dict__["_split_threshold"] = float(value)
+
+    @property
+    def clamp_value(self) -> float | None:
+        """The bound of the gate's magnitude (None: none); checked when set, as at construction (its order with
+        split_threshold at each call: either may be set first)."""
+        return self.__dict__["_clamp_value"]
+
+    @clamp_value.setter
+    def clamp_value(self, value: float | None) -> None:
+        require_number("clamp_value", value, none=True)
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            raise ValueError(f"clamp_value: must be finite and > 0 (or None), got {value!r}")
+        self.__dict__["_clamp_value"] = None if value is None else float(value)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name in ("split_threshold", "clamp_value"):  # pickled when they were plain attributes
+            if name in state:
+                state = {**state, f"_{name}": state[name]}
+                del state[name]
+        super().__setstate__(state)
+
+    def _check_tables(self) -> None:
+        _one_shape(self, ("theta", "h", "d", "outlier_theta", "outlier_h", "outlier_d"), 1)
+        if self.clamp_value is not None and self.clamp_value < self.split_threshold:
+            raise ValueError(f"clamp_value: must be >= split_threshold ({self.split_threshold}), got "
+                             f"{self.clamp_value}")
 
     def _kernel_tables(self) -> Tables:
         """The inlier table, then the outlier one (the magnitude's region: above split_threshold)."""
@@ -252,6 +305,8 @@ class HGNode(FewSpikeNode):
 
     def __init__(self, tables: Sequence[FewSpikeTable], gate_thresholds: Any, surrogate_function: Any = None,
                  step_mode: str = "s"):
+        if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence):
+            raise TypeError(f"tables: expected a sequence of FewSpikeTables, got {type(tables).__name__}")
         if len(tables) == 0:
             raise ValueError("tables: must hold at least one FewSpikeTable")
         first = as_table("tables[0]", tables[0])
@@ -280,6 +335,14 @@ class HGNode(FewSpikeNode):
     @property
     def K(self) -> int:
         return self.region_theta.shape[1]
+
+    def _check_tables(self) -> None:
+        """The buffers, which a user may replace: the regions' tables of one shape [R, K], and R - 1 thresholds."""
+        _one_shape(self, ("region_theta", "region_h", "region_d"), 2)
+        regions, thresholds = self.region_theta.shape[0], self.gate_thresholds
+        if not isinstance(thresholds, torch.Tensor) or thresholds.dim() != 1 or thresholds.numel() != regions - 1:
+            raise ValueError(f"HGNode: gate_thresholds: must be a 1-D tensor of {regions - 1} values (one fewer than "
+                             f"the {regions} regions' tables), got {getattr(thresholds, 'shape', thresholds)!r}")
 
     def _kernel_tables(self) -> Tables:
         return self.region_theta, self.region_h, self.region_d, self.gate_thresholds

@@ -138,7 +138,6 @@ class _Episodes:
     without loaded noise takes the next (`noise_step`), `load_colored_noise` / `cancel_load` replace them."""
 
     num_node: int
-    T: int
     beta: float
     noise_step: int
 
@@ -157,7 +156,26 @@ class _Episodes:
         if self.noise_step >= table.shape[0]:
             raise RuntimeError(f"{type(self).__name__}: the {table.shape[0]} noise episode(s) of reset_noise are "
                                "used up: call reset_noise again")
-        return table[self.noise_step].to(device)
+        # the first T steps of the episode (as SpikingJelly's calls index them), where T was changed since
+        if table.shape[1] < self.T:
+            raise RuntimeError(f"{type(self).__name__}: the noise episodes of reset_noise hold {table.shape[1]} "
+                               f"steps, fewer than T = {self.T}: call reset_noise again after changing T")
+        return table[self.noise_step, :self.T].to(device)
+
+    @property
+    def T(self) -> int:
+        """The steps of a call (read at every call); checked when set, as at construction."""
+        return self.__dict__["_T"]
+
+    @T.setter
+    def T(self, value: int) -> None:
+        self.__dict__["_T"] = check_size("T", value)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "T" in state:  # pickled when it was a plain attribute
+            state = {**state, "_T": state["T"]}
+            del state["T"]
+        super().__setstate__(state)  # type: ignore[misc]
 
     def _new_episodes(self, num_rl_step: int, generator: np.random.Generator | np.random.RandomState
                       ) -> torch.Tensor:
@@ -294,6 +312,12 @@ NOISY_DECODES = {**{name: decode for name, decode in DECODES.items() if name != 
                  "last-me": DECODES["last_mem"]}
 
 
+def _check_decode(decode: Any) -> None:
+    if not isinstance(decode, (str, type(None))) or decode not in NOISY_DECODES:
+        raise ValueError(f"decode: expected one of {list(NOISY_DECODES)} (SpikingJelly's noisy nodes spell the "
+                         f"last membrane 'last-me'), got {decode!r}")
+
+
 class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
     """`NoisyNonSpikingBaseNode(num_node, is_training=True, T=5, sigma_init=0.5, beta=0., decode=None)`: the base
     of the noisy non-spiking nodes; `sigma` is a learned `nn.Parameter` [num_node] (float32, sigma_init /
@@ -307,9 +331,7 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         if self.SPEC is None:
             raise TypeError(f"{type(self).__name__} is a base class (its charge is abstract): use "
                             "NoisyNonSpikingIFNode")
-        if not isinstance(decode, (str, type(None))) or decode not in NOISY_DECODES:
-            raise ValueError(f"decode: expected one of {list(NOISY_DECODES)} (SpikingJelly's noisy nodes spell the "
-                             f"last membrane 'last-me'), got {decode!r}")
+        _check_decode(decode)
         check_size("num_node", num_node)
         check_size("T", T)
         require_number("sigma_init", sigma_init, finite=True)  # it scales every draw: NaN outputs
@@ -320,6 +342,22 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         self.sigma = nn.Parameter(torch.full((num_node,), sigma_init / math.sqrt(num_node), dtype=torch.float))
         self.cn: torch.Tensor | None = None
         self.noise_step = -1
+
+    @property
+    def decode(self) -> str | None:
+        """How the membranes are decoded (`NOISY_DECODES`, read at every call); checked when set."""
+        return self.__dict__["_decode"]
+
+    @decode.setter
+    def decode(self, value: str | None) -> None:
+        _check_decode(value)
+        self.__dict__["_decode"] = value
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "decode" in state:  # pickled when it was a plain attribute
+            state = {**state, "_decode": state["decode"]}
+            del state["decode"]
+        super().__setstate__(state)
 
     def forward(self, x_seq: torch.Tensor) -> Any:  # type: ignore[override]
         """x_seq [T, *] -> the membranes, decoded; every call starts from v = 0."""
