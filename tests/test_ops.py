@@ -380,3 +380,25 @@ def test_per_channel_sums_where_runs_of_a_channel_end_inside_a_thread(lanes):
     partials = by_neuron["grad_w"].reshape(-1, channels, inner).transpose(0, 1).reshape(channels, -1)
     torch.testing.assert_close(by_channel["grad_w"], partials.sum(1), rtol=1e-5, atol=1e-5)
     assert partials.abs().sum() > 0
+
+
+@NEEDS_HOST
+def test_a_compiled_training_call_of_a_step_without_scalars_takes_its_gradients():
+    """The op's backward gives an empty float[] argument an empty list, as torch's autograd.Function check asks: the
+    scalars' slot gave None, so a compiled call whose configuration has no scalar (a FlexSN core's, a layer whose
+    parameters are all tensors) failed in backward ("Expected the return from backward to be of the same structure
+    as the inputs")."""
+    from autocuda.nn import FlexSN
+    from autocuda.spec.surrogate import Sigmoid
+
+    surrogate = Sigmoid()
+
+    def core(x, v):
+        h = v + x
+        s = surrogate(h - 1.0)
+        return s, h * (1 - s)
+
+    x = (torch.rand(4, 3, dtype=torch.float64) * 2).requires_grad_(True)
+    eager = torch.autograd.grad(FlexSN(core, 1, backend="host")(x).sum(), x)[0]
+    compiled = torch.compile(FlexSN(core, 1, backend="host"), backend="eager", fullgraph=True)
+    assert torch.equal(torch.autograd.grad(compiled(x).sum(), x)[0], eager)

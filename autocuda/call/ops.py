@@ -408,8 +408,8 @@ def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
     grad_params = [None if at is None else partials[at] if per_neuron else partials[at].sum(0, keepdim=True)
                    for at, per_neuron in form.param_grads] if form.param_grads else []
     # float[] arguments get None, except an empty one: torch matches it as an empty list of gradients
-    return (None, grad_inputs[0], list(grad_states), None if ctx.initial else [], grad_params, None, None, None, None,
-            list(grad_inputs[1:]))
+    return (None, grad_inputs[0], list(grad_states), None if ctx.initial else [], grad_params,
+            None if ctx.scalars else [], None, None, None, list(grad_inputs[1:]))
 
 
 def _dense(grad: Tensor | None, shape, dtype: torch.dtype, device: torch.device) -> Tensor:
