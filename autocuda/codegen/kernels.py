@@ -144,7 +144,7 @@ def neuron_kernel(spec: NeuronSpec | str, kernel: str = "fptt", dtype: Any = "fl
     ahead; vector accesses only) only change speed. `native`
     computes float16/bfloat16 kernels in half2/bfloat162 arithmetic instead of float (faster math, less precise).
     `block`: threads per block the kernel will be launched with (the prefetch ring in shared memory is sized
-    for it).
+    for it). Each layout number is an int within its bounds (`codegen.options.LAYOUT_BOUNDS`), else refused.
     `replay`: steps between the checkpoints that forward writes of a saved state whose steps backward can
     replay (ALIF's adaptation: `codegen.neuron_kernel.replay_steps`); 0 or 1 saves every step. Forward and backward
     must agree.
