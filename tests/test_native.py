@@ -235,6 +235,8 @@ def test_a_native_training_call_records_a_cpp_node_whose_second_derivative_fails
     spikes = F.multi_step("lif", x, backend="host")[0]
     assert spikes.grad_fn.name() == "autocuda::NeuronCallBackward"
     (grad,) = torch.autograd.grad(spikes.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiable once"):  # toward x alone, beside another term: the
+        torch.autograd.grad((grad ** 2).sum() + (x ** 2).sum(), x, retain_graph=True)  # failing node leads to x
     with pytest.raises(RuntimeError, match="differentiable once"):
         grad.sum().backward()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -382,6 +383,7 @@ def _save_context(ctx, form: ForwardForm, x: Tensor, states: Sequence[Tensor], i
     ctx.form, ctx.outputs, ctx.program = form, form.outputs, program
     ctx.scalars, ctx.initial = scalars, initial
     ctx.meta = (x.shape, x.dtype, x.device)
+    ctx.inputs = tuple(map(weakref.ref, (x, *more_inputs, *states)))  # (`_inputs_anchor`: no memory kept)
     if form.save:
         available = (x, *more_inputs, *states, *output)
         ctx.save_for_backward(*map(available.__getitem__, form.picks), *tensor_params)
@@ -453,11 +455,26 @@ def differentiable_once(backward):
             outputs = backward(ctx, *grads)
         if not any(ctx.needs_input_grad):  # create_graph=True, but nothing to differentiate again
             return outputs
+        anchor = _inputs_anchor(ctx)
         fail = torch._C._functions.DelayedError(
             b"autocuda kernels are differentiable once: a second derivative (double backward) through them is not "
-            b"available; use backend='reference' for higher-order gradients", len(outputs))
-        return fail(*(None if o is None else o.detach().requires_grad_() for o in outputs))
+            b"available; use backend='reference' for higher-order gradients", len(outputs) + (anchor is not None))
+        failing = fail(*(None if o is None else o.detach().requires_grad_() for o in outputs),
+                       *(() if anchor is None else (anchor,)))
+        return failing[:len(outputs)] if anchor is not None else failing
     return wrapper
+
+
+def _inputs_anchor(ctx: Any) -> Tensor | None:
+    """A zero that depends on the call's differentiable inputs still alive (those saved, and those `ctx.inputs`
+    refers to weakly), or None. The failing node takes it as one more input, so that its outputs' history leads to
+    the inputs: a second derivative toward them (`autograd.grad(g, x)`, which runs only nodes on a path to x) runs
+    it and raises, where torch's `once_differentiable` leaves it off every path and misses its terms silently."""
+    tensors = [t for t in ctx.saved_tensors if t is not None and t.requires_grad]
+    tensors += [t for t in (ref() for ref in getattr(ctx, "inputs", ())) if t is not None and t.requires_grad]
+    if not tensors:
+        return None
+    return torch.stack([t.reshape(-1)[:1].sum() for t in tensors]).sum() * 0
 
 
 class _Eager(torch.autograd.Function):

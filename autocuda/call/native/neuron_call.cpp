@@ -346,12 +346,12 @@ at::Tensor readable(const at::Tensor& grad, at::IntArrayRef sizes, const Plan& p
 // A new autograd node: torch owns nodes by std::shared_ptr before 2.12, by c10::intrusive_ptr from then on
 // (`Node::getptr` returns the owner's kind in both).
 using NodePointer = decltype(std::declval<torch::autograd::Node&>().getptr());
-template <typename T>
-auto make_node() {
+template <typename T, typename... Args>
+auto make_node(Args&&... args) {
   if constexpr (std::is_same_v<NodePointer, std::shared_ptr<torch::autograd::Node>>) {
-    return std::make_shared<T>();
+    return std::make_shared<T>(std::forward<Args>(args)...);
   } else {
-    return c10::make_intrusive<T>();
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
   }
 }
 
@@ -398,13 +398,18 @@ struct NeuronCallBackward final : torch::autograd::Node {
       out.push_back(grad.view(shapes[i]));
     }
     if (at::GradMode::is_enabled()) {  // create_graph: a second derivative must fail loudly
+      // One failing node is every gradient's history, and it leads to this node's inputs: a second derivative
+      // toward them (autograd.grad(g, x) runs only the nodes on a path to x) runs it and raises, rather than
+      // leave it off every path and miss its terms silently (torch's own once_differentiable does).
+      auto fail = make_node<torch::autograd::Error>(
+          std::string("autocuda kernels are differentiable once: a second derivative (double backward) through them "
+                      "is not available; use backend='reference' for higher-order gradients"),
+          torch::autograd::edge_list(next_edges()));
       for (at::Tensor& grad : out) {
         if (!grad.defined()) continue;
-        at::Tensor leaf = grad.detach().requires_grad_(true);
-        grad = torch::autograd::DelayedError(
-                   "autocuda kernels are differentiable once: a second derivative (double backward) through them "
-                   "is not available; use backend='reference' for higher-order gradients", 1)
-                   .apply({leaf})[0];
+        at::Tensor failing = grad.tensor_data();  // the values, without autograd's record of them
+        torch::autograd::create_gradient_edge(failing, fail);
+        grad = failing;
       }
     }
     return out;
