@@ -22,7 +22,7 @@ import itertools
 import math
 import numbers
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -72,13 +72,26 @@ def _sg_slope(z: sympy.Expr) -> sympy.Expr:
 
 
 def _check_value(cls_name: str, name: str, value: Any, domain: str | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    number = _finite(value)
+    if number is None:
         raise SpecError(f"{cls_name} parameter '{name}' must be a finite number, got {value!r}",
                         field=f"surrogate.{name}", symbol=name)
-    if domain is not None and not _DOMAINS[domain][0](float(value)):
+    if domain is not None and not _DOMAINS[domain][0](number):
         raise SpecError(f"{cls_name} parameter '{name}' {_DOMAINS[domain][1]}, got {value!r}",
                         field=f"surrogate.{name}", symbol=name)
-    return float(value)
+    return number
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float, else None: a bool, a non-real, inf, NaN, or a whole number beyond float64's range
+    (float(10**400) raises OverflowError) is none."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 _VERSIONS = itertools.count(1)  # every change of any surrogate takes the next: (object, version) names its values
@@ -148,12 +161,20 @@ class Surrogate:
                                  f"sg.copy().{attr} = ...")
 
     def _changed(self) -> None:
-        """Forget what was worked out from the old values, take a new version, and tell the watchers."""
-        for cached in ("_gradient_x", "_primitive_x", "_frozen_copy", "_gradients"):
+        """Forget what was worked out from the old values, take a new version, and tell the watchers. An object
+        whose programs were built (it ran, or `gradient_of_x` readied it) has them rebuilt at once: code compiled
+        with it (torch.compile, fullgraph=True) retraces after the change, and the trace must not meet sympy."""
+        ready = "_gradient_x" in self.__dict__ or "_primitive_x" in self.__dict__
+        for cached in ("_gradient_x", "_primitive_x", "_primitive_slope_x", "_frozen_copy", "_gradients"):
             self.__dict__.pop(cached, None)
         object.__setattr__(self, "_version", next(_VERSIONS))
         for watcher in list(self.__dict__.get("_watchers", ())):
             watcher._surrogate_changed(self)
+        if ready:
+            try:
+                self.gradient_of_x()
+            except SpecError:  # values whose program no dtype represents are refused where used, as a new object's
+                pass
 
     def watch(self, watcher: Any) -> None:
         """Call `watcher._surrogate_changed(self)` after each change of this object (a layer takes the new values
@@ -193,6 +214,12 @@ class Surrogate:
                 if name == attr:
                     return value
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
+    def __delattr__(self, attr: str) -> None:
+        # a parameter or `spiking` is always set (a change sets a new value); other names are no attributes
+        if attr == "spiking" or any(n == attr for n, _ in self._values):
+            raise AttributeError(f"{self.name} parameter {attr!r} cannot be deleted: set a new value")
+        object.__delattr__(self, attr)
 
     def __setattr__(self, attr: str, value: Any) -> None:
         """`sg.alpha = 5.0` (SpikingJelly's objects take such changes): a parameter, checked as the constructor
@@ -252,14 +279,23 @@ class Surrogate:
     def _primitive(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr | None:
         return None
 
+    def _primitive_gradient(self, x: sympy.Symbol, **p: sympy.Expr) -> sympy.Expr:
+        """The primitive's derivative, which backward uses with spiking=False: the gradient, where the primitive is
+        its exact antiderivative (every class but S2NN)."""
+        return self._gradient(x, **p)
+
     def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
         """The gradient evaluated with torch ops (same dtype and device as `x`)."""
         return _evaluate_in_x(self._gradient_in_x(), x)
 
     def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
-        """(x, the gradient in x), built once with its flat program: torch.compile traces `torch_gradient` through
-        the cached program, never through sympy (call this before compiling: the reference's plans do)."""
+        """(x, the gradient in x), built once with its flat program, and with spiking=False the primitive's too (the
+        forward): torch.compile traces `torch_gradient` and the forward through the cached programs, never through
+        sympy (call this before compiling: the reference's plans do)."""
         symbol, gradient, _ = self._gradient_in_x()
+        if not self._spiking:
+            self._primitive_in_x()
+            self._primitive_slope_in_x()
         return symbol, gradient
 
     def _gradient_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
@@ -267,6 +303,23 @@ class Surrogate:
         if cached is None:
             cached = self._in_x(self.gradient(_x()), "gradient")
             object.__setattr__(self, "_gradient_x", cached)
+        return cached
+
+    def _primitive_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
+        cached = self.__dict__.get("_primitive_x")
+        if cached is None:
+            cached = self._in_x(self.primitive(_x()), "primitive")
+            object.__setattr__(self, "_primitive_x", cached)
+        return cached
+
+    def _primitive_slope_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
+        """The primitive's derivative in x, prepared: the gradient's program where they are the same."""
+        if type(self)._primitive_gradient is Surrogate._primitive_gradient:
+            return self._gradient_in_x()
+        cached = self.__dict__.get("_primitive_slope_x")
+        if cached is None:
+            cached = self._in_x(self._primitive_gradient(_x(), **self._sympy_params()), "primitive's derivative")
+            object.__setattr__(self, "_primitive_slope_x", cached)
         return cached
 
     def _in_x(self, expr: sympy.Expr | None, what: str) -> tuple[sympy.Symbol, Any, Any]:
@@ -279,19 +332,17 @@ class Surrogate:
 
     def __call__(self, x: torch.Tensor, strict: bool = False) -> torch.Tensor:
         """Θ(x) in forward (Θ(0) = 1, or 0 where `strict`: a neuron's fires_at ">"), this surrogate's gradient
-        in backward; with spiking=False, the primitive (autograd differentiates it: its derivative is the
-        gradient)."""
+        in backward; with spiking=False, the primitive in forward and its derivative, the gradient, in backward
+        (`strict` unused)."""
         if isinstance(x, numbers.Number):  # a tensor, or a traced step's stand-in (`spec.trace.Value`)
             raise TypeError(f"{type(self).__name__}: expected a tensor, got the number {x!r} (in a step function: "
                             "the spike's argument, h - threshold, must depend on the input or a state)")
+        tangents = _forward_ad._current_level >= 0
         if self._spiking:
-            spike = _TangentSpikeFunction if _forward_ad._current_level >= 0 else _SpikeFunction
-            return spike.apply(x, self, strict)
-        cached = self.__dict__.get("_primitive_x")
-        if cached is None:
-            cached = self._in_x(self.primitive(_x()), "primitive")
-            object.__setattr__(self, "_primitive_x", cached)
-        return _evaluate_in_x(cached, x)
+            return (_TangentSpikeFunction if tangents else _SpikeFunction).apply(x, self, strict)
+        if not isinstance(x, torch.Tensor):  # a traced step's stand-in: the primitive's own operations
+            return _evaluate_in_x(self._primitive_in_x(), x)
+        return (_TangentPrimitiveFunction if tangents else _PrimitiveFunction).apply(x, self, strict)
 
 
 def _in_x(expr: sympy.Expr | None) -> tuple[sympy.Symbol, Any, Any]:
@@ -322,6 +373,36 @@ def _rebuild(cls: type[Surrogate], kwargs: dict[str, Any], frozen: bool = False)
     return made
 
 
+def _keep(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], slope: Callable[..., torch.Tensor]) -> None:
+    """What backward and jvp read: x, the derivative they use (`slope(surrogate, x)`), the surrogate, and its values
+    as this forward ran (version, values)."""
+    x, surrogate, _ = inputs
+    ctx.save_for_backward(x)
+    ctx.slope, ctx.surrogate, ctx.version, ctx.values = slope, surrogate, surrogate.version, surrogate._values
+
+
+def _gradient_slope(surrogate: Surrogate, x: torch.Tensor) -> torch.Tensor:
+    return surrogate.torch_gradient(x)
+
+
+def _primitive_slope(surrogate: Surrogate, x: torch.Tensor) -> torch.Tensor:
+    return _evaluate_in_x(surrogate._primitive_slope_in_x(), x)
+
+
+def _as_at_forward(ctx: Any) -> Surrogate:
+    """The surrogate with the values its forward ran with: a change between a forward and its backward
+    (`sg.alpha = 1.0` before `loss.backward()`) never reaches into a graph already built, as in SpikingJelly (its
+    Functions take the parameters by value) and in the layers (their plans keep frozen copies)."""
+    surrogate = ctx.surrogate
+    if surrogate.version != ctx.version:  # rebuilt once per graph node (kept for a second backward)
+        # the forward's values over the current ones (which give Custom's text)
+        kwargs = {**surrogate._init_kwargs(), **dict(ctx.values)}
+        kwargs.pop("spiking", None)  # the Function says which derivative: spiking's or the primitive's
+        surrogate = _rebuild(type(surrogate), kwargs)
+        ctx.surrogate, ctx.version = surrogate, surrogate.version
+    return surrogate
+
+
 class _SpikeFunction(torch.autograd.Function):
     """Θ(x) with the surrogate's gradient. Forward apart from `setup_context` and elementwise, so torch.func's
     transforms (grad, vmap, jacrev, ...) take it: vmap batches it as it batches its body."""
@@ -334,13 +415,12 @@ class _SpikeFunction(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
-        ctx.save_for_backward(inputs[0])
-        ctx.surrogate = inputs[1]
+        _keep(ctx, inputs, _gradient_slope)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (x,) = ctx.saved_tensors
-        return grad * ctx.surrogate.torch_gradient(x), None, None
+        return grad * ctx.slope(_as_at_forward(ctx), x), None, None
 
 
 class _TangentSpikeFunction(_SpikeFunction):
@@ -349,14 +429,45 @@ class _TangentSpikeFunction(_SpikeFunction):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
-        _SpikeFunction.setup_context(ctx, inputs, output)
+        _keep(ctx, inputs, _gradient_slope)
         ctx.save_for_forward(inputs[0])
 
     @staticmethod
     def jvp(ctx: Any, tangent: torch.Tensor, *_: Any) -> torch.Tensor:
-        """The tangent times the surrogate's gradient, the derivative backward uses."""
+        """The tangent times the derivative backward uses."""
         (x,) = ctx.saved_tensors
-        return tangent * ctx.surrogate.torch_gradient(x)
+        return tangent * ctx.slope(_as_at_forward(ctx), x)
+
+
+class _PrimitiveFunction(_SpikeFunction):
+    """spiking=False: the primitive in forward, its derivative in backward (`Surrogate._primitive_gradient`: the
+    gradient, as with spiking=True, but for S2NN's). Autograd through the primitive's own operations gave NaN where an
+    intermediate overflows, as 0·inf: Sigmoid's 1/(1 + exp(-αx)) at αx < -11 in float16 or < -89 in float32,
+    PiecewiseExp's branch it does not pick at |αx| > 89, LogTailedReLU's log(x) at x = 0; the gradient is written
+    to stay finite (exp(-α|x|), each branch on its own side). Backward's operations are torch's, so it
+    differentiates again (double backward, torch.func.hessian)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, surrogate: Surrogate, strict: bool) -> torch.Tensor:
+        value = _evaluate_in_x(surrogate._primitive_in_x(), x)
+        # a primitive that is x itself (DeterministicPass) returns a view: autograd refuses an input returned as-is
+        # and saved for backward
+        return value.view_as(x) if value is x else value
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
+        _keep(ctx, inputs, _primitive_slope)
+
+
+class _TangentPrimitiveFunction(_PrimitiveFunction):
+    """`_PrimitiveFunction` with its forward-mode derivative, for calls under forward AD."""
+
+    jvp = staticmethod(_TangentSpikeFunction.jvp)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, Surrogate, bool], output: torch.Tensor) -> None:
+        _keep(ctx, inputs, _primitive_slope)
+        ctx.save_for_forward(inputs[0])
 
 
 _forward_ad = torch.autograd.forward_ad  # `_current_level` >= 0: forward-mode AD is on
@@ -463,6 +574,11 @@ class S2NN(Surrogate):
         tail = beta * sympy.log(sympy.Abs(x + 1) + sympy.Float(1e-5)) + sympy.Rational(1, 2)
         return sympy.Piecewise((_sg(alpha * x), x < 0), (tail, True))
 
+    def _primitive_gradient(self, x, alpha, beta):
+        # the primitive's derivative: beta/(x + 1 + 1e-5) for x >= 0 (where x + 1 > 0), what SpikingJelly's
+        # non-spiking mode backpropagates
+        return sympy.Piecewise((alpha * _sg_slope(alpha * x), x < 0), (beta / (x + 1 + sympy.Float(1e-5)), True))
+
 
 class QPseudoSpike(Surrogate):
     DEFAULTS, DOMAIN = (("alpha", 2.0),), {"alpha": "above_one"}
@@ -554,9 +670,10 @@ class Custom(Surrogate):
     _text: str
     _expr: sympy.Expr
 
-    def __init__(self, gradient: str, **params: float):
+    def __init__(self, gradient: str, *, spiking: bool = True, **params: float):
         from .parse import check_identifier, parse_expression
 
+        self._set_spiking(spiking)  # taken as the other classes take it: spiking=False refused (no primitive)
         for name in params:
             check_identifier(name, field=f"surrogate.{name}")
             if name == "x":
