@@ -262,9 +262,10 @@ class Program:
         backend = "cuda" if x.is_cuda else "host"
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
             return  # not kept: a capture takes the fixed rules' layout where a later call would time one
-        self.launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
+        launch = form.kernel.bind((x, *args), x, n, None if form.single else x.shape[0], backend)
         self.bound_form, self.neuron_shape = form, given.shape[1:]  # (a multi-step call's: `run_bound`)
         self.native_wanted = (x.is_cuda or (native.HOST and x.is_cpu)) and not form.seqs
+        self.launch = launch  # last: another thread that finds it set finds what it reads with it
 
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
@@ -374,9 +375,9 @@ class Program:
                 words = plan_words(rows, others, count, self.launch, form, *(self.backward or (None, None, ())))
             except Unplannable:
                 return
-            self.native = native.make_plan(words.words, words.dtypes)
             self.native_call, self.native_layer_call = native.operator(), native.operator("layer_call")
             self.native_layer_states = native.operator("layer_call_states")
+            self.native = native.make_plan(words.words, words.dtypes)  # last, as `launch` in `bind`
 
 
 def _spread(value: Tensor) -> int:

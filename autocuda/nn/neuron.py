@@ -159,7 +159,9 @@ class Neuron(MemoryViews, MemoryBase):
         self.__dict__.setdefault("recompute", False)
         self.__dict__.setdefault("save_h", True)
         self.__dict__.setdefault("store_final_states", True)
-        # References name objects registered in the process that built the layer (unpickling: register here)
+        # References name objects registered in the process that built the layer (unpickling: register here); the
+        # output-writing variant's (`nn.layer_call.written_spec_ref`) is worked out again at its next use
+        self.__dict__.pop("_written_spec", None)
         self._spec_ref = spec_ref(self.spec)
         self._use_surrogate(self.surrogate_function)
 

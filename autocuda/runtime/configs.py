@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..base.errors import SpecError
 from ..spec.draws import makes_draws
 from ..spec.load import is_spec_path, load_spec
 from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, tensor_param_names
@@ -46,6 +47,17 @@ def _register(kind: str, obj: Any, text: str) -> str:
     token = f"<{kind} {getattr(obj, 'name', '')} {hashlib.sha1(text.encode()).hexdigest()[:16]}>"
     _OBJECTS.setdefault(token, obj)
     return token
+
+
+def _unregistered(kind: str, ref: str) -> SpecError | None:
+    """The error for a token (`_register`) this process never registered, or None where `ref` is no token: tokens
+    live in the process that made them, so one kept across a pickle or a process names nothing here."""
+    if not (ref.startswith(f"<{kind} ") and ref.endswith(">")) or ref in _OBJECTS:
+        return None
+    return SpecError(f"{ref!r} is a reference to a {kind} registered in another process (tokens live in the process "
+                     f"that made them: one kept across a pickle or sent to another process names nothing here); "
+                     f"pass the {'NeuronSpec' if kind == 'spec' else 'surrogate'} object itself",
+                     field="surrogate" if kind == "surrogate" else "spec", symbol=ref)
 
 
 _SPEC_REFS: dict[int, tuple[NeuronSpec, str]] = {}
@@ -89,6 +101,8 @@ def resolve_spec(ref: NeuronSpec | str) -> NeuronSpec:
     if not isinstance(ref, str):
         raise TypeError(f"spec: expected a NeuronSpec or the name of a shipped spec, got {type(ref).__name__}")
     found = _OBJECTS.get(ref)
+    if found is None and (error := _unregistered("spec", ref)) is not None:
+        raise error
     return found if isinstance(found, NeuronSpec) else load_spec(ref)
 
 
@@ -96,6 +110,8 @@ def _resolve_surrogate(spec: NeuronSpec, ref: str | None) -> Surrogate:
     if ref is None:
         return spec.surrogate
     found = _OBJECTS.get(ref)
+    if found is None and (error := _unregistered("surrogate", ref)) is not None:
+        raise error
     return found if isinstance(found, Surrogate) else get_surrogate(ref)
 
 

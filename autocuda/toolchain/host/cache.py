@@ -34,6 +34,17 @@ _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 _MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
 
+def _forget_opening() -> None:
+    """In a forked child: the thread that held the parent's lock (a library being opened) does not exist there; a
+    lock held at the fork would never be released."""
+    global _opening
+    _opening = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_opening)
+
+
 def cache_dir() -> Path:
     """$AUTOCUDA_CACHE_DIR/host (default ~/.cache/autocuda/host), checked; the store's fallback if that is refused
     or unwritable."""

@@ -296,6 +296,20 @@ _unavailable_headers: set[Path] = set()  # shim folders refused or unwritable in
 _header_locks: dict[Path, threading.Lock] = {}  # a shim folder of the cache -> the lock of its header's making
 
 
+def _forget_locks() -> None:
+    """In a forked child: the threads that held the parent's locks (a kernel or a shim header being made) do not
+    exist there, so a lock held at the fork would never be released; the child starts with none held, and makes
+    what it needs itself."""
+    global _loading_guard
+    _loading.clear()
+    _header_locks.clear()
+    _loading_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
+
+
 def _compile(unit: str, source: str, name: str, output: Path) -> None:
     from ...base.errors import CompileError
 
