@@ -2,6 +2,7 @@
 SpikingJelly's monitors on our layers, ours on SpikingJelly's."""
 from __future__ import annotations
 
+import copy
 import importlib
 import io
 import sys
@@ -50,11 +51,14 @@ def test_single_step_records_spikes_and_membrane_per_step() -> None:
 
 def test_multi_step_records_match_the_functional_state_sequences() -> None:
     net, x = net_of("m"), inputs()
+    during = []
+    net[1].register_forward_hook(lambda layer, *_: during.append(layer.store_v_seq))  # after the monitor's pre-hook
     with Monitor(net, states="all") as mon:
         assert net[1].store_v_seq is False
         out = net(x)
-        assert net[1].store_v_seq is True  # turned on for the call
-    assert net[1].store_v_seq is False and net[3].store_v_seq is False  # and off again
+        assert during == [True]  # turned on for the call
+        assert net[1].store_v_seq is False and net[3].store_v_seq is False  # and off after it
+    assert net[1].store_v_seq is False and net[3].store_v_seq is False
     assert mon.keys("3") == ("spike", "v")  # 'all' in step mode 'm': what the layer keeps
     with torch.no_grad():
         h = net[0](x)
@@ -62,6 +66,18 @@ def test_multi_step_records_match_the_functional_state_sequences() -> None:
         spikes3, _, seqs3 = F.multi_step("izhikevich", net[2](spikes1), store_state_seq=True)
     assert torch.equal(mon.sequence("1", "v"), seqs1[0]) and torch.equal(mon.sequence("1"), spikes1)
     assert torch.equal(mon.sequence("3", "v"), seqs3[0]) and torch.equal(mon.sequence("3"), out.detach())
+
+
+def test_a_copy_made_between_monitored_calls_keeps_the_layers_own_store_v_seq() -> None:
+    """The monitor turns store_v_seq on for each call in step mode 'm' and off after it: a copy of the network made
+    between calls (an EMA twin, a checkpoint) stored every call's v_seq for good where it was left on."""
+    net, x = net_of("m"), inputs()
+    with Monitor(net), torch.no_grad():
+        net(x)
+        twin = copy.deepcopy(net)
+    assert twin[1].store_v_seq is False and twin[3].store_v_seq is False
+    twin(x)
+    assert getattr(twin[1], "v_seq", None) is None
 
 
 def test_all_states_in_single_step_mode_match_the_functional_sequences() -> None:
@@ -273,7 +289,7 @@ def test_our_monitor_on_a_spikingjelly_net(sj, step_mode: str) -> None:
     x = inputs()
     with Monitor(net, instance=neuron.BaseNode) as mon:
         out = net(x) if step_mode == "m" else run_single(net, x)
-        assert net[1].store_v_seq is (step_mode == "m")
+        assert net[1].store_v_seq is False  # on for each call in step mode 'm' only, off after it
     assert net[1].store_v_seq is False
     assert torch.equal(mon.sequence("1"), out.detach())
     assert mon.sequence("1", "v").shape == (T, B, 5)

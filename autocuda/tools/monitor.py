@@ -15,8 +15,9 @@ What a layer gives, by its step mode:
 
 (*) autocuda's layers keep only the membrane's sequence: record other states in step mode 's', or run
 `functional.multi_step(store_state_seq=True)`; a missing record is skipped with a warning (once per key).
-While the monitor is attached, it turns `store_v_seq` on for calls in step mode 'm' and `remove()` turns it
-back off.
+While the monitor is attached, it turns `store_v_seq` on for each call in step mode 'm' and back off after it
+(a copy of the network made between calls keeps the layers' own setting; `remove()` turns it off too, after a
+call that raised).
 
 Every record is stored as [T, *] (a step is [1, *], a view): `sequence` concatenates a layer's records along time.
 Records stay on the layer's device, detached, without copies; the hooks never read values back to the host, so
@@ -128,6 +129,9 @@ class Monitor:
         def hook(monitor: Monitor, layer: nn.Module, inputs: Any, output: Any) -> None:
             if monitor.enabled and not monitor.full:
                 monitor._record(name, layer, keys, inputs, output)
+            if layer in monitor._restored:  # for this call only: between calls the layer holds its own setting
+                monitor._restored.remove(layer)
+                setattr(layer, "store_v_seq", False)  # noqa: B010 - a plain attribute of the layer, typed by it
 
         return hook
 
