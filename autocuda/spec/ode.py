@@ -28,6 +28,10 @@ cancel for small a dt, nearly equal a and d, small r; they are built from expm1 
 the float32 step keeps float32's digits (docs/ode.md, Rounding). Where a rate may be 0 at run time, its quotient
 is guarded to the limit (dt): exponential Euler gives u + dt b there too.
 
+Linear means linear everywhere: a state in a condition of a `where` (`_switches`) makes f piecewise in it, though
+its derivative by that state is 0 wherever it exists. A coupled 2x2 A holding a `where` of x or parameters is
+integrated once per branch of it (`_branched_coefficient`).
+
 Automatic choice: exact when f is linear in the states with coefficients free of the states (for three or more
 states only when A is diagonal, or triangular with at most MAX_EXACT_STATES states), else exponential_euler when
 each equation is linear in its own state, else euler. `exact` asked of a larger coupled system integrates with
@@ -66,27 +70,40 @@ class Discretised:
 
 
 # -- analysis -----------------------------------------------------------------------------------------------------
-def _linear_system(rhs: Mapping[sp.Symbol, sp.Expr]) -> tuple[sp.Matrix, sp.Matrix, tuple[str, str] | None]:
-    """(A, b, None) with f = A S + b when A is free of the states; else (_, _, (state, variable)) naming the
-    first equation whose coefficient of `variable` depends on a state."""
+def _switches(f: sp.Expr) -> set[sp.Symbol]:
+    """The symbols that choose a branch of f (those in the conditions of its `where`s). f is piecewise in them,
+    not linear, though its derivative by them may be 0 wherever it exists: `where(v > 1, -1, 0)` by v."""
+    return {z for p in f.atoms(sp.Piecewise) for _, condition in p.args for z in condition.free_symbols}
+
+
+def _linear_system(rhs: Mapping[sp.Symbol, sp.Expr]
+                   ) -> tuple[sp.Matrix, sp.Matrix, tuple[str, str, str] | None]:
+    """(A, b, None) with f = A S + b when A is free of the states and no state chooses a branch; else
+    (_, _, (state, variable, why)) naming the first equation that is not linear in `variable`, and why."""
     states = list(rhs)
     rows = []
     for state, f in rhs.items():
+        switching = [u for u in states if u in _switches(f)]
+        if switching:
+            return sp.Matrix(), sp.Matrix(), (state.name, switching[0].name,
+                                              f"'{switching[0].name}' chooses a branch of a where(...)")
         row = [sp.diff(f, u) for u in states]
         for u, coefficient in zip(states, row):
             if coefficient.free_symbols & set(states):
-                return sp.Matrix(), sp.Matrix(), (state.name, u.name)
+                return sp.Matrix(), sp.Matrix(), (state.name, u.name,
+                                                  f"the coefficient of '{u.name}' depends on the states")
         rows.append(row)
     zero = dict.fromkeys(states, sp.Integer(0))
     return sp.Matrix(rows), sp.Matrix([f.xreplace(zero) for f in rhs.values()]), None
 
 
 def _own_linear(rhs: Mapping[sp.Symbol, sp.Expr]) -> tuple[dict[sp.Symbol, tuple[sp.Expr, sp.Expr]], str | None]:
-    """Per state u: (a, b) with f_u = a u + b, a free of u; or the first state whose equation is not."""
+    """Per state u: (a, b) with f_u = a u + b, a free of u and u choosing no branch of f_u; or the first state
+    whose equation is not."""
     parts = {}
     for u, f in rhs.items():
         a = sp.diff(f, u)
-        if u in a.free_symbols:
+        if u in a.free_symbols or u in _switches(f):
             return {}, u.name
         parts[u] = (a, f.xreplace({u: sp.Integer(0)}))
     return parts, None
@@ -201,20 +218,36 @@ def exact(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.E
     """S' = e^{A dt} S + A^{-1}(e^{A dt} - I) b for f = A S + b, A free of the states (module doc)."""
     A, b, problem = _linear_system(rhs)
     if problem is not None:
-        state, variable = problem
+        state, variable, why = problem
         raise SpecError(f"method 'exact' needs dynamics linear in the states with coefficients constant over "
-                        f"the step; in the ODE of '{state}' the coefficient of '{variable}' depends on the states",
-                        field=f"ode.{state}", symbol=variable)
+                        f"the step; in the ODE of '{state}' {why}", field=f"ode.{state}", symbol=variable)
     S = sp.Matrix(list(rhs))
     if len(rhs) == 1:
         return {S[0]: _exponential(S[0], A[0, 0], b[0], dt)}
     if len(rhs) == 2:
+        coupled = A[0, 1] != 0 and A[1, 0] != 0
+        branched = _branched_coefficient(rhs, A) if coupled else None
+        if branched is not None:  # one exact step per branch of that `where` (`_branched_coefficient`)
+            steps = [(exact({u: f.xreplace({branched: value}) for u, f in rhs.items()}, dt), condition)
+                     for value, condition in branched.args]
+            return {u: sp.Piecewise(*((step[u], condition) for step, condition in steps)) for u in S}
         new = _exact_2x2(A, b, S, dt)
     elif A.is_diagonal():  # uncoupled: each state's own exponential step
         return {u: _exponential(u, A[i, i], b[i], dt) for i, u in enumerate(S)}
     else:
         new = _exact_sympy(A, b, S, dt)
     return dict(zip(S, new))
+
+
+def _branched_coefficient(rhs: Mapping[sp.Symbol, sp.Expr], A: sp.Matrix) -> sp.Piecewise | None:
+    """A `where` (of x or parameters) that a coefficient of A depends on, or that holds a state; None if none.
+    The coupled 2x2 step branches on the sign of q, a function of A: with a Piecewise inside q, sympy rewrites the
+    condition q > 0 as And / Or / ITE of the inner conditions, which the printers do not know. So such a system is
+    integrated once per branch of the `where`, each branch's A free of it."""
+    states = set(rhs)
+    found = [p for f in rhs.values() for p in f.atoms(sp.Piecewise)
+             if p.free_symbols & states or any(entry.has(p) for entry in A)]
+    return next(iter(sp.ordered(found)), None)
 
 
 def _square(q: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
