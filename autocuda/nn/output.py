@@ -82,14 +82,17 @@ def layer_output(spec: NeuronSpec, output: Output, inputs: torch.Tensor | Sequen
                  program: flat.Program | None = None) -> torch.Tensor:
     """The output of a step (or of a sequence: inputs, spike and the states as [T, *] sequences) from the step
     inputs (x, or one tensor per input of a spec with several), the states after it, by name (those it reads:
-    `reads_states`), and the parameters (v_reset=None, a soft reset, reads as 0 as in the charge); an expression
-    by its `program` (`output_program`; found here where none is given)."""
+    `reads_states`), and the parameters; an expression by its `program` (`output_program`; found here where none
+    is given). v_reset reads as 0 where the reset is not hard (v_reset=None, or a spec whose reset is soft or none),
+    as the kernels read it in the charge (docs/semantics.md)."""
     if output.kind == SPIKE:
         return spike
     if output.kind == STATE:
         return after[output.state]
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     x = inputs[0]
+    soft = spec.reset != "hard"
     values = {**dict(zip(spec.inputs, inputs)), "s": spike, **after,
-              **{p.name: 0.0 if params[p.name] is None else params[p.name] for p in spec.params}}
+              **{p.name: 0.0 if params[p.name] is None or (soft and p.name == "v_reset") else params[p.name]
+                 for p in spec.params}}
     return flat.run(_program(spec) if program is None else program, values).to(x.dtype).expand(x.shape)

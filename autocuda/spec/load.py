@@ -135,6 +135,11 @@ def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"load_spec: expected a spec's name or a path, got {type(name_or_path).__name__}")
     text = os.fspath(name_or_path)
+    # A spec's text is not a name or a path (a spec has several lines): say what reads it, rather than looking for a
+    # file or a shipped spec named by the whole text
+    if isinstance(name_or_path, str) and "\n" in text:
+        raise SpecError("expected a shipped spec's name or a spec file's path, got a spec's TOML text: read it with "
+                        "autocuda.spec_from_toml(text) and pass the NeuronSpec", source="<toml text>", field="name")
     if is_spec_path(name_or_path):
         return _load_path(Path(text), text)
     shipped = _shipped()

@@ -290,10 +290,31 @@ def step_spec(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Pa
     """Trace `fn(*inputs, *states, *params)` (the first `num_inputs` arguments the inputs) and map it onto a
     NeuronSpec (see the module doc). `states` and the parameters' names are the step's own; they are renamed
     where the spec language needs it."""
+    initial = _checked_initial(initial, states, getattr(fn, "__name__", "the step"), origin)
     traced, inputs, state_names, spec_params = prepare(fn, states, params, num_inputs=num_inputs, origin=origin,
                                                        dtype=dtype)
+    # `initial` names the step's states and parameters: spelled as the spec spells them (a state `h` is `h_state`)
+    state_of = dict(zip(states, state_names))
+    param_of = {p.name: q.name for p, q in zip(params, spec_params)}
+    initial = {state_of[n]: param_of.get(v, v) if isinstance(v, str) else v for n, v in initial.items()}
     return from_trace(traced, inputs, state_names, spec_params, name=name, doc=doc, initial=initial,
                       origin=origin)
+
+
+def _checked_initial(initial: Any, states: Sequence[str], step: str, origin: str) -> dict[str, Any]:
+    """`initial` as a dict by state name; a SpecError where it is not a mapping or names no state of the step (an
+    initial value that would otherwise be dropped without a word)."""
+    if initial is None:
+        return {}
+    if not isinstance(initial, Mapping):
+        raise SpecError(f"{step}: initial: expected a mapping of state names to initial values (a number or a "
+                        f"parameter's name), got {type(initial).__name__}", source=origin, field="initial")
+    for name in initial:
+        if name not in states:
+            raise SpecError(f"{step}: initial: {name!r} is not a state of the step (states: "
+                            f"{', '.join(states) or 'none'})", source=origin, field=f"initial.{name}",
+                            symbol=str(name))
+    return dict(initial)
 
 
 def from_trace(traced: Trace, inputs: list[str], states: list[str], params: list[Param], *, name: str | None = None,
@@ -333,6 +354,7 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
         detach = bool(users)
         news = {n: e.xreplace({DETACHED: s}) for n, e in news.items()}
     found, step_params = None, [p.name for p in params]
+    initial = dict(initial or {})
     if z is not None:
         for state in ([users[0]] if detach else states):
             found = _membrane(state, news[state], z, s, input_symbols)
@@ -346,6 +368,9 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
                 outputs = tuple(o.xreplace(renames) for o in outputs)
                 found.charge, found.threshold = found.charge.xreplace(renames), found.threshold.xreplace(renames)
                 step_params = [str(renames.get(sympy.Symbol(n, real=True), n)) for n in step_params]
+                # an initial value naming the parameter the reset reads names it by its new name, v_reset
+                initial = {n: str(renames.get(sympy.Symbol(v, real=True), v)) if isinstance(v, str) else v
+                           for n, v in initial.items()}
             if found is not None:
                 break
     if found is None and detach:
@@ -353,7 +378,7 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
                         f"spike (hard: h * (1 - s) + s * v_reset, soft: h - s * threshold)",
                         source=spike.line if spike else origin, symbol="detach")
     fields = _fields(found, news, states) if found is not None else _own_fields(news, states, z)
-    init = {n: (initial or {}).get(n, 0.0) for n in fields["state_order"]}
+    init = {n: initial.get(n, 0.0) for n in fields["state_order"]}
     spec = NeuronSpec(name=clean_spec_name(name or traced.name), doc=doc, params=tuple(params),
                       states=tuple(State(n, init[n]) for n in fields["state_order"]),
                       charge=fields["charge"], threshold=fields["threshold"], reset=fields["reset"],
@@ -446,6 +471,13 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
         first = "the first argument is the input x" if num_inputs == 1 else \
             f"the first {num_inputs} arguments are the inputs"
         raise SpecError(f"{getattr(fn, '__name__', fn)!r}: {first} (without a default)")
+    # The step is called with positional arguments only: a keyword-only argument would keep its default as a
+    # constant of the kernel, not be the parameter its default makes it look like
+    keyword = [p.name for p in inspect.signature(fn).parameters.values() if p.kind == inspect.Parameter.KEYWORD_ONLY]
+    if keyword:
+        raise SpecError(f"{fn.__name__}: keyword-only argument {keyword[0]!r}: inputs, states and parameters are "
+                        f"positional arguments (a parameter is one with a default; write it before any '*')",
+                        source=_origin(fn), field=f"params.{keyword[0]}", symbol=keyword[0])
     rest = positional[num_inputs:]
     states = [p.name for p in rest if p.default is inspect.Parameter.empty]
     defaults = [p for p in rest if p.default is not inspect.Parameter.empty]
@@ -461,9 +493,12 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
     step = step_spec(fn, states, params, name=name or fn.__name__, doc=text, initial=initial,
                      origin=_origin(fn), num_inputs=num_inputs)
     if [o.kind for o in step.outputs] != [SPIKE]:
-        raise SpecError(f"{fn.__name__} must return (spike, *new_states), the spike being the surrogate's "
-                        f"result: got {len(step.outputs)} output(s) before the states", source=_origin(fn),
-                        symbol="returns")
+        returned = len(step.outputs) + len(states)
+        what = (f"returned {returned} value{'s' * (returned != 1)}, not {1 + len(states)}"
+                if len(step.outputs) != 1 else "its first value is not the spike (the result of the surrogate's call)")
+        raise SpecError(f"{fn.__name__} must return (spike, *new_states): the spike (the surrogate's result), then "
+                        f"the new value of each state ({', '.join(states)}), in order; {what}",
+                        source=_origin(fn), symbol="returns")
     if step.surrogate is None:
         raise SpecError(f"{fn.__name__} calls no surrogate spike function: write s = surrogate(h - threshold)",
                         source=_origin(fn), symbol="surrogate")
