@@ -322,3 +322,33 @@ def test_inputs_of_a_kind_a_layer_cannot_take_are_refused_by_name() -> None:
     half = layer(x.half())
     assert half.dtype == torch.float16
     torch.testing.assert_close(half, copy.deepcopy(layer).half()(x.half()))
+
+
+def test_a_spec_set_on_a_built_layer_runs_at_the_next_call_or_is_refused() -> None:
+    """`layer.spec = ...` was taken and ignored (the calls kept the old spec's kernels): a spec of the same inputs,
+    states and parameters runs from the next call on; another is refused by name."""
+    from autocuda import load_spec
+
+    x = torch.rand(T, 5, dtype=torch.float64) * 3
+    changed = ann.Neuron("lif", step_mode="m", backend="reference")
+    changed.spec = load_spec("lif").with_options(decay_input=False)
+    built = ann.Neuron(load_spec("lif").with_options(decay_input=False), step_mode="m", backend="reference")
+    assert torch.equal(changed(x), built(x)) and torch.equal(changed.v, built.v)
+    assert not torch.equal(ann.Neuron("lif", step_mode="m", backend="reference")(x), built(x))  # (they differ)
+    with pytest.raises(ValueError, match="^spec: a layer's states are fixed at construction"):
+        changed.spec = load_spec("izhikevich")
+
+
+def test_a_membrane_starting_at_v_reset_starts_at_0_under_a_spec_whose_reset_is_soft() -> None:
+    """A state whose initial value is "v_reset" starts at 0 where the reset is not hard (docs/semantics.md), in a
+    layer as in the functional calls: the layer started it at v_reset's value."""
+    from autocuda import spec_from_toml
+    from autocuda.call import functional as F
+
+    spec = spec_from_toml('name = "soft_start"\nreset = "soft"\ncharge = "v + x"\nthreshold = "v_threshold"\n'
+                          '[params]\nv_threshold = 1.0\nv_reset = 0.5\n[states]\nv = "v_reset"\n')
+    layer = ann.Neuron(spec, step_mode="m", backend="reference")
+    assert layer.v == 0.0 and layer.get_reset_value("v") == 0.0
+    x = torch.zeros(1, 2)
+    assert torch.equal(layer(x), F.multi_step(spec, x, backend="reference")[0])
+    assert torch.equal(layer.v, F.multi_step(spec, x, backend="reference")[1][0])

@@ -290,8 +290,11 @@ def _fresh(layer: Neuron, name: str, shape: torch.Size) -> torch.Tensor | float:
 
 
 def initial_value(layer: Neuron, init: Any) -> Any:
-    """A state's initial value: a named parameter's (0 for v_reset=None, a soft reset's start), detached or copied."""
+    """A state's initial value: a named parameter's, detached or copied; v_reset's is 0 where the reset is not hard
+    (v_reset=None, or a spec whose reset is soft or none), as the functional calls start it (docs/semantics.md)."""
     if isinstance(init, str):
+        if init == "v_reset" and layer.spec.reset != "hard":
+            return 0.0
         init = getattr(layer, init)
         init = 0.0 if init is None else init
         return init.detach() if isinstance(init, torch.Tensor) else float(init)

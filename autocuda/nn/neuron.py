@@ -170,6 +170,8 @@ class Neuron(MemoryViews, MemoryBase):
         `backend` and the flags (`FLAGS`), checked as at construction."""
         if name == "surrogate_function":
             self._use_surrogate(value)
+        elif name == "spec" and "_spec_ref" in self.__dict__:  # after construction: the next call runs it
+            self._use_spec(self._replacing_spec(value))
         else:
             if name == "backend":
                 check_backend(value)
@@ -227,9 +229,23 @@ class Neuron(MemoryViews, MemoryBase):
 
     def _use_spec(self, spec: NeuronSpec) -> None:
         """Run `spec` from the next call on: the spec, its reference and its output (`_take_output`) change together."""
-        self.spec = spec
+        self.__dict__["spec"] = spec
         self._spec_ref = spec_ref(spec)
         self._take_output()
+        if spec.detach_reset:  # the spec's detachment holds whatever the layer says
+            self.detach_reset = True
+
+    def _replacing_spec(self, value: Any) -> NeuronSpec:
+        """`value` as the layer's new spec: one of the same inputs, states and parameters (what the layer holds and
+        reads by name), else refused naming what differs."""
+        spec = resolve_spec(value)
+        old = self.spec
+        for what, of in (("inputs", lambda s: tuple(s.inputs)), ("states", lambda s: tuple(x.name for x in s.states)),
+                         ("parameters", lambda s: tuple(p.name for p in s.params))):
+            if of(spec) != of(old):
+                raise ValueError(f"spec: a layer's {what} are fixed at construction ({', '.join(of(old))}), the new "
+                                 f"spec's are {', '.join(of(spec)) or 'none'}: build a new layer for it")
+        return spec
 
     @property
     def store_v_seq(self) -> bool:
