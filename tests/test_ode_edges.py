@@ -77,3 +77,15 @@ def test_coupled_system_with_a_where_in_its_coefficients_steps_by_the_matrix_exp
     E = torch.linalg.matrix_exp(M * 0.9)
     want = E @ torch.tensor([0.3, -0.4, 1.0], dtype=torch.float64)
     assert got == pytest.approx(want[:2].tolist(), rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0, float("nan")])
+def test_a_time_step_given_at_run_time_must_be_positive(value):
+    """The spec checked its default alone: a layer built with time_step=-1 ran the step backwards, silently."""
+    from autocuda import nn as ann
+    from autocuda.call import functional as F
+
+    with pytest.raises(ValueError, match="parameter 'time_step' of 'two_compartment' must be > 0"):
+        ann.Neuron("two_compartment", step_mode="m", backend="reference", time_step=value)(torch.rand(3, 2))
+    with pytest.raises(ValueError, match="parameter 'time_step' of 'two_compartment' must be > 0"):
+        F.multi_step("two_compartment", torch.rand(3, 2), time_step=value, backend="reference")

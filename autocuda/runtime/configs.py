@@ -16,6 +16,7 @@ from ..base.errors import SpecError
 from ..spec.draws import makes_draws
 from ..spec.load import is_spec_path, load_spec
 from ..spec.model import NeuronSpec, check_reset, runtime_params, spec_text, tensor_param_names
+from ..spec.ode import TIME_STEP
 from ..spec.surrogate import Surrogate, get_surrogate
 from ..toolchain import nvrtc
 from .neuron_launch import NeuronConfig
@@ -139,8 +140,16 @@ def _facts(ref: str) -> SpecFacts:
     return SpecFacts(spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
                      tuple(p.name for p in spec.params if p.kind == "constant"),
                      tuple((s.name, s.init) for s in spec.states),
-                     tuple((p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain),
-                     spec.inputs, makes_draws(spec))
+                     _domains(spec), spec.inputs, makes_draws(spec))
+
+
+def _domains(spec: NeuronSpec) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """Each parameter's declared bounds; an ODE's `time_step` is positive where it declares none (the spec's own
+    check reads its default alone: a value given at run time is checked at each call)."""
+    found = [(p.name, tuple((b.operator, b.limit) for b in p.bounds)) for p in spec.params if p.domain]
+    if spec.ode and all(name != TIME_STEP for name, _ in found):
+        found.append((TIME_STEP, ((">", 0.0),)))
+    return tuple(found)
 
 
 @constant_result
