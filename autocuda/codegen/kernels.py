@@ -14,7 +14,7 @@ from ..base.errors import ConstantRangeError, LiteralError
 from ..base.switches import check_switches
 from ..spec.budget import bounded, reuse
 from ..spec.derive import Derivation, Reset, StepSystem, derive, replaying_charge
-from ..spec.load import load_spec
+from ..spec.load import as_spec
 from ..spec.model import NeuronSpec, tensor_param_names
 from ..spec.surrogate import Surrogate, get_surrogate
 from ..spec.system import step_system
@@ -160,11 +160,7 @@ def neuron_kernel(spec: NeuronSpec | str, kernel: str = "fptt", dtype: Any = "fl
     `final_states=False`: a multi-step forward that does not write the final states (inference that starts
     every sequence afresh: one write per neuron and state less).
     """
-    if isinstance(spec, str):
-        spec = load_spec(spec)
-    elif not isinstance(spec, NeuronSpec):
-        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got "
-                        f"{type(spec).__name__}")
+    spec = as_spec(spec)
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; expected one of {', '.join(KERNELS)}")
     check_switches(detach_reset=detach_reset, store_state_seq=store_state_seq, save_for_backward=save_for_backward,

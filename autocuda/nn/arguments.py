@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -13,8 +14,8 @@ from torch import nn
 
 from ..spec.surrogate import Surrogate
 
-__all__ = ["BACKENDS", "TakesSurrogate", "check_backend", "fixed_at_construction", "require_number", "as_values",
-           "require_steps"]
+__all__ = ["BACKENDS", "TakesSurrogate", "check_backend", "checked_attribute", "fixed_at_construction",
+           "require_number", "as_values", "require_steps"]
 
 # a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
 BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
@@ -69,6 +70,23 @@ def fixed_at_construction(name: str, follows: str) -> property:
         raise AttributeError(f"{type(layer).__name__}.{name} is fixed at construction ({get(layer)!r}): {follows}; "
                              f"build a new layer for {name}={value!r}")
     return property(get, refuse)
+
+
+def checked_attribute(name: str, check: Callable[[Any], Any], doc: str) -> property:
+    """The attribute `name`, read at every call, checked where set as at construction (`check` returns the value
+    kept, or raises naming it), kept in the instance dict as `_<name>`. A layer pickled when it was a plain
+    attribute is read as it was pickled."""
+    key = f"_{name}"
+
+    def get(layer: nn.Module) -> Any:
+        found = layer.__dict__
+        if key not in found and name in found:  # unpickled from before: the plain attribute's value
+            found[key] = found.pop(name)
+        return found[key]
+
+    def put(layer: nn.Module, value: Any) -> None:
+        layer.__dict__[key] = check(value)
+    return property(get, put, doc=doc)
 
 
 def _prepare(surrogate: Any) -> None:

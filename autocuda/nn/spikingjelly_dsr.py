@@ -31,7 +31,7 @@ from ..call import functional as F
 from ..call.mixing import kernel_backend
 from ..runtime.configs import spec_ref
 from ..spec.load import load_spec
-from .arguments import BACKENDS, check_backend, require_steps
+from .arguments import BACKENDS, check_backend, checked_attribute, require_steps
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["DSRIFNode", "DSRLIFNode"]
@@ -43,10 +43,15 @@ def _real(name: str, value: Any) -> float:
     return float(value)
 
 
-def _check_common(T: Any, v_threshold: Any, alpha: Any, v_threshold_lower_bound: Any, step_mode: Any) -> None:
-    """SpikingJelly's assertions of both DSR classes, as ValueErrors naming the argument."""
+def _checked_steps(T: Any) -> int:
     if isinstance(T, bool) or not isinstance(T, int) or T < 1:
         raise ValueError(f"T: expected a whole number of time-steps >= 1, got {T!r}")
+    return T
+
+
+def _check_common(T: Any, v_threshold: Any, alpha: Any, v_threshold_lower_bound: Any, step_mode: Any) -> None:
+    """SpikingJelly's assertions of both DSR classes, as ValueErrors naming the argument."""
+    _checked_steps(T)
     if not 0.0 < _real("alpha", alpha) <= 1.0:
         raise ValueError(f"alpha: expected 0 < alpha <= 1, got {alpha!r}")
     if _real("v_threshold_lower_bound", v_threshold_lower_bound) <= 0.0:
@@ -181,22 +186,7 @@ class _DSRNode(MultiStepOnly, Memories, MemoryBase):
 
     v_threshold: torch.Tensor
 
-    @property
-    def T(self) -> int:
-        """The time-steps a gradient is spread over (read at every call); checked when set, as at construction."""
-        return self.__dict__["_T"]
-
-    @T.setter
-    def T(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"T: expected a whole number of time-steps >= 1, got {value!r}")
-        self.__dict__["_T"] = value
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "T" in state:  # pickled when it was a plain attribute
-            state = {**state, "_T": state["T"]}
-            del state["T"]
-        super().__setstate__(state)
+    T = checked_attribute("T", _checked_steps, "The time-steps a gradient is spread over")
 
     @property
     def backend(self) -> str | None:

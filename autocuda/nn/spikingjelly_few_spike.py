@@ -27,7 +27,7 @@ from torch import nn
 
 from ..call import few_spike
 from ..spec.surrogate import Sigmoid
-from .arguments import TakesSurrogate, as_values, require_number
+from .arguments import TakesSurrogate, as_values, checked_attribute, require_number
 
 __all__ = ["FewSpikeTable", "FewSpikeNode", "OutlierAwareThresholdNode", "HGNode"]
 
@@ -189,6 +189,20 @@ def _one_shape(layer: nn.Module, names: Sequence[str], dims: int) -> None:
                          f"(one entry per step), got shapes {shapes}")
 
 
+def _checked_split(value: Any) -> float:
+    require_number("split_threshold", value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"split_threshold: must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def _checked_clamp(value: Any) -> float | None:
+    require_number("clamp_value", value, none=True)
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise ValueError(f"clamp_value: must be finite and > 0 (or None), got {value!r}")
+    return None if value is None else float(value)
+
+
 def _check_input(name: str, x: Any) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
@@ -209,53 +223,19 @@ class OutlierAwareThresholdNode(FewSpikeNode):
                  clamp_value: float | None = None, surrogate_function: Any = None, step_mode: str = "s"):
         table = as_table("table", table)
         outlier_table = as_table("outlier_table", outlier_table, table.K)
-        require_number("split_threshold", split_threshold)
-        split_threshold = float(split_threshold)
-        if not math.isfinite(split_threshold) or split_threshold < 0:
-            raise ValueError(f"split_threshold: must be finite and >= 0, got {split_threshold!r}")
-        require_number("clamp_value", clamp_value, none=True)
-        if clamp_value is not None:
-            clamp_value = float(clamp_value)
-            if not math.isfinite(clamp_value) or clamp_value <= 0:
-                raise ValueError(f"clamp_value: must be finite and > 0 (or None), got {clamp_value!r}")
-            if clamp_value < split_threshold:
-                raise ValueError(f"clamp_value: must be >= split_threshold ({split_threshold}), got {clamp_value}")
+        split_threshold, clamp_value = _checked_split(split_threshold), _checked_clamp(clamp_value)
+        if clamp_value is not None and clamp_value < split_threshold:
+            raise ValueError(f"clamp_value: must be >= split_threshold ({split_threshold}), got {clamp_value}")
         super().__init__(table, surrogate_function, step_mode)
         for column in ("theta", "h", "d"):
             self.register_buffer(f"outlier_{column}", _like(getattr(outlier_table, column), getattr(table, column)))
         self.split_threshold, self.clamp_value = split_threshold, clamp_value
 
-    @property
-    def split_threshold(self) -> float:
-        """The gate's magnitude above which the outlier table runs; checked when set, as at construction."""
-        return self.__dict__["_split_threshold"]
-
-    @split_threshold.setter
-    def split_threshold(self, value: float) -> None:
-        require_number("split_threshold", value)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"split_threshold: must be finite and >= 0, got {value!r}")
-        self.__dict__["_split_threshold"] = float(value)
-
-    @property
-    def clamp_value(self) -> float | None:
-        """The bound of the gate's magnitude (None: none); checked when set, as at construction (its order with
-        split_threshold at each call: either may be set first)."""
-        return self.__dict__["_clamp_value"]
-
-    @clamp_value.setter
-    def clamp_value(self, value: float | None) -> None:
-        require_number("clamp_value", value, none=True)
-        if value is not None and (not math.isfinite(value) or value <= 0):
-            raise ValueError(f"clamp_value: must be finite and > 0 (or None), got {value!r}")
-        self.__dict__["_clamp_value"] = None if value is None else float(value)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name in ("split_threshold", "clamp_value"):  # pickled when they were plain attributes
-            if name in state:
-                state = {**state, f"_{name}": state[name]}
-                del state[name]
-        super().__setstate__(state)
+    split_threshold = checked_attribute("split_threshold", _checked_split,
+                                        "The gate's magnitude above which the outlier table runs")
+    clamp_value = checked_attribute("clamp_value", _checked_clamp,
+                                    "The bound of the gate's magnitude (None: none; its order with split_threshold is "
+                                    "checked at each call: either may be set first)")
 
     def _check_tables(self) -> None:
         _one_shape(self, ("theta", "h", "d", "outlier_theta", "outlier_h", "outlier_d"), 1)

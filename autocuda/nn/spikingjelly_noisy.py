@@ -19,6 +19,7 @@ neuron, sample and step, seeded by torch) is the shipped spec `noisy_cuba_lif` (
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .arguments import fixed_at_construction, require_number
+from .arguments import checked_attribute, fixed_at_construction, require_number
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_ilc import (
@@ -162,20 +163,7 @@ class _Episodes:
                                f"steps, fewer than T = {self.T}: call reset_noise again after changing T")
         return table[self.noise_step, :self.T].to(device)
 
-    @property
-    def T(self) -> int:
-        """The steps of a call (read at every call); checked when set, as at construction."""
-        return self.__dict__["_T"]
-
-    @T.setter
-    def T(self, value: int) -> None:
-        self.__dict__["_T"] = check_size("T", value)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "T" in state:  # pickled when it was a plain attribute
-            state = {**state, "_T": state["T"]}
-            del state["T"]
-        super().__setstate__(state)  # type: ignore[misc]
+    T = checked_attribute("T", functools.partial(check_size, "T"), "The steps of a call")
 
     def _new_episodes(self, num_rl_step: int, generator: np.random.Generator | np.random.RandomState
                       ) -> torch.Tensor:
@@ -312,10 +300,11 @@ NOISY_DECODES = {**{name: decode for name, decode in DECODES.items() if name != 
                  "last-me": DECODES["last_mem"]}
 
 
-def _check_decode(decode: Any) -> None:
+def _checked_decode(decode: Any) -> str | None:
     if not isinstance(decode, (str, type(None))) or decode not in NOISY_DECODES:
         raise ValueError(f"decode: expected one of {list(NOISY_DECODES)} (SpikingJelly's noisy nodes spell the "
                          f"last membrane 'last-me'), got {decode!r}")
+    return decode
 
 
 class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
@@ -331,7 +320,7 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         if self.SPEC is None:
             raise TypeError(f"{type(self).__name__} is a base class (its charge is abstract): use "
                             "NoisyNonSpikingIFNode")
-        _check_decode(decode)
+        _checked_decode(decode)
         check_size("num_node", num_node)
         check_size("T", T)
         require_number("sigma_init", sigma_init, finite=True)  # it scales every draw: NaN outputs
@@ -343,21 +332,7 @@ class NoisyNonSpikingBaseNode(_Episodes, MultiStepOnly, Neuron):
         self.cn: torch.Tensor | None = None
         self.noise_step = -1
 
-    @property
-    def decode(self) -> str | None:
-        """How the membranes are decoded (`NOISY_DECODES`, read at every call); checked when set."""
-        return self.__dict__["_decode"]
-
-    @decode.setter
-    def decode(self, value: str | None) -> None:
-        _check_decode(value)
-        self.__dict__["_decode"] = value
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "decode" in state:  # pickled when it was a plain attribute
-            state = {**state, "_decode": state["decode"]}
-            del state["decode"]
-        super().__setstate__(state)
+    decode = checked_attribute("decode", _checked_decode, "How the membranes are decoded (`NOISY_DECODES`)")
 
     def forward(self, x_seq: torch.Tensor) -> Any:  # type: ignore[override]
         """x_seq [T, *] -> the membranes, decoded; every call starts from v = 0."""

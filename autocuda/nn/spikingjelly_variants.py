@@ -22,7 +22,7 @@ import torch
 
 from ..base.switches import check_switches
 from ..call import functional as F
-from .arguments import BACKENDS, require_steps
+from .arguments import BACKENDS, checked_attribute, require_steps
 from .layer_call import read_params, start_states, step_inputs, store_states, sync_surrogate
 from .memory import MultiStepOnly
 from .neuron import SIGMOID, Neuron, option_attribute
@@ -37,9 +37,10 @@ def _max_abs(v_seq: torch.Tensor) -> torch.Tensor:
     return high * (high.abs() > low.abs()) + low * (high.abs() <= low.abs())
 
 
-def _check_decode(decode: Any) -> None:
+def _checked_decode(decode: Any) -> str | None:
     if not isinstance(decode, (str, type(None))) or decode not in DECODES:
         raise ValueError(f"decode: expected one of {list(DECODES)}, got {decode!r}")
+    return decode
 
 
 DECODES: Mapping[str | None, Callable[[torch.Tensor], Any]] = {
@@ -56,19 +57,11 @@ class _NonSpiking(MultiStepOnly, Neuron):
     MultiStepModule does), the membrane from 0 at every call, decoded."""
 
     def __init__(self, spec: str, decode: str | None, backend: str | None, **params: Any):
-        _check_decode(decode)
+        _checked_decode(decode)
         super().__init__(spec, step_mode="m", backend=backend, **params)
         self.decode = decode
 
-    @property
-    def decode(self) -> str | None:
-        return self.__dict__["_decode"]
-
-    @decode.setter
-    def decode(self, value: str | None) -> None:
-        """Checked where it is set, as in the constructor (a call would otherwise find no decoder)."""
-        _check_decode(value)
-        self.__dict__["_decode"] = value
+    decode = checked_attribute("decode", _checked_decode, "How the membranes are decoded (`DECODES`)")
 
     def forward(self, *inputs: torch.Tensor) -> Any:
         require_steps(self, inputs[0] if inputs else None)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 else:
     tomllib = lazy_import("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
-__all__ = ["is_spec_path", "list_specs", "load_spec", "spec_argument", "spec_from_toml"]
+__all__ = ["as_spec", "is_spec_path", "list_specs", "load_spec", "spec_argument", "spec_from_toml"]
 
 # The keys a TOML spec may have: the spec's fields, less where it came from (set by the loader) and `writes_output`
 # (a variant a layer makes of a spec whose output is not the spike, never a file's)
@@ -127,6 +127,17 @@ def is_spec_path(name_or_path: str | os.PathLike[str]) -> bool:
     if type(name_or_path) is not str:  # a path object (str first: this is asked on every call by name)
         return isinstance(name_or_path, os.PathLike) or is_spec_path(os.fspath(name_or_path))
     return name_or_path.endswith(".toml") or "/" in name_or_path or os.sep in name_or_path
+
+
+def as_spec(spec: Any) -> NeuronSpec:
+    """A caller's `spec` argument: a NeuronSpec, or a shipped spec's name or a spec file's path (`load_spec`);
+    anything else a TypeError naming it."""
+    if isinstance(spec, str):
+        return load_spec(spec)
+    if not isinstance(spec, NeuronSpec):
+        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got "
+                        f"{type(spec).__name__}")
+    return spec
 
 
 def load_spec(name_or_path: str | os.PathLike[str]) -> NeuronSpec:

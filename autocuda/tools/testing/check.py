@@ -24,7 +24,7 @@ from ...runtime.neuron_launch import NeuronConfig
 from ...runtime.tuning import fixed_layout, replay_option
 from ...spec.derive import THRESHOLD, H, StepSystem
 from ...spec.draws import system_draws
-from ...spec.load import load_spec
+from ...spec.load import as_spec
 from ...spec.model import NeuronSpec
 from ...spec.surrogate import get_surrogate
 from ...spec.torch_eval import evaluate
@@ -300,18 +300,14 @@ def check_spec(spec: NeuronSpec | str, backend: str = "host", *, dtypes: Iterabl
     (when it has v_reset) and soft. `layout` forces kernel layout options (e.g. {"lanes": 4, "vector": True};
     N must then suit them); by default the launch layer chooses. Returns a Report (per case: each output's
     largest error as a multiple of its tolerance); with `raise_on_failure`, failures raise AssertionError."""
-    if isinstance(spec, str):
-        spec = load_spec(spec)
-    elif not isinstance(spec, NeuronSpec):
-        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got "
-                        f"{type(spec).__name__}")
+    spec = as_spec(spec)
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if resets is None:
         has_v_reset = any(p.name == "v_reset" for p in spec.params)
         resets = dict.fromkeys([spec.reset, *(["hard"] if has_v_reset else []), "soft"])
-    dtypes, resets = _names("dtypes", dtypes), _names("resets", resets)
-    detach = _choices("detach", detach)
+    dtypes, resets = _several("dtypes", dtypes, str, "a name"), _several("resets", resets, str, "a name")
+    detach = _several("detach", detach, bool, "True, False")
     examples, seed = _integer("examples", examples, 1), _integer("seed", seed)
     max_steps = _integer("max_steps", max_steps, 1, MAX_STEPS)
     max_neurons = _integer("max_neurons", max_neurons, 1, MAX_VALUES // max_steps)
@@ -344,21 +340,11 @@ MAX_STEPS = 10_000  # a case's T at most (the reference steps through T in Pytho
 MAX_VALUES = 1 << 22  # max_steps x max_neurons at most: a case's [T, N] tensors stay a few MiB each
 
 
-def _names(field: str, given: Any) -> tuple[str, ...]:
-    """Names given one (a string) or several (an iterable of strings), at least one: nothing checked passes nothing."""
-    names = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, Iterable) else None
-    if names is None or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"{field}: expected a name or an iterable of names, got {given!r}")
-    if not names:
-        raise ValueError(f"{field}: none given, so nothing would be checked")
-    return names
-
-
-def _choices(field: str, given: Any) -> tuple[bool, ...]:
-    """Switches given one (a bool) or several, at least one."""
-    values = (given,) if isinstance(given, bool) else tuple(given) if isinstance(given, Iterable) else None
-    if values is None or not all(isinstance(value, bool) for value in values):
-        raise TypeError(f"{field}: expected True, False or an iterable of them, got {given!r}")
+def _several(field: str, given: Any, kind: type, what: str) -> tuple[Any, ...]:
+    """Values of `kind` given one or several (an iterable), at least one: nothing checked passes nothing."""
+    values = (given,) if isinstance(given, kind) else tuple(given) if isinstance(given, Iterable) else None
+    if values is None or not all(isinstance(value, kind) for value in values):
+        raise TypeError(f"{field}: expected {what} or an iterable of them, got {given!r}")
     if not values:
         raise ValueError(f"{field}: none given, so nothing would be checked")
     return values
