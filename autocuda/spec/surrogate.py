@@ -299,27 +299,24 @@ class Surrogate:
         return symbol, gradient
 
     def _gradient_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
-        cached = self.__dict__.get("_gradient_x")
-        if cached is None:
-            cached = self._in_x(self.gradient(_x()), "gradient")
-            object.__setattr__(self, "_gradient_x", cached)
-        return cached
+        return self._prepared("_gradient_x", lambda: self.gradient(_x()), "gradient")
 
     def _primitive_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
-        cached = self.__dict__.get("_primitive_x")
-        if cached is None:
-            cached = self._in_x(self.primitive(_x()), "primitive")
-            object.__setattr__(self, "_primitive_x", cached)
-        return cached
+        return self._prepared("_primitive_x", lambda: self.primitive(_x()), "primitive")
 
     def _primitive_slope_in_x(self) -> tuple[sympy.Symbol, Any, Any]:
         """The primitive's derivative in x, prepared: the gradient's program where they are the same."""
         if type(self)._primitive_gradient is Surrogate._primitive_gradient:
             return self._gradient_in_x()
-        cached = self.__dict__.get("_primitive_slope_x")
+        return self._prepared("_primitive_slope_x", lambda: self._primitive_gradient(_x(), **self._sympy_params()),
+                              "primitive's derivative")
+
+    def _prepared(self, key: str, expr: Any, what: str) -> tuple[sympy.Symbol, Any, Any]:
+        """`_in_x` of `expr()`, kept under `key` until the next change (`_changed` drops it)."""
+        cached = self.__dict__.get(key)
         if cached is None:
-            cached = self._in_x(self._primitive_gradient(_x(), **self._sympy_params()), "primitive's derivative")
-            object.__setattr__(self, "_primitive_slope_x", cached)
+            cached = self._in_x(expr(), what)
+            object.__setattr__(self, key, cached)
         return cached
 
     def _in_x(self, expr: sympy.Expr | None, what: str) -> tuple[sympy.Symbol, Any, Any]:
