@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 import torch
+from conftest import profile
 
 from autocuda.base.errors import SpecError
 from autocuda.spec import NeuronSpec
@@ -89,3 +90,71 @@ def test_a_time_step_given_at_run_time_must_be_positive(value):
         ann.Neuron("two_compartment", step_mode="m", backend="reference", time_step=value)(torch.rand(3, 2))
     with pytest.raises(ValueError, match="parameter 'time_step' of 'two_compartment' must be > 0"):
         F.multi_step("two_compartment", torch.rand(3, 2), time_step=value, backend="reference")
+
+
+# -- the coupled 2x2 step's derivatives where branches meet ------------------------------------------------------
+def test_the_coupled_step_has_the_matrix_exponentials_slope_at_repeated_eigenvalues():
+    """At q = 0 (equal rates, one coupling 0) the step took c0 = e^{mu dt}, c1 = dt e^{mu dt}, right in value but
+    flat in q: its derivative by the other coupling missed e^{mu dt} dt^2/2 (c0) and e^{mu dt} dt^3/6 (c1)."""
+    from autocuda.spec.ode import exp_2x2
+
+    a, b, c, dt = sp.symbols("a b c dt", real=True)
+    c0, c1, _, _, N = exp_2x2(sp.Matrix([[a, b], [c, a]]), dt)
+    E = c0 * sp.eye(2) + c1 * N
+    at = {a: -0.5, b: 0.0, c: 1.0, dt: 0.7}
+    got = [[float(sp.diff(E[i, j], b).xreplace(at)) for j in range(2)] for i in range(2)]
+    coupling = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    A = torch.stack([torch.stack([torch.tensor(-0.5, dtype=torch.float64), coupling]),
+                     torch.tensor([1.0, -0.5], dtype=torch.float64)])
+    want = [[torch.autograd.grad(torch.linalg.matrix_exp(A * 0.7)[i, j], coupling, retain_graph=True)[0].item()
+             for j in range(2)] for i in range(2)]
+    assert got == [pytest.approx(row, rel=1e-12, abs=1e-14) for row in want]
+
+
+@pytest.mark.parametrize("values", [{"g_c": 1.0, "tau": 2.0, "tau_d": 4.0}, {"g_c": 0.0, "tau": 3.0, "tau_d": 3.0}])
+def test_learnable_coefficients_of_a_coupled_step_get_finite_gradients_on_the_reference(values):
+    """The reference differentiates every branch of the step with autograd, also those not taken: a root guarded
+    outside (where(q < 0, sqrt(-q), 1)) was NaN where q > 0, and 0 times its NaN slope made g_c's, tau's and tau_d's
+    gradients NaN. The membrane (no spike: a threshold out of reach) is smooth in them: its gradients are the
+    central differences'."""
+    from autocuda import nn as ann
+
+    x = torch.rand(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 2
+
+    def membrane(**given):
+        layer = ann.Neuron("two_compartment", step_mode="m", backend="reference", store_v_seq=True,
+                           v_threshold=1e9, **given)
+        layer(x)
+        return layer.v_seq.sum()
+
+    params = {name: torch.nn.Parameter(torch.tensor(value, dtype=torch.float64)) for name, value in values.items()}
+    grads = torch.autograd.grad(membrane(**params), list(params.values()))
+    for (name, value), grad in zip(values.items(), grads):
+        step = 1e-6
+        up, down = (membrane(**{**values, name: value + d}).item() for d in (step, -step))
+        assert grad.item() == pytest.approx((up - down) / (2 * step), rel=1e-6, abs=1e-8), name
+
+
+@pytest.mark.skipif(profile() != "slow", reason="derives and compiles a coupled step with three learnable "
+                    "coefficients (seconds of sympy): in the slow profile")
+def test_learnable_coefficients_of_a_coupled_step_get_the_references_gradients_on_the_host():
+    """The host kernels' gradients of g_c, tau and tau_d equal the reference's where q > 0, at q = 0 and with a
+    negative coupling; their derivation fits the default symbolic budget (its backward substituted the final
+    states' zero adjoints into a long step with `subs`: 9 s of a 4 s budget)."""
+    from autocuda import nn as ann
+
+    x = torch.rand(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2
+    weights = torch.arange(24.0, dtype=torch.float64).view(6, 4)
+    for values in ({"g_c": 1.0, "tau": 2.0, "tau_d": 4.0}, {"g_c": 0.0, "tau": 3.0, "tau_d": 3.0},
+                   {"g_c": -0.3, "tau": 2.0, "tau_d": 5.0}):
+        found = {}
+        for backend in ("reference", "host"):
+            params = {k: torch.nn.Parameter(torch.tensor([v], dtype=torch.float64)) for k, v in values.items()}
+            given = x.clone().requires_grad_()
+            out = ann.Neuron("two_compartment", step_mode="m", backend=backend, **params)(given)
+            (out * weights).sum().backward()
+            found[backend] = (out, given.grad, *(p.grad for p in params.values()))
+        reference, host = found["reference"], found["host"]
+        assert torch.equal(reference[0], host[0])
+        for want, got in zip(reference[1:], host[1:]):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)

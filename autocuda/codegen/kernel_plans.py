@@ -238,10 +238,11 @@ def _adjoint_of_one_step(b: Builder, derivation: Derivation, options: KernelOpti
     unread = {adjoint_symbol(s): sp.Integer(0) for s, grad in zip(states, step.grad_states)
               if grad == 0} if b.multi and not seqs else {}
     finals_free = dict.fromkeys(map(adjoint_symbol, states), sp.Integer(0))
-    last = [expr.subs(finals_free) for expr in exprs] if not options.grad_finals and not seqs else exprs
+    # xreplace, not subs: symbols for numbers alike, but subs compares every node of a long step with each symbol
+    last = [expr.xreplace(finals_free) for expr in exprs] if not options.grad_finals and not seqs else exprs
     if not b.multi:
         return b.emit(last, comment="adjoint of one step")
-    earlier = [expr.subs(unread) for expr in exprs] if unread else exprs
+    earlier = [expr.xreplace(unread) for expr in exprs] if unread else exprs
     if last == earlier:
         return b.emit(last, comment="adjoint of one step")
     printed = b.emit([*last, *earlier], comment="adjoint of one step (the last; the steps before it)")

@@ -15,7 +15,8 @@ exact              f = A S + b with A free of the states (constant over the step
                      q > 0:  c0 = (e^{l+ dt} + e^{l- dt}) / 2,  c1 = (e^{l+ dt} - e^{l- dt}) / (2 r),  r = sqrt(q),
                              l+- = mu +- r (the real eigenvalues)
                      q < 0:  c0 = e^{mu dt} cos(w dt),  c1 = e^{mu dt} sin(w dt) / w,  w = sqrt(-q) (oscillation)
-                     q = 0:  c0 = e^{mu dt},  c1 = dt e^{mu dt}
+                     q = 0:  c0 = e^{mu dt} (1 + q dt^2 / 2),  c1 = dt e^{mu dt} (1 + q dt^2 / 6)  (the others' value
+                             and slope at q = 0; e^{mu dt} and dt e^{mu dt} where q = c b^2, whose slope is 0 there)
                    Branches sympy cannot rule out become a Piecewise on the sign of q (each branch finite
                    everywhere, so gradients stay finite). A triangular A (one state does not feel the other) gives
                    e^{a dt}, e^{d dt} on the diagonal and A01 (e^{a dt} - e^{d dt}) / (a - d) off it (dt e^{a dt}
@@ -262,14 +263,19 @@ def _square(q: sp.Expr) -> tuple[sp.Expr, sp.Expr] | None:
 def _roots(q: sp.Expr, condition: sp.Basic) -> tuple[sp.Expr, sp.Expr]:
     """sqrt(q) twice: to use in values, and to divide by. The branches use even functions of the root only, so
     a perfect square's root is signed (no Abs) and finite everywhere; other roots, and every divisor, are guarded
-    to 1 where `condition` fails, so that each branch is finite (with finite gradients) everywhere."""
+    to 1 where `condition` (q > 0) fails, so that each branch is finite (with finite gradients) everywhere. A root
+    is guarded inside, sqrt(|q| + where(condition, 0, 1)) (sympy moves a power of a Piecewise into its branches):
+    guarded outside, the root of a q of the wrong sign is NaN, and the torch reference's autograd, which
+    differentiates the branches not taken too, multiplies its NaN slope by 0."""
     square = _square(q)
     if square is not None:
         root = sp.sqrt(square[0]) * square[1]
-    else:
+    elif condition is sp.true:
         root = sp.Mul(*(f.args[0] if isinstance(f, sp.Abs) else f for f in sp.Mul.make_args(sp.sqrt(q))))
-    safe = root if condition is sp.true else sp.Piecewise((root, condition), (1, True))
-    return (root if square is not None else safe), safe
+    else:
+        root = sp.sqrt(sp.Abs(q) + sp.Piecewise((0, condition), (1, True)))
+    safe = root if condition is sp.true or square is None else sp.Piecewise((root, condition), (1, True))
+    return root, safe
 
 
 def _signs(q: sp.Expr) -> tuple[bool, bool, bool]:
@@ -297,16 +303,24 @@ def _exp_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.E
     positive, negative, zero = _signs(q)
     growth, branches = sp.exp(mu * dt), []
     if positive:
-        r, _ = _roots(q, q > 0 if negative or zero else sp.true)  # c1's divisor is guarded by _exp_integral
+        condition = q > 0 if negative or zero else sp.true
+        r, r_safe = _roots(q, condition)
         combine = sp.expand if not r.has(sp.Piecewise) else sp.Add  # a square's root cancels against mu
         high, low = combine(mu + r) * dt, combine(mu - r) * dt  # the two eigenvalues, times dt
+        # (e^{2 r dt} - 1)/(2 r): a guarded root is never 0 (1 where q <= 0); `_exp_integral` guards the others
+        # (and would split a guarded root into a branch per side, its root unguarded again)
+        spread = _expm1(2 * r * dt) / (2 * r_safe) if condition is not sp.true and _square(q) is None \
+            else _exp_integral(2 * r, dt)
         branches.append(((sp.exp(high) + sp.exp(low)) / 2, (_expm1(high) + _expm1(low)) / 2,
-                         sp.exp(low) * _exp_integral(2 * r, dt), q > 0))
+                         sp.exp(low) * spread, q > 0))
     if negative:
         w, w_safe = _roots(-q, q < 0 if positive or zero else sp.true)
         branches.append((growth * sp.cos(w * dt), _expm1(mu * dt) - 2 * growth * sp.sin(w * dt / 2) ** 2,
                          growth * sp.sin(w * dt) / w_safe, q < 0))
-    if zero:
+    if zero and _square(q) is None:  # the other branches' series to first order in q: value and slope at q = 0
+        bend = growth * q * dt**2 / 2
+        branches.append((growth + bend, _expm1(mu * dt) + bend, dt * growth * (1 + q * dt**2 / 6), sp.true))
+    elif zero:  # q = c b^2: its slope is 0 where it is 0
         branches.append((growth, _expm1(mu * dt), dt * growth, sp.true))
     if len(branches) == 1:
         return (*branches[0][:3], mu, q, N)
