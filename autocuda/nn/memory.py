@@ -60,6 +60,19 @@ class MemoryViews:
         for _, value in self.named_memories():
             yield value
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """copy.deepcopy as of any module, except that the tensors the layer holds with an autograd graph (its states,
+        their sequences, after a training call) are copied detached, as pickling copies them: torch deep-copies graph
+        leaves only, and a copy cannot share the original's graph."""
+        for value in vars(self).values():
+            for tensor in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(tensor, torch.Tensor) and not tensor.is_leaf and id(tensor) not in memo:
+                    memo[id(tensor)] = tensor.detach().clone().requires_grad_(tensor.requires_grad)
+        copied = cast(nn.Module, type(self).__new__(type(self)))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(vars(self), memo))
+        return copied
+
 
 def detach_memories(d: dict[str, Any], names: Iterable[str]) -> None:
     """Cut the graphs of the memories `names` held in the dict `d`, in place as SpikingJelly's `detach_()`: a

@@ -390,9 +390,10 @@ class Neuron(MemoryViews, MemoryBase):
         return (call_output(self, given, out[0], after, params),), (*out[1], *states[n:])
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories)."""
+        """Module.to() and friends move tensor states with the parameters (as SpikingJelly's memories), and v_seq with
+        them: single steps go on appending to it."""
         d = self.__dict__
-        for name in d["_memory_names"]:
+        for name in (*d["_memory_names"], "v_seq"):
             if isinstance(d.get(name), torch.Tensor):
                 d[name] = fn(d[name])
         return nn.Module._apply(self, fn, *args, **kwargs)  # not MemoryModule's (where it is the base)

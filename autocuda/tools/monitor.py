@@ -30,7 +30,8 @@ issued once, and `full` becomes True. `clear()` empties the records and starts r
 
 An output that is no spike record (a list, as OTTT's [spike, trace]; in step mode 'm' a tensor that is no sequence
 of the input's steps, as a non-spiking node's decoded membrane) is skipped with a warning that says so. A deep copy
-of a watched network is not watched: the hooks it copies do nothing (they hold the monitor and the layer weakly).
+of a watched network is not watched: the hooks it copies do nothing (they hold the monitor and the layer weakly);
+nor is one saved and loaded (`torch.save`, `pickle`).
 
 The same hooks serve any layer with SpikingJelly's conventions (`step_mode`, `v`, `store_v_seq`, `v_seq`): pass
 `instance=spikingjelly.activation_based.neuron.BaseNode` to watch SpikingJelly's nodes.
@@ -295,15 +296,33 @@ def _bound(monitor: Monitor, layer: nn.Module, hook: Any) -> Any:
     `copy.deepcopy` of a network copies its layers' hooks: a copy's layer then calls this same function (a function
     is not copied), and it does nothing there, rather than record the copy into this monitor (also after
     `remove()`, which reaches only the original layers' hooks). It holds the monitor and the layer by weak
-    references, so that a copy's hooks keep neither the monitor's records nor the layer alive."""
-    monitor_ref, layer_ref = weakref.ref(monitor), weakref.ref(layer)
+    references, so that a copy's hooks keep neither the monitor's records nor the layer alive. A pickled network
+    (`torch.save`) holds a hook that does nothing in its place: the loaded copy is not watched either."""
+    return _Bound(weakref.ref(monitor), weakref.ref(layer), hook)
 
-    def bound(module: nn.Module, *args: Any) -> None:
-        owner = monitor_ref()
-        if owner is not None and module is layer_ref():
-            hook(owner, module, *args)
 
-    return bound
+class _Bound:
+    """A monitor's hook of one layer (`_bound`); pickled, a hook that does nothing (`_unwatched`)."""
+
+    def __init__(self, monitor_ref: Any, layer_ref: Any, hook: Any):
+        self.monitor_ref, self.layer_ref, self.hook = monitor_ref, layer_ref, hook
+
+    def __call__(self, module: nn.Module, *args: Any) -> None:
+        owner = self.monitor_ref()
+        if owner is not None and module is self.layer_ref():
+            self.hook(owner, module, *args)
+
+    def __reduce__(self) -> tuple:
+        return _unwatched, ()
+
+
+def _unwatched() -> _Bound:
+    """The hook of a layer loaded from a watched one: it holds no monitor and does nothing."""
+    return _Bound(_no_monitor, _no_monitor, None)
+
+
+def _no_monitor() -> None:
+    return None
 
 
 def _not_a_record(inputs: Any, output: Any, multi: bool) -> str:
