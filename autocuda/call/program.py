@@ -540,10 +540,22 @@ class Call:
             if program.native is None and program.native_wanted and native.USE:
                 program.native_plan(form, x, [*states, *tensors], len(numbers))
             if program.native is not None and native.USE:
-                return program.native_call(program.native, self.x, [*states, *tensors], numbers), form.positions
+                return program.native_call(program.native, self.x, self.as_keyed(states, tensors), numbers), \
+                    form.positions
             return ops.forward_eager(form, x, states, initial, tensors, given, (), self.shape, program), \
                 form.positions
         return ops.forward_eager(form, x, states, initial, tensors, given, more, self.shape), form.positions
+
+    def as_keyed(self, states: list[Tensor], tensors: list[Tensor]) -> list[Tensor]:
+        """A native call's states ([N] rows) in x's neuron shape and its tensor parameters ([1]) in their own, as a
+        layer's keyed call gives them (`Program.run_layer`): the native node saves what it is given, and
+        torch.utils.checkpoint refuses a recomputation (a keyed call) that saves tensors of other shapes than its
+        first run (this call, which made the plan)."""
+        shape = self.shape
+        params = [self.values[name] for name, _ in self.program.tensors]
+        return [*(s if s.dim() == len(shape) else s.view(shape) for s in states),
+                *(t.view(p.shape) if isinstance(p, Tensor) and t.shape != p.shape else t
+                  for t, p in zip(tensors, params))]
 
     def reference_args(self, inputs: Sequence[Tensor]) -> tuple:
         """(x or the step inputs, states, params by symbol, surrogate, detach_reset) for the reference, in the compute

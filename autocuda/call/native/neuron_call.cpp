@@ -368,9 +368,11 @@ struct NeuronCallBackward final : torch::autograd::Node {
 
   std::string name() const override { return "autocuda::NeuronCallBackward"; }
 
+  // As torch's own nodes: the saved variables drop their data but stay, so that a second backward without
+  // retain_graph unpacks one and raises torch's error (an emptied list let `apply` read past the tensors it built).
   void release_variables() override {
-    saved.clear();
-    saved.shrink_to_fit();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& kept : saved) kept.reset_data();
   }
 
   variable_list apply(variable_list&& grads) override {
