@@ -106,3 +106,36 @@ def test_a_layer_given_toml_text_says_how_to_read_it() -> None:
     with pytest.raises(SpecError, match=r"got a spec's TOML text: read it with autocuda.spec_from_toml") as err:
         Neuron(text)
     assert err.value.field == "name" and err.value.source == "<toml text>"
+
+
+# -- names a layer takes ---------------------------------------------------------------------------------------
+def _step_with(parameter: str):  # type: ignore[no-untyped-def]
+    namespace = {"SPIKE": SPIKE}
+    exec(f"def step(inp, v, {parameter}=2.0):\n"  # noqa: S102 - a step with a chosen parameter name
+         f"    charge = v + (inp - v) / {parameter}\n"
+         "    s = SPIKE(charge - 1.0)\n"
+         "    return s, charge * (1 - s)\n", namespace)
+    return namespace["step"]
+
+
+@pytest.mark.parametrize("parameter", ["grad_a", "h", "x", "v_seq"])
+def test_a_parameter_the_spec_would_respell_is_refused_by_name(parameter: str) -> None:
+    """A layer takes a step's parameters by their names: `grad_a` became `param0` (and Neuron(spec, grad_a=3.0)
+    was refused as unknown), as a traced core's names are respelled; now the step is refused, naming the argument."""
+    with pytest.raises(SpecError) as caught:
+        autocuda.neuron(_step_with(parameter))
+    assert (caught.value.field, caught.value.symbol) == (f"params.{parameter}", parameter)
+    assert "rename the argument" in caught.value.message
+
+
+def test_a_name_that_cannot_name_a_spec_is_refused() -> None:
+    """`@autocuda.neuron(name="2x")` made a spec named `python_neuron`, silently."""
+    with pytest.raises(SpecError, match="name '2x': a spec name is a letter") as caught:
+        autocuda.neuron(name="2x")(_step_with("tau"))
+    assert caught.value.field == "name"
+    assert autocuda.neuron(name="mine")(_step_with("tau")).name == "mine"
+
+
+def test_an_unknown_option_is_refused_listing_the_options() -> None:
+    with pytest.raises(SpecError, match=r"unknown option 'typo' \(options of 'lif': .*\w"):
+        autocuda.load_spec("lif").with_options(typo=True)

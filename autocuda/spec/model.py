@@ -265,7 +265,9 @@ class NeuronSpec:
         """The same neuron with some compile-time options changed."""
         unknown = set(options) - {n for n, _ in self.options}
         if unknown:
-            raise SpecError(f"unknown option {sorted(unknown)[0]!r}", source=self.origin, field="options")
+            known = ", ".join(n for n, _ in self.options) or "none"
+            raise SpecError(f"unknown option {sorted(unknown)[0]!r} (options of {self.name!r}: {known})",
+                            source=self.origin, field="options")
         merged = tuple((n, options.get(n, v)) for n, v in self.options)
         return dataclasses.replace(self, options=merged)
 

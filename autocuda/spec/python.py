@@ -37,9 +37,10 @@ from sympy.printing.str import StrPrinter
 from ..base.errors import SpecError
 from . import budget
 from .draws import DRAW_FUNCTIONS, draw_symbol, draws_of
-from .model import Kind, NeuronSpec, Param, State
+from .model import RESERVED, Kind, NeuronSpec, Param, State
+from .names import name_problem, spec_name_problem
 from .parse import FUNCTIONS, parse_expression
-from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, prepare
+from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, input_names, prepare
 from .surrogate import Sigmoid
 from .trace import Trace, signature_names
 
@@ -483,6 +484,16 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
     defaults = [p for p in rest if p.default is not inspect.Parameter.empty]
     if [p.name for p in rest] != [*states, *(p.name for p in defaults)]:
         raise SpecError(f"{fn.__name__}: list the states (no defaults) before the parameters (with defaults)")
+    if name is not None and spec_name_problem(name) is not None:  # the function's own name is cleaned instead
+        raise SpecError(f"name {name!r}: {spec_name_problem(name)}", source=_origin(fn), field="name")
+    # A layer takes the parameters by these names: one the spec would respell (as a traced core's) is refused
+    taken = {*RESERVED, *input_names([p.name for p in positional[:num_inputs]])}
+    for p in defaults:
+        problem = name_problem(p.name) or ("is the spec's name of a step input, the charge or the spike"
+                                           if p.name in taken else None)
+        if problem is not None:
+            raise SpecError(f"{fn.__name__}: parameter {p.name!r} {problem}: rename the argument",
+                            source=_origin(fn), field=f"params.{p.name}", symbol=p.name)
     params = [_param(p.name, p.default, learnable, constants, domains or {}) for p in defaults]
     unknown = set(learnable) | set(constants) | set(domains or {})
     unknown -= {p.name for p in params}
