@@ -35,6 +35,11 @@ def fire(x: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str |
     (see the module). One autograd node: the weight's and bias's conversions and x's rows are made inside it."""
     from ..codegen.mixing_kernel import MAX_STEPS  # the kernels' builder (sympy, jinja2): on the first call only
 
+    # where no kernel runs (a torch.compile trace among others) the surrogate is never read: a SpikingJelly one's
+    # values changed after a trace are symbolic floats there, which `spiking_surrogate` cannot convert
+    runs = kernel_backend(x, backend)
+    if runs is None:
+        return None
     steps = x.shape[0] if x.dim() else 0
     chosen = spiking_surrogate(surrogate)
     # the kernels add one bias per step: a bias that broadcasts over [T, N] as one value per step ([T, 1], or one
@@ -43,9 +48,6 @@ def fire(x: Tensor, weight: Tensor, bias: Tensor, surrogate: Any, backend: str |
     if chosen is None or not 1 <= steps <= MAX_STEPS or tuple(weight.shape) != (steps, steps) or not per_step \
             or weight.device != x.device or bias.device != x.device:
         return None  # (torch's composition names what is wrong)
-    runs = kernel_backend(x, backend)
-    if runs is None:
-        return None
     if torch.is_autocast_enabled(x.device.type):  # as autocast runs `torch.addmm`: in its dtype
         x = x.to(torch.get_autocast_dtype(x.device.type))
         if x.dtype not in SUPPORTED_DTYPES:

@@ -222,9 +222,17 @@ def surrogate_state(source: Any) -> Any:
 
 
 def sync_surrogate(layer: Neuron) -> None:
-    """Take a foreign surrogate_function's values again where they changed (SpikingJelly reads it at every call)."""
+    """Take a foreign surrogate_function's values again where they changed (SpikingJelly reads it at every call).
+    A torch.compile trace cannot (taking them names new kernels, eager work that Dynamo cannot trace): it refuses, and
+    Dynamo runs the call eagerly, which takes them, unless fullgraph=True, where the error reaches the user."""
     foreign = layer.__dict__["_surrogate_foreign"]
     if foreign is not None and surrogate_state(foreign[0]) != foreign[1]:
+        if torch.compiler.is_compiling():
+            raise RuntimeError(
+                f"surrogate_function: the values of {type(foreign[0]).__name__} changed after torch.compile traced "
+                f"{type(layer).__name__}, and a traced call cannot take them; assign it again "
+                f"(layer.surrogate_function = layer.surrogate_function) or call the layer once without torch.compile, "
+                f"or use autocuda's surrogates (autocuda.surrogate), whose changes a layer takes at once")
         layer._use_surrogate(foreign[0])
 
 
