@@ -198,3 +198,41 @@ def test_compiled_calls_run_the_ops_plans_and_equal_the_python_launch(spec, dtyp
     graph.replay()
     torch.cuda.synchronize()
     assert ran == [True] and all(torch.equal(o, e) for o, e in zip(outputs, expected, strict=True))
+
+
+def test_a_second_backward_through_the_native_node_raises_torchs_error_on_the_gpu():
+    """The node's saved variables drop their data at the first backward and stay: a second one raises torch's
+    error (an emptied list once let the node read past the tensors it built: a crash)."""
+    for _ in range(3):  # a training program's native plan is made at its call after the first backward
+        x = (torch.rand(4, 300, device=CUDA) * 2).requires_grad_()
+        spikes = F.multi_step("lif", x)[0]
+        spikes.sum().backward()
+    assert "NeuronCall" in spikes.grad_fn.name()
+    with pytest.raises(RuntimeError, match="second time"):
+        spikes.sum().backward()
+
+
+@pytest.mark.parametrize("step_mode", ["m", "s"])
+def test_a_checkpointed_layer_recomputes_through_its_native_plan_on_the_gpu(step_mode):
+    """torch.utils.checkpoint around a layer reset inside it: the call that makes the native plan and the keyed
+    recomputation save tensors of one shape (`Call.as_keyed`), so the gradients are those without checkpointing."""
+    import torch.utils.checkpoint
+
+    from autocuda import nn as ann
+
+    layer = ann.ParametricLIFNode(step_mode=step_mode).to(CUDA)
+    x0 = torch.rand(4, 2, 300, device=CUDA) * 2
+
+    def spikes(x: torch.Tensor) -> torch.Tensor:
+        layer.reset()
+        return layer(x) if step_mode == "m" else torch.stack([layer(step) for step in x])
+
+    found = []
+    for checkpointed in (False, True, True, True):  # the plan is made within the checkpointed iterations
+        layer.w.grad = None
+        x = x0.clone().requires_grad_()
+        out = torch.utils.checkpoint.checkpoint(spikes, x, use_reentrant=False) if checkpointed else spikes(x)
+        out.sum().backward()
+        found.append((x.grad, layer.w.grad))
+    for got in found[1:]:
+        assert torch.equal(got[0], found[0][0]) and torch.equal(got[1], found[0][1])

@@ -649,3 +649,25 @@ def test_bound_programs_equal_the_unbound_path_on_the_gpu(name, dtype, monkeypat
         for g, s, w in zip(got, side, want):
             assert torch.equal(g, w) and torch.equal(s, w)
     assert any(p.launch is not None and key[1] == (5, 2**14) for key, p in program.PROGRAMS.items())
+
+
+def test_learnable_coefficients_of_a_coupled_step_get_the_references_gradients():
+    """two_compartment with g_c, tau, tau_d as Parameters (its exact 2x2 step branches on the sign of q): the CUDA
+    kernels' outputs and gradients equal the reference's, in float64, where q > 0, at q = 0 (equal time constants,
+    no coupling) and with a negative coupling."""
+    from autocuda import nn as ann
+
+    dtype = torch.float64
+    x = torch.rand(6, 2, 50, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(1)) * 2
+    weights = torch.linspace(0.5, 1.5, x.numel(), device="cuda", dtype=dtype).view(x.shape)
+    for values in ({"g_c": 1.0, "tau": 2.0, "tau_d": 4.0}, {"g_c": 0.0, "tau": 3.0, "tau_d": 3.0},
+                   {"g_c": -0.3, "tau": 2.0, "tau_d": 5.0}):
+        found = {}
+        for backend in ("reference", "cupy"):
+            params = {k: torch.nn.Parameter(torch.tensor([v], device="cuda", dtype=dtype)) for k, v in values.items()}
+            given = x.clone().requires_grad_()
+            out = ann.Neuron("two_compartment", step_mode="m", backend=backend, **params)(given)
+            (out * weights).sum().backward()
+            found[backend] = (out, given.grad, *(p.grad for p in params.values()))
+        for want, got in zip(found["reference"], found["cupy"]):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
