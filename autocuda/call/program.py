@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -189,7 +190,10 @@ class Program:
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
         values, reset = self._values(dict(defaults), params, reset)
         constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
-        tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
+        # v_reset takes no part in a soft reset or none (`runtime_params`): a tensor of it is not read, spreads over
+        # no channel and has no gradient
+        hard = (reset or facts.reset) == "hard"
+        tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor) and (hard or n != "v_reset")}
         kinds, self.channel_dim = _kinds({n: _spread(v) for n, v in tensors.items()})
         signature = tuple((n, kinds[n], bool(v.requires_grad) and torch.is_grad_enabled()) for n, v in tensors.items())
         self.tensors_kept = not any(grad for _, _, grad in signature)  # `kept_tensor_args` may keep their list
@@ -270,7 +274,8 @@ class Program:
     def run_bound(self, x: Tensor, states: Sequence[float], params: dict[str, Any]
                   ) -> tuple[list[Tensor], dict[str, Any]] | None:
         """A bound program's call of its key (x contiguous, states numbers): the forward op's outputs and the
-        parameters' values; None while the native plan is still to be made (`Call.launch` makes it)."""
+        parameters' values; None while the native plan is still to be made (`Call.launch` makes it), or where a state
+        starts at a tensor parameter's value (the launch was bound to tensor states: `Call` gives them)."""
         if self.native_wanted and native.USE and self.plannable():
             return None
         shape = self.neuron_shape
@@ -278,6 +283,8 @@ class Program:
         initial = list(map(float, states))
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
+            if isinstance(init, str) and isinstance(values[init], Tensor):
+                return None  # it starts at a tensor parameter (v = v_reset, a tensor): from a tensor, as `Call` does
             initial.append(float(values[init]) if isinstance(init, str) else init)
         tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
@@ -317,8 +324,8 @@ class Program:
         compute = compute_dtype(x.dtype)
         for name, kind in self.tensors:
             value = values[name]
-            if not isinstance(value, torch.Tensor):
-                value = torch.full((1,), float(value), dtype=compute, device=x.device)
+            if not isinstance(value, torch.Tensor):  # rounded as a scalar passed by value is: inf beyond the range
+                value = torch.full((1,), representable(float(value), compute), dtype=compute, device=x.device)
             value = value.to(compute)
             if kind == PER_CHANNEL:
                 out.append(value.reshape(-1))
@@ -410,7 +417,18 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
         raise ValueError(f"parameter {name!r}: on {value.device}, but the input is on {x.device}")
     if not broadcasts(tuple(value.shape), shape):
         raise ValueError(f"parameter {name!r}: shape {tuple(value.shape)} does not broadcast to the "
-                         f"neuron shape {shape}")
+                         f"neuron shape {tuple(shape)}")  # a bound program's is a torch.Size
+
+
+def representable(value: float, dtype: torch.dtype) -> float:
+    """`value` as `dtype` rounds it where it lies beyond the dtype's range (an infinity from half a step past its
+    largest number), which torch.full refuses rather than rounds; no tensor made (no copy to a device), and pure
+    Python, which torch.compile traces."""
+    largest = torch.finfo(dtype).max
+    if not abs(value) > largest:  # in range, inf or NaN
+        return value
+    step = math.ldexp(torch.finfo(dtype).eps, math.frexp(largest)[1] - 1)  # the spacing of the largest numbers
+    return math.copysign(math.inf if abs(value) >= largest + step / 2 else largest, value)
 
 
 def check_dense(what: str, value: Tensor) -> None:
@@ -499,8 +517,10 @@ class Call:
         return float(value)
 
     def state_tensors(self) -> list[Tensor]:
-        """The initial states as tensors of the neuron shape (numbers filled in)."""
-        return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, s) for s in self.states]
+        """The initial states as tensors of the neuron shape (numbers filled in, rounded to x's dtype as the kernels
+        take them: `representable`)."""
+        return [s if isinstance(s, torch.Tensor) else self.x.new_full(self.shape, representable(s, self.x.dtype))
+                for s in self.states]
 
     def tensor_args(self) -> list[Tensor]:
         return self.program.tensor_args(self.values, self.x, self.shape)

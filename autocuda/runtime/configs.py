@@ -126,6 +126,7 @@ class SpecFacts(NamedTuple):
     domains: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]  # (parameter, its (operator, limit) bounds)
     inputs: tuple[str, ...] = ("x",)                 # the step inputs' names
     draws: bool = False                              # whether its step draws (`spec.draws.makes_draws`)
+    reset: str = "hard"                              # its own reset rule (a call's `reset` may choose another)
 
 
 @constant_result
@@ -140,7 +141,7 @@ def _facts(ref: str) -> SpecFacts:
     return SpecFacts(spec.name, tuple(p.name for p in spec.params), tuple((p.name, p.default) for p in spec.params),
                      tuple(p.name for p in spec.params if p.kind == "constant"),
                      tuple((s.name, s.init) for s in spec.states),
-                     _domains(spec), spec.inputs, makes_draws(spec))
+                     _domains(spec), spec.inputs, makes_draws(spec), spec.reset)
 
 
 def _domains(spec: NeuronSpec) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
