@@ -15,7 +15,7 @@ from torch import nn
 from ..spec.surrogate import Surrogate
 
 __all__ = ["BACKENDS", "TakesSurrogate", "check_backend", "checked_attribute", "fixed_at_construction",
-           "require_number", "as_values", "require_steps"]
+           "require_number", "as_values", "require_steps", "has_hooks", "refuse_proxy", "refuse_script"]
 
 # a layer's `backend` -> the functional API's (SpikingJelly's 'torch' is our reference, its 'cupy' our kernels)
 BACKENDS = {None: None, "auto": None, "torch": "reference", "reference": "reference", "cupy": "cuda",
@@ -89,6 +89,35 @@ def checked_attribute(name: str, check: Callable[[Any], Any], doc: str) -> prope
     return property(get, put, doc=doc)
 
 
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a call of `module` runs hooks (its own forward, pre-forward or backward hooks, or torch's global
+    ones): a layer that does `module`'s work itself, not calling it, calls it where it has them, so that they run."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or torch_module._global_forward_hooks
+                or torch_module._global_forward_pre_hooks or torch_module._global_backward_hooks
+                or torch_module._global_backward_pre_hooks)
+
+
+def refuse_proxy(layer: nn.Module, value: Any) -> None:
+    """torch.fx.symbolic_trace calls a layer on Proxies: refused by name (a layer keeps states between calls, which
+    a symbolic trace would record as constants of its first call, and launches kernels, no torch ops)."""
+    if isinstance(value, torch.fx.Proxy):
+        raise TypeError(f"{type(layer).__name__}: torch.fx.symbolic_trace cannot trace into autocuda's layers (they "
+                        f"keep states between calls and launch kernels): trace with a torch.fx.Tracer whose "
+                        f"is_leaf_module keeps them as leaves (isinstance of {type(layer).__name__}), or use "
+                        f"torch.compile or torch.export.export")
+
+
+def refuse_script(layer: nn.Module) -> nn.Module:
+    """torch.jit.script asks each module it compiles for `__prepare_scriptable__`: autocuda's layers (Python calls
+    that keep states and launch kernels) are no TorchScript, so it is refused by name, not on a type annotation."""
+    raise NotImplementedError(f"{type(layer).__name__}: torch.jit.script cannot compile autocuda's layers (their "
+                              f"calls keep states between calls and launch kernels from Python); use torch.compile "
+                              f"or torch.export.export")
+
+
 def _prepare(surrogate: Any) -> None:
     """Build now what a call of our surrogate evaluates (its gradient, or its primitive where it is not spiking), so
     that torch.compile traces torch ops only, never the sympy that builds it."""
@@ -103,6 +132,8 @@ class TakesSurrogate(nn.Module):
     """A layer whose `surrogate_function` takes any surrogate at any time: ours (a plain attribute, prepared for
     torch.compile when set and after each change of its values, `_prepare`) or SpikingJelly's (a submodule), each
     replacing the other."""
+
+    __prepare_scriptable__ = refuse_script
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "surrogate_function":

@@ -30,7 +30,7 @@ from ..runtime.configs import spec_ref
 from ..spec.model import NeuronSpec
 from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes
-from .arguments import BACKENDS
+from .arguments import BACKENDS, has_hooks, refuse_proxy, refuse_script
 from .layer_call import append_v_seq, read_params, start_states, store_states, sync_surrogate
 from .neuron import Neuron
 
@@ -50,6 +50,7 @@ class BatchNormNeuron(nn.Module):
     `self.neuron`, with its states, step mode and parameters), or a spec (name or NeuronSpec) with the
     `Neuron`'s keyword arguments in `neuron_args`. The step mode is the neuron's."""
 
+    __prepare_scriptable__ = refuse_script  # torch.jit.script: refused by name
     weight: nn.Parameter | None
     bias: nn.Parameter | None
     running_mean: torch.Tensor | None
@@ -151,16 +152,22 @@ class BatchNormNeuron(nn.Module):
             raise ValueError(f"step_mode: expected 's' or 'm', got {mode!r}")
         first = 1 if mode == "m" else 0
         self._check(x, first)
-        if mode == "m" and self._two_passes_fit(x):
+        # hooks on the neuron (a Monitor's, a user's, from before fuse_batchnorm) run as on an unfused neuron: it is
+        # called on BatchNorm's output, computed with torch; else the fused kernels run, never calling it
+        hooked = has_hooks(self.neuron)
+        if mode == "m" and not hooked and self._two_passes_fit(x):
             spikes = self._run_two_passes(x)
             if spikes is not None:
                 return spikes
         scale, shift = self._affine(x, first)
         shape = (self.num_features, *(1,) * (x.dim() - first - 2))  # broadcast over the neuron shape [B, C, ...]
+        if hooked:
+            return self.neuron((x * scale.reshape(shape) + shift.reshape(shape)).to(x.dtype))
         return self._run(x, scale.reshape(shape), shift.reshape(shape), mode)
 
     def _check(self, x: Any, first: int) -> None:
         if not isinstance(x, torch.Tensor):
+            refuse_proxy(self, x)
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
         shapes = SHAPES.get(self.dims)  # `dims` is read at each call: a value set later is checked here
         if shapes is None:

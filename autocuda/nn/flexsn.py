@@ -35,7 +35,7 @@ from ..spec.reads import reads_key
 from ..spec.step import EXPRESSION, SPIKE, STATE, StepSpec, prepare
 from ..spec.trace import signature_names
 from ..toolchain import store
-from .arguments import fixed_at_construction
+from .arguments import fixed_at_construction, refuse_proxy
 from .memory import Memories, MemoryBase
 
 __all__ = ["FlexSN", "flexsn_spec"]
@@ -276,6 +276,7 @@ class FlexSN(Memories, MemoryBase):
             raise ValueError(f"FlexSN takes {count} step input{'s' if count > 1 else ''}, got {len(inputs)}")
         for i, value in enumerate(inputs):
             if not isinstance(value, torch.Tensor):
+                refuse_proxy(self, value)
                 raise TypeError(f"input {i}: expected a tensor, got {type(value).__name__}")
         multi = self.step_mode == "m"
         if multi and (inputs[0].dim() < 1 or inputs[0].shape[0] == 0):  # every backend, "eager" too

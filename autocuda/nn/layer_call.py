@@ -26,7 +26,7 @@ from ..call.program import (
 from ..runtime.configs import spec_ref
 from ..spec.step import SPIKE
 from ..spec.surrogate import SURROGATES
-from .arguments import BACKENDS
+from .arguments import BACKENDS, refuse_proxy
 from .output import layer_output
 
 Neuron = Any  # `nn.Neuron` and the layers built on it, not imported here
@@ -45,6 +45,7 @@ def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
     for name, value in zip(names, inputs):
         label = ("x_seq" if min_dim else "x") if names == ("x",) else name
         if not isinstance(value, torch.Tensor):
+            refuse_proxy(layer, value)
             if min_dim:
                 raise ValueError(f"{label}: step_mode 'm' expects a tensor of shape [T, *], got "
                                  f"{type(value).__name__}")

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from .arguments import refuse_script
+
 __all__ = ["MemoryBase", "MemoryViews", "Memories", "MultiStepOnly", "detach_memories", "memory_module_base"]
 
 
@@ -47,6 +49,8 @@ class MultiStepOnly:
 class MemoryViews:
     """The views of a layer's memories that SpikingJelly's protocol reads, from the layer's `named_memories()`
     (a base before `MemoryBase`, whose own versions read SpikingJelly's registry)."""
+
+    __prepare_scriptable__ = refuse_script  # torch.jit.script: refused by name
 
     def named_memories(self) -> Iterator[tuple[str, Any]]:
         raise NotImplementedError

@@ -476,7 +476,8 @@ class Neuron(MemoryViews, MemoryBase):
             value = getattr(self, name)
             if isinstance(value, torch.Tensor):
                 kind = "Parameter" if isinstance(value, nn.Parameter) else "tensor"
-                value = f"{kind}{list(value.shape)}" if value.numel() != 1 else f"{kind}({float(value):.4g})"
+                # its value read detached: a learned one's float() warns about its gradient
+                value = f"{kind}{list(value.shape)}" if value.numel() != 1 else f"{kind}({float(value.detach()):.4g})"
             params.append(f"{name}={value}")
         options = [f"{n}={v}" for n, v in self.spec.options]
         return ", ".join([f"spec={self.spec.name!r}", *params, *options, f"surrogate={self._surrogate!r}",

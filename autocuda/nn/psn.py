@@ -27,7 +27,7 @@ from ..base.switches import check_switches
 from ..base.tensor_cache import tensor_cache
 from ..call import mixing
 from ..spec.surrogate import ATan
-from .arguments import TakesSurrogate, fixed_at_construction, require_number
+from .arguments import TakesSurrogate, fixed_at_construction, refuse_proxy, require_number
 from .memory import Memories, MemoryBase, MultiStepOnly
 
 __all__ = ["PSN", "MaskedPSN", "SlidingPSN"]
@@ -102,6 +102,7 @@ class _QueuedPSN(TakesSurrogate, Memories, MemoryBase):
         return self._run(self.multi_step_functional_forward, x_seq)
 
     def _run(self, functional: Any, x: torch.Tensor) -> torch.Tensor:
+        refuse_proxy(self, x)  # a symbolic trace would keep its first call's queue, and leave Proxies in it
         names = self._memory_names
         (spike,), states = functional((x,), tuple(getattr(self, n) for n in names))
         for name, value in zip(names, states):

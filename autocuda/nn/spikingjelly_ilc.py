@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .arguments import fixed_at_construction, require_steps
+from .arguments import fixed_at_construction, has_hooks, require_steps
 from .memory import MultiStepOnly
 from .neuron import Neuron
 from .spikingjelly_more import RECT
@@ -53,8 +53,9 @@ def population_connection(act_dim: int, dec_pop_dim: int) -> nn.Conv1d:
 
 
 def _per_action_map(conn: Any, act_dim: int, dec_pop_dim: int) -> bool:
-    """Whether `conn` is the grouped Conv1d `population_connection` makes (one dense map per action)."""
-    return type(conn) is nn.Conv1d and conn.in_channels == act_dim and conn.groups == act_dim \
+    """Whether `conn` is the grouped Conv1d `population_connection` makes (one dense map per action), without hooks
+    (SpikingJelly calls conn, so its hooks run: a forward hook, weight_norm's pre-hook computing the weight)."""
+    return type(conn) is nn.Conv1d and not has_hooks(conn) and conn.in_channels == act_dim and conn.groups == act_dim \
         and conn.out_channels == act_dim * dec_pop_dim and conn.kernel_size == (dec_pop_dim,) \
         and conn.stride == (1,) and conn.padding == (0,) and conn.dilation == (1,) and conn.padding_mode == "zeros"
 
