@@ -76,14 +76,12 @@ def test_a_number_for_a_tensor_parameter_beyond_the_compute_dtype(dtype, w):
 
 # Two steps of LIF (tau = 2) whose second charge is just below the threshold in float32 arithmetic but rounds to it
 # in the storage: bfloat16 1.9921875 / 4 + 1 / 2 = 1 - 2**-9, float16 (2 - 2**-10) / 4 + 1 / 2 = 1 - 2**-12, each
-# a tie that rounds to 1.0. Forward decides no spike; the kernels store h rounded to nearest (1.0), and backward,
-# which recomputes the spike from the stored h, takes a spike there: the reset's branch of the gradient.
+# a tie that rounds to 1.0. Forward decides no spike; the kernels stored h rounded to nearest (1.0), and backward,
+# which recomputes the spike from the stored h, took a spike there: the reset's branch of the gradient. h is
+# stored rounded toward the side forward decided on now (`kernel_plans.h_stored_as_decided`).
 _TIES = {torch.bfloat16: 1.9921875, torch.float16: 2 - 2**-10}
 
 
-@pytest.mark.xfail(strict=True, reason="the multi-step and single-step kernels store h rounded to nearest; only a "
-                   "replaying kernel (`h_stored_as_decided`) rounds it toward the side its spike was decided on: "
-                   "a change of the generated kernels' text")
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("call", ["multi_step", "single_step"])
 def test_half_backward_takes_the_spike_forward_decided(dtype, call):
@@ -105,9 +103,9 @@ def test_half_backward_takes_the_spike_forward_decided(dtype, call):
     torch.testing.assert_close(grads["host"].float(), grads["reference"].float(), rtol=0.02, atol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="h_seq is stored in float16, where a charge beyond 65504 (finite in the "
-                   "float32 arithmetic) becomes inf and backward's inf * 0 NaN; saturating the stored h is a change "
-                   "of the generated kernels' text")
+@pytest.mark.xfail(strict=True, reason="a documented limit (docs/semantics.md, Dtypes): h_seq in float16 holds a "
+                   "charge beyond 65504 (finite in the float32 arithmetic) as inf, and backward's inf * 0 is NaN; no "
+                   "float16 value stands for such a charge")
 def test_float16_charge_beyond_the_storage_gives_the_reference_gradient():
     grads = {}
     for backend in BACKENDS:

@@ -74,7 +74,7 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
         b.plan.stores.append(b.store("spike_seq", "ac_row", "ac_out_spike", "the layer's output at t"))
     segment = replay_steps(derivation, options)
     if keeps_h:
-        if segment > 1 and b.storage is not b.compute:
+        if b.storage is not b.compute:  # backward decides the spike again from h as stored: as forward did
             h_stored_as_decided(b)
         else:
             b.statement("ac_out_h[lane]", "ac_h", declare=False)
@@ -102,8 +102,9 @@ def forward_plan(derivation: Derivation, options: KernelOptions) -> KernelPlan:
 def h_stored_as_decided(b: Builder) -> None:
     """h for h_seq, rounded to the storage toward the side of the threshold forward's spike was decided on:
     to nearest, unless that crosses the threshold, then up (a spike) or down (none). Within one unit of the
-    storage's last place of h either way, and a replay that compares it with the same threshold decides the
-    same spike."""
+    storage's last place of h either way, and a backward (or a replay) that compares it with the same threshold
+    decides the same spike: rounded to nearest, h = 1 - 2^-9 in bfloat16 became 1.0, a spike forward never fired,
+    and backward took the reset's gradient."""
     storage = b.storage
     load = storage.element_load
 

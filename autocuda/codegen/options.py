@@ -201,7 +201,7 @@ def replay_steps(derivation: Derivation, options: KernelOptions) -> int:
     writes the saved states every `options.replay` steps, backward replays the others; 0 for other kernels.
 
     Checkpoints are kept in the arithmetic's type. In float16 and bfloat16 (float arithmetic) the replay sees h
-    as stored, so forward stores it rounded toward the side of the threshold it was on
+    as stored, which forward rounds toward the side of the threshold it was on, as for every backward
     (`kernel_plans.h_stored_as_decided`): the replay decides every spike as forward did. 1 (a checkpoint every
     step, as a saved sequence) with `replay` 0 or 1, or native half2 arithmetic. The name of what is saved stays
     the same for every dtype: the ops' outputs are named alike. A replayed charge (`Derivation.charge_replayed`)
