@@ -218,3 +218,18 @@ def test_parameters_changed_after_the_fast_paths_are_used(backend, step_mode):
 class _Three(nn.Module):
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         return w * 0 + 3.0
+
+
+@pytest.mark.parametrize("make", [lambda: torch.nn.Parameter(torch.zeros(3)), "buffer"], ids=["Parameter", "buffer"])
+def test_a_state_cannot_become_a_parameter_or_a_buffer(make):
+    """A state is replaced by each call in the layer's dict: made a Parameter or a buffer, it was read by the first
+    call only, then hidden by the states the calls stored (kept in named_parameters and state_dict, never read)."""
+    layer = ann.LIFNode(backend="reference")
+    with pytest.raises(TypeError, match="'v' is a state, which each call replaces"):
+        if make == "buffer":
+            layer.register_buffer("v", torch.zeros(3))
+        else:
+            layer.v = make()
+    layer.v = torch.full((3,), 0.25)  # a tensor is a state's value, as before
+    layer(torch.ones(3))
+    assert torch.equal(layer.v, torch.full((3,), 0.625))

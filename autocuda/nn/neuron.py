@@ -189,6 +189,22 @@ class Neuron(MemoryViews, MemoryBase):
                 _check_param(next(p for p in self.spec.params if p.name == name), value)
             nn.Module.__setattr__(self, name, value)
 
+    def register_parameter(self, name: str, param: nn.Parameter | None) -> None:
+        self._refuse_state_name(name, "a Parameter")
+        nn.Module.register_parameter(self, name, param)
+
+    def register_buffer(self, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
+        self._refuse_state_name(name, "a buffer")
+        nn.Module.register_buffer(self, name, tensor, persistent)
+
+    def _refuse_state_name(self, name: str, what: str) -> None:
+        """A state is replaced by each call (in the instance dict): a Parameter or buffer of its name would be read
+        by the first call only, then hidden (SpikingJelly's next call refuses it)."""
+        if name in self.__dict__.get("_state_names", ()):
+            raise TypeError(f"{type(self).__name__}: {name!r} is a state, which each call replaces; it cannot be "
+                            f"{what}: set a tensor or a number (layer.{name} = value), or start it at a parameter's "
+                            f"value (initial={{{name!r}: 'parameter name'}})")
+
     def _use_surrogate(self, source: Any) -> None:
         """Make `source` the layer's surrogate_function: a frozen surrogate (the shared default, a spec's) is
         copied, so that the layer's own can be changed (`set_spiking_mode`, `.alpha = ...`) without changing
