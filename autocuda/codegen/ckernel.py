@@ -419,6 +419,7 @@ class _PaddedCall:
 
     def __init__(self, kernel: CKernel, py_dict: Mapping[str, Any], row_dim: int):
         self.kernel, self.originals, self.row_dim = kernel, dict(py_dict), row_dim
+        self.copies: dict[tuple, torch.Tensor] = {}
         self.args = {k: self._pad(k, v) for k, v in py_dict.items()}
 
     def _pad(self, name: str, value: Any) -> Any:
@@ -426,7 +427,12 @@ class _PaddedCall:
         if not (param is not None and param.packed
                 and isinstance(value, torch.Tensor) and value.shape and value.shape[-1] % 2):
             return value
-        return torch.cat([value, value[..., -1:]], dim=-1)
+        # One padded copy per tensor: arguments that are one tensor (y given as x too, in place) stay one memory in
+        # the kernel, as with an even count
+        key = (value.data_ptr(), value.dtype, tuple(value.shape), value.stride())
+        if key not in self.copies:
+            self.copies[key] = torch.cat([value, value[..., -1:]], dim=-1)
+        return self.copies[key]
 
     def finish(self) -> None:
         for name, value in self.args.items():
@@ -504,7 +510,8 @@ class CKernel2D(CKernel):
         packed = any(p.packed for p in self.cparams.values())
         words = math.ceil(n / 2) if packed else n
         padded = _PaddedCall(self, dict(kwargs) | {"numel": T * words, "N": words}, row_dim=1)
-        if T * words:
+        # T = 0 runs no step, but pre_core and post_core still run once per neuron (a sum over no steps is 0)
+        if T * words or (words and (_tidy(self.pre_core) or _tidy(self.post_core))):
             self._launch_checked(*launch_shape(words), padded.args, device, backend)  # padded: as checked
             padded.finish()
 
