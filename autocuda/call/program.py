@@ -212,8 +212,11 @@ class Program:
         self.skipped = skipped & set(params)
         self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
-        # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset)
-        self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else init) for s, init in init_rules}
+        # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset); a
+        # constant's is the number folded into the kernels, which a call's values do not hold
+        folded = dict(constants)
+        self.inits = {s: (0.0 if init == "v_reset" and self.reset != "hard" else folded.get(init, init))
+                      for s, init in init_rules}
         self.launch: Any = None  # the forward launch bound to the input class (`bindable` programs)
         self.backward: tuple | None = None  # the backward launches, bound at the first backward (`bind_backward`)
         self.native: int | None = None  # the native plan, made once the operator is loaded (and backward bound)

@@ -179,8 +179,11 @@ class NeuronConfig:
 
     @functools.cached_property
     def learnable(self) -> tuple[str, ...]:
-        """The parameters whose per-neuron gradient partials backward returns, in order."""
-        return tuple(p.name for p in self.spec.params if p.learnable and p.name not in dict(self.constants))
+        """The parameters whose per-neuron gradient partials backward returns, in order: not a learnable v_reset
+        under a soft reset or none, which the equations read as 0 (`parameters` calls it unused)."""
+        roles = dict(self.parameters)
+        return tuple(p.name for p in self.spec.params
+                     if p.learnable and p.name not in dict(self.constants) and roles[p.name] != "unused")
 
     @functools.cached_property
     def op_inputs(self) -> tuple[str, ...]:

@@ -34,13 +34,14 @@ its derivative by that state is 0 wherever it exists. A coupled 2x2 A holding a 
 integrated once per branch of it (`_branched_coefficient`).
 
 Automatic choice: exact when f is linear in the states with coefficients free of the states (for three or more
-states only when A is diagonal, or triangular with at most MAX_EXACT_STATES states), else exponential_euler when
-each equation is linear in its own state, else euler. `exact` asked of a larger coupled system integrates with
-exponential_euler and warns (`discretise`).
+states only when A is diagonal, or triangular in some order of the states with at most MAX_EXACT_STATES states),
+else exponential_euler when each equation is linear in its own state, else euler. `exact` asked of a larger coupled
+system integrates with exponential_euler and warns (`discretise`).
 `with_jump` applies an after-spike jump: u' = u_integrated + s (jump - u_integrated).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -110,8 +111,15 @@ def _own_linear(rhs: Mapping[sp.Symbol, sp.Expr]) -> tuple[dict[sp.Symbol, tuple
     return parts, None
 
 
-def _triangular(A: sp.Matrix) -> bool:
-    return A.is_upper or A.is_lower
+def _triangular_order(A: sp.Matrix) -> list[int] | None:
+    """An order of the states (their indices) in which A is triangular, the given one where it is; None where none
+    is. A state's equation that reads another state only one way round makes A triangular in some order, however the
+    [ode] table lists the states."""
+    n = A.shape[0]
+    if A.is_upper or A.is_lower:
+        return list(range(n))
+    return next((list(order) for order in itertools.permutations(range(n))
+                 if A.extract(list(order), list(order)).is_upper), None)
 
 
 def _exact_in_closed_form(A: sp.Matrix) -> bool:
@@ -119,7 +127,7 @@ def _exact_in_closed_form(A: sp.Matrix) -> bool:
     A of at most MAX_EXACT_STATES states. sympy's matrix exponential of a larger or fuller A grows
     combinatorially in size and time (minutes at seven triangular or three coupled states)."""
     n = A.shape[0]
-    return n <= 2 or A.is_diagonal() or (_triangular(A) and n <= MAX_EXACT_STATES)
+    return n <= 2 or A.is_diagonal() or (n <= MAX_EXACT_STATES and _triangular_order(A) is not None)
 
 
 def choose_method(rhs: Mapping[sp.Symbol, sp.Expr]) -> str:
@@ -143,6 +151,9 @@ def discretise(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr, method: str | None
             note = (f"the exact solution of {A.shape[0]} coupled linear states has no closed form of bounded size "
                     f"(at most {MAX_EXACT_STATES} triangular or any number of uncoupled states); integrated with "
                     "exponential_euler instead")
+        elif problem is None and len(rhs) > 2:  # sympy's exponential of A, triangular in the order given to it
+            order, states = _triangular_order(A), list(rhs)
+            rhs = {states[i]: rhs[states[i]] for i in order} if order is not None else rhs
     integrators = {"euler": euler, "exponential_euler": exponential_euler, "exact": exact}
     return Discretised(method, integrators[method](rhs, dt), note)
 

@@ -23,8 +23,12 @@ _STAND_IN = "ac_constant_"  # generated names start with "ac_": no spec's name i
 @functools.lru_cache(maxsize=2048)
 def derivative(expr: sp.Expr, u: sp.Symbol) -> sp.Expr:
     """sp.diff(expr, u) (cached: the derivations of a system with and without detach_reset take the same ones), with
-    powers of a variable exponent differentiated as torch's pow is (`_Power`)."""
+    powers of a variable exponent differentiated as torch's pow is (`_Power`), and a min or max of more than two
+    arguments as the pairs the reference folds it into (`_MinPair`, `_MaxPair`)."""
     stand_ins: dict[sp.Basic, sp.Symbol] = {}
+    folds = any(len(e.args) > 2 for e in expr.atoms(sp.Min, sp.Max))
+    if folds:  # before the stand-ins: a stand-in for an argument would reorder the arguments
+        expr = expr.replace(lambda e: isinstance(e, (sp.Min, sp.Max)) and len(e.args) > 2, _in_pairs)
     smaller = _Constants(u, stand_ins).replace(expr)
     powers = [p for p in smaller.atoms(sp.Pow) if _variable_exponent(p)]
     if powers:
@@ -32,6 +36,8 @@ def derivative(expr: sp.Expr, u: sp.Symbol) -> sp.Expr:
     found = sp.diff(smaller, u)
     if powers:
         found = found.replace(_Power, sp.Pow)
+    if folds:
+        found = found.replace(_MinPair, sp.Min).replace(_MaxPair, sp.Max)
     return found.xreplace({symbol: value for value, symbol in stand_ins.items()}) if stand_ins else found
 
 
@@ -55,6 +61,35 @@ class _Power(sp.Function):
             return sp.Piecewise((0, zero), (value, True))
         except TypeError:  # a base or exponent sympy knows is not real (log of a negative): no comparison
             return value
+
+
+class _MinPair(sp.Function):
+    """min(a, b), one pair of a min of more than two arguments while sympy differentiates it: sympy's own derivative of
+    Min(a, b, c) by a is H(min(b, c) - a), 1/2 for each of three equal arguments (3/2 in all); the reference folds
+    the arguments in their order, torch.minimum(torch.minimum(a, b), c) (`spec.torch_eval`), whose gradient splits
+    evenly at each pair's tie (1/4, 1/4, 1/2). As pairs, the derivation takes the reference's."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        a, b = self.args
+        return sp.Heaviside(b - a) if argindex == 1 else sp.Heaviside(a - b)
+
+
+class _MaxPair(sp.Function):
+    """max(a, b), one pair of a max of more than two arguments (see `_MinPair`)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex: int = 1) -> sp.Expr:
+        a, b = self.args
+        return sp.Heaviside(a - b) if argindex == 1 else sp.Heaviside(b - a)
+
+
+def _in_pairs(e: sp.Expr) -> sp.Expr:
+    """A min or max of more than two arguments as pairs, left to right: min(a, b, c) = min(min(a, b), c)."""
+    pair = _MinPair if isinstance(e, sp.Min) else _MaxPair
+    return functools.reduce(pair, e.args)
 
 
 class _Constants:
