@@ -158,3 +158,38 @@ def test_learnable_coefficients_of_a_coupled_step_get_the_references_gradients_o
         assert torch.equal(reference[0], host[0])
         for want, got in zip(reference[1:], host[1:]):
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+# -- three triangular states whose time constants coincide -------------------------------------------------------
+CASCADE = {"v": "-v / tau + i2", "i2": "-i2 / tau2 + i1", "i1": "-i1 / tau1 + x"}
+
+
+@pytest.mark.parametrize("taus", [(3.0, 5.0, 2.0), (2.0, 2.0, 2.0), (3.0, 3.0, 2.0), (2.0, 5.0, 2.0)],
+                         ids=["distinct", "all-equal", "tau1=tau2", "tau1=tau"])
+def test_three_triangular_states_step_by_the_matrix_exponential_also_where_rates_coincide(taus):
+    """sympy's exponential of a triangular A divides by the rates' differences: equal time constants at run time
+    (tau1 = tau2 = tau, a cascade of equal filters) gave 0/0, NaN states. The step is the exponential of the
+    augmented system [[A, b], [0, 0]], in value and in its derivatives by the time constants."""
+    parsed = NeuronSpec("cascade", params={**PARAMS, "tau1": 3.0, "tau2": 5.0}, states={"v": 0.0, "i1": 0.0, "i2": 0.0},
+                        ode=CASCADE).parsed()
+    assert parsed.method == "exact"
+    sym = {**parsed.param_symbols, **parsed.state_symbols}
+    names = ("tau1", "tau2", "tau")
+    at = {sym["v"]: 0.3, sym["i1"]: -0.2, sym["i2"]: 0.5, parsed.x: 0.8, sym[TIME_STEP]: 0.9,
+          **{sym[n]: value for n, value in zip(names, taus)}}
+    step = [parsed.charge, parsed.updates["i1"], parsed.updates["i2"]]
+    got = [float(e.xreplace(at)) for e in step]
+    got_slopes = [[float(sp.diff(e, sym[n]).xreplace(at)) for n in names] for e in step]
+    rates = torch.tensor(taus, dtype=torch.float64, requires_grad=True)
+    zero = torch.zeros((), dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64)
+    # states (v, i1, i2, 1): dv = -v/tau + i2, di1 = -i1/tau1 + x, di2 = -i2/tau2 + i1
+    M = torch.stack([torch.stack([-1 / rates[2], zero, one, zero]),
+                     torch.stack([zero, -1 / rates[0], zero, 0.8 * one]),
+                     torch.stack([zero, one, -1 / rates[1], zero]),
+                     torch.stack([zero, zero, zero, zero])])
+    want = torch.linalg.matrix_exp(M * 0.9) @ torch.tensor([0.3, -0.2, 0.5, 1.0], dtype=torch.float64)
+    assert got == pytest.approx(want[:3].tolist(), rel=1e-12, abs=1e-14)
+    for row, value in zip(got_slopes, want[:3]):
+        slopes = torch.autograd.grad(value, rates, retain_graph=True)[0].tolist()
+        assert row == pytest.approx(slopes, rel=1e-10, abs=1e-13)

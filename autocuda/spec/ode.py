@@ -21,8 +21,9 @@ exact              f = A S + b with A free of the states (constant over the step
                    everywhere, so gradients stay finite). A triangular A (one state does not feel the other) gives
                    e^{a dt}, e^{d dt} on the diagonal and A01 (e^{a dt} - e^{d dt}) / (a - d) off it (dt e^{a dt}
                    where a = d). The input term is adj(A)(e^{A dt} - I) b / det A (sympy's exponential of
-                   [[A, b], [0, 0]] when det A = 0). Three or more states: sympy's matrix exponential (it must
-                   come out real).
+                   [[A, b], [0, 0]] when det A = 0). Three triangular states: along each path of couplings the
+                   divided difference of e^{z dt} over the path's rates, guarded where rates coincide
+                   (`_exp_triangular_3x3`); a singular A: sympy's matrix exponential (it must come out real).
 
 Rounding: e^{a dt} - 1 and the quotients (e^{a dt} - 1)/a, (e^{a dt} - e^{d dt})/(a - d), (e^{l+ dt} - e^{l- dt})/(2r)
 cancel for small a dt, nearly equal a and d, small r; they are built from expm1 (`_exp_integral`, `_exp_2x2`), so
@@ -247,7 +248,12 @@ def exact(rhs: Mapping[sp.Symbol, sp.Expr], dt: sp.Expr) -> dict[sp.Symbol, sp.E
     elif A.is_diagonal():  # uncoupled: each state's own exponential step
         return {u: _exponential(u, A[i, i], b[i], dt) for i, u in enumerate(S)}
     else:
-        new = _exact_sympy(A, b, S, dt)
+        triangular = _exp_triangular_3x3(A, dt) if A.det() != 0 else None
+        if triangular is None:
+            new = _exact_sympy(A, b, S, dt)
+        else:
+            E, E_minus_I = triangular
+            new = E * S + A.inv() * E_minus_I * b if not b.is_zero_matrix else E * S
     return dict(zip(S, new))
 
 
@@ -365,6 +371,50 @@ def _exact_2x2(A: sp.Matrix, b: sp.Matrix, S: sp.Matrix, dt: sp.Expr) -> sp.Matr
     if det == 0:
         return _exact_sympy(A, b, S, dt)
     return E * S + A.adjugate() * E_minus_I * b / det
+
+
+def _exp_triangular_3x3(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Matrix, sp.Matrix] | None:
+    """e^{A dt} and e^{A dt} - I for a triangular 3x3 A, or None (not triangular, or a diagonal with a `where`).
+    Along each path i < k < j of an upper A the entry gathers the couplings times the divided difference of e^{z dt}
+    over the path's rates: A01 f[a, b] and A12 f[b, c] next to the diagonal, A02 f[a, c] + A01 A12 f[a, b, c] in the
+    corner (a lower A is the transpose's). sympy's exponential divides by the rates' differences, 0/0 (NaN) where
+    two time constants are equal at run time; these are guarded there (`_divided_difference`)."""
+    if A.is_lower and not A.is_upper:
+        found = _exp_triangular_3x3(A.T, dt)
+        return None if found is None else (found[0].T, found[1].T)
+    if A.shape != (3, 3) or not A.is_upper or any(A[i, i].has(sp.Piecewise) for i in range(3)):
+        return None
+    rates = [A[i, i] for i in range(3)]
+
+    def f(*at: int) -> sp.Expr:
+        return _divided_difference([rates[i] for i in at], dt)
+    corner = A[0, 2] * f(0, 2) + A[0, 1] * A[1, 2] * f(0, 1, 2)
+    upper = [[0, A[0, 1] * f(0, 1), corner], [0, 0, A[1, 2] * f(1, 2)], [0, 0, 0]]
+    E = sp.Matrix(3, 3, lambda i, j: sp.exp(rates[i] * dt) if i == j else upper[i][j])
+    E_minus_I = sp.Matrix(3, 3, lambda i, j: _expm1(rates[i] * dt) if i == j else upper[i][j])
+    return E, E_minus_I
+
+
+def _divided_difference(rates: list[sp.Expr], dt: sp.Expr) -> sp.Expr:
+    """The divided difference of e^{z dt} over two or three rates, finite (with finite derivatives) where rates
+    coincide: f[a, b] = e^{b dt} (e^{(a - b) dt} - 1)/(a - b) (`_exp_integral`: dt e^{a dt} at a = b), and
+    f[a, b, c] = dt^2 e^{c dt} g(u, v), u = (a - c) dt, v = (b - c) dt, g(u, v) = (exprel(u) - exprel(v))/(u - v),
+    which at u = v is exprel' at their mean w (value and both slopes; 1/2 + w/3 at w = 0). Near a coincidence the
+    differences cancel as sympy's own formula does."""
+    if len(rates) == 2:
+        a, b = rates
+        return sp.exp(b * dt) * _exp_integral(sp.expand(a - b), dt)
+    a, b, c = rates
+    u, v = sp.expand((a - c) * dt), sp.expand((b - c) * dt)
+    w = (u + v) / 2
+    slope_nonzero = w**2 > 0
+    slope = (w * sp.exp(w) - _expm1(w)) / (w**2 + sp.Piecewise((0, slope_nonzero), (1, True)))
+    if slope_nonzero is not sp.true:
+        slope = sp.Piecewise((slope, slope_nonzero), (sp.Rational(1, 2) + w / 3, True))
+    apart = (u - v)**2 > 0
+    spread = (_exprel(u) - _exprel(v)) / (u - v + sp.Piecewise((0, apart), (1, True)))
+    g = spread if apart is sp.true else slope if apart is sp.false else sp.Piecewise((spread, apart), (slope, True))
+    return dt**2 * sp.exp(c * dt) * g
 
 
 def _exact_sympy(A: sp.Matrix, b: sp.Matrix, S: sp.Matrix, dt: sp.Expr) -> sp.Matrix:
