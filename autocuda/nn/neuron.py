@@ -286,7 +286,7 @@ class Neuron(MemoryViews, MemoryBase):
             else:
                 _check_param(p, value)
                 if isinstance(value, (int, float)):
-                    p.check(value)
+                    p.check(value, self.spec.name)
             if isinstance(value, nn.Parameter):
                 self.register_parameter(p.name, value)
             elif isinstance(value, torch.Tensor):

@@ -68,11 +68,13 @@ class Param:
     def bounds(self) -> tuple[Bound, ...]:
         return domain.parse_domain(self.domain)
 
-    def check(self, value: float) -> None:
-        """Refuse a number outside the parameter's domain with a ValueError naming both."""
+    def check(self, value: float, spec: str | None = None) -> None:
+        """Refuse a number outside the parameter's domain with a ValueError naming both (and the spec, if given,
+        as a call's check does)."""
         problem = domain.problem(self.bounds, value)
         if problem is not None:
-            raise ValueError(f"parameter {self.name!r} {problem}")
+            of = "" if spec is None else f" of {spec!r}"
+            raise ValueError(f"parameter {self.name!r}{of} {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
