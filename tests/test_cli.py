@@ -236,3 +236,15 @@ def test_every_option_and_argument_has_help() -> None:
         for action in sub._actions:
             if not isinstance(action, argparse._HelpAction):
                 assert action.help, f"autocuda {name} {action.option_strings or action.dest} has no help"
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(monkeypatch, capsys):
+    """`autocuda tour | head -1`: stdout's reader gone, the command said `autocuda: error: [Errno 32] Broken pipe`;
+    it stops with status 1 and says nothing, as Unix tools do."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as gone:
+        monkeypatch.setattr(sys, "stdout", gone)
+        assert main(["list"]) == 1
+        monkeypatch.undo()
+    assert "Broken pipe" not in capsys.readouterr().err

@@ -35,7 +35,8 @@ Neuron = Any  # `nn.Neuron` and the layers built on it, not imported here
 def step_inputs(layer: Neuron, inputs: tuple[Any, ...], min_dim: int
                 ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
     """The call's step inputs (x, or a tuple of one tensor per input) and the first input, whose shape and dtype the
-    states follow; refuses a wrong count, a non-tensor or an unlike shape. `min_dim`: 2 in step mode 'm', 0 in 's'."""
+    states follow; refuses a wrong count, a non-tensor or an unlike shape. `min_dim`: 1 in step mode 'm' ([T] is
+    one neuron), 0 in 's'."""
     names = layer.__dict__["_input_names"]
     if len(inputs) == 1 == len(names) and type(inputs[0]) is torch.Tensor and inputs[0].dim() >= min_dim:
         return inputs[0], inputs[0]  # the usual call: one input, checked further by the functional API

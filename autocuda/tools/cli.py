@@ -3,6 +3,7 @@ package, `python -m bench` from a checkout: it imports autocuda, never the other
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -298,7 +299,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a reader gone raises here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # stdout's reader left (`autocuda tour | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 1
     except Exception as error:  # one clear line for users; the traceback with --debug
         if args.debug:
             raise
