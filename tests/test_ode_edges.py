@@ -137,12 +137,15 @@ def test_learnable_coefficients_of_a_coupled_step_get_finite_gradients_on_the_re
 
 @pytest.mark.skipif(profile() != "slow", reason="derives and compiles a coupled step with three learnable "
                     "coefficients (seconds of sympy): in the slow profile")
-def test_learnable_coefficients_of_a_coupled_step_get_the_references_gradients_on_the_host():
+def test_learnable_coefficients_of_a_coupled_step_get_the_references_gradients_on_the_host(monkeypatch):
     """The host kernels' gradients of g_c, tau and tau_d equal the reference's where q > 0, at q = 0 and with a
-    negative coupling; their derivation fits the default symbolic budget (its backward substituted the final
-    states' zero adjoints into a long step with `subs`: 9 s of a 4 s budget)."""
+    negative coupling. (Their derivation takes about 3 s of CPU where its backward once substituted the final
+    states' zero adjoints with `subs`, 9-14 s; a budget of CPU time depends on the machine's load, so this test
+    lifts it.)"""
     from autocuda import nn as ann
+    from autocuda.spec import budget
 
+    monkeypatch.setenv(budget.BUDGET_VARIABLE, "120")
     x = torch.rand(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2
     weights = torch.arange(24.0, dtype=torch.float64).view(6, 4)
     for values in ({"g_c": 1.0, "tau": 2.0, "tau_d": 4.0}, {"g_c": 0.0, "tau": 3.0, "tau_d": 3.0},
