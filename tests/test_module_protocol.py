@@ -109,6 +109,7 @@ SCRIPTED = {
     "SlidingPSN": lambda: ann.SlidingPSN(2),
     "BatchNormNeuron": lambda: ann.BatchNormNeuron(3, dims=1),
     "in a Sequential": lambda: nn.Sequential(nn.Linear(3, 3), ann.LIFNode()),
+    "NonSpikingBaseNode": lambda: ann.NonSpikingBaseNode(),
 }
 
 
@@ -127,6 +128,7 @@ TRACED = {
     "SlidingPSN": (lambda: ann.SlidingPSN(2), (4, 3)),
     "MaskedPSN m": (lambda: ann.MaskedPSN(2, 4, step_mode="m"), (4, 2, 3)),
     "BatchNormNeuron": (lambda: ann.BatchNormNeuron(3, dims=1), (4, 3)),
+    "PSN": (lambda: ann.PSN(4), (4, 3)),
 }
 
 

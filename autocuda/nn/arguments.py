@@ -100,14 +100,15 @@ def has_hooks(module: nn.Module) -> bool:
                 or torch_module._global_backward_pre_hooks)
 
 
-def refuse_proxy(layer: nn.Module, value: Any) -> None:
-    """torch.fx.symbolic_trace calls a layer on Proxies: refused by name (a layer keeps states between calls, which
-    a symbolic trace would record as constants of its first call, and launches kernels, no torch ops)."""
+def refuse_proxy(layer: nn.Module | str, value: Any) -> None:
+    """torch.fx.symbolic_trace calls a layer (or its class name, `layer`) on Proxies: refused by name (a layer keeps
+    states between calls, which a symbolic trace would record as constants of its first call, and launches kernels,
+    no torch ops)."""
     if isinstance(value, torch.fx.Proxy):
-        raise TypeError(f"{type(layer).__name__}: torch.fx.symbolic_trace cannot trace into autocuda's layers (they "
-                        f"keep states between calls and launch kernels): trace with a torch.fx.Tracer whose "
-                        f"is_leaf_module keeps them as leaves (isinstance of {type(layer).__name__}), or use "
-                        f"torch.compile or torch.export.export")
+        name = layer if isinstance(layer, str) else type(layer).__name__
+        raise TypeError(f"{name}: torch.fx.symbolic_trace cannot trace into autocuda's layers (they keep states "
+                        f"between calls and launch kernels): trace with a torch.fx.Tracer whose is_leaf_module "
+                        f"keeps them as leaves (isinstance of {name}), or use torch.compile or torch.export.export")
 
 
 def refuse_script(layer: nn.Module) -> nn.Module:

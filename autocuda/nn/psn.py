@@ -44,6 +44,7 @@ def _check_order(name: str, value: Any) -> int:
 def _sequence(x_seq: Any, steps: int | None, layer: str) -> torch.Tensor:
     """x_seq, checked as a [T, *] tensor with T the layer's `steps` (any T where None)."""
     if not isinstance(x_seq, torch.Tensor):
+        refuse_proxy(layer, x_seq)
         raise TypeError(f"{layer}: x_seq: expected a tensor of shape [T, *], got {type(x_seq).__name__}")
     if x_seq.dim() < 1 or (steps is not None and x_seq.shape[0] != steps):
         raise ValueError(f"{layer}: x_seq: expected shape [T, *] with T = {steps}, got {tuple(x_seq.shape)}")

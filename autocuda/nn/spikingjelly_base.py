@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .arguments import TakesSurrogate, require_steps
+from .arguments import TakesSurrogate, refuse_script, require_steps
 from .memory import Memories, MemoryBase
 from .neuron import SIGMOID
 from .spikingjelly_variants import DECODES
@@ -288,6 +288,7 @@ class NonSpikingBaseNode(nn.Module):
 
     step_mode = "m"
     v: torch.Tensor
+    __prepare_scriptable__ = refuse_script  # torch.jit.script: refused by name, as the other layers
 
     def __init__(self, decode: str | None = None):
         if decode not in DECODES:
