@@ -21,11 +21,13 @@ DDP_SCRIPT = REPO / "tests" / "gpu" / "ddp_step.py"
 HOST_MISSING = toolchain.missing()
 
 
-def run_ranks(command: list[str], world_size: int, env: dict[str, str]) -> list[subprocess.CompletedProcess]:
+def run_ranks(command: list[str], world_size: int, env: dict[str, str], timeout: float = 600
+              ) -> list[subprocess.CompletedProcess]:
     """Python with the arguments `command` run as each rank of a process group, as torchrun's workers are (RANK,
     WORLD_SIZE, LOCAL_RANK...), without torchrun's own process (another interpreter importing torch); the ranks are
     forked children (`python_children`). The group's rendezvous store is served
-    here, on a port the system picks (TORCHELASTIC_USE_AGENT_STORE: the ranks connect to it, as to torchrun's)."""
+    here, on a port the system picks (TORCHELASTIC_USE_AGENT_STORE: the ranks connect to it, as to torchrun's);
+    each rank has `timeout` seconds to end (subprocess.TimeoutExpired, the ranks killed)."""
     from torch.distributed import TCPStore
 
     store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
@@ -34,7 +36,7 @@ def run_ranks(command: list[str], world_size: int, env: dict[str, str]) -> list[
     ranks = [python_children.Child(command, shared | {"RANK": str(rank), "LOCAL_RANK": str(rank)}, REPO)
              for rank in range(world_size)]
     try:
-        outputs = [rank.communicate(timeout=600) for rank in ranks]
+        outputs = [rank.communicate(timeout=timeout) for rank in ranks]
         return [subprocess.CompletedProcess(rank.args, rank.returncode, *out) for rank, out in zip(ranks, outputs)]
     finally:
         for rank in ranks:
