@@ -103,8 +103,8 @@ def h_stored_as_decided(b: Builder) -> None:
     """h for h_seq, rounded to the storage toward the side of the threshold forward's spike was decided on:
     to nearest, unless that crosses the threshold, then up (a spike) or down (none). Within one unit of the
     storage's last place of h either way, and a backward (or a replay) that compares it with the same threshold
-    decides the same spike: rounded to nearest, h = 1 - 2^-9 in bfloat16 became 1.0, a spike forward never fired,
-    and backward took the reset's gradient."""
+    decides the same spike (rounded to nearest, h = 1 - 2^-9 in bfloat16 would be 1.0: a spike forward never
+    fired, and the reset's gradient)."""
     storage = b.storage
     load = storage.element_load
 
