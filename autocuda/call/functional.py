@@ -20,7 +20,7 @@ import torch
 import torch.utils.checkpoint
 
 from ..base.switches import check_switches
-from ..codegen.noise import Seed, step_values
+from ..codegen.noise import Seed, seed_source, step_values, using_generator
 from ..runtime.configs import config, spec_facts, spec_ref
 from ..spec.draws import system_draws
 from ..spec.model import NeuronSpec
@@ -88,8 +88,9 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
         if recompute is not True:
             raise TypeError(f"recompute: expected True or False, got {recompute!r}")
         if torch.is_grad_enabled():
+            function = _replaying_draws(multi_step) if spec_facts(spec_ref(spec)).draws else multi_step
             return torch.utils.checkpoint.checkpoint(
-                multi_step, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
+                function, spec, x_seq, *initial_states, use_reentrant=False, preserve_rng_state=False,
                 surrogate=surrogate, detach_reset=detach_reset, reset=reset, store_state_seq=store_state_seq,
                 final_states=final_states, backend=backend, save_h=save_h, **params)
     return run_sequence(PROGRAMS, spec, x_seq, initial_states, surrogate, detach_reset, reset, store_state_seq,
@@ -101,6 +102,22 @@ def _draws_under_compile(spec: NeuronSpec | str) -> bool:
     (`noise.Seed`), which a trace would hold as one constant, so such calls run eagerly, outside the graph (a graph
     break; Dynamo compiles nothing inside them)."""
     return torch.compiler.is_compiling() and spec_facts(spec_ref(spec)).draws
+
+
+def _replaying_draws(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` taking its seed, in its first run and in the checkpoint's run in backward, from the state the seed
+    source (`noise.seed_source`) has now, which then moves on as one call's draw moves it: the recomputation draws
+    what the first run drew, and the next call draws afresh."""
+    source = seed_source()
+    state = source.get_state()
+    Seed.from_torch(source)
+
+    def replaying(*args: Any, **kwargs: Any) -> Any:
+        generator = torch.Generator()
+        generator.set_state(state)
+        with using_generator(generator):
+            return function(*args, **kwargs)
+    return replaying
 
 
 _EAGER: dict[Callable[..., Any], Callable[..., Any]] = {}

@@ -57,7 +57,7 @@ from .render import render
 
 __all__ = ["KINDS", "philox4x32_10", "draw", "draws", "c_source", "Precision", "PRECISIONS", "seed_words",
            "DrawKernel", "Seed", "step_values", "draw_function", "cached_draw_function", "draw_cache_type",
-           "draw_cache_init", "using_generator"]
+           "draw_cache_init", "using_generator", "seed_source"]
 
 KINDS = ("normal", "uniform")  # what a draw gives: standard normal, or uniform on [0, 1)
 _MASK = 0xFFFFFFFF
@@ -412,6 +412,12 @@ class Seed:
 
 
 _GENERATOR: contextvars.ContextVar[torch.Generator | None] = contextvars.ContextVar("autocuda_draws", default=None)
+
+
+def seed_source() -> torch.Generator:
+    """The generator calls that draw take their seeds from now: `using_generator`'s, else torch's default CPU one."""
+    generator = _GENERATOR.get()
+    return generator if generator is not None else torch.default_generator
 
 
 @contextlib.contextmanager
