@@ -25,6 +25,7 @@ without defaults the states, those with defaults the parameters).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import linecache
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,7 @@ from .names import name_problem, spec_name_problem
 from .parse import FUNCTIONS, parse_expression
 from .step import EXPRESSION, SPIKE, STATE, Output, StepSpec, clean_spec_name, input_names, prepare
 from .surrogate import Sigmoid
-from .trace import Trace, signature_names
+from .trace import Trace, signature_names, step_name
 
 __all__ = ["step_spec", "from_trace", "neuron", "expression_text", "load_python_spec"]
 
@@ -252,7 +253,8 @@ class _Membrane:
 def _membrane(name: str, new: sympy.Expr, z: sympy.Expr, s: sympy.Symbol, inputs: set[sympy.Symbol]
               ) -> _Membrane | None:
     """The reset rule `new` (a state's value after the step) follows, if one does."""
-    h = new.xreplace({s: 0})
+    # sympy's zero and one: a new value that is the spike itself would become Python's 0 and 1 (Symbol.xreplace)
+    h = new.xreplace({s: sympy.Integer(0)})
     threshold = h - z
     if threshold.free_symbols & (inputs | {s}):
         return None
@@ -260,29 +262,53 @@ def _membrane(name: str, new: sympy.Expr, z: sympy.Expr, s: sympy.Symbol, inputs
         return _Membrane(name, h, threshold, "none", None)
     if sympy.expand(new - (h - s * threshold)) == 0:
         return _Membrane(name, h, threshold, "soft", None)
-    after = new.xreplace({s: 1})
+    after = new.xreplace({s: sympy.Integer(1)})
     if sympy.expand(new - (h * (1 - s) + after * s)) == 0:
         return _Membrane(name, h, threshold, "hard", after)
     return None
 
 
-def _v_reset(value: sympy.Expr, params: list[Param], states: set[str]) -> tuple[list[Param], dict] | None:
-    """Parameters with one named v_reset holding `value` (a parameter or a number), and the renaming; or None."""
+def _v_reset(value: sympy.Expr, params: list[Param], taken: set[str]) -> tuple[list[Param], dict] | None:
+    """Parameters with one named v_reset holding `value` (a parameter or a number), and the renaming; or None
+    (also where a state or an input, `taken`, is named v_reset)."""
     names = [p.name for p in params]
     if value.is_Symbol and value.name in names:
         if value.name == "v_reset":
             return params, {}
-        if "v_reset" in names or "v_reset" in states:
+        if "v_reset" in names or "v_reset" in taken:
             return None
         renamed = [dataclasses.replace(p, name="v_reset") if p.name == value.name else p for p in params]
         return renamed, {value: sympy.Symbol("v_reset", real=True)}
-    if value.is_Number and "v_reset" not in names and "v_reset" not in states:
+    if value.is_Number and "v_reset" not in names and "v_reset" not in taken:
         return [*params, Param("v_reset", float(value), kind="constant")], {}
     return None
 
 
+def _v_reset_renamed(params: list[Param], exprs: Sequence[sympy.Expr], taken: set[str]
+                     ) -> tuple[list[Param], dict] | None:
+    """Parameters with the one named v_reset renamed (and the renaming), where the step reads it but the spec's
+    reset is not hard: such a spec would read v_reset as 0, the step reads its value. None where no renaming is
+    needed."""
+    symbol = sympy.Symbol("v_reset", real=True)
+    if not any(p.name == "v_reset" for p in params) or not any(symbol in e.free_symbols for e in exprs):
+        return None
+    names = {*taken, *(p.name for p in params)}
+    new, number = "v_reset_param", 1
+    while new in names:
+        new, number = f"v_reset_param{number}", number + 1
+    renamed = [dataclasses.replace(p, name=new) if p.name == "v_reset" else p for p in params]
+    return renamed, {symbol: sympy.Symbol(new, real=True)}
+
+
 def _free_state(taken: set[str]) -> str:
-    return next(n for n in ("u", "u_spike", "u_membrane") if n not in taken)
+    """A name for the membrane a spec of the step's own shape adds: none of `taken` (the step's states, parameters
+    and inputs, as the spec names them)."""
+    found = next((n for n in ("u", "u_spike", "u_membrane") if n not in taken), None)
+    number = 1
+    while found is None:
+        found = f"u_membrane{number}" if f"u_membrane{number}" not in taken else None
+        number += 1
+    return found
 
 
 def step_spec(fn: Callable[..., Any], states: Sequence[str], params: Sequence[Param], *, num_inputs: int = 1,
@@ -360,7 +386,7 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
         for state in ([users[0]] if detach else states):
             found = _membrane(state, news[state], z, s, input_symbols)
             if found is not None and found.reset == "hard":
-                renamed = _v_reset(found.v_reset, params, set(states))
+                renamed = _v_reset(found.v_reset, params, {*states, *inputs})
                 if renamed is None:
                     found = None
                     continue
@@ -378,7 +404,22 @@ def _mapped(traced: Trace, inputs: list[str], states: list[str], params: list[Pa
         raise SpecError(f"{traced.name}: s.detach() is used, but no state's new value is a reset rule of the "
                         f"spike (hard: h * (1 - s) + s * v_reset, soft: h - s * threshold)",
                         source=spike.line if spike else origin, symbol="detach")
-    fields = _fields(found, news, states) if found is not None else _own_fields(news, states, z)
+    if found is None or found.reset != "hard":
+        # a spec reads v_reset as 0 unless its reset is hard (docs/semantics.md); the step reads its value
+        unread = _v_reset_renamed(params, [*news.values(), *outputs, *([z] if z is not None else [])],
+                                  {*states, *inputs})
+        if unread is not None:
+            params, renames = unread
+            news = {n: e.xreplace(renames) for n, e in news.items()}
+            outputs = tuple(o.xreplace(renames) for o in outputs)
+            z = z.xreplace(renames) if z is not None else None
+            if found is not None:
+                found.charge, found.threshold = found.charge.xreplace(renames), found.threshold.xreplace(renames)
+            step_params = [str(renames.get(sympy.Symbol(n, real=True), n)) for n in step_params]
+            initial = {n: str(renames.get(sympy.Symbol(v, real=True), v)) if isinstance(v, str) else v
+                       for n, v in initial.items()}
+    fields = _fields(found, news, states) if found is not None else \
+        _own_fields(news, states, z, {*states, *inputs, *(p.name for p in params)})
     init = {n: initial.get(n, 0.0) for n in fields["state_order"]}
     spec = NeuronSpec(name=clean_spec_name(name or traced.name), doc=doc, params=tuple(params),
                       states=tuple(State(n, init[n]) for n in fields["state_order"]),
@@ -422,8 +463,9 @@ def _with_h(e: sympy.Expr, charge: sympy.Expr, h: sympy.Symbol) -> sympy.Expr:
     return e if charge.is_Atom else e.subs(charge, h)
 
 
-def _own_fields(news: Mapping[str, sympy.Expr], states: list[str], z: sympy.Expr | None) -> dict[str, Any]:
-    u = _free_state(set(states))
+def _own_fields(news: Mapping[str, sympy.Expr], states: list[str], z: sympy.Expr | None, taken: set[str]
+                ) -> dict[str, Any]:
+    u = _free_state(taken)
     _draws_once([*(news[n] for n in states), *([z] if z is not None else [])])
     updates = tuple((n, expression_text(news[n])) for n in states)
     return {"state_order": [u, *states], "charge": expression_text(z) if z is not None else "0",
@@ -440,6 +482,8 @@ def _output(e: sympy.Expr, news: Mapping[str, sympy.Expr], s: sympy.Symbol) -> O
 # ---- the decorator ----
 
 def _origin(fn: Any) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "<python>"
 
@@ -466,7 +510,18 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
                                 initial=initial, num_inputs=num_inputs)
     if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
         raise SpecError(f"num_inputs: expected a positive integer, got {num_inputs!r}", symbol="num_inputs")
+    title = step_name(fn)
     positional = signature_names(fn)
+    if positional and positional[0].name in ("self", "cls") and not inspect.ismethod(fn):
+        raise SpecError(f"{title}: its first argument is {positional[0].name!r}: @autocuda.neuron takes a plain "
+                        f"function (a method's self would be read as the input x); write it outside the class, "
+                        f"or as a staticmethod", source=_origin(fn), symbol=positional[0].name)
+    extra = next((p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind == inspect.Parameter.VAR_KEYWORD), None)
+    if extra is not None:
+        raise SpecError(f"{title} takes **{extra}: the step is called with positional arguments only, so it "
+                        f"would get nothing there; name each input, state and parameter", source=_origin(fn),
+                        symbol=extra)
     if len(positional) < num_inputs or any(p.default is not inspect.Parameter.empty
                                            for p in positional[:num_inputs]):
         first = "the first argument is the input x" if num_inputs == 1 else \
@@ -476,14 +531,14 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
     # constant of the kernel, not be the parameter its default makes it look like
     keyword = [p.name for p in inspect.signature(fn).parameters.values() if p.kind == inspect.Parameter.KEYWORD_ONLY]
     if keyword:
-        raise SpecError(f"{fn.__name__}: keyword-only argument {keyword[0]!r}: inputs, states and parameters are "
+        raise SpecError(f"{title}: keyword-only argument {keyword[0]!r}: inputs, states and parameters are "
                         f"positional arguments (a parameter is one with a default; write it before any '*')",
                         source=_origin(fn), field=f"params.{keyword[0]}", symbol=keyword[0])
     rest = positional[num_inputs:]
     states = [p.name for p in rest if p.default is inspect.Parameter.empty]
     defaults = [p for p in rest if p.default is not inspect.Parameter.empty]
     if [p.name for p in rest] != [*states, *(p.name for p in defaults)]:
-        raise SpecError(f"{fn.__name__}: list the states (no defaults) before the parameters (with defaults)")
+        raise SpecError(f"{title}: list the states (no defaults) before the parameters (with defaults)")
     if name is not None and spec_name_problem(name) is not None:  # the function's own name is cleaned instead
         raise SpecError(f"name {name!r}: {spec_name_problem(name)}", source=_origin(fn), field="name")
     # A layer takes the parameters by these names: one the spec would respell (as a traced core's) is refused
@@ -492,27 +547,33 @@ def neuron(fn: Callable[..., Any] | None = None, *, name: str | None = None, doc
         problem = name_problem(p.name) or ("is the spec's name of a step input, the charge or the spike"
                                            if p.name in taken else None)
         if problem is not None:
-            raise SpecError(f"{fn.__name__}: parameter {p.name!r} {problem}: rename the argument",
+            raise SpecError(f"{title}: parameter {p.name!r} {problem}: rename the argument",
                             source=_origin(fn), field=f"params.{p.name}", symbol=p.name)
     params = [_param(p.name, p.default, learnable, constants, domains or {}) for p in defaults]
     unknown = set(learnable) | set(constants) | set(domains or {})
     unknown -= {p.name for p in params}
     if unknown:
-        raise SpecError(f"{fn.__name__}: {sorted(unknown)[0]!r} is not a parameter (an argument with a default)",
+        raise SpecError(f"{title}: {sorted(unknown)[0]!r} is not a parameter (an argument with a default)",
                         symbol=sorted(unknown)[0])
     text = doc if doc is not None else inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
-    step = step_spec(fn, states, params, name=name or fn.__name__, doc=text, initial=initial,
+    step = step_spec(fn, states, params, name=name or title, doc=text, initial=initial,
                      origin=_origin(fn), num_inputs=num_inputs)
     if [o.kind for o in step.outputs] != [SPIKE]:
         returned = len(step.outputs) + len(states)
         what = (f"returned {returned} value{'s' * (returned != 1)}, not {1 + len(states)}"
                 if len(step.outputs) != 1 else "its first value is not the spike (the result of the surrogate's call)")
-        raise SpecError(f"{fn.__name__} must return (spike, *new_states): the spike (the surrogate's result), then "
+        raise SpecError(f"{title} must return (spike, *new_states): the spike (the surrogate's result), then "
                         f"the new value of each state ({', '.join(states)}), in order; {what}",
                         source=_origin(fn), symbol="returns")
     if step.surrogate is None:
-        raise SpecError(f"{fn.__name__} calls no surrogate spike function: write s = surrogate(h - threshold)",
+        raise SpecError(f"{title} calls no surrogate spike function: write s = surrogate(h - threshold)",
                         source=_origin(fn), symbol="surrogate")
+    if any(p.name == "v_reset" and q != "v_reset" for p, q in zip(defaults, step.params)):
+        # the layer's keyword would not be the argument's name (`_v_reset_renamed`)
+        raise SpecError(f"{title}: parameter 'v_reset' is read by the step, but no state's new value is a "
+                        f"hard reset to it (h * (1 - s) + v_reset * s), and a spec whose reset is not hard reads "
+                        f"v_reset as 0: rename the argument (v_rest, say)", source=_origin(fn),
+                        field="params.v_reset", symbol="v_reset")
     return step.spec
 
 

@@ -216,6 +216,20 @@ class Value:
 
     __or__ = __rand__ = __ror__ = __invert__ = __xor__ = __and__
 
+    def _rounding(self, *args: Any) -> Any:
+        raise refuse("//, %, divmod(), round() or math.floor/ceil/trunc of a tensor",
+                     "a kernel's arithmetic is + - * / ** and the listed torch functions; compare with "
+                     "torch.where for steps")
+
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __divmod__ = __rdivmod__ = _rounding
+    __round__ = __trunc__ = __floor__ = __ceil__ = __ifloordiv__ = __imod__ = _rounding
+
+    def _matrix(self, *args: Any) -> Any:
+        raise refuse("@ (matrix product) or a shift of a tensor", "a step works on one neuron's values "
+                                                                  "elementwise")
+
+    __matmul__ = __rmatmul__ = __imatmul__ = __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _matrix
+
     def __repr__(self) -> str:
         return f"Value({self.tracer.nodes[self.node]})"
 
@@ -266,12 +280,26 @@ def _unary(op: str, name: str | None = None) -> Callable[..., int]:
 
 
 def _clamp(t: _Tracer, x: Any, min: Any = None, max: Any = None) -> int:
-    node = t.of(x)
-    if min is not None:
-        node = t.node("max", t.of(min), node)
+    """torch.clamp as where()s, with torch's gradient at a bound: x's where min <= x <= max (1 at a bound, not the
+    1/2 of a min/max tie), a bound's where x passes it; where min > max, torch's value, max."""
+    if min is None and max is None:  # torch refuses it too
+        raise refuse("torch.clamp without min and max", "give min=, max= or both")
+    node = value = t.of(x)
     if max is not None:
-        node = t.node("min", node, t.of(max))
+        node = t.node("where", t.node("rel", "lt", t.of(max), value), t.of(max), node)
+    if min is not None:
+        node = t.node("where", t.node("rel", "lt", value, t.of(min)), t.of(min), node)
+    if min is not None and max is not None and (isinstance(min, Value) or isinstance(max, Value) or min > max):
+        node = t.node("where", t.node("rel", "lt", t.of(max), t.of(min)), t.of(max), node)
     return node
+
+
+def _relu(t: _Tracer, x: Any, inplace: Any = False) -> int:
+    """torch.relu (and F.relu) as where(0 < x, x, 0): gradient 0 at x = 0, as torch's (max(0, x) would split it at
+    the tie)."""
+    if inplace is not False:
+        raise refuse("relu(..., inplace=True)", "use relu(v) (a new value)")
+    return t.node("where", t.node("rel", "lt", t.of(0), t.of(x)), t.of(x), t.of(0))
 
 
 def _where(t: _Tracer, condition: Any, a: Any, b: Any) -> int:
@@ -309,7 +337,7 @@ _TORCH: Mapping[str, Callable[..., int]] = {
     "square": lambda t, x: t.node("pow", t.of(x), t.of(2)),
     "reciprocal": lambda t, x: t.node("div", t.of(1), t.of(x)),
     "rsqrt": lambda t, x: t.node("div", t.of(1), t.node("fn", "sqrt", t.of(x))),
-    "relu": lambda t, x: t.node("max", t.of(0), t.of(x)), "exp2": lambda t, x: t.node("pow", t.of(2), t.of(x)),
+    "relu": _relu, "exp2": lambda t, x: t.node("pow", t.of(2), t.of(x)),
     "add": _scaled("add"), "sub": _scaled("sub"), "mul": _binary("mul"), "div": _binary("div"),
     "true_divide": _binary("div"), "pow": _binary("pow"), "minimum": _binary("min"), "maximum": _binary("max"),
     "clamp": _clamp, "clip": _clamp, "clamp_min": lambda t, x, m: _clamp(t, x, min=m),
@@ -639,9 +667,16 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+step_name = _name  # a step function's name, for messages: a partial's function's, a callable object's class's
+
+
 def signature_names(fn: Callable[..., Any]) -> list[inspect.Parameter]:
-    """The positional parameters of `fn` (refusing *args)."""
-    parameters = list(inspect.signature(fn).parameters.values())
+    """The positional parameters of `fn` (refusing *args, and what has no signature to read)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (ValueError, TypeError) as err:
+        raise SpecError(f"{_name(fn)}: expected a Python step function whose arguments can be read ({err})",
+                        symbol=_name(fn)) from None
     if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in parameters):
         raise SpecError(f"{_name(fn)} takes *args: name each input, state and parameter")
     return [p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
