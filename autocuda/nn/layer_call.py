@@ -196,6 +196,8 @@ def run_keyed(layer: Neuron, x: Any, first: int) -> torch.Tensor | None:
             return None
     if numbers and tensors:
         return None
+    if tensors and torch.is_grad_enabled() and any(map(torch.Tensor.is_inference, tensors)):
+        return None  # states kept from a call under torch.inference_mode: the full path copies them (`start_states`)
     try:
         program = owned.get(program_key(configuration, x, state_class(tensors) if tensors else floats))
     except RuntimeError:  # x has no data pointer (a sparse tensor, say): the full path names it
@@ -275,6 +277,10 @@ def start_states(layer: Neuron, x: torch.Tensor, first: int, compiling: bool,
                     continue
             if value.dtype != dtype:  # `to` parses its arguments even to do nothing
                 value = value.to(dtype)
+            elif not compiling and value.is_inference() and torch.is_grad_enabled():
+                # kept from a call under torch.inference_mode: autograd saves no inference tensor, and the kernels'
+                # backward may save the initial states (SpikingJelly's nodes go on from them): a normal copy
+                value = value.clone()
         values.append(value)
     return values
 
