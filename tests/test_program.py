@@ -162,23 +162,27 @@ def test_one_value_tensor_parameters_run_the_bound_launch_and_are_read_at_each_c
 
 
 def test_kept_tensor_parameters_see_every_change():
-    """A bound program keeps its call's tensor parameters as the kernels take them (`Program.kept_tensor_args`) only
-    where they are views of the given tensors: a change through `.data` (which counts no version) and a new `.data`
-    take effect; a parameter converted to the compute dtype (a copy) is converted again at each call."""
+    """A layer's bound program keeps its call's tensor parameters as the kernels take them (`Program.kept_tensor_args`)
+    only where they are views of the given tensors: a change through `.data` (which counts no version) and a new
+    `.data` take effect; a parameter converted to the compute dtype (a copy) is converted again at each call.
+    Functional calls' programs (`PROGRAMS`) keep none: they would keep the caller's tensors alive."""
     x = torch.rand(4, 10, dtype=torch.float64) * 2
     wants = {value: F.multi_step("lif", x, tau=value, **HOST)[0] for value in (2.0, 5.0)}
-    program.PROGRAMS.clear()  # (a cache: the programs below are this test's)
     for dtype, kept in ((torch.float64, True), (torch.float32, False)):
+        owned = program.Programs()  # a layer's
+
+        def call(tau, owned=owned):
+            return F.run_sequence(owned, "lif", x, (), None, False, None, False, True, "host", True, {"tau": tau})[0][0]
         tau = torch.tensor([2.0], dtype=dtype)
         for _ in range(2):  # the second call runs the bound program
+            assert torch.equal(call(tau), wants[2.0])
             assert torch.equal(F.multi_step("lif", x, tau=tau, **HOST)[0], wants[2.0])
-        owned = [p for p in program.PROGRAMS.values() if p.tensors and p.launch is not None]
-        assert len(owned) == 1 and (owned[0].kept_tensors is not None) == kept, dtype
+        assert len(owned) == 1 and (next(iter(owned.values())).kept_tensors is not None) == kept, dtype
+        assert all(p.kept_tensors is None for p in program.PROGRAMS.values())
         tau.data.fill_(5.0)
-        assert torch.equal(F.multi_step("lif", x, tau=tau, **HOST)[0], wants[5.0]), (dtype, "changed through .data")
+        assert torch.equal(call(tau), wants[5.0]), (dtype, "changed through .data")
         tau.data = torch.tensor([2.0], dtype=dtype)
-        assert torch.equal(F.multi_step("lif", x, tau=tau, **HOST)[0], wants[2.0]), (dtype, "a new .data")
-        program.PROGRAMS.clear()
+        assert torch.equal(call(tau), wants[2.0]), (dtype, "a new .data")
 
 
 def test_keys_tell_apart_what_the_full_path_decides():

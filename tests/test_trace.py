@@ -258,7 +258,7 @@ def test_traced_kernels_are_byte_identical_to_the_toml_specs(name: str) -> None:
 
 
 # Written otherwise than their TOML files (same values, other expressions): the ODE models' exact steps, and the
-# gated LIF's gates (named in the TOML file's [derived]). (KLIF's relu traces as its file writes it: where(0 < h, h, 0).)
+# gated LIF's gates (named in the TOML file's [derived]). (KLIF's relu traces as its file writes it: where(0 < h, h, 0))
 WRITTEN_OTHERWISE = {"cuba_lif", "sfa_lif", "resonate_fire", "gated_lif"}
 
 

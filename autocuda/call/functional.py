@@ -253,9 +253,12 @@ def _step_inputs(x: Any, name: str, min_dim: int) -> tuple[Tensor, ...]:
     if isinstance(x, torch.Tensor):
         _check_input(x, name, min_dim)
         return (x,)
-    if not isinstance(x, (tuple, list)) or not x or not all(isinstance(u, torch.Tensor) for u in x):
+    if not isinstance(x, (tuple, list)) or not x or not any(isinstance(u, torch.Tensor) for u in x):
         raise TypeError(f"{name}: expected a torch.Tensor, or a tuple of them (one per step input), got "
-                        f"{type(x).__name__}")
+                        f"{'an empty ' if isinstance(x, (tuple, list)) and not x else ''}{type(x).__name__}")
+    for i, u in enumerate(x):  # a tuple of tensors and something else: that element, not "got tuple"
+        if not isinstance(u, torch.Tensor):
+            raise TypeError(f"{name}[{i}]: expected a torch.Tensor (one per step input), got {type(u).__name__}")
     for i, u in enumerate(x):
         _check_input(u, f"{name}[{i}]", min_dim)
     first = x[0]

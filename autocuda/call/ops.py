@@ -94,6 +94,8 @@ class NativePlans(dict):
     Made at such a call's first use outside a CUDA graph capture once the operator is loaded, used where
     `native.USE` holds for CUDA tensors (host ones where `native.HOST` asks): the op runs no Python launch."""
 
+    LIMIT = 64  # plans kept; at the limit they are dropped: shapes that vary without end must not grow this
+
     def run(self, kernel: KernelCall, args: tuple, x: Tensor, others: list[Tensor], numbers: list[float], n: int,
             steps: int | None, backend: str) -> tuple[tuple[str, ...], list[Tensor]] | None:
         """(output names, outputs) of the call by its plan; None where none runs it (the Python launch does)."""
@@ -103,8 +105,10 @@ class NativePlans(dict):
         for other in others:
             addresses |= other.data_ptr()
         key = (x.shape, x.dtype, x.device, addresses & 15)
-        found = self[key] if key in self else self._make(key, kernel, args, x, others, len(numbers), n, steps,
-                                                         backend)
+        # one lookup: between a test and a read another thread may clear the dict at its limit (`_make`)
+        found = self.get(key, _UNMADE)
+        if found is _UNMADE:
+            found = self._make(key, kernel, args, x, others, len(numbers), n, steps, backend)
         if found is None:
             return None
         outputs = native.operator("op_call")(found[0], x, others, numbers)
@@ -121,10 +125,13 @@ class NativePlans(dict):
                                                           launch.recipe.outputs)
         except Unplannable:
             found = None
-        if len(self) >= 64:  # shapes that vary without end must not grow this
+        if len(self) >= self.LIMIT:
             self.clear()
         self[key] = found
         return found
+
+
+_UNMADE: Any = object()  # `NativePlans.run`: no plan asked for yet (None: none runs such calls)
 
 
 # -- the forms of a call, worked out once so that names, kernel options and argument order cost no per-call work --
@@ -281,10 +288,22 @@ def backward_form(key: str, single: bool, given_inits: bool, grad_state_seq: boo
     return _BackwardForm(key, single, given_inits, grad_state_seq, grad_finals, gradients)
 
 
+_OP_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_rows(op: str, name: str, x: Tensor) -> None:
+    """Refuse an op's x (grad_spike) that is not [T, N] or [N] of a kernel dtype, naming it (the kernels' forms are
+    chosen by its dims and dtype: a 0-dim one raised IndexError, an integer one an unnamed dtype error)."""
+    if x.dim() not in (1, 2) or x.dtype not in _OP_DTYPES:
+        raise ValueError(f"autocuda.{op}: {name}: expected a tensor of shape [T, N] or [N] (one step) of dtype "
+                         f"float32, float64, float16 or bfloat16, got shape {tuple(x.shape)} of {x.dtype}")
+
+
 # -- forward ----------------------------------------------------------------------------------------------
 def _forward_impl(key: str, x: Tensor, states: list[Tensor], initial: list[float], tensor_params: list[Tensor],
                   scalars: list[float], store_state_seq: bool, save_for_backward: bool, final_states: bool,
                   more_inputs: list[Tensor]) -> list[Tensor]:
+    _check_rows("neuron_forward", "x", x)
     form = forward_form(key, x.dim() == 1, store_state_seq, save_for_backward, not initial, final_states)
     return form.run(x, states, initial, tensor_params, scalars, more_inputs, planned=True)
 
@@ -295,6 +314,7 @@ neuron_forward = torch.library.custom_op("autocuda::neuron_forward", _forward_im
 @neuron_forward.register_fake
 def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_seq, save_for_backward,
                   final_states, more_inputs):
+    _check_rows("neuron_forward", "x", x)
     single, n = x.dim() == 1, x.shape[-1]
     steps = None if single else x.shape[0]
     flags = {"store_state_seq": store_state_seq, "save_for_backward": save_for_backward, "final_states": final_states}
@@ -313,6 +333,7 @@ def _forward_fake(key, x, states, initial, tensor_params, scalars, store_state_s
 def _backward_impl(key: str, grad_spike: Tensor, grad_finals: list[Tensor], grad_seqs: list[Tensor],
                    saved: list[Tensor], initial: list[float], tensor_params: list[Tensor], scalars: list[float]
                    ) -> list[Tensor]:
+    _check_rows("neuron_backward", "grad_spike", grad_spike)
     form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
     return form.run(grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars, planned=True)
 
@@ -322,6 +343,7 @@ neuron_backward = torch.library.custom_op("autocuda::neuron_backward", _backward
 
 @neuron_backward.register_fake
 def _backward_fake(key, grad_spike, grad_finals, grad_seqs, saved, initial, tensor_params, scalars):
+    _check_rows("neuron_backward", "grad_spike", grad_spike)
     form = backward_form(key, grad_spike.dim() == 1, not initial, bool(grad_seqs), bool(grad_finals))
     return _gradients_like(key, form.returns, grad_spike, tensor_params)
 
@@ -349,6 +371,7 @@ def _backward_part_impl(key: str, gradients: str, grad_spike: Tensor, grad_final
     """One pass of a two-pass BPTT (multi-step, no state sequence gradients): what `_BackwardForm.returns` names."""
     if gradients not in ("sums", "corrected"):
         raise ValueError(f"autocuda.neuron_backward_part: gradients 'sums' or 'corrected', got {gradients!r}")
+    _check_rows("neuron_backward_part", "grad_spike", grad_spike)
     form = backward_form(key, False, not initial, False, bool(grad_finals), gradients)
     return form.run(grad_spike, grad_finals, (), saved, initial, tensor_params, scalars, correction, planned=True)
 

@@ -31,8 +31,7 @@ from ..runtime.configs import (
 )
 from ..spec.domain import checks as domain_checks
 from ..spec.domain import problem as domain_problem
-from ..spec.load import is_spec_path, load_spec
-from ..spec.surrogate import Surrogate
+from ..spec.load import is_spec_path
 from ..toolchain.arrays import dense_problem
 from ..toolchain.cnames import DRAW_KEYS
 from . import native, ops
@@ -65,21 +64,24 @@ def call_key(spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach
 
 def configuration_key(spec: Any, surrogate: Any, detach_reset: bool, reset: str | None, backend: str | None,
                       save_h: bool, options: tuple[bool, bool, bool], params: dict[str, Any]) -> tuple:
-    """The configuration's part of a call's key: the spec and surrogate by identity (a spec file by its text now),
-    the switches, `options` (single step, store_state_seq, final_states), the parameters' names and types, the
-    constants' values and, of tensors, spread, need of a gradient and alignment. A function of these objects alone,
-    so a layer keeps it while they are the same objects (`nn.layer_call.run_keyed`)."""
-    if type(spec) is str and _names_a_file(spec):  # the file as it is now: an edited file is another spec
-        spec = load_spec(spec)
-    spec_id = spec if type(spec) is str else id(spec)  # ids of NeuronSpecs: as surrogates'
-    constants = _CONSTANTS.get(spec_id)
+    """The configuration's part of a call's key: the spec and surrogate by reference (`spec_ref`, `surrogate_ref`:
+    a name, or a token of the values, a spec file's as it is now), the switches, `options` (single step,
+    store_state_seq, final_states), the parameters' names and types, the constants' values and, of tensors, spread,
+    need of a gradient and alignment. A function of these objects alone, so a layer keeps it while they are the same
+    objects (`nn.layer_call.run_keyed`). By reference, not by id: a key holds no user object, and the id of an
+    object freed (a functional call's fresh surrogate, say) may name another one later."""
+    if type(spec) is not str or _names_a_file(spec):  # a NeuronSpec, or a file as it is now: edited, another spec
+        spec = spec_ref(spec)
+    constants = _CONSTANTS.get(spec)
     if constants is None:
-        constants = _CONSTANTS[spec_id] = (spec, spec_facts(spec_ref(spec)).constant_names)
+        if len(_CONSTANTS) >= Programs.LIMIT:  # references of specs made without end must not grow this
+            _CONSTANTS.clear()
+        constants = _CONSTANTS[spec] = spec_facts(spec).constant_names
     types = tuple(map(type, params.values()))
-    return (spec_id, surrogate if surrogate is None or type(surrogate) is str else _surrogate_identity(surrogate),
+    return (spec, surrogate if surrogate is None or type(surrogate) is str else surrogate_ref(surrogate),
             detach_reset, reset, backend, save_h, options, tuple(params), types,
             () if _PLAIN.issuperset(types) else _tensor_facts(params),
-            tuple(params.get(n) for n in constants[1]) if constants[1] else ())
+            tuple(params.get(n) for n in constants) if constants else ())
 
 
 def configuration_number(configuration: tuple) -> int:
@@ -113,20 +115,12 @@ def state_class(states: Sequence[Any]) -> tuple:
     return types, tuple((s.data_ptr() & 15, grad and s.requires_grad) for s in states if isinstance(s, Tensor))
 
 
-# Each spec's constants' names, by the spec's identity (a name or an id; the spec is held, so the id stays its own)
-_CONSTANTS: dict[Any, tuple[Any, tuple[str, ...]]] = {}
+# Each spec's constants' names, by the spec's reference (`spec_ref`)
+_CONSTANTS: dict[str, tuple[str, ...]] = {}
 # Whether a string names a spec file: asked on every eager call, so cached (a C call, no Python frame)
 _names_a_file = functools.lru_cache(maxsize=1024)(is_spec_path)
 FLOATS = frozenset({float})  # the types of initial states given as numbers only
 _PLAIN = frozenset({float, int, type(None)})  # parameter types that are no tensors (the program checks them)
-
-
-def _surrogate_identity(surrogate: Any) -> Any:
-    """A surrogate as a key (None and names are their own): a Surrogate by id and version (each change takes a new
-    one), anything else (mutable: a mapping, a SpikingJelly surrogate) by its reference now (`surrogate_ref`)."""
-    if isinstance(surrogate, Surrogate):
-        return id(surrogate), surrogate.version
-    return surrogate_ref(surrogate)
 
 
 def _tensor_facts(params: dict[str, Any]) -> tuple:
@@ -138,13 +132,16 @@ def _tensor_facts(params: dict[str, Any]) -> tuple:
 
 class Programs(dict):
     """An owner's programs by key (`call_key`), bounded (keys hold shapes and constants' values), and a layer's kept
-    configuration (`configured`: `nn.layer_call.run_keyed`). A copied or unpickled owner starts with none."""
+    configuration (`configured`: `nn.layer_call.run_keyed`). A copied or unpickled owner starts with none.
+    `keeps_tensors`: whether its programs may keep a call's tensor parameters (`Program.kept_tensor_args`): a layer's,
+    whose tensors the layer holds anyway, not functional calls', which would keep the caller's alive."""
 
     LIMIT = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, keeps_tensors: bool = True) -> None:
         super().__init__()
         self.configured: tuple | None = None
+        self.keeps_tensors = keeps_tensors
 
     def find(self, spec: Any, x: Tensor, states: Sequence[Any], surrogate: Any, detach_reset: bool,
              reset: str | None, backend: str | None, save_h: bool, options: tuple[bool, bool, bool],
@@ -159,6 +156,7 @@ class Programs(dict):
         if found is None:
             found = Program(spec, surrogate, detach_reset, reset, backend, x, params, save_h)
             found.configuration = key[0]
+            found.tensors_kept = found.tensors_kept and self.keeps_tensors
             if len(self) >= self.LIMIT:
                 self.clear()
             self[key] = found
@@ -185,11 +183,17 @@ class Program:
                              if n in params and isinstance(params[n], (int, float)))
         self.domain_checks = tuple((n, holds, limit) for n, bounds in self.domains
                                    for holds, limit in domain_checks(bounds))
-        self.backend = backend or default_backend(x.device.type)
+        self.backend = default_backend(x.device.type) if backend is None else backend  # ("" is no backend)
         if self.backend not in ("cuda", "host", "reference"):
             raise ValueError(f"backend: expected 'cuda', 'host', 'reference' or None, got {backend!r}")
+        if not save_h and facts.draws and self.backend != "reference":
+            # (refused here, naming the switch: the derivation's refusal came at the first launch, naming neither)
+            raise ValueError(f"save_h=False: neuron {self.name!r} makes random draws in its step, so backward cannot "
+                             "replay its charge from x (the replay would not make the draws again), as save_h=False "
+                             "and a fused BatchNorm's two-pass backward ask; pass save_h=True (the default)")
         values, reset = self._values(dict(defaults), params, reset)
-        constants = tuple((n, float(values.pop(n))) for n in self.constant_names if n in values)
+        constants = tuple((n, as_float(f"parameter {n!r} of {self.name!r}", values.pop(n)))
+                          for n in self.constant_names if n in values)
         # v_reset takes no part in a soft reset or none (`runtime_params`): a tensor of it is not read, spreads over
         # no channel and has no gradient
         hard = (reset or facts.reset) == "hard"
@@ -212,6 +216,7 @@ class Program:
         self.skipped = skipped & set(params)
         self.complete = not self.skipped and set(self.defaults) <= set(params)  # no default to fill in
         self.given_tensors = tuple(n for n, v in params.items() if isinstance(v, torch.Tensor))
+        self.given_ints = tuple(n for n, v in params.items() if type(v) is int)  # checked to fit a float each call
         # A state left out starts at a number or at a parameter's value (v = v_reset only under a hard reset); a
         # constant's is the number folded into the kernels, which a call's values do not hold
         folded = dict(constants)
@@ -248,6 +253,8 @@ class Program:
         against their domains."""
         for name in self.given_tensors:
             _check_tensor_param(name, params[name], x, shape)
+        for name in self.given_ints:
+            as_float(f"parameter {name!r} of {self.name!r}", params[name])
         for name, holds, limit in self.domain_checks:
             if not holds(params[name], limit):
                 bounds = dict(self.domains)[name]
@@ -282,12 +289,16 @@ class Program:
         if self.native_wanted and native.USE and self.plannable():
             return None
         shape = self.neuron_shape
+        for name in self.state_names[len(states):]:
+            init = self.inits[name]
+            if isinstance(init, str) and isinstance(params.get(init), Tensor):
+                # it starts at a tensor parameter (v = v_reset, a tensor): from a tensor, as `Call` does. Asked before
+                # `values`, which takes a spec's seed from torch's generator: `Call` takes the call's one
+                return None
         values = self.values(params, x, shape)
         initial = list(map(float, states))
         for name in self.state_names[len(initial):]:
             init = self.inits[name]
-            if isinstance(init, str) and isinstance(values[init], Tensor):
-                return None  # it starts at a tensor parameter (v = v_reset, a tensor): from a tensor, as `Call` does
             initial.append(float(values[init]) if isinstance(init, str) else init)
         tensors = self.kept_tensor_args(values, x, shape) if self.tensors else ()
         return self.run_numbers(x, [*initial, *self.scalar_values(values)], tensors), values
@@ -423,6 +434,16 @@ def _check_tensor_param(name: str, value: Tensor, x: Tensor, shape: tuple[int, .
                          f"neuron shape {tuple(shape)}")  # a bound program's is a torch.Size
 
 
+def as_float(what: str, value: float) -> float:
+    """A number given as a Python int or float, as a float; ValueError naming `what` for an int beyond every float
+    (float() raised OverflowError, naming nothing)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{what}: an int of {int(value).bit_length()} bits, beyond the range of a float "
+                         f"(at most 1024 bits)") from None
+
+
 def representable(value: float, dtype: torch.dtype) -> float:
     """`value` as `dtype` rounds it where it lies beyond the dtype's range (an infinity from half a step past its
     largest number), which torch.full refuses rather than rounds; no tensor made (no copy to a device), and pure
@@ -499,7 +520,7 @@ class Call:
     def _check_state(self, name: str, state: Any) -> Tensor | float:
         x = self.x
         if isinstance(state, (int, float)) and not isinstance(state, bool):
-            return float(state)
+            return as_float(f"state {name!r}", state)
         if not isinstance(state, torch.Tensor):
             raise TypeError(f"state {name!r}: expected a torch.Tensor or a number, got {type(state).__name__}")
         check_dense(f"state {name!r}", state)
@@ -608,7 +629,7 @@ def _refuse_unrecorded(program: Program) -> None:
             "torch.compile take them (as custom ops), or trace with backend='reference'")
 
 
-PROGRAMS = Programs()  # functional calls' programs (`functional.multi_step`, `single_step`)
+PROGRAMS = Programs(keeps_tensors=False)  # functional calls' programs (`functional.multi_step`, `single_step`)
 
 
 def _reader(names: tuple[str, ...], floats: bool) -> Callable[[dict[str, Any]], Sequence[float]]:

@@ -61,6 +61,10 @@ def _unregistered(kind: str, ref: str) -> SpecError | None:
                      field="surrogate" if kind == "surrogate" else "spec", symbol=ref)
 
 
+# Memos of `spec_ref` and `surrogate_ref` by the object's id (each entry holds its object, so the id stays its own while
+# it is kept), bounded: specs and surrogates made without end (a fresh surrogate per functional call) must neither
+# grow them nor be kept alive by them; an object met again after a clear is worked out again, to the same token
+_REFS_LIMIT = 1024
 _SPEC_REFS: dict[int, tuple[NeuronSpec, str]] = {}
 
 
@@ -74,6 +78,8 @@ def spec_ref(spec: NeuronSpec | str) -> str:
     if known is not None and known[0] is spec:  # the same object again: skip re-serialising it (a hot path)
         return known[1]
     ref = _register("spec", spec, spec_text(spec))
+    if len(_SPEC_REFS) >= _REFS_LIMIT:
+        _SPEC_REFS.clear()
     _SPEC_REFS[id(spec)] = (spec, ref)  # holding the spec keeps its id from being reused
     return ref
 
@@ -91,6 +97,8 @@ def surrogate_ref(surrogate: Any) -> str | None:
         return known[1]
     chosen = get_surrogate(surrogate).frozen()
     ref = _register("surrogate", chosen, repr((chosen.name, chosen.key())))
+    if len(_SURROGATE_REFS) >= _REFS_LIMIT:
+        _SURROGATE_REFS.clear()
     _SURROGATE_REFS[id(surrogate)] = (surrogate, ref, surrogate.version if isinstance(surrogate, Surrogate) else -1)
     return ref
 
@@ -170,8 +178,10 @@ def _config_key(spec: str, surrogate: str | None, reset: str | None, detach_rese
     if kernels and not chosen.spiking:  # the kernels' forward is the step Θ
         raise ValueError(f"surrogate_function: {chosen!r} (the primitive in forward) runs on the torch reference "
                          "only: pass backend='torch' (a layer) or 'reference' (functional), or spiking=True")
-    # a spec whose reset detaches the spike detaches it in every call (a call's detach_reset only adds it)
-    return _config(resolved, chosen, reset or resolved.reset, bool(detach_reset) or resolved.detach_reset, constants,
+    # a spec whose reset detaches the spike detaches it in every call (a call's detach_reset only adds it); None
+    # alone means the spec's reset (`reset or ...` took "" for it)
+    return _config(resolved, chosen, resolved.reset if reset is None else reset,
+                   bool(detach_reset) or resolved.detach_reset, constants,
                    signature, kernels, bool(replay_charge) and kernels).key
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..base.errors import ConstantRangeError, KernelArgumentError, LiteralError, SpecError
-from ..codegen.broadcast import CHANNEL_KEYS, PER_CHANNEL, PER_NEURON, Broadcast, gradient_groups
+from ..codegen.broadcast import CHANNEL_KEYS, CORRECTION_KEYS, PER_CHANNEL, PER_NEURON, Broadcast, gradient_groups
 from ..codegen.dtypes import get_dtype
 from ..codegen.layout import FIELDS, Layout
 from ..spec.draws import makes_draws
@@ -75,10 +75,13 @@ class Recipe:
                 size = final_shape if kind == FINAL and final_shape is not None else n
             produced.append(like.new_empty(size) if dtype is None else like.new_empty(size, dtype=dtype))
         pool: list[Any] = [n, steps, *map(_data_ptr, produced)]  # by kind; `arrange` orders it: no branch per value
-        for at, name, dtype in binding.inputs:
+        counts = binding.counts(args, n, steps, self.kernel.checkpoint_steps)
+        for (at, name, dtype), size in zip(binding.inputs, binding.sizes):
             value = args[at]
             if value is None or value.dtype != dtype or not value.is_contiguous():
                 self._refuse(name, value, dtype)
+            if value.numel() != counts[size]:  # the kernel reads exactly this many: a smaller tensor, read past its end
+                self._refuse_size(name, value, counts[size], n, steps)
             pool.append(value.data_ptr())
         pool += args
         for at in binding.integers:
@@ -90,6 +93,11 @@ class Recipe:
             raise KeyError(f"kernel {self.kernel.kernel_name} needs argument {name!r}")
         raise KernelArgumentError(f"{name}: expected a contiguous {dtype} tensor, got {value.dtype} "
                                   f"(contiguous: {value.is_contiguous()})")
+
+    def _refuse_size(self, name: str, value: torch.Tensor, count: int, n: int, steps: int | None) -> None:
+        sizes = f"N = {n}" if steps is None else f"T = {steps}, N = {n}"
+        raise KernelArgumentError(f"{name}: expected a tensor of {count} elements for a call of {sizes} "
+                                  f"(kernel {self.kernel.kernel_name}), got shape {tuple(value.shape)}")
 
 
 _data_ptr = torch.Tensor.data_ptr
@@ -106,22 +114,52 @@ def _source(name: str, param: Any, sums: Mapping[str, str]) -> tuple[str, str, A
     return kind, name, param.torch_dtype
 
 
+# What an input of a kernel holds, by `Binding.sizes` (indices into `Binding.counts`): a sequence ([T, N], [N] for one
+# step), a vector ([N]: a state, a final state's gradient, a per-neuron parameter), one value (a shared parameter), one
+# per channel (a per-channel parameter, a correction term), a state's checkpoints ([rows, N]: `checkpoint_rows`)
+SEQUENCE, VECTOR, ONE, CHANNELS, CHECKPOINTS = range(5)
+
+
+def _input_size(name: str, tensors: Mapping[str, Broadcast]) -> int:
+    if name in tensors:
+        kind = tensors[name]
+        return CHANNELS if kind == PER_CHANNEL else VECTOR if kind == PER_NEURON else ONE
+    if name in CORRECTION_KEYS:
+        return CHANNELS
+    return {"checkpoints": CHECKPOINTS, "sequence": SEQUENCE}.get(output_kind(name), VECTOR)
+
+
 class Binding:
     """A recipe bound to values given in `names` order: where each input stands, and `arrange`, which orders a pool."""
-    def __init__(self, recipe: Recipe, names: tuple[str, ...]):
+    def __init__(self, recipe: Recipe, names: tuple[str, ...], tensors: Mapping[str, Broadcast] | None = None):
         at = {name: i for i, name in enumerate(names)}
         missing = [name for source, name, _ in recipe.sources if source in ("input", "scalar") and name not in at]
         if missing:
             raise KeyError(f"kernel {recipe.kernel.kernel_name} needs argument {missing[0]!r}")
         sources = recipe.sources
         self.inputs = tuple((at[name], name, dtype) for source, name, dtype in sources if source == "input")
+        self.sizes = tuple(_input_size(name, tensors or {}) for _, name, _ in self.inputs)  # (`SEQUENCE`, ...)
+        self.checkpoints = CHECKPOINTS in self.sizes
         params = recipe.kernel.cparams
         self.integers = tuple(at[name] for source, name, _ in sources  # sizes among the ops' float[] scalars
                               if source == "scalar" and params[name].dtype is None)
         self.channels = at.get(CHANNEL_KEYS[0], -1)  # where the channel count stands (kernels that sum per channel)
+        self.inner = at.get(CHANNEL_KEYS[1], -1)  # and the neurons per run of one channel
         pool = ["N", "T", *recipe.outputs, *(name for _, name, _ in self.inputs), *names]
         self.order = tuple(pool.index(name) for _, name, _ in sources)  # each parameter's place in the pool
         self.arrange = operator.itemgetter(*self.order)  # >= 2: a tuple
+
+    def counts(self, args: Sequence[Any], n: int, steps: int | None, every: int) -> tuple[int, ...]:
+        """The elements a call's inputs hold, by size (`SEQUENCE`, ...); channel sizes that would divide by zero in the
+        kernel refused."""
+        channels = -1
+        if self.channels >= 0:
+            channels, inner = int(args[self.channels]), int(args[self.inner])
+            if n and (channels < 1 or inner < 1 or n % (channels * inner)):
+                raise KernelArgumentError(f"{CHANNEL_KEYS[0]}, {CHANNEL_KEYS[1]}: expected sizes of at least 1 whose "
+                                          f"product divides N = {n}, got {channels} and {inner}")
+        rows = int(checkpoint_rows(steps or 0, every)) * n if self.checkpoints else -1
+        return (n if steps is None else steps * n, n, 1, channels, rows)
 
 
 @dataclass(frozen=True)
@@ -299,7 +337,8 @@ class KernelCall:
         found = self._bound.get((like.dtype, layout))
         if found is None:
             recipe = self.config.recipe(self.kind, like.dtype, self.flags, layout)
-            found = self._bound[(like.dtype, layout)] = (recipe, Binding(recipe, self.names))
+            found = self._bound[(like.dtype, layout)] = (recipe, Binding(recipe, self.names,
+                                                                              dict(self.config.tensors)))
         bound = BoundLaunch(*found, like, n, steps, backend)
         if key is not None and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
             if len(self._launches) >= _MAX_LAUNCHES:  # shapes that vary without end must not grow this
