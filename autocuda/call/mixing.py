@@ -64,7 +64,7 @@ def kernel_backend(x: Tensor, backend: str | None) -> str | None:
     if x.dtype not in SUPPORTED_DTYPES or torch.compiler.is_compiling() or functorch_active() or tracing_state() \
             or forward_ad._current_level >= 0:
         return None
-    runs = backend or default_backend(x.device.type)
+    runs = default_backend(x.device.type) if backend is None else backend
     return runs if runs in ("cuda", "host") and (runs == "host") == (x.device.type == "cpu") else None
 
 
