@@ -52,10 +52,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # headers, more), so with xdist one worker takes all these files, as one unit of work (`schedule_scope`);
 # every other file is a unit of its own. tests/test_schedule.py pins the list against the files' calls.
 COMPILE_FILES = ("test_batchnorm.py", "test_benchmark.py", "test_builder_arrays.py", "test_compile_after_changes.py",
-                 "test_final_states.py", "test_functional.py", "test_gradient_passes.py", "test_memory_order.py",
-                 "test_native_ops.py", "test_nn.py", "test_noise_specs.py", "test_ops.py", "test_recompute.py",
-                 "test_reference_compile.py", "test_replay_charge.py", "test_special_neurons_after_construction.py",
-                 "test_surrogate_edges.py")
+                 "test_export.py", "test_final_states.py", "test_functional.py", "test_gradient_passes.py",
+                 "test_memory_order.py", "test_native_ops.py", "test_nn.py", "test_noise_specs.py", "test_ops.py",
+                 "test_recompute.py", "test_reference_compile.py", "test_replay_charge.py",
+                 "test_special_neurons_after_construction.py", "test_surrogate_edges.py")
 COMPILE_SCOPE = "torch.compile"
 
 

@@ -100,8 +100,17 @@ def multi_step(spec: NeuronSpec | str, x_seq: Tensor | Sequence[Tensor], *initia
 def _draws_under_compile(spec: NeuronSpec | str) -> bool:
     """Whether torch.compile traces a call whose step draws: each call takes a fresh seed from torch's generator
     (`noise.Seed`), which a trace would hold as one constant, so such calls run eagerly, outside the graph (a graph
-    break; Dynamo compiles nothing inside them)."""
-    return torch.compiler.is_compiling() and spec_facts(spec_ref(spec)).draws
+    break; Dynamo compiles nothing inside them). torch.export has no eager part to run them in: refused by name (its
+    non-strict trace recursed here without end, its strict one named only the disabled function)."""
+    if not torch.compiler.is_compiling():
+        return False
+    facts = spec_facts(spec_ref(spec))
+    if facts.draws and torch.compiler.is_exporting():
+        raise NotImplementedError(
+            f"neuron {facts.name!r}: its step draws random numbers (randn(), rand()) with a fresh seed each call, "
+            f"which torch.export would keep as one constant of the program: a step that draws cannot be exported "
+            f"(torch.compile runs such calls eagerly, outside its graph)")
+    return facts.draws
 
 
 def _replaying_draws(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -416,7 +416,10 @@ def _backward(ctx, grads: list[Tensor], run_backward: Any = None):
     """The op's gradients from what `_save_context` kept, by `neuron_backward` or (eager twin) `run_backward`."""
     form: ForwardForm = ctx.form
     if not form.save:
-        raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True")
+        raise RuntimeError("autocuda.neuron_forward ran with save_for_backward=False; backward needs it True (a "
+                           "program traced where nothing needed a gradient keeps it False: to train through a "
+                           "torch.export program, export it with grad enabled and an input or a parameter of each "
+                           "neuron layer requiring grad, as when training)")
     saved, n = ctx.saved_tensors, len(form.picks)
     shape, dtype, device = ctx.meta
     finals = _dense_all(grads, form.finals, shape, True, dtype, device)  # none given: a kernel taking zeros

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.utils import parametrize
 
 from ..call import functional as F
 from ..call.program import Call
@@ -102,13 +103,14 @@ class BatchNormNeuron(nn.Module):
         dims = next((d for d, kind in _KINDS.items() if isinstance(bn, kind)), None)
         if dims is None:
             raise TypeError(f"bn: expected a torch BatchNorm1d/2d/3d, got {type(bn).__name__}")
-        fused = cls(bn.num_features, neuron, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
-                    track_running_stats=bn.track_running_stats, dims=dims)
+        fused = cls(bn.num_features, neuron, eps=bn.eps, momentum=bn.momentum, affine=bn.affine, dims=dims)
         for name in ("weight", "bias"):
             setattr(fused, name, getattr(bn, name))
+        # bn's buffers, None where bn has none, whatever its `track_running_stats` (set after construction, it
+        # no longer says whether the buffers exist)
         for name in ("running_mean", "running_var", "num_batches_tracked"):
-            if getattr(bn, name, None) is not None:
-                fused.register_buffer(name, getattr(bn, name))
+            fused.register_buffer(name, getattr(bn, name, None))
+        fused.track_running_stats = bn.track_running_stats
         return fused.train(bn.training)
 
     # -- BatchNorm's interface ------------------------------------------------------------------------
@@ -152,6 +154,9 @@ class BatchNormNeuron(nn.Module):
             raise ValueError(f"step_mode: expected 's' or 'm', got {mode!r}")
         first = 1 if mode == "m" else 0
         self._check(x, first)
+        self._check_settings()
+        if x.numel() == 0 and (self.training or self.running_mean is None):
+            return self._empty(x, first)
         # hooks on the neuron (a Monitor's, a user's, from before fuse_batchnorm) run as on an unfused neuron: it is
         # called on BatchNorm's output, computed with torch; else the fused kernels run, never calling it
         hooked = has_hooks(self.neuron)
@@ -180,11 +185,40 @@ class BatchNormNeuron(nn.Module):
             raise ValueError(f"x: expected {self.num_features} channels at dim {first + 1}, got shape "
                              f"{tuple(x.shape)}")
 
+    def _check_settings(self) -> None:
+        """`eps` and the sizes of the parameters and of the running statistics a call reads or updates, as torch's
+        BatchNorm checks them at each call (any may have been set after construction): a weight of one value was
+        broadcast over the channels, a negative eps made NaN."""
+        batch = self.training or self.running_mean is None
+        if self.eps < 0 or (batch and self.eps <= 0):
+            raise ValueError(f"eps: expected a {'positive' if batch else 'non-negative'} number (as torch's BatchNorm "
+                             f"with {'batch' if batch else 'running'} statistics), got {self.eps!r}")
+        running = not self.training or self.track_running_stats  # read in eval, updated in training
+        for name in ("weight", "bias", *(("running_mean", "running_var") if running else ())):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != (self.num_features,):
+                raise ValueError(f"{name}: expected {self.num_features} values (one per channel), got shape "
+                                 f"{tuple(value.shape)}")
+
+    def _empty(self, x: torch.Tensor, first: int) -> torch.Tensor:
+        """An empty batch: no statistics to take. torch's BatchNorm passes it through (counting it in training, the
+        running statistics unchanged), BatchNorm's parameters getting zero gradients; so here."""
+        batches = self.num_batches_tracked
+        if self.training and self.track_running_stats and self.running_mean is not None and batches is not None:
+            with torch.no_grad():
+                batches.add_(1)
+        shape = (self.num_features, *(1,) * (x.dim() - first - 2))
+        y = x if self.weight is None else x * self.weight.reshape(shape)
+        return self.neuron(y if self.bias is None else y + self.bias.reshape(shape))
+
     def _affine(self, x: torch.Tensor, first: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(a, b) per channel: BatchNorm's output is a * x + b."""
         if self.training or self.running_mean is None:
             count = self._count(x)
-            mean, var = _Statistics.apply(x, first + 1, count)
+            # torch.export keeps no Function's backward (its strict trace ran this one without grad: x's gradient
+            # lost the statistics' part silently): there, their torch ops, which autograd differentiates
+            statistics = _Statistics.forward if torch.compiler.is_exporting() else _Statistics.apply
+            mean, var = statistics(x, first + 1, count)
             self._track(mean.detach(), var.detach(), count)
         else:  # eval, with running statistics
             mean, var = self.running_mean, cast(torch.Tensor, self.running_var)
@@ -212,9 +246,11 @@ class BatchNormNeuron(nn.Module):
     def _two_passes_fit(self, x: torch.Tensor) -> bool:
         """Whether a multi-step call may take the two-pass backward (`batchnorm_passes`): training on batch
         statistics, with BatchNorm's affine parameters learned, float32 or float64 contiguous input, the neuron
-        keeping no sequence and not recomputing."""
+        keeping no sequence and not recomputing; not under torch.export, which keeps no Function's backward (a
+        strict export's spikes had no gradient at all)."""
         n, weight, bias = self.neuron, self.weight, self.bias
         return (self.training or self.running_mean is None) and torch.is_grad_enabled() \
+            and not torch.compiler.is_exporting() \
             and x.dtype in _REPLAYS_H and x.is_contiguous() and weight is not None and bias is not None \
             and weight.requires_grad and bias.requires_grad and not n.recompute and not n.store_v_seq
 
@@ -435,6 +471,14 @@ def _problem(bn: _BatchNorm, neuron: Any, inside: bool | None) -> str | None:
         return str(error)
     if not isinstance(bn, tuple(_KINDS.values())):  # SyncBatchNorm, a lazy one not initialised yet, ...
         return f"{type(bn).__name__} is not a BatchNorm1d/2d/3d"
+    # what the fused layer would not do: bn's own forward (a subclass's), its hooks, its parametrizations
+    if type(bn).forward is not _BatchNorm.forward and not _is_spikingjelly_batchnorm(bn):
+        return f"{type(bn).__name__} overrides forward, which the fused layer would bypass"
+    if bn._forward_hooks or bn._forward_pre_hooks or bn._backward_hooks or bn._backward_pre_hooks:
+        return f"{type(bn).__name__} has hooks, which would not run on the fused layer"
+    if parametrize.is_parametrized(bn):
+        return f"{type(bn).__name__} has parametrizations (torch.nn.utils.parametrize), which the fused layer " \
+               f"would not apply"
     mode = getattr(bn, "step_mode", None)
     if inside:
         if mode not in (None, "s"):
@@ -445,6 +489,13 @@ def _problem(bn: _BatchNorm, neuron: Any, inside: bool | None) -> str | None:
     if mode is None:
         return "a torch BatchNorm before a multi-step neuron sees [T, B, ...], not a batch: left as it is"
     return f"step modes differ: BatchNorm {mode!r}, neuron {neuron.step_mode!r}"
+
+
+def _is_spikingjelly_batchnorm(bn: _BatchNorm) -> bool:
+    """SpikingJelly's `layer.BatchNorm1d/2d/3d` (torch's, with a step mode), known without importing it."""
+    kind = type(bn)
+    return kind.__name__ in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d") \
+        and kind.__module__.startswith("spikingjelly.") and kind.__bases__[0] is getattr(nn, kind.__name__)
 
 
 def _is_container(module: Any) -> bool:
