@@ -289,7 +289,7 @@ class Program:
         if self.native_wanted and native.USE and self.plannable():
             return None
         shape = self.neuron_shape
-        for name in self.state_names[len(states):]:
+        for name in self.state_names[len(states):] if self.given_tensors else ():  # (the key holds params' types)
             init = self.inits[name]
             if isinstance(init, str) and isinstance(params.get(init), Tensor):
                 # it starts at a tensor parameter (v = v_reset, a tensor): from a tensor, as `Call` does. Asked before
