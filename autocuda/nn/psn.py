@@ -216,8 +216,18 @@ class MaskedPSN(_QueuedPSN):
         versions = tuple(t._version for t in buffers)
         kept = self.__dict__.get("_eased")
         if kept is None or not all(map(operator.is_, kept[0], buffers)) or kept[1] != versions:
-            kept = self.__dict__["_eased"] = (buffers, versions, _eased_mask(*buffers))
+            with torch.inference_mode(False):  # made in inference mode, a later training call could not save it
+                kept = self.__dict__["_eased"] = (buffers, versions, _eased_mask(*buffers))
         return kept[2] * self.weight
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The layer's state without the eased mask kept between calls: it is keyed by its buffers' version counters,
+        which a copy's buffers restart (they could match again while lambda_ differs); a copy makes it again."""
+        return {name: value for name, value in super().__getstate__().items() if name != "_eased"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # as `__getstate__`, for a deep copy (`MemoryViews.__deepcopy__` copies the dict) and a layer pickled before
+        super().__setstate__({name: value for name, value in state.items() if name != "_eased"})
 
     def single_step_forward(self, x: torch.Tensor) -> torch.Tensor:
         # SpikingJelly's: a step beyond T still enters the queue before the call is refused
@@ -275,13 +285,23 @@ class SlidingPSN(_QueuedPSN):
         """The [T, T] matrix of a T-step call: row t holds the last min(t + 1, k) weights, ending at column t (one
         gather from the weights after a zero, which fills the rest; `_Banded`)."""
         # torch.jit.trace's sizes are traced ints, which its record of a Function's call cannot hold
-        return _Banded.apply(self.weight, int(T) if torch.jit.is_tracing() else T)
+        return _Banded.apply(self._weights(), int(T) if torch.jit.is_tracing() else T)
+
+    def _weights(self) -> torch.Tensor:
+        """`weight`, refused by name where one of another shape replaced it: k, which the queue of single steps and
+        the band of a sequence follow, is fixed at construction (a multi-step call took the new length, a single
+        step failed inside torch's broadcasting)."""
+        weight = self.weight
+        if weight.shape != (self.k,):
+            raise ValueError(f"SlidingPSN: weight: expected shape ({self.k},) (k = {self.k}, fixed at construction), "
+                             f"got {tuple(weight.shape)}")
+        return weight
 
     def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                                        **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
         x, (queue,) = inputs[0], states
         pushed = _pushed(queue, x, self.k)
-        weight = self.weight[self.k - len(pushed):].unsqueeze(-1)
+        weight = self._weights()[self.k - len(pushed):].unsqueeze(-1)
         h = torch.sum(weight * torch.stack(pushed), 0)
         return (self.surrogate_function(h + self.bias).view(x.shape),), (list(pushed),)
 
