@@ -33,6 +33,7 @@ from ..spec.transform import INPUT_SCALE, INPUT_SHIFT, with_input_affine
 from . import batchnorm_passes as passes
 from .arguments import BACKENDS, has_hooks, refuse_proxy, refuse_script
 from .layer_call import append_v_seq, read_params, start_states, store_states, sync_surrogate
+from .memory import StepBase
 from .neuron import Neuron
 
 __all__ = ["BatchNormNeuron", "Finding", "batchnorm_fusions", "fuse_batchnorm"]
@@ -45,11 +46,13 @@ _LOW = (torch.float16, torch.bfloat16)
 _REPLAYS_H = (torch.float32, torch.float64)
 
 
-class BatchNormNeuron(nn.Module):
+class BatchNormNeuron(nn.Module, StepBase):
     """BatchNorm{dims}d (`num_features`, `eps`, `momentum` (None: cumulative average), `affine`,
     `track_running_stats`; the same parameters and buffers) followed by `neuron`: a `Neuron` layer (kept as
     `self.neuron`, with its states, step mode and parameters), or a spec (name or NeuronSpec) with the
-    `Neuron`'s keyword arguments in `neuron_args`. The step mode is the neuron's."""
+    `Neuron`'s keyword arguments in `neuron_args`. The step mode is the neuron's. Where SpikingJelly is installed it
+    is one of its `base.StepModule`s, as the neuron is, so that SpikingJelly's code that tells step modules by
+    `isinstance` (the fx tracer of its `fuse_conv_bn_eval_modules`, which keeps them whole) takes it as one."""
 
     __prepare_scriptable__ = refuse_script  # torch.jit.script: refused by name
     weight: nn.Parameter | None

@@ -15,7 +15,8 @@ from torch import nn
 
 from .arguments import refuse_script
 
-__all__ = ["MemoryBase", "MemoryViews", "Memories", "MultiStepOnly", "detach_memories", "memory_module_base"]
+__all__ = ["MemoryBase", "MemoryViews", "Memories", "MultiStepBase", "MultiStepOnly", "StepBase", "detach_memories",
+           "memory_module_base", "step_module_base"]
 
 
 def memory_module_base() -> type[nn.Module]:
@@ -27,14 +28,35 @@ def memory_module_base() -> type[nn.Module]:
     return MemoryModule if isinstance(MemoryModule, type) and issubclass(MemoryModule, nn.Module) else nn.Module
 
 
+def step_module_base(name: str = "StepModule") -> type:
+    """SpikingJelly's `base.StepModule` (or `base.MultiStepModule`, ... by `name`) where SpikingJelly is installed,
+    else `object`. SpikingJelly's code tells step modules by `isinstance`: its fx tracer of
+    `fuse_conv_bn_eval_modules` and `pack_conv_bn_train_modules` keeps them whole (a leaf), `set_step_mode` warns
+    for others."""
+    try:
+        from spikingjelly.activation_based import base
+    except ImportError:
+        return object
+    found = getattr(base, name, None)
+    return found if isinstance(found, type) and not issubclass(found, nn.Module) else object
+
+
 if TYPE_CHECKING:
     MemoryBase = nn.Module
+    StepBase: type = object
+    MultiStepBase: type = object
 else:
     MemoryBase = memory_module_base()
+    StepBase = step_module_base()
+    MultiStepBase = step_module_base("MultiStepModule")
 
 
-class MultiStepOnly:
-    """SpikingJelly's MultiStepModule: `step_mode` is 'm' and cannot be set to anything else."""
+class MultiStepOnly(MultiStepBase):
+    """SpikingJelly's MultiStepModule (a subclass of it where SpikingJelly is installed): `step_mode` is 'm' and
+    cannot be set to anything else; `supported_step_mode()` is ('m',)."""
+
+    def supported_step_mode(self) -> tuple[str, ...]:
+        return ("m",)
 
     @property
     def step_mode(self) -> str:

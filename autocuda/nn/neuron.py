@@ -167,7 +167,7 @@ class Neuron(MemoryViews, MemoryBase):
 
     def __setattr__(self, name: str, value: Any) -> None:
         """nn.Module's, except for `surrogate_function`, whose new value the layer's calls take (`_use_surrogate`), and
-        `backend` and the flags (`FLAGS`), checked as at construction."""
+        `backend`, `step_mode` and the flags (`FLAGS`), checked as at construction."""
         if name == "surrogate_function":
             self._use_surrogate(value)
         elif name == "spec" and "_spec_ref" in self.__dict__:  # after construction: the next call runs it
@@ -175,6 +175,8 @@ class Neuron(MemoryViews, MemoryBase):
         else:
             if name == "backend":
                 check_backend(value)
+            elif name == "step_mode" and value not in ("s", "m"):  # as at construction (SpikingJelly's refuses it)
+                raise ValueError(f"step_mode: expected 's' (single step) or 'm' (multi step), got {value!r}")
             elif name in FLAGS:
                 check_switches(**{name: value})
                 if name == "detach_reset" and not value and self.spec.detach_reset:

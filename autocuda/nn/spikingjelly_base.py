@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .arguments import TakesSurrogate, refuse_script, require_steps
-from .memory import Memories, MemoryBase
+from .memory import Memories, MemoryBase, MultiStepOnly
 from .neuron import SIGMOID
 from .spikingjelly_variants import DECODES
 
@@ -281,12 +281,12 @@ class SimpleBaseNode(_MemoryNode):
             self.v = spike_d * self.v_reset + (1.0 - spike_d) * self.v
 
 
-class NonSpikingBaseNode(nn.Module):
+class NonSpikingBaseNode(MultiStepOnly, nn.Module):
     """`NonSpikingBaseNode(decode=None)`: multi-step; a subclass writes `neuronal_charge(x)` (setting
     `self.v`); each call starts from v = 0 and returns the membrane sequence decoded by `decode`. An unknown
-    decode is refused (SpikingJelly's returns the list)."""
+    decode is refused (SpikingJelly's returns the list). `step_mode` is 'm', another refused (a SpikingJelly
+    `MultiStepModule` where SpikingJelly is installed, as theirs)."""
 
-    step_mode = "m"
     v: torch.Tensor
     __prepare_scriptable__ = refuse_script  # torch.jit.script: refused by name, as the other layers
 

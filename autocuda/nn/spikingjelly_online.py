@@ -42,6 +42,9 @@ class _OnlineLIFNode(LIFNode):
             raise ValueError(f"step_mode: {type(self).__name__} trains online, one step at a time: only 's' "
                              f"(SpikingJelly asserts it), got {value!r}")
 
+    def supported_step_mode(self) -> tuple[str, ...]:
+        return ("s",)
+
     def forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
         return self.single_step_forward(x)
 
