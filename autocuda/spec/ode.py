@@ -349,11 +349,11 @@ def _exp_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.E
 def _exp_triangular_2x2(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Matrix, sp.Matrix]:
     """e^{A dt} and e^{A dt} - I for a triangular 2x2 A: e^{a dt}, e^{d dt} on the diagonal (expm1 of their
     exponents in e^{A dt} - I), the coupling times phi = (e^{a dt} - e^{d dt})/(a - d) off it. phi is computed as
-    e^{d dt} (e^{(a - d) dt} - 1)/(a - d) by `_exp_integral` (dt e^{a dt} where a = d): as a difference of two
-    nearly equal exponentials it had a relative error of eps / |(a - d) dt|."""
+    e^{a dt} (e^{(d - a) dt} - 1)/(d - a) from the larger rate a (or its mirror) by `_divided_difference_2` (dt e^{a dt}
+    where a = d): as a difference of two nearly equal exponentials it had a relative error of eps / |(a - d) dt|."""
     a, d = A[0, 0], A[1, 1]
     ea, ed = sp.exp(a * dt), sp.exp(d * dt)
-    phi = ed * _exp_integral(sp.expand(a - d), dt)
+    phi = _divided_difference([a, d], dt)
     coupling = [A[0, 1] * phi, A[1, 0] * phi]
     E = sp.Matrix([[ea, coupling[0]], [coupling[1], ed]])
     return E, sp.Matrix([[_expm1(a * dt), coupling[0]], [coupling[1], _expm1(d * dt)]])
@@ -395,6 +395,31 @@ def _exp_triangular_3x3(A: sp.Matrix, dt: sp.Expr) -> tuple[sp.Matrix, sp.Matrix
     return E, E_minus_I
 
 
+def _divided_difference_2(a: sp.Expr, b: sp.Expr, dt: sp.Expr) -> sp.Expr:
+    """f[a, b] = (e^{a dt} - e^{b dt})/(a - b), factored from the larger rate: e^{a dt} dt exprel((b - a) dt) where
+    (a - b) dt > 0, its mirror where < 0, dt e^{b dt} (1 + (a - b) dt/2) where a = b or dt = 0 (value and slopes).
+    Factored from the smaller one, e^{(a - b) dt} - 1 overflows where e^{b dt} underflows (a fast synapse beside a
+    slow membrane: inf * 0, NaN). Each branch is finite everywhere, with finite derivatives (the reference's
+    torch.where passes a NaN of a branch it does not take into gradients): outside its region its exponent is -1,
+    through a sum (sympy would move the power of 1/exponent into the branches of a Piecewise)."""
+    difference = sp.expand(a - b)
+    if difference == 0:
+        return dt * sp.exp(a * dt)
+    z = sp.expand(difference * dt)  # its sign, not the rates': a run-time dt of 0 takes the third branch too
+    above, below = z > 0, z < 0
+
+    def branch(u: sp.Expr, z: sp.Expr, region: sp.Basic) -> sp.Expr:
+        if region is not sp.true:
+            z = z * sp.Piecewise((1, region), (0, True)) + sp.Piecewise((0, region), (-1, True))
+        return sp.exp(u * dt) * dt * _expm1(z) / z
+    if above is sp.true:
+        return branch(a, -z, sp.true)
+    if below is sp.true:
+        return branch(b, z, sp.true)
+    return sp.Piecewise((branch(a, -z, above), above), (branch(b, z, below), below),
+                        (dt * sp.exp(b * dt) * (1 + difference * dt / 2), True))
+
+
 def _divided_difference(rates: list[sp.Expr], dt: sp.Expr) -> sp.Expr:
     """The divided difference of e^{z dt} over two or three rates, finite (with finite derivatives) where rates
     coincide: f[a, b] = e^{b dt} (e^{(a - b) dt} - 1)/(a - b) (`_exp_integral`: dt e^{a dt} at a = b), and
@@ -402,8 +427,7 @@ def _divided_difference(rates: list[sp.Expr], dt: sp.Expr) -> sp.Expr:
     which at u = v is exprel' at their mean w (value and both slopes; 1/2 + w/3 at w = 0). Near a coincidence the
     differences cancel as sympy's own formula does."""
     if len(rates) == 2:
-        a, b = rates
-        return sp.exp(b * dt) * _exp_integral(sp.expand(a - b), dt)
+        return _divided_difference_2(rates[0], rates[1], dt)
     a, b, c = rates
     u, v = sp.expand((a - c) * dt), sp.expand((b - c) * dt)
     w = (u + v) / 2

@@ -224,7 +224,27 @@ MODULE_EXPORTS: Mapping[type, Callable[[Any, Shape], Any]] = {
 }
 
 
+def _check_step(module: nn.Module, dt: float, where: str) -> None:
+    """A layer that steps its NIR equations in seconds (a `nir_*` spec's `time_step`, the torch modules' `dt`) is
+    exported only with its own step: NIR stores no step, and an import at `dt` would run it at that one."""
+    if isinstance(module, Neuron):
+        if spec_kind(module.spec) is None:
+            return
+        own: Any = module.time_step
+    elif isinstance(module, M.StepModule):
+        own = module.dt
+    else:
+        return
+    steps = _numpy(own) if isinstance(own, torch.Tensor) else np.asarray(own, dtype=np.float64)
+    if not np.allclose(steps, dt, rtol=1e-9, atol=0):
+        found = f"{steps.flat[0]:g}" if steps.size and np.all(steps == steps.flat[0]) else "per-neuron values"
+        raise NIRError(f"module {where!r} ({type(module).__name__}) steps its NIR equations with dt = {found} s, "
+                       f"not the export's dt = {dt:g} s: NIR stores no time step, and the graph imported with dt = "
+                       f"{dt:g} would be another network; pass the module's dt to to_nir")
+
+
 def _node(module: nn.Module, shape: Shape, dt: float, where: str) -> nir.NIRNode:
+    _check_step(module, dt, where)
     try:
         if isinstance(module, Neuron):
             return _neuron(module, shape, dt)
