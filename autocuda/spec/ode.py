@@ -422,7 +422,7 @@ def _divided_difference_2(a: sp.Expr, b: sp.Expr, dt: sp.Expr) -> sp.Expr:
 
 def _divided_difference(rates: list[sp.Expr], dt: sp.Expr) -> sp.Expr:
     """The divided difference of e^{z dt} over two or three rates, finite (with finite derivatives) where rates
-    coincide: f[a, b] = e^{b dt} (e^{(a - b) dt} - 1)/(a - b) (`_exp_integral`: dt e^{a dt} at a = b), and
+    coincide: f[a, b] = (e^{a dt} - e^{b dt})/(a - b) factored from the larger rate (`_divided_difference_2`), and
     f[a, b, c] = dt^2 e^{c dt} g(u, v), u = (a - c) dt, v = (b - c) dt, g(u, v) = (exprel(u) - exprel(v))/(u - v),
     which at u = v is exprel' at their mean w (value and both slopes; 1/2 + w/3 at w = 0). Near a coincidence the
     differences cancel as sympy's own formula does."""
