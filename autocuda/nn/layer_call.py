@@ -222,7 +222,12 @@ def surrogate_state(source: Any) -> Any:
     if names is None:
         cls = SURROGATES.get(type(source).__name__)
         names = () if cls is None else [name for name, _ in cls.DEFAULTS]
-    return (getattr(source, "spiking", True), *(getattr(source, name, None) for name in names))
+    return (getattr(source, "spiking", True), *(_plain(getattr(source, name, None)) for name in names))
+
+
+def _plain(value: Any) -> Any:
+    """A tensor parameter's values (compared by value, not identity: changed in place, it is a change), else `value`."""
+    return value.tolist() if isinstance(value, torch.Tensor) else value
 
 
 def sync_surrogate(layer: Neuron) -> None:

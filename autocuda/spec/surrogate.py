@@ -165,7 +165,8 @@ class Surrogate:
         whose programs were built (it ran, or `gradient_of_x` readied it) has them rebuilt at once: code compiled
         with it (torch.compile, fullgraph=True) retraces after the change, and the trace must not meet sympy."""
         ready = "_gradient_x" in self.__dict__ or "_primitive_x" in self.__dict__
-        for cached in ("_gradient_x", "_primitive_x", "_primitive_slope_x", "_frozen_copy", "_gradients"):
+        for cached in ("_gradient_x", "_primitive_x", "_primitive_slope_x", "_frozen_copy", "_gradients",
+                       "_formula_text"):
             self.__dict__.pop(cached, None)
         object.__setattr__(self, "_version", next(_VERSIONS))
         for watcher in list(self.__dict__.get("_watchers", ())):
@@ -236,7 +237,20 @@ class Surrogate:
         self._changed()
 
     def key(self) -> tuple:
-        return (self.name, self._values) if self._spiking else (self.name, self._values, "non-spiking")
+        """(name, values[, "non-spiking"]); a class other than the one SURROGATES names so (a user's subclass, or
+        another class of that name) adds the exact text of its formulas, made once per version: two classes of one
+        name with their own gradients never share a plan or a kernel (the disk cache is keyed by this too)."""
+        base = (self.name, self._values) if self._spiking else (self.name, self._values, "non-spiking")
+        if SURROGATES.get(self.name) is type(self):
+            return base
+        text = self.__dict__.get("_formula_text")
+        if text is None:
+            formulas = [self.gradient(_x())]
+            if not self._spiking:
+                formulas += [self.primitive(_x()), self._primitive_gradient(_x(), **self._sympy_params())]
+            text = tuple(sympy.srepr(f) for f in formulas)
+            object.__setattr__(self, "_formula_text", text)
+        return (*base, text)
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.key() == other.key()
@@ -732,6 +746,25 @@ def surrogate_from_spec(name: str, params: Mapping[str, Any] | None = None) -> S
     return cls(**params)
 
 
+_BEHAVIOUR = ("forward", "__call__", "spiking_function", "primitive_function", "backward")
+
+
+def _own_behaviour(cls: type) -> str | None:
+    """Why an object of `cls`, named as one of ours, is not the surrogate of that name, or None where it is: a class
+    of its MRO before SpikingJelly's (a subclass of SpikingJelly's, torch.nn.Sigmoid, ...) defines how it computes
+    (`forward`, `spiking_function`, `backward`, ...), or the SpikingJelly class it derives from has another name. A
+    plain object that only holds the parameters (duck-typed) is taken by its name."""
+    for c in cls.__mro__:
+        if c.__module__.split(".")[0] == "spikingjelly":
+            return None if c.__name__ == cls.__name__ else f"it derives from SpikingJelly's {c.__name__}"
+        if c is object or c is torch.nn.Module:
+            continue
+        for name in _BEHAVIOUR:
+            if name in vars(c):
+                return f"{c.__module__}.{c.__qualname__} defines its own {name}"
+    return None
+
+
 def get_surrogate(obj: Surrogate | str | Mapping[str, Any] | Any) -> Surrogate:
     """A Surrogate from a Surrogate, a name, a {'name': ..., params} mapping or a SpikingJelly surrogate."""
     if isinstance(obj, Surrogate):
@@ -748,5 +781,27 @@ def get_surrogate(obj: Surrogate | str | Mapping[str, Any] | Any) -> Surrogate:
     if cls is None or cls is Custom:
         raise SpecError(f"cannot use {type(obj).__name__} as a surrogate (known: {', '.join(SURROGATES)})",
                         field="surrogate", symbol=type(obj).__name__)
+    own = _own_behaviour(type(obj))
+    if own is not None:
+        raise SpecError(f"cannot use {type(obj).__name__} as a surrogate: {own}, so autocuda's {cls.__name__} of "
+                        f"the same name would silently replace what it computes; write its gradient as "
+                        f"autocuda.surrogate.Custom(...) or a subclass of autocuda's {cls.__name__}",
+                        field="surrogate", symbol=type(obj).__name__)
     spiking = bool(getattr(obj, "spiking", True))
-    return cls(**{n: float(getattr(obj, n)) for n, _ in cls.DEFAULTS if hasattr(obj, n)}, spiking=spiking)
+    return cls(**{n: _foreign_value(obj, n) for n, _ in cls.DEFAULTS if hasattr(obj, n)}, spiking=spiking)
+
+
+def _foreign_value(obj: Any, name: str) -> Any:
+    """A foreign surrogate's parameter as a number (a one-element tensor's value); the constructor checks it. A tensor
+    of several values (per neuron) is refused by name: autocuda's surrogate parameters are numbers."""
+    value = getattr(obj, name)
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise SpecError(f"{type(obj).__name__} parameter '{name}' must be one number, got a tensor of shape "
+                            f"{tuple(value.shape)} (autocuda's surrogate parameters are numbers, not per neuron)",
+                            field=f"surrogate.{name}", symbol=name)
+        return value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return value  # the constructor refuses it by name

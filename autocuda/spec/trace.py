@@ -417,10 +417,41 @@ def _library_surrogate(frame: Any) -> tuple[type, dict[str, Any]] | None:
     if owner is None:
         return None
     names = frame.f_code.co_varnames[:frame.f_code.co_argcount]
-    return owner, {n: frame.f_locals[n] for n in names if n in frame.f_locals}
+    return _applied(frame, owner), {n: frame.f_locals[n] for n in names if n in frame.f_locals}
+
+
+_APPLY = torch.autograd.Function.apply.__func__.__code__  # type: ignore[attr-defined]
+
+
+def _applied(frame: Any, owner: type) -> type:
+    """The Function class whose `apply` ran the forward in `frame` (a subclass of `owner`, whose forward it
+    inherits), else `owner`."""
+    for _ in range(4):
+        frame = frame.f_back
+        if frame is None:
+            break
+        if frame.f_code is _APPLY:
+            cls = frame.f_locals.get("cls")
+            return cls if isinstance(cls, type) and issubclass(cls, owner) else owner
+    return owner
 
 
 _SJ_NAMES = {cls.__name__.lower(): cls for cls in SURROGATES.values() if cls is not Custom}
+_SPIKE_LIBRARIES = ("spikingjelly", "snntorch")  # whose spike functions of our names compute ours (norse's do not)
+_OWN = ("forward", "setup_context", "backward", "vjp", "jvp")
+
+
+def _not_theirs(owner: type) -> str | None:
+    """Why the autograd Function `owner` (what `_library_surrogate` found: the class applied) does not compute the
+    surrogate its name says, or None: it is not SpikingJelly's or snnTorch's, or a class of its MRO before the
+    library's defines its own forward or backward."""
+    for c in owner.__mro__:
+        if c.__module__.split(".")[0] in _SPIKE_LIBRARIES:
+            return None
+        for name in _OWN:
+            if name in vars(c):
+                return f"{c.__module__}.{c.__qualname__} defines its own {name}"
+    return f"{owner.__module__}.{owner.__qualname__} is not SpikingJelly's or snnTorch's"
 
 
 def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) -> Surrogate:
@@ -433,6 +464,10 @@ def _named_surrogate(owner: type, arguments: Mapping[str, Any], operation: str) 
         known = ", ".join(sorted(c.__name__ for c in _SJ_NAMES.values()))
         raise refuse(f"the spike function {owner.__module__}.{owner.__name__}",
                      f"use one of the surrogates {known} (SpikingJelly's or autocuda's)")
+    why = _not_theirs(owner)
+    if why is not None:  # autocuda's of that name would silently replace its gradient
+        raise refuse(f"the spike function {owner.__module__}.{owner.__name__} ({why})",
+                     f"write its gradient as autocuda.surrogate.Custom(...) or a subclass of autocuda's {cls.__name__}")
     ours = [name for name, _ in cls.DEFAULTS]
     for name, value in arguments.items():  # a parameter of theirs that ours lacks would be silently dropped
         if name not in ours and isinstance(value, (numbers.Real, torch.Tensor)):
