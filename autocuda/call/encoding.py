@@ -14,6 +14,9 @@ generators differ, so a seed's trains differ between devices).
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import nn
 
@@ -35,13 +38,13 @@ def poisson(x: Tensor, T: int, *, gain: float = 1.0, seed: int | None = None,
     _check_tensor(x, "x")
     _check_steps(T)
     check_switches(check=check)
-    if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain >= 0:
-        raise ValueError(f"gain: expected a number >= 0, got {gain!r}")
+    gain = _number(gain, "gain", ">= 0")
     if seed is not None and generator is not None:
         raise ValueError("seed, generator: pass one of them (seed makes a new generator; generator continues one)")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
-    p = x * gain if gain != 1 else x
+    # gain * x in float64: in x's dtype, bfloat16 rounded 200 / 255 to 0.785 (a biased rate, another train)
+    p = x.to(torch.float64) * gain if gain != 1 else x
     if check:
         _check_range(p, "x" if gain == 1 else "gain * x", " (scale them first, or use gain=)")
     generator = _generator(x.device, seed) if seed is not None else generator
@@ -76,20 +79,24 @@ def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool =
     _check_tensor(x_seq, "x_seq")
     if x_seq.dim() < 1 or x_seq.shape[0] < 1:
         raise ValueError(f"x_seq: expected a sequence of shape [T, *] with T > 0, got shape {tuple(x_seq.shape)}")
-    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
-        raise ValueError(f"threshold: expected a number > 0, got {threshold!r}")
+    threshold = _number(threshold, "threshold", "> 0")
     check_switches(signed=signed, check=check)
     if check and not bool(torch.isfinite(x_seq).all()):
         raise ValueError("x_seq: holds NaN or infinite values")
-    out = torch.zeros_like(x_seq, dtype=_float_dtype(x_seq))
-    if not x_seq.is_floating_point():  # signed changes: uint8 would wrap (1 - 3 = 254), bool has no subtraction
-        x_seq = x_seq.long()
-    reference = x_seq[0]
+    out = torch.zeros(x_seq.shape, dtype=_float_dtype(x_seq), device=x_seq.device)
+    # changes in float64 (exact for float16/bfloat16/float32 values) against the threshold as given: compared in
+    # x_seq's dtype it was rounded first (float16 0.1 -> 0.09998), and smaller changes fired. Integers: signed
+    # int64 (uint8 would wrap, 1 - 3 = 254; bool has no subtraction) against the threshold's ceiling, exactly.
+    work, limit = (torch.float64, threshold) if x_seq.is_floating_point() else (
+        torch.long, math.ceil(threshold) if threshold < 2**63 else 2**63 - 1)
+    reference = x_seq[0].detach().to(work)
     for t in range(1, x_seq.shape[0]):  # the reference depends on earlier spikes: a loop over time
-        change = x_seq[t] - reference
-        spike = torch.sign(change) * (change.abs() >= threshold)
-        out[t] = spike if signed else spike.abs()
-        reference = torch.where(spike != 0, x_seq[t], reference)
+        now = x_seq[t].detach().to(work)
+        change = now - reference
+        up, down = change >= limit, change <= -limit
+        # a difference of masks: +0.0 where nothing fires (sign(change) * mask gave -0.0 for small falls)
+        out[t] = up.to(out.dtype) - down.to(out.dtype) if signed else (up | down).to(out.dtype)
+        reference = torch.where(up | down, now, reference)
     return out
 
 
@@ -104,6 +111,8 @@ class PoissonEncoder(nn.Module):
     def __init__(self, T: int, gain: float = 1.0, seed: int | None = None, check: bool = True):
         super().__init__()
         _check_steps(T)
+        gain = _number(gain, "gain", ">= 0")
+        check_switches(check=check)  # here, not at the first call
         self._generators: dict[str, torch.Generator] = {}
         self.T, self.gain, self.seed, self.check = T, gain, seed, check
 
@@ -143,6 +152,7 @@ class LatencyEncoder(nn.Module):
     def __init__(self, T: int, check: bool = True):
         super().__init__()
         _check_steps(T)
+        check_switches(check=check)  # here: SpikingJelly's LatencyEncoder(T, 'log') would set check to 'log'
         self.T, self.check = T, check
 
     def forward(self, x: Tensor) -> Tensor:
@@ -157,8 +167,8 @@ class DeltaEncoder(nn.Module):
 
     def __init__(self, threshold: float, signed: bool = True, check: bool = True):
         super().__init__()
-        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
-            raise ValueError(f"threshold: expected a number > 0, got {threshold!r}")
+        threshold = _number(threshold, "threshold", "> 0")
+        check_switches(signed=signed, check=check)
         self.threshold, self.signed, self.check = threshold, signed, check
 
     def forward(self, x_seq: Tensor) -> Tensor:
@@ -173,6 +183,17 @@ def _check_tensor(x: object, name: str) -> None:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.is_complex():
         raise TypeError(f"{name}: expected real values, got {x.dtype}")
+
+
+def _number(value: object, name: str, bound: str) -> float:
+    """A real number (numpy's scalars too, bools not) above its bound ("> 0" or ">= 0"), as a float."""
+    try:
+        number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond a float's range, which torch could not take either
+        number = math.nan
+    if not (number > 0 if bound == "> 0" else number >= 0):
+        raise ValueError(f"{name}: expected a number {bound}, got {value!r}")
+    return number
 
 
 def _check_steps(T: object) -> None:
