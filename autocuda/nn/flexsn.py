@@ -139,7 +139,10 @@ class FlexSN(Memories, MemoryBase):
     SpikingJelly's memory protocol, as its FlexSN's: the states are the memories `_state_0`, `_state_1`, ...
     (None until the first call), `reset()` restores them, `detach()` cuts their graphs in place
     (`functional.detach_net`), `Module.to` converts them; where SpikingJelly is installed this is a subclass of
-    its `base.MemoryModule` (`extract_memories`, ... see the layer)."""
+    its `base.MemoryModule` (`extract_memories`, ... see the layer). Its functional protocol as SpikingJelly's
+    FlexSN's: `init_states`, `materialize_states`, `functional_forward` and `single_step_functional_forward` /
+    `multi_step_functional_forward(inputs, states, static_inputs=...)` (static_inputs: the layer's by default),
+    which return `(outputs, new_states)` without touching the layer's states."""
 
     def __init__(self, core: Callable[..., Any], num_states: int, static_inputs: Sequence[torch.Tensor] = (),
                  step_mode: str = "m", store_state_seqs: bool = False, *, backend: str | None = None):
@@ -271,6 +274,12 @@ class FlexSN(Memories, MemoryBase):
 
     # -- forward ----------------------------------------------------------------------------------
     def forward(self, *inputs: torch.Tensor) -> Any:
+        outputs = self._call(inputs, self.step_mode == "m", self.static_inputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _call(self, inputs: tuple[torch.Tensor, ...], multi: bool, statics: tuple[torch.Tensor, ...]
+              ) -> tuple[torch.Tensor, ...]:
+        """A call from the layer's states (which keep the new ones), with the static inputs `statics`."""
         count = self.step.num_inputs
         if len(inputs) != count:
             raise ValueError(f"FlexSN takes {count} step input{'s' if count > 1 else ''}, got {len(inputs)}")
@@ -278,20 +287,83 @@ class FlexSN(Memories, MemoryBase):
             if not isinstance(value, torch.Tensor):
                 refuse_proxy(self, value)
                 raise TypeError(f"input {i}: expected a tensor, got {type(value).__name__}")
-        multi = self.step_mode == "m"
         if multi and (inputs[0].dim() < 1 or inputs[0].shape[0] == 0):  # every backend, "eager" too
             raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(inputs[0].shape)}")
         if self.backend == "eager":
-            outputs = self._eager(inputs)
-        elif multi:
-            outputs = self._one_neuron(inputs) if inputs[0].dim() == 1 else self._multi(inputs)
-        else:
-            outputs = self._single(inputs)
-        return outputs[0] if len(outputs) == 1 else outputs
+            return self._eager(inputs, multi, statics)
+        if multi:
+            return self._one_neuron(inputs, statics) if inputs[0].dim() == 1 else self._multi(inputs, statics)
+        return self._single(inputs, statics)
 
-    def _params(self, shape: tuple[int, ...]) -> dict[str, Any]:
+    # -- SpikingJelly's functional protocol (`base.MemoryModule`, its FlexSN's) ---------------------------------
+    @staticmethod
+    def init_states(num_states: int, step_mode: str, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`num_states` zero states of one step of the first input (SpikingJelly's FlexSN.init_states)."""
+        if not inputs:
+            raise ValueError("FlexSN.init_states: expected at least one input tensor")
+        reference = inputs[0]
+        if step_mode == "m":
+            if reference.dim() < 1 or reference.shape[0] == 0:
+                raise ValueError(f"input: step_mode 'm' expects [T, *] with T >= 1, got {tuple(reference.shape)}")
+            reference = reference[0]
+        return tuple(torch.zeros_like(reference) for _ in range(num_states))
+
+    def materialize_states(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                           step_mode: str) -> tuple[Any, ...]:
+        """`states` with zeros where SpikingJelly's FlexSN starts from zeros (a None state)."""
+        states = tuple(states)
+        if len(states) != self.num_states:
+            raise ValueError(f"states: expected {self.num_states} tensors, got {len(states)}")
+        if any(state is None for state in states):
+            zeros = self.init_states(self.num_states, step_mode, *inputs)
+            return tuple(zero if state is None else state for state, zero in zip(states, zeros))
+        return states
+
+    def functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
+                           **kwargs: Any) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """A call in the layer's step mode from explicit `states`; the layer's own states are not touched."""
+        inputs = tuple(inputs)
+        states = self.materialize_states(inputs, tuple(states), self.step_mode)
+        if self.step_mode == "m":
+            return self.multi_step_functional_forward(inputs, states, **kwargs)
+        return self.single_step_functional_forward(inputs, states, **kwargs)
+
+    def single_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], *,
+                                       static_inputs: Sequence[torch.Tensor] | None = None, **kwargs: Any
+                                       ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """One step from explicit `states` (None: zeros) and `static_inputs` (None: the layer's): returns
+        `(outputs, new_states)`, as SpikingJelly's; the layer's own states are not touched."""
+        return self._functional(inputs, states, static_inputs, multi=False)
+
+    def multi_step_functional_forward(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...], *,
+                                      static_inputs: Sequence[torch.Tensor] | None = None, **kwargs: Any
+                                      ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        """A sequence from explicit states, as `single_step_functional_forward`."""
+        return self._functional(inputs, states, static_inputs, multi=True)
+
+    def _functional(self, inputs: Sequence[torch.Tensor], states: Sequence[Any],
+                    static_inputs: Sequence[torch.Tensor] | None, multi: bool
+                    ) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...]]:
+        states = tuple(states)
+        if len(states) != self.num_states:
+            raise ValueError(f"states: expected {self.num_states} tensors, got {len(states)}")
+        statics = self.static_inputs if static_inputs is None else tuple(static_inputs)
+        if len(statics) != len(self._static_input_names):
+            raise ValueError(f"static_inputs: expected {len(self._static_input_names)} tensors, got {len(statics)}")
+        for i, tensor in enumerate(statics):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"static_inputs[{i}]: expected a tensor, got {type(tensor).__name__}")
+        kept, kept_seqs = self._states, self.state_seqs
+        self._states = list(states)
+        try:
+            outputs = self._call(tuple(inputs), multi, statics)
+            return outputs, tuple(self._states)
+        finally:
+            self._states, self.state_seqs = kept, kept_seqs
+
+    def _params(self, shape: tuple[int, ...], statics: tuple[torch.Tensor, ...]) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for name, tensor in zip(self.step.params, self.static_inputs):
+        for name, tensor in zip(self.step.params, statics):
             if tensor.numel() != 1 and tensor.numel() != _numel(shape):
                 raise ValueError(f"static input {name!r}: {tensor.numel()} values, expected 1 or one per neuron "
                                  f"({_numel(shape)})")
@@ -303,13 +375,14 @@ class FlexSN(Memories, MemoryBase):
         given = {n: v for n, v in zip(self.step.states, self._states) if v is not None}
         return [given.get(s.name, 0.0) for s in self.step.spec.states]
 
-    def _one_neuron(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def _one_neuron(self, inputs: tuple[torch.Tensor, ...], statics: tuple[torch.Tensor, ...]
+                    ) -> tuple[torch.Tensor, ...]:
         """A multi-step call on [T] inputs (one neuron, as SpikingJelly's FlexSN takes them, and as a single step
         takes a 0-d input): run as [T, 1]; outputs and state sequences [T], states 0-d, as the core gives them."""
         kept = self._states
         self._states = [s.reshape(1) if isinstance(s, torch.Tensor) and s.numel() == 1 else s for s in kept]
         try:
-            outputs = self._multi(tuple(v.unsqueeze(1) if v.dim() == 1 else v for v in inputs))
+            outputs = self._multi(tuple(v.unsqueeze(1) if v.dim() == 1 else v for v in inputs), statics)
         except BaseException:
             self._states = kept
             raise
@@ -318,11 +391,11 @@ class FlexSN(Memories, MemoryBase):
             self.state_seqs = tuple(q.squeeze(1) for q in self.state_seqs)
         return tuple(o.squeeze(1) for o in outputs)
 
-    def _multi(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def _multi(self, inputs: tuple[torch.Tensor, ...], statics: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         x_seq = inputs[0]
         kinds = {o.kind for o in self.step.outputs}
         seqs_needed = self._store_state_seqs or bool(kinds & {STATE, EXPRESSION})
-        params = self._params(tuple(x_seq.shape[1:]))
+        params = self._params(tuple(x_seq.shape[1:]), statics)
         initial = self._initial()
         given = inputs if len(inputs) > 1 else x_seq
         spikes, finals, seqs = F.multi_step(self._spec_ref, given, *initial, surrogate=self._surrogate_ref,
@@ -341,9 +414,9 @@ class FlexSN(Memories, MemoryBase):
                 before[name] = torch.cat([first.unsqueeze(0), by_name[name][:-1]])
         return self._outputs(inputs, spikes, by_name, before, params)
 
-    def _single(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def _single(self, inputs: tuple[torch.Tensor, ...], statics: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         x = inputs[0]
-        params = self._params(tuple(x.shape))
+        params = self._params(tuple(x.shape), statics)
         initial = self._initial()
         given = inputs if len(inputs) > 1 else x
         spike, new = F.single_step(self._spec_ref, given, *initial, surrogate=self._surrogate_ref,
@@ -371,19 +444,19 @@ class FlexSN(Memories, MemoryBase):
                 results.append(flat.run(program, values).to(x.dtype).expand(x.shape))
         return tuple(results)
 
-    def _eager(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def _eager(self, inputs: Sequence[torch.Tensor], multi: bool, statics: tuple[torch.Tensor, ...]
+               ) -> tuple[torch.Tensor, ...]:
         """The core itself, step by step (for debugging: no kernel, no trace)."""
-        multi = self.step_mode == "m"
         x = inputs[0]
         states: list[torch.Tensor] = [torch.zeros_like(x[0] if multi else x) if s is None else s
                                       for s in self._states]
         # the static inputs as the kernels read them: one value, or one per neuron in the neuron's shape
-        statics = tuple(self._params(tuple(x.shape[1:] if multi else x.shape)).values())
+        values = tuple(self._params(tuple(x.shape[1:] if multi else x.shape), statics).values())
         steps = zip(*(v.unbind(0) for v in inputs)) if multi else (tuple(inputs),)
         per_step: list[tuple[torch.Tensor, ...]] = []
         seqs: list[list[torch.Tensor]] = [[] for _ in states]
         for xt in steps:
-            returned = self.core(*xt, *states, *statics)
+            returned = self.core(*xt, *states, *values)
             returned = (returned,) if isinstance(returned, torch.Tensor) else tuple(returned)
             count = len(returned) - self.num_states
             per_step.append(returned[:count])
@@ -398,6 +471,8 @@ class FlexSN(Memories, MemoryBase):
 
     def extra_repr(self) -> str:
         name = getattr(self.core, "__name__", type(self.core).__name__)
+        if isinstance(self.core, functools.partial):  # as SpikingJelly's: partial(<the function's name>)
+            name = f"partial({getattr(self.core.func, '__name__', type(self.core.func).__name__)})"
         return (f"core={name}, num_states={self.num_states}, num_static_inputs={len(self._static_input_names)}, "
                 f"step_mode={self.step_mode!r}, backend={self.backend!r}")
 
