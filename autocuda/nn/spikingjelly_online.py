@@ -105,16 +105,24 @@ class OTTTLIFNode(_OnlineLIFNode):
 
     def materialize_states(self, inputs: tuple[torch.Tensor, ...], states: tuple[Any, ...],
                            step_mode: str) -> tuple[Any, ...]:
-        """As LIFNode's, and in training a trace of zeros where there is none yet."""
+        """As LIFNode's, and in training a trace of zeros where there is none yet or it has another shape than the
+        input (a new batch size starts it afresh, as the membrane)."""
         v, trace = super().materialize_states(inputs, states, step_mode)
-        if self.training and trace is None:
-            trace = torch.zeros_like(inputs[0])
+        if self.training:
+            trace = self.fitted_trace(trace, inputs[0])
         return v, trace
 
+    @staticmethod
+    def fitted_trace(trace: Any, like: torch.Tensor) -> Any:
+        """`trace`, or zeros like `like` where there is none or it is a tensor of another shape (a new input shape
+        starts the trace afresh, as it does the membrane, instead of broadcasting another sample's trace)."""
+        if trace is None or (isinstance(trace, torch.Tensor) and trace.shape != like.shape):
+            return torch.zeros_like(like)
+        return trace
+
     def online_outputs(self, spike: torch.Tensor, compiling: bool) -> Any:
-        """[spike, trace], the trace (zeros where there is none yet) tracking the spike."""
-        trace: Any = self.trace
-        trace = self.track_trace(spike, torch.zeros_like(spike) if trace is None else trace, self.tau)
+        """[spike, trace], the trace (zeros where there is none yet, or of another shape) tracking the spike."""
+        trace = self.track_trace(spike, self.fitted_trace(self.trace, spike), self.tau)
         store_states(self, ("trace",), (trace,), compiling)
         return [spike, trace]
 
