@@ -72,6 +72,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _regular_file(path: Path, what: str) -> None:
+    """Refuse to write `what` into an existing path that is no regular file: a FIFO blocked the write until a reader
+    came (`new --force` hung), a directory or a device failed with an unclear error, or none."""
+    if path.exists() and not path.is_file():
+        kind = "a directory" if path.is_dir() else "a FIFO" if path.is_fifo() else "a device or socket"
+        raise ValueError(f"{what}: {path} is not a regular file ({kind}); name a regular file to write")
+
+
 def cmd_new(args: argparse.Namespace) -> int:
     from ..spec.names import spec_name_problem
 
@@ -80,6 +88,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     if problem:
         raise ValueError(f"spec name {name!r}: {problem}")
     path = Path(args.name if args.name.endswith(".toml") else f"{args.name}.toml")
+    _regular_file(path, "name")
     if path.exists() and not args.force:
         raise FileExistsError(f"{path} exists (use --force to overwrite)")
     path.write_text(_SKELETON.format(name=name))
@@ -221,12 +230,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if args.steps is not None and not 0 < args.steps <= plot.MAX_STEPS:
         raise ValueError(f"--steps: expected a number of time steps > 0 and at most {plot.MAX_STEPS}, "
                          f"got {args.steps}")
+    if not abs(args.amplitude) <= plot.MAX_AMPLITUDE:  # named as the option, before any work
+        raise ValueError(f"--amplitude: expected a finite number of magnitude at most {plot.MAX_AMPLITUDE:g}, "
+                         f"got {args.amplitude}")
     if args.seed not in plot.SEEDS:
         raise ValueError(f"--seed: expected an integer from -2**63 to 2**64 - 1 (torch's seeds), got {args.seed}")
     what = "fi" if args.fi else args.input
     out = Path(args.out or f"{spec.name}-{what}.png")
     if out.suffix.lower() not in plot.FORMATS:
         raise ValueError(f"--out: expected a file ending in {', '.join(plot.FORMATS)}, got {str(out)!r}")
+    _regular_file(out, "--out")
     params = dict(_assignment(text) for text in args.param)
     if args.fi:
         figure = plot.plot_fi(spec, None, T=200 if args.steps is None else args.steps, **params)
@@ -298,6 +311,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if sys.stdout is None:  # started with stdout closed (`autocuda list >&-`): said "'NoneType' object has no ..."
+        print("autocuda: error: standard output is closed: nowhere to write (nothing was done)", file=sys.stderr)
+        return 2
     try:
         code = args.run(args)
         sys.stdout.flush()  # a reader gone raises here, not at the interpreter's exit

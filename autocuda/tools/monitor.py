@@ -89,7 +89,6 @@ class Monitor:
         self._keys = {name: _keys(name, layer, states, spikes) for name, layer in self._layers}
         self.records: dict[str, dict[str, list[torch.Tensor]]] = {}
         self.clear()
-        self._restored: list[nn.Module] = []  # layers whose store_v_seq the monitor turned on
         self._handles = []
         for name, layer in self._layers:
             if _membrane(layer) in self._keys[name] and hasattr(layer, "store_v_seq"):
@@ -116,13 +115,28 @@ class Monitor:
     # -- recording ------------------------------------------------------------------------------------
     def _keep_v_seq(self, layer: Any, inputs: Any) -> None:
         """Turn store_v_seq on for calls in step mode 'm' only (in step mode 's' a layer with it on copies a
-        growing v_seq at every step)."""
-        if self.enabled and layer.step_mode == "m" and layer.store_v_seq is False:
-            layer.store_v_seq = True
-            self._restored.append(layer)
-        elif layer.step_mode != "m" and layer in self._restored:
-            layer.store_v_seq = False
-            self._restored.remove(layer)
+        growing v_seq at every step). Every monitor of the layer that turned it on, or found it turned on by
+        another, holds it on for this call: the last to let go turns it off (`_let_go`)."""
+        holders = _HOLDERS.get(layer)
+        if self.enabled and layer.step_mode == "m":
+            if holders is None and layer.store_v_seq is False:
+                layer.store_v_seq = True
+                holders = _HOLDERS[layer] = weakref.WeakSet()
+            if holders is not None:
+                holders.add(self)
+        elif layer.step_mode != "m":
+            self._let_go(layer)
+
+    def _let_go(self, layer: nn.Module) -> None:
+        """Stop holding `layer`'s store_v_seq on; the last monitor to let go turns it off. (Each turning it off
+        at once dropped the call's v_seq before a second monitor of the layer read it.)"""
+        holders = _HOLDERS.get(layer)
+        if holders is None or self not in holders:
+            return
+        holders.discard(self)
+        if not holders:
+            del _HOLDERS[layer]
+            setattr(layer, "store_v_seq", False)  # noqa: B010 - a plain attribute of the layer, typed by it
 
     def _hook(self, name: str) -> Any:
         keys = self._keys[name]
@@ -130,9 +144,7 @@ class Monitor:
         def hook(monitor: Monitor, layer: nn.Module, inputs: Any, output: Any) -> None:
             if monitor.enabled and not monitor.full:
                 monitor._record(name, layer, keys, inputs, output)
-            if layer in monitor._restored:  # for this call only: between calls the layer holds its own setting
-                monitor._restored.remove(layer)
-                setattr(layer, "store_v_seq", False)  # noqa: B010 - a plain attribute of the layer, typed by it
+            monitor._let_go(layer)  # for this call only: between calls the layer holds its own setting
 
         return hook
 
@@ -231,7 +243,7 @@ class Monitor:
             spikes = self.records[name].get(SPIKE) or []
             size = sum(r.numel() * r.element_size() for rs in self.records[name].values() for r in rs)
             steps = sum(r.shape[0] for r in spikes)
-            neurons = spikes[0][0].numel() if spikes else 0
+            neurons = spikes[0].shape[1:].numel() if spikes else 0  # [0][0] failed on a record of 0 steps
             rate = f"{float(self.firing_rate(name)):.4f}" if spikes else "-"
             rows.append((name or "(net)", str(steps), str(neurons), rate, f"{size / 2**20:.2f}"))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -266,9 +278,8 @@ class Monitor:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for layer in self._restored:
-            setattr(layer, "store_v_seq", False)  # noqa: B010 - a plain attribute of the layer, typed by it
-        self._restored.clear()
+        for _, layer in self._layers:
+            self._let_go(layer)
 
     def __enter__(self) -> Monitor:
         return self
@@ -283,6 +294,10 @@ class Monitor:
     def __repr__(self) -> str:
         return (f"Monitor(layers={list(self.layers)}, records={self.count}, nbytes={self.nbytes}, "
                 f"full={self.full}, hooked={bool(self._handles)})")
+
+
+# The layers whose store_v_seq monitors turned on for the call under way, each with the monitors that hold it on
+_HOLDERS: weakref.WeakKeyDictionary[nn.Module, weakref.WeakSet[Monitor]] = weakref.WeakKeyDictionary()
 
 
 def _limit(name: str, limit: Any) -> int | None:

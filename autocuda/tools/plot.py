@@ -17,6 +17,7 @@ and need no matplotlib. `autocuda plot SPEC` draws `response` (or `plot_fi` with
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from ..spec.model import NeuronSpec
 from .monitor import Monitor
 
 __all__ = ["raster", "traces", "rate_histogram", "drive", "Response", "response", "fi_curve", "plot_fi", "save",
-           "INPUTS", "FORMATS", "MAX_STEPS", "SEEDS"]
+           "INPUTS", "FORMATS", "MAX_STEPS", "SEEDS", "MAX_AMPLITUDE", "MAX_CURRENTS", "MAX_BINS", "MAX_DPI"]
 
 Tensor = torch.Tensor
 MISSING = "autocuda.tools.plot needs matplotlib: pip install 'autocuda[plot]' (or pip install matplotlib)"
@@ -38,6 +39,14 @@ FORMATS = (".png", ".svg", ".pdf")
 MAX_STEPS = 10_000
 # The seeds torch's generators take
 SEEDS = range(-2**63, 2**64)
+# The largest input amplitude `drive` takes: inputs reach several times it (a ramp twice), and matplotlib cannot
+# draw values spanning nearly float64's range (its tick locator overflows)
+MAX_AMPLITUDE = 1e300
+# The most currents `fi_curve` runs (each is a neuron run for T steps), and the most bins of `rate_histogram`
+MAX_CURRENTS = 1000
+MAX_BINS = 1000
+# The highest resolution `save` writes (a 7 x 3 inch figure at 1000 dpi is 84 MB of pixels)
+MAX_DPI = 1000
 
 
 def pyplot() -> Any:
@@ -51,19 +60,30 @@ def pyplot() -> Any:
 
 def _axes(ax: Any) -> Any:
     if ax is not None:
+        if not callable(getattr(ax, "plot", None)):
+            raise TypeError(f"ax: expected matplotlib Axes or None, got {type(ax).__name__}")
         return ax
     return pyplot().subplots(figsize=(7, 3))[1]
 
 
-def _columns(values: Tensor, name: str) -> Tensor:
-    """values [T, *] as a CPU float tensor [T, N]."""
+def _columns(values: Tensor, name: str, max_neurons: int | None = None) -> Tensor:
+    """values [T, *] as a CPU float tensor [T, N], of the first `max_neurons` neurons (all for None). Those are
+    picked before anything is copied: a large record (or an expanded tensor) was copied whole, in float64, to draw
+    a few of its neurons."""
     if not isinstance(values, Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor [T, *], got {type(values).__name__}")
     if values.dim() == 0:
         raise ValueError(f"{name}: expected a tensor of shape [T, *], got a 0-dim tensor")
     if values.numel() == 0:
         raise ValueError(f"{name}: nothing to draw, an empty tensor of shape {tuple(values.shape)}")
-    return values.detach().reshape(values.shape[0], -1).double().cpu()
+    v = values.detach()
+    if max_neurons is not None and max_neurons < v.shape[1:].numel():
+        if v.dim() == 2:
+            v = v[:, :max_neurons]
+        else:  # the first neurons in the flattened order, gathered without flattening the whole tensor
+            index = torch.unravel_index(torch.arange(max_neurons, device=v.device), v.shape[1:])
+            v = v[(slice(None),) + tuple(index)]
+    return v.reshape(v.shape[0], -1).double().cpu()
 
 
 def _neurons(max_neurons: Any) -> int | None:
@@ -77,7 +97,7 @@ def _neurons(max_neurons: Any) -> int | None:
 # -- drawing recorded data ------------------------------------------------------------------------------------
 def raster(spikes: Tensor, ax: Any = None, *, max_neurons: int | None = None, title: str | None = None) -> Any:
     """A spike raster of spikes [T, *] (neurons flattened; the first `max_neurons` of them); returns the axes."""
-    s = _columns(spikes, "spikes")[:, :_neurons(max_neurons)]
+    s = _columns(spikes, "spikes", _neurons(max_neurons))
     ax = _axes(ax)
     times, neurons = torch.nonzero(s, as_tuple=True)
     ax.scatter(times.numpy(), neurons.numpy(), marker="|", s=40, color="k", linewidths=1)
@@ -90,11 +110,12 @@ def raster(spikes: Tensor, ax: Any = None, *, max_neurons: int | None = None, ti
     return ax
 
 
-def _threshold_columns(threshold: float | Tensor, values: Tensor) -> float | Tensor:
+def _threshold_columns(threshold: float | Tensor, values: Tensor, max_neurons: int | None = None
+                       ) -> float | Tensor:
     """`threshold` against values [T, *]: a number or a one-element tensor as a float; one value per step ([T], or
     [T, 1, ...]) as [T, 1]; the values' own shape (one per neuron and step) as [T, N]. Anything else is refused,
     a threshold of the neuron shape too: where that shape is (T,), it cannot be told from one value per step."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Tensor)):
+    if isinstance(threshold, bool) or not isinstance(threshold, (numbers.Real, Tensor)):  # numpy's numbers too
         raise TypeError(f"threshold: expected a number or a tensor, got {type(threshold).__name__}")
     if not isinstance(threshold, Tensor) or threshold.numel() == 1:
         return float(threshold)
@@ -105,7 +126,7 @@ def _threshold_columns(threshold: float | Tensor, values: Tensor) -> float | Ten
     T = values.shape[0]
     if threshold.dim() >= 1 and threshold.shape[0] == T and (threshold[0].numel() == 1
                                                               or threshold.shape == values.shape):
-        return _columns(threshold, "threshold")
+        return _columns(threshold, "threshold", max_neurons)
     raise ValueError(f"threshold: expected a number, one value per step [T] or the values' shape "
                      f"{tuple(values.shape)}, got shape {tuple(threshold.shape)}")
 
@@ -115,10 +136,10 @@ def traces(values: Tensor, ax: Any = None, *, threshold: float | Tensor | None =
     """Traces of values [T, *] (the first `max_neurons` neurons) with `threshold` dashed (a number; one value per
     step, [T]; or one per neuron and step, the values' shape), and spike times (spikes, the values' shape) marked
     on the trace; returns the axes."""
-    v = _columns(values, "values")[:, :_neurons(max_neurons)]
-    limit = None if threshold is None else _threshold_columns(threshold, values)
+    v = _columns(values, "values", _neurons(max_neurons))
+    limit = None if threshold is None else _threshold_columns(threshold, values, max_neurons)
     if spikes is not None:
-        s = _columns(spikes, "spikes")[:, :max_neurons]
+        s = _columns(spikes, "spikes", max_neurons)
         if s.shape[0] != v.shape[0]:
             raise ValueError(f"spikes: {s.shape[0]} time steps, values {v.shape[0]}")
         if spikes.shape != values.shape:
@@ -157,6 +178,8 @@ def rate_histogram(rates: Tensor | Mapping[str, Tensor] | Monitor, ax: Any = Non
         groups = {"": rates}
     if not groups:
         raise ValueError("rates: no firing rates to draw (a Monitor needs recorded spikes)")
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 0 < bins <= MAX_BINS:  # 10**9 took 8 GB
+        raise ValueError(f"bins: expected an int > 0 and at most {MAX_BINS}, got {bins!r}")
     ax = _axes(ax)
     for i, (name, values) in enumerate(groups.items()):
         if not isinstance(values, Tensor):
@@ -205,18 +228,26 @@ class Response:
 
 
 def _resolve(spec: NeuronSpec | str) -> NeuronSpec:
-    if isinstance(spec, NeuronSpec):
-        return spec
+    """The spec to drive: one of a single input (the test inputs are one signal; a spec of several, as the
+    shipped conductance_lif, failed inside the run asking for a tuple of tensors, also from `autocuda plot`)."""
     if isinstance(spec, str):
-        return load_spec(spec)
-    raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, got {type(spec).__name__}")
+        spec = load_spec(spec)
+    if not isinstance(spec, NeuronSpec):
+        raise TypeError(f"spec: expected a NeuronSpec, a shipped spec's name or a .toml path, "
+                        f"got {type(spec).__name__}")
+    if len(spec.inputs) != 1:
+        raise ValueError(f"spec: {spec.name!r} takes {len(spec.inputs)} inputs ({', '.join(spec.inputs)}); the test "
+                         f"inputs drive neurons of one input (run it with functional.multi_step, and draw the "
+                         f"result with traces and raster)")
+    return spec
 
 
 def _check_run(T: int, amplitude: float, seed: int = 0) -> None:
     if not isinstance(T, int) or isinstance(T, bool) or not 0 < T <= MAX_STEPS:
         raise ValueError(f"T: expected the number of time steps, an int > 0 and at most {MAX_STEPS}, got {T!r}")
-    if not isinstance(amplitude, (int, float)) or isinstance(amplitude, bool) or not abs(amplitude) < float("inf"):
-        raise ValueError(f"amplitude: expected a finite number, got {amplitude!r}")
+    if not isinstance(amplitude, (int, float)) or isinstance(amplitude, bool) or not abs(amplitude) <= MAX_AMPLITUDE:
+        raise ValueError(f"amplitude: expected a finite number of magnitude at most {MAX_AMPLITUDE:g}, "
+                         f"got {amplitude!r}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed not in SEEDS:
         raise ValueError(f"seed: expected an int from -2**63 to 2**64 - 1 (torch's seeds), got {seed!r}")
 
@@ -226,7 +257,7 @@ def drive(spec: NeuronSpec | str, input: str = "step", *, T: int = 100, amplitud
     """Run one neuron of `spec` (parameters: its defaults, overridden by `params`) on a test input: "step",
     "ramp" or "noise" (see `INPUTS`; `seed` fixes the noise)."""
     spec = _resolve(spec)
-    if input not in INPUTS:
+    if not isinstance(input, str) or input not in INPUTS:
         raise ValueError(f"input: expected one of {', '.join(INPUTS)}, got {input!r}")
     _check_run(T, amplitude, seed)
     generator = torch.Generator().manual_seed(seed)
@@ -295,8 +326,8 @@ def fi_curve(spec: NeuronSpec | str, currents: Tensor | None = None, *, T: int =
     spec = _resolve(spec)
     _check_run(T, 1.0)
     currents = torch.linspace(0.0, 4.0, 41, dtype=torch.float64) if currents is None else currents
-    if not isinstance(currents, Tensor) or currents.dim() != 1 or currents.numel() == 0:
-        raise ValueError("currents: expected a non-empty 1-d tensor of input values")
+    if not isinstance(currents, Tensor) or currents.dim() != 1 or not 0 < currents.numel() <= MAX_CURRENTS:
+        raise ValueError(f"currents: expected a non-empty 1-d tensor of at most {MAX_CURRENTS} input values")
     currents = currents.detach().double().cpu()
     x = currents.expand(T, -1).contiguous()
     spikes, _, _ = F.multi_step(spec, x, backend="reference", final_states=False, **params)
@@ -320,9 +351,13 @@ def plot_fi(spec: NeuronSpec | str, currents: Tensor | None = None, *, T: int = 
 
 def save(figure: Any, path: str | Path, dpi: int = 100) -> Path:
     """Write `figure` to `path` (.png, .svg or .pdf, by its suffix) and close it; returns the path."""
+    if not callable(getattr(figure, "savefig", None)):
+        raise TypeError(f"figure: expected a matplotlib Figure, got {type(figure).__name__}")
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"out: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not 0 < dpi <= MAX_DPI:  # 10**6: bad_alloc
+        raise ValueError(f"dpi: expected a number > 0 and at most {MAX_DPI}, got {dpi!r}")
     figure.savefig(path, dpi=dpi)
     pyplot().close(figure)
     return path
