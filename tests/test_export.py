@@ -140,6 +140,7 @@ print(torch.equal(program(x), expected), float(expected.abs().sum()) > 0)
 """
 
 
+@pytest.mark.skipif(profile() != "slow", reason="a fresh process importing torch (6 s): --slow")
 def test_a_saved_program_runs_in_a_fresh_process(tmp_path):
     """The op key is the same in every process: a new process that runs the model once runs the saved program."""
     net = network()
