@@ -26,6 +26,7 @@ try:  # any failure (not installed, a dependency missing or too new) means: noth
     from spikingjelly.activation_based.neuron import noisy as sj_noisy
 except Exception as error:
     pytest.skip(f"SpikingJelly does not import: {type(error).__name__}: {error}", allow_module_level=True)
+from test_sj_noisy import share_noise  # noqa: E402  (after the skip: it imports SpikingJelly too)
 
 F64 = torch.float64
 TOL = {"rtol": 1e-12, "atol": 1e-12}
@@ -149,19 +150,6 @@ def test_ottt_trace_starts_afresh_on_another_batch_size(backend: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- noisy nodes
-
-def share_noise(theirs: torch.nn.Module, mine: torch.nn.Module, episodes: int, names: tuple[str, ...]) -> None:
-    """Their episodes (from a seeded generator), given to ours."""
-    draw, seeded = sj_noisy.powerlaw_psd_gaussian, np.random.default_rng(0)
-    sj_noisy.powerlaw_psd_gaussian = lambda exponent, size: draw(exponent, size, random_state=seeded)
-    try:
-        theirs.reset_noise(episodes)
-    finally:
-        sj_noisy.powerlaw_psd_gaussian = draw
-    mine.reset_noise(episodes)
-    for name in names:
-        setattr(mine, name, getattr(theirs, name).clone())
-
 
 def noisy_steps(features: int) -> list[tuple[tuple, Any]]:
     return [((4, 3, features), None), ((4, 2, features), setting(v_threshold=0.3)),
