@@ -84,8 +84,8 @@ def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool =
     if check and not bool(torch.isfinite(x_seq).all()):
         raise ValueError("x_seq: holds NaN or infinite values")
     out = torch.zeros(x_seq.shape, dtype=_float_dtype(x_seq), device=x_seq.device)
-    # changes in float64 (exact for float16/bfloat16/float32 values) against the threshold as given: compared in
-    # x_seq's dtype it was rounded first (float16 0.1 -> 0.09998), and smaller changes fired. Integers: signed
+    # changes in float64 (exact for float16/bfloat16/float32 values) against the threshold as given, never the
+    # threshold rounded to x_seq's dtype (float16 0.1 is 0.09998: smaller changes would fire). Integers: signed
     # int64 (uint8 would wrap, 1 - 3 = 254; bool has no subtraction) against the threshold's ceiling, exactly.
     work, limit = (torch.float64, threshold) if x_seq.is_floating_point() else (
         torch.long, math.ceil(threshold) if threshold < 2**63 else 2**63 - 1)
@@ -94,7 +94,7 @@ def delta(x_seq: Tensor, threshold: float, *, signed: bool = True, check: bool =
         now = x_seq[t].detach().to(work)
         change = now - reference
         up, down = change >= limit, change <= -limit
-        # a difference of masks: +0.0 where nothing fires (sign(change) * mask gave -0.0 for small falls)
+        # a difference of masks: +0.0 where nothing fires (sign(change) * mask is -0.0 for small falls)
         out[t] = up.to(out.dtype) - down.to(out.dtype) if signed else (up | down).to(out.dtype)
         reference = torch.where(up | down, now, reference)
     return out

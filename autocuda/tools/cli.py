@@ -73,8 +73,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _regular_file(path: Path, what: str) -> None:
-    """Refuse to write `what` into an existing path that is no regular file: a FIFO blocked the write until a reader
-    came (`new --force` hung), a directory or a device failed with an unclear error, or none."""
+    """Refuse to write `what` into an existing path that is no regular file: a FIFO blocks the write until a reader
+    comes, a directory or a device fails with an unclear error, or none."""
     if path.exists() and not path.is_file():
         kind = "a directory" if path.is_dir() else "a FIFO" if path.is_fifo() else "a device or socket"
         raise ValueError(f"{what}: {path} is not a regular file ({kind}); name a regular file to write")
