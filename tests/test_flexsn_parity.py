@@ -452,9 +452,18 @@ def _varargs(*args):
     return sg(args[0] - 1.0), args[0]
 
 
+smooth = surrogate.ATan(spiking=False)
+
+
+def _non_spiking(x, v):
+    h = v + x
+    s = smooth(h - 1.0)  # SpikingJelly's primitive: in-place operations of its own
+    return s, h * (1.0 - s)
+
+
 @pytest.mark.parametrize("core, message", [
     (_inplace, "in-place"), (_python_if, "torch.where"), (_unlisted_op, "torch.log1p cannot be part"),
-    (_varargs, r"\*args")])
+    (_varargs, r"\*args"), (_non_spiking, r"surrogate\.ATan\(spiking=False\) \(its primitive uses the in-place")])
 def test_cores_spikingjelly_runs_but_kernels_cannot_are_refused_naming_the_problem(core, message: str) -> None:
     """SpikingJelly's torch path runs these on the CPU (but `*args`, which both refuse); ours refuses each at
     construction, naming the problem (docs/python-neurons.md, 'What a step may use')."""

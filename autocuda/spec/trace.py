@@ -111,7 +111,13 @@ def refuse(operation: str, instead: str, frame: Any = None, line_number: int | N
     """A SpecError at the user's line (the innermost from `frame`, default the caller's; `line_number` of that
     frame's file where given, else its current line): `operation` cannot be part of a neuron step; `instead`
     says what can."""
-    frame = _user_frame(sys._getframe(1) if frame is None else frame)
+    inner = sys._getframe(1) if frame is None else frame
+    frame = _user_frame(inner)
+    library = _non_spiking_surrogate(inner, frame)
+    if library is not None:  # the operation is the library's, inside a surrogate in its non-spiking mode
+        operation = f"{library}(spiking=False) (its primitive uses {operation})"
+        instead = ("a step takes a surrogate's spike (spiking=True); write a smooth output with the allowed torch "
+                   "functions (torch.atan, torch.sigmoid, ...)")
     if frame is None:
         return SpecError(f"{operation} cannot be part of a neuron step: {instead}", symbol=operation)
     number = frame.f_lineno if line_number is None else line_number
@@ -119,6 +125,19 @@ def refuse(operation: str, instead: str, frame: Any = None, line_number: int | N
     where = f"{frame.f_code.co_filename}:{number}"
     return SpecError(f"in {frame.f_code.co_name}(), `{line}`: {operation} cannot be part of a neuron step; "
                      f"{instead}", source=where, symbol=operation)
+
+
+def _non_spiking_surrogate(frame: Any, user: Any) -> str | None:
+    """The class name of a library's surrogate module in its non-spiking mode whose forward runs between `frame`
+    and the user's frame `user` (SpikingJelly's compute their primitive with operations a step cannot hold), else
+    None."""
+    while frame is not None and frame is not user:
+        module = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+        if module is not None and type(module).__module__.startswith("spikingjelly") and \
+                getattr(module, "spiking", True) is False:
+            return f"{type(module).__module__}.{type(module).__name__}"
+        frame = frame.f_back
+    return None
 
 
 # ---- the stand-in ----
