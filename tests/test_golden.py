@@ -128,3 +128,21 @@ def test_the_pin_can_fail(monkeypatch):
     found, pinned = digests(["lif"], every=profile() == "slow"), _read()
     changed = [label for label in found if pinned.get(label) != found[label]]
     assert changed and all(label.startswith("lif bptt float16") for label in changed)
+
+
+def test_a_kernels_text_does_not_depend_on_what_the_process_printed_before(monkeypatch, tmp_path):
+    """A kernel's name digests its derivation's text, printed through a cache of field texts: sympy's 1 printed
+    first (a surrogate whose gradient is the constant 1; it equals True, of one hash) made a later
+    detach_reset=True print as 1, renaming every detached backward kernel in that process."""
+    import sympy
+
+    from autocuda.codegen import kernels as kernel_requests
+    from autocuda.codegen import neuron_kernel
+
+    monkeypatch.setenv("AUTOCUDA_CACHE_DIR", str(tmp_path))  # rendered here, not read from disk
+    for cache in (neuron_kernel._text, kernel_requests._kernel, kernel_requests._derivation):
+        cache.cache_clear()
+    neuron_kernel._text(sympy.S.One), neuron_kernel._text(sympy.S.Zero)
+    label = "lif bptt float32 detach_reset=True reset=hard"
+    text = kernels.source(load_spec("lif"), "bptt", "float32", detach_reset=True, reset="hard")
+    assert hashlib.sha256(text.encode()).hexdigest() == _read()[label]

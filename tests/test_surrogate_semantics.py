@@ -322,3 +322,11 @@ def test_spikingjelly_surrogates_autocuda_lacks_are_refused_by_name(peer):
     made = getattr(sjs, peer)(*((3,) if peer == "MultiLevelSpikeCount" else ()))
     with pytest.raises(SpecError, match=f"cannot use {peer} as a surrogate"):
         F.single_step("if", torch.zeros(3), surrogate=made, backend="reference")
+
+
+@pytest.mark.parametrize("made", [lambda: sg.DeterministicPass(), lambda: sg.SquarewaveFourierSeries(n=1)])
+def test_a_constant_gradient_is_shaped_as_its_input(made) -> None:
+    """`torch_gradient` of a surrogate whose gradient is a constant gave a 0-d tensor, not one per element."""
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64).view(2, 3)
+    gradient = made().torch_gradient(x)
+    assert gradient.shape == x.shape and gradient.dtype == x.dtype

@@ -31,7 +31,9 @@ def _frozen(mapping: Mapping[str, Any] | None) -> tuple:
 
 @functools.lru_cache(maxsize=512)
 def _derivation(spec: NeuronSpec, reset: Reset | None, detach_reset: bool, constants: tuple) -> Derivation:
-    return bounded(spec.origin, "charge", lambda: derive(_built_on(_system(spec, reset, constants)), detach_reset))
+    # bool: the cache takes 1 for True, and the derivation's text (kernel names) prints what it holds
+    return bounded(spec.origin, "charge", lambda: derive(_built_on(_system(spec, reset, constants)),
+                                                         bool(detach_reset)))
 
 
 @functools.lru_cache(maxsize=256)

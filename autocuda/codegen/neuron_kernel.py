@@ -116,11 +116,12 @@ def _equations(system: Any, step: Any) -> tuple[str, ...]:
     return tuple(functools.reduce(lambda text, r: text.replace(*r), renames, line) for line in lines)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _text(part: Any) -> str:
     """repr of a derivation or a part of it, once: every variant of a spec names its kernel from it, and
     printing a large derivation takes a good part of a second. A derivation's is made of its parts' (its system
-    and forward step are printed once, for its forward kernels' names and its own)."""
+    and forward step are printed once, for its forward kernels' names and its own). Typed: True and 1 (equal, of
+    one hash) print apart, so a kernel's name never depends on which of them a process printed first."""
     return part.text(_text) if isinstance(part, Derivation) else value_text(part)
 
 

@@ -299,8 +299,9 @@ class Surrogate:
         return self._gradient(x, **p)
 
     def torch_gradient(self, x: torch.Tensor) -> torch.Tensor:
-        """The gradient evaluated with torch ops (same dtype and device as `x`)."""
-        return _evaluate_in_x(self._gradient_in_x(), x)
+        """The gradient evaluated with torch ops, shaped as `x` (a constant gradient too), in its dtype and device."""
+        value = _evaluate_in_x(self._gradient_in_x(), x)
+        return value if value.shape == x.shape else value.expand_as(x)
 
     def gradient_of_x(self) -> tuple[sympy.Symbol, sympy.Expr]:
         """(x, the gradient in x), built once with its flat program, and with spiking=False the primitive's too (the
