@@ -158,7 +158,8 @@ class Binding:
             if n and (channels < 1 or inner < 1 or n % (channels * inner)):
                 raise KernelArgumentError(f"{CHANNEL_KEYS[0]}, {CHANNEL_KEYS[1]}: expected sizes of at least 1 whose "
                                           f"product divides N = {n}, got {channels} and {inner}")
-        rows = int(checkpoint_rows(steps or 0, every)) * n if self.checkpoints else -1
+        # `checkpoint_rows` in plain ints: a launch's sizes are numbers (torch.sym_max costs a call each launch)
+        rows = max((steps or 0) - 1, 0) // every * n if self.checkpoints else -1
         return (n if steps is None else steps * n, n, 1, channels, rows)
 
 
